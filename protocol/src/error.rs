@@ -1,0 +1,56 @@
+//! Error codes a request or a connection can be answered with (SPEC "Errors").
+
+use serde::{Deserialize, Serialize};
+
+/// What went wrong, in a form a program can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// No session with that id exists, and none expired recently (`ERR-1`).
+    UnknownSession,
+    /// The session existed and has ended: its lease ran out or it was
+    /// destroyed (`ERR-2`).
+    SessionExpired,
+    /// The request named an epoch other than the master's (`ERR-3`).
+    WrongEpoch {
+        /// The master's epoch, for the client to adopt.
+        current: u64,
+    },
+    /// A frame or request could not be understood (`ERR-4`).
+    Malformed,
+    /// A frame exceeded the maximum frame size (`ERR-5`).
+    FrameTooLarge,
+    /// A server limit (sessions, connections, requests in flight) was reached
+    /// (`ERR-6`).
+    LimitReached,
+    /// The server failed; the request may be retried (`ERR-7`).
+    Internal,
+    /// The handshake named a protocol version or magic the server does not
+    /// speak (`ERR-8`).
+    VersionMismatch {
+        /// The version the server speaks.
+        supported: u32,
+    },
+    /// A field was out of its allowed range, such as a lease outside the
+    /// server's bounds (`ERR-9`).
+    InvalidArgument,
+}
+
+/// An error code with a human-readable message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct Error {
+    /// What a program should act on.
+    pub code: ErrorCode,
+    /// What a person should read.
+    pub message: String,
+}
+
+impl Error {
+    /// An error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+}

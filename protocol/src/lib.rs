@@ -1,0 +1,35 @@
+//! Wire format of the Leasehold lock service.
+//!
+//! Every frame is a 4-byte big-endian length followed by a bincode body
+//! (SPEC.md, section "Wire format"). A connection opens with [`Hello`] and the
+//! server answers [`Welcome`]; after that the client sends
+//! [`ClientFrame::Request`]s, each with a request id the server echoes in its
+//! [`ServerFrame::Reply`]. Replies may come in any order.
+//!
+//! # Layout
+//! - [`codec`]: framing and encoding, with the size limits enforced before
+//!   anything is allocated.
+//! - [`message`]: every frame and message.
+//! - [`error`]: the typed error codes a request can be answered with.
+//!
+//! # Example
+//! ```
+//! use leasehold_protocol::{ClientFrame, Hello, FrameCodec, ServerFrame};
+//! use tokio_util::codec::{Decoder, Encoder};
+//! use bytes::BytesMut;
+//!
+//! let mut client: FrameCodec<ServerFrame, ClientFrame> = FrameCodec::new(1 << 20);
+//! let mut server: FrameCodec<ClientFrame, ServerFrame> = FrameCodec::new(1 << 20);
+//! let mut wire = BytesMut::new();
+//! client.encode(ClientFrame::Hello(Hello::current()), &mut wire).unwrap();
+//! let frame = server.decode(&mut wire).unwrap().unwrap();
+//! assert_eq!(frame, ClientFrame::Hello(Hello::current()));
+//! ```
+
+pub mod codec;
+pub mod error;
+pub mod message;
+
+pub use codec::{CodecError, FrameCodec, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
+pub use error::{Error, ErrorCode};
+pub use message::*;

@@ -1,0 +1,185 @@
+//! Every frame and message of the protocol (SPEC "Messages").
+//!
+//! Durations travel as whole milliseconds (`*_ms` fields). Optional fields use
+//! `Option` so that an explicit zero is never mistaken for "use the default".
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::Error;
+
+/// The first eight bytes of every handshake (`HS-1`).
+pub const MAGIC: [u8; 8] = *b"LEASEHLD";
+
+/// The protocol version this crate speaks (`HS-2`).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A session's identity, chosen by the master.
+pub type SessionId = Uuid;
+
+/// A frame sent by a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientFrame {
+    /// The first frame on every connection.
+    Hello(Hello),
+    /// A request; `id` is echoed in its reply.
+    Request { id: u64, body: Request },
+}
+
+/// A frame sent by the server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerFrame {
+    /// The answer to [`Hello`].
+    Welcome(Welcome),
+    /// The answer to the request with the same `id`.
+    Reply {
+        id: u64,
+        body: Result<Response, Error>,
+    },
+    /// A connection-level error; the server closes the connection after it.
+    Close(Error),
+}
+
+/// The client's handshake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: [u8; 8],
+    pub version: u32,
+}
+
+impl Hello {
+    /// The handshake of this crate's protocol version.
+    pub fn current() -> Self {
+        Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+        }
+    }
+}
+
+/// The server's handshake answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub version: u32,
+    pub epoch: u64,
+    pub limits: Limits,
+}
+
+/// The server's limits, announced in [`Welcome`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest frame body accepted, in bytes.
+    pub max_frame: u32,
+    /// Shortest lease a session may ask for.
+    pub min_lease_ms: u64,
+    /// Longest lease a session may ask for.
+    pub max_lease_ms: u64,
+    /// Longest lock-delay a session may ask for.
+    pub max_lock_delay_ms: u64,
+    /// How long before a lease ends the master answers a held KeepAlive.
+    pub keepalive_margin_ms: u64,
+}
+
+/// What happens to a session's locks and ephemeral nodes when it is
+/// invalidated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Behavior {
+    /// Release its locks (the default, as in Consul).
+    #[default]
+    Release,
+    /// Delete the nodes it holds locks on or created as ephemeral.
+    Delete,
+}
+
+/// A request, answered by one [`Response`] or one [`Error`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    CreateSession(CreateSession),
+    KeepAlive(KeepAlive),
+    DestroySession { session: SessionId },
+    SessionInfo { session: SessionId },
+    ListSessions,
+}
+
+/// Create a session (`SES-1`..`SES-4`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateSession {
+    /// A label for people; need not be unique.
+    pub name: String,
+    /// Requested lease; `None` takes the server default.
+    pub lease_ms: Option<u64>,
+    /// Requested lock-delay; `None` takes the default, `Some(0)` means none.
+    pub lock_delay_ms: Option<u64>,
+    pub behavior: Behavior,
+}
+
+/// Keep a session alive (`KA-1`..`KA-7`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeepAlive {
+    pub session: SessionId,
+    /// The epoch the client believes the master has.
+    pub epoch: u64,
+    /// The highest event sequence number the client has received.
+    pub acked_seq: u64,
+    /// `true`: the master may hold the request until the lease nears its end.
+    /// `false`: answer at once (a client in jeopardy, or just reconnected).
+    pub hold: bool,
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    SessionCreated {
+        session: SessionId,
+        epoch: u64,
+        lease: LeaseGrant,
+    },
+    KeepAlive {
+        epoch: u64,
+        lease: LeaseGrant,
+        events: Vec<Event>,
+    },
+    Destroyed,
+    SessionInfo(SessionInfo),
+    Sessions(Vec<SessionInfo>),
+}
+
+/// The lease a reply grants, as the master measured it (`LEASE-4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    /// Lease left when the reply was sent.
+    pub remaining_ms: u64,
+    /// How long the master held the request before replying. A client adds
+    /// it to the time it sent the request to bound when the reply was sent.
+    pub held_ms: u64,
+}
+
+/// A session as the master sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session: SessionId,
+    pub name: String,
+    pub lease_ms: u64,
+    pub lock_delay_ms: u64,
+    pub behavior: Behavior,
+    /// Lease left now, at the master.
+    pub lease_remaining_ms: u64,
+    /// Whether a KeepAlive is being held for it.
+    pub keepalive_held: bool,
+}
+
+/// A notification piggybacked on a KeepAlive reply. Sequence numbers of one
+/// session are consecutive from 1 (`EV-1`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub kind: EventKind,
+}
+
+/// What an [`Event`] reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    /// Events were dropped because the session's queue overflowed; the
+    /// client must re-read what it watches (`EV-4`).
+    EventsLost,
+}

@@ -1,0 +1,87 @@
+//! Every server default in one place; SPEC.md quotes these values.
+
+use std::time::Duration;
+
+use leasehold_protocol::{Limits, DEFAULT_MAX_FRAME};
+
+/// Lease a session gets when it asks for none (`SES-2`).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(12);
+/// Shortest lease accepted unless the server is started with other bounds.
+pub const DEFAULT_MIN_LEASE: Duration = Duration::from_secs(1);
+/// Longest lease accepted unless the server is started with other bounds.
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
+/// Lock-delay a session gets when it asks for none (`SES-3`).
+pub const DEFAULT_LOCK_DELAY: Duration = Duration::from_secs(15);
+/// Longest lock-delay accepted (`SES-3`).
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+/// How long before a lease ends a held KeepAlive is answered, at most (`KA-2`).
+pub const DEFAULT_KEEPALIVE_MARGIN: Duration = Duration::from_secs(2);
+/// Sessions one master holds at most (`ERR-6`).
+pub const DEFAULT_MAX_SESSIONS: usize = 1_000_000;
+/// Requests one connection may have outstanding at once (`CONN-3`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
+/// Ended sessions remembered so that their KeepAlives get `SessionExpired`
+/// rather than `UnknownSession` (`ERR-2`).
+pub const ENDED_SESSIONS_REMEMBERED: usize = 65_536;
+/// Time a new connection has to send its Hello (`HS-4`).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the master chooses session ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdSource {
+    /// Random version-4 UUIDs.
+    Random,
+    /// A deterministic sequence from a seed, for simulations that must
+    /// replay byte for byte.
+    Seeded(u64),
+}
+
+/// Configuration of a master.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The master's epoch, announced in Welcome and checked on KeepAlive.
+    pub epoch: u64,
+    pub max_frame: usize,
+    pub default_lease: Duration,
+    pub min_lease: Duration,
+    pub max_lease: Duration,
+    pub default_lock_delay: Duration,
+    pub max_lock_delay: Duration,
+    pub keepalive_margin: Duration,
+    pub max_sessions: usize,
+    pub max_in_flight: usize,
+    pub handshake_timeout: Duration,
+    pub ids: IdSource,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            epoch: 1,
+            max_frame: DEFAULT_MAX_FRAME,
+            default_lease: DEFAULT_LEASE,
+            min_lease: DEFAULT_MIN_LEASE,
+            max_lease: DEFAULT_MAX_LEASE,
+            default_lock_delay: DEFAULT_LOCK_DELAY,
+            max_lock_delay: MAX_LOCK_DELAY,
+            keepalive_margin: DEFAULT_KEEPALIVE_MARGIN,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            ids: IdSource::Random,
+        }
+    }
+}
+
+impl Config {
+    /// The limits announced to clients in Welcome.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_frame: self.max_frame as u32,
+            min_lease_ms: self.min_lease.as_millis() as u64,
+            max_lease_ms: self.max_lease.as_millis() as u64,
+            max_lock_delay_ms: self.max_lock_delay.as_millis() as u64,
+            keepalive_margin_ms: self.keepalive_margin.as_millis() as u64,
+        }
+    }
+}

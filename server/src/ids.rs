@@ -1,0 +1,40 @@
+//! Session id generation, injectable so simulations replay exactly.
+
+use leasehold_protocol::SessionId;
+
+use crate::config::IdSource;
+
+/// Produces session ids.
+#[derive(Debug)]
+pub(crate) enum Ids {
+    Random,
+    Seeded(u64),
+}
+
+impl Ids {
+    pub(crate) fn new(source: IdSource) -> Self {
+        match source {
+            IdSource::Random => Ids::Random,
+            IdSource::Seeded(seed) => Ids::Seeded(seed),
+        }
+    }
+
+    pub(crate) fn next_id(&mut self) -> SessionId {
+        match self {
+            Ids::Random => SessionId::new_v4(),
+            Ids::Seeded(state) => {
+                let hi = splitmix64(state);
+                let lo = splitmix64(state);
+                SessionId::from_u128(((hi as u128) << 64) | lo as u128)
+            }
+        }
+    }
+}
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

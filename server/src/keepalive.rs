@@ -1,0 +1,89 @@
+//! Held KeepAlives (SPEC "KeepAlive").
+//!
+//! The master answers a KeepAlive only when the session's lease is about to
+//! end (or at once when asked to), so a healthy client costs one request per
+//! lease rather than one per polling interval, and the reply can carry
+//! whatever happened meanwhile. At most one KeepAlive is held per session: a
+//! new one answers the old one at once, so a client that reconnects is never
+//! stuck behind a request on a dead connection.
+
+use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
+use tokio_util::time::delay_queue;
+
+use crate::lease::Millis;
+use crate::master::{Master, ReplyTx, Timer};
+
+/// A KeepAlive waiting for its answer.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) reply: ReplyTx,
+    pub(crate) received_at: Millis,
+    pub(crate) timer: Option<delay_queue::Key>,
+}
+
+impl Master {
+    pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
+        let id = ka.session;
+        if ka.epoch != self.config.epoch {
+            let _ = reply.send(Err(self.wrong_epoch(ka.epoch))); // KA-6
+            return;
+        }
+        if self.state.session(id).is_none() {
+            let _ = reply.send(Err(self.state.missing_session(id))); // KA-7
+            return;
+        }
+        if let Some(previous) = self.take_held(id) {
+            self.answer(id, previous, now); // KA-5
+        }
+        let held = Held {
+            reply,
+            received_at: now,
+            timer: None,
+        };
+        match self.leases.answer_held_at(id, self.config.keepalive_margin) {
+            Some(at) if ka.hold && at > now => {
+                let key = self
+                    .timers
+                    .insert_at(Timer::AnswerHeld(id), self.instant(at));
+                self.held.insert(
+                    id,
+                    Held {
+                        timer: Some(key),
+                        ..held
+                    },
+                );
+            }
+            _ => self.answer(id, held, now), // KA-3
+        }
+    }
+
+    /// Removes the held KeepAlive of `id`, cancelling its timer.
+    pub(crate) fn take_held(&mut self, id: SessionId) -> Option<Held> {
+        let held = self.held.remove(&id)?;
+        if let Some(key) = &held.timer {
+            self.timers.remove(key);
+        }
+        Some(held)
+    }
+
+    /// Extends the lease and answers a KeepAlive.
+    pub(crate) fn answer(&mut self, id: SessionId, held: Held, now: Millis) {
+        // A reply nobody can read would extend the lease without the client
+        // knowing; leaving the lease alone keeps master and client closer.
+        if held.reply.is_closed() {
+            return;
+        }
+        let Some(expires) = self.leases.extend(id, now) else {
+            return;
+        };
+        self.arm_lease_timer(id, expires);
+        let _ = held.reply.send(Ok(Response::KeepAlive {
+            epoch: self.config.epoch,
+            lease: LeaseGrant {
+                remaining_ms: expires - now,
+                held_ms: now - held.received_at,
+            },
+            events: Vec::new(),
+        }));
+    }
+}

@@ -1,0 +1,31 @@
+//! The Leasehold master.
+//!
+//! The core is [`State`], a deterministic state machine with no I/O and no
+//! clock: `apply(command, now) -> (reply, events)`. Around it, a master task
+//! keeps the soft state (leases, held KeepAlives) and the timers, and
+//! connection tasks speak the wire protocol. [`run`] wires them to any
+//! [`Listener`], so the same code serves TCP and a simulated network.
+//!
+//! # Layout
+//! - `config.rs`: every default and limit.
+//! - `state.rs`: the durable state machine; `session.rs`: a session record.
+//! - `lease.rs`: leases, the master's soft state.
+//! - `keepalive.rs`: holding and answering KeepAlives.
+//! - `master.rs`: the task that owns state, leases and timers.
+//! - `connection.rs`: one client connection; `server.rs`: accepting them.
+
+mod config;
+mod connection;
+mod ids;
+mod keepalive;
+mod lease;
+mod master;
+mod server;
+mod session;
+mod state;
+
+pub use config::*;
+pub use lease::{Leases, Millis};
+pub use server::{run, Listener};
+pub use session::{EndCause, Session};
+pub use state::{Applied, Bounds, Command, State, StateEvent};

@@ -1,0 +1,275 @@
+//! The master task: the single owner of the state machine, the leases, the
+//! held KeepAlives and the timers that drive them.
+//!
+//! Connections send [`Call`]s over a channel and await a oneshot reply, so
+//! no lock is ever held and a held KeepAlive costs one channel slot, not a
+//! task. Expiry and held-KeepAlive answers come from one `DelayQueue`, so the
+//! master never scans all sessions.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use leasehold_protocol::{Error, ErrorCode, LeaseGrant, Request, Response, SessionId, SessionInfo};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::time::{delay_queue, DelayQueue};
+use tracing::{debug, info};
+
+use crate::config::Config;
+use crate::ids::Ids;
+use crate::keepalive::Held;
+use crate::lease::{Leases, Millis};
+use crate::session::EndCause;
+use crate::state::{Applied, Bounds, Command, State, StateEvent};
+
+/// Where a reply goes.
+pub(crate) type ReplyTx = oneshot::Sender<Result<Response, Error>>;
+
+/// A request from a connection, with the channel its reply goes to.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) request: Request,
+    pub(crate) reply: ReplyTx,
+}
+
+/// A cloneable way to send requests to the master task.
+#[derive(Debug, Clone)]
+pub struct MasterHandle {
+    calls: mpsc::Sender<Call>,
+}
+
+impl MasterHandle {
+    /// Sends `request` to the master; the receiver yields its reply. A
+    /// KeepAlive's reply may come much later (it is held).
+    pub(crate) async fn call(
+        &self,
+        request: Request,
+    ) -> oneshot::Receiver<Result<Response, Error>> {
+        let (reply, rx) = oneshot::channel();
+        // A closed master drops `reply`; the receiver then reports it.
+        let _ = self.calls.send(Call { request, reply }).await;
+        rx
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Timer {
+    LeaseEnd(SessionId),
+    AnswerHeld(SessionId),
+}
+
+pub(crate) struct Master {
+    pub(crate) config: Config,
+    pub(crate) state: State,
+    pub(crate) leases: Leases,
+    pub(crate) held: HashMap<SessionId, Held>,
+    pub(crate) timers: DelayQueue<Timer>,
+    lease_timers: HashMap<SessionId, delay_queue::Key>,
+    ids: Ids,
+    start: Instant,
+}
+
+/// Starts the master task; it stops when every handle is dropped or
+/// `shutdown` resolves.
+pub(crate) fn spawn(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (MasterHandle, tokio::task::JoinHandle<()>) {
+    let (calls, rx) = mpsc::channel(1024);
+    let master = Master {
+        state: State::new(Bounds::from(&config)),
+        ids: Ids::new(config.ids),
+        config,
+        leases: Leases::default(),
+        held: HashMap::new(),
+        timers: DelayQueue::new(),
+        lease_timers: HashMap::new(),
+        start: Instant::now(),
+    };
+    let task = tokio::spawn(master.run(rx, shutdown));
+    (MasterHandle { calls }, task)
+}
+
+impl Master {
+    async fn run(
+        mut self,
+        mut calls: mpsc::Receiver<Call>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                call = calls.recv() => match call {
+                    Some(call) => self.handle(call),
+                    None => break,
+                },
+                Some(fired) = self.timers.next() => self.on_timer(fired.into_inner()),
+                () = &mut shutdown => break,
+            }
+        }
+        debug!("master stopped");
+    }
+
+    pub(crate) fn now(&self) -> Millis {
+        self.start.elapsed().as_millis() as Millis
+    }
+
+    pub(crate) fn instant(&self, at: Millis) -> Instant {
+        self.start + Duration::from_millis(at)
+    }
+
+    fn handle(&mut self, call: Call) {
+        let now = self.now();
+        let reply = match call.request {
+            Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
+            Request::CreateSession(c) => {
+                let id = self.ids.next_id();
+                let command = Command::CreateSession {
+                    id,
+                    name: c.name,
+                    lease: c.lease_ms.map(Duration::from_millis),
+                    lock_delay: c.lock_delay_ms.map(Duration::from_millis),
+                    behavior: c.behavior,
+                };
+                self.apply(command, now).map(|applied| match applied {
+                    Applied::SessionCreated(s) => Response::SessionCreated {
+                        session: s.id,
+                        epoch: self.config.epoch,
+                        lease: LeaseGrant {
+                            remaining_ms: s.lease.as_millis() as u64,
+                            held_ms: 0,
+                        },
+                    },
+                    Applied::SessionEnded => unreachable!("create never ends a session"),
+                })
+            }
+            Request::DestroySession { session } => self
+                .apply(
+                    Command::EndSession {
+                        id: session,
+                        cause: EndCause::Destroyed,
+                    },
+                    now,
+                )
+                .map(|_| Response::Destroyed),
+            Request::SessionInfo { session } => self
+                .info(session, now)
+                .map(Response::SessionInfo)
+                .ok_or_else(|| self.state.missing_session(session)),
+            Request::ListSessions => {
+                let ids: Vec<_> = self.state.sessions().map(|s| s.id).collect();
+                Ok(Response::Sessions(
+                    ids.into_iter()
+                        .filter_map(|id| self.info(id, now))
+                        .collect(),
+                ))
+            }
+        };
+        let _ = call.reply.send(reply);
+    }
+
+    /// Applies a command to the state machine and carries out its events.
+    fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
+        let (reply, events) = self.state.apply(command, now);
+        for event in events {
+            self.on_event(event, now);
+        }
+        reply
+    }
+
+    fn on_event(&mut self, event: StateEvent, now: Millis) {
+        match event {
+            StateEvent::SessionCreated { id } => {
+                let Some(session) = self.state.session(id) else {
+                    return;
+                };
+                info!(session = %id, name = %session.name, lease = ?session.lease, "session created");
+                let expires = self.leases.start(id, session.lease, now);
+                let key = self
+                    .timers
+                    .insert_at(Timer::LeaseEnd(id), self.instant(expires));
+                self.lease_timers.insert(id, key);
+            }
+            StateEvent::SessionEnded { id, cause } => {
+                info!(session = %id, "session ended: {}", cause.as_str());
+                self.leases.remove(id);
+                if let Some(key) = self.lease_timers.remove(&id) {
+                    self.timers.remove(&key);
+                }
+                if let Some(held) = self.take_held(id) {
+                    let _ = held.reply.send(Err(self.state.missing_session(id)));
+                }
+            }
+        }
+    }
+
+    fn on_timer(&mut self, timer: Timer) {
+        let now = self.now();
+        match timer {
+            Timer::LeaseEnd(id) => {
+                self.lease_timers.remove(&id);
+                match self.leases.expires_at(id) {
+                    // The timer rounds to milliseconds and may fire a tick
+                    // early; a lease never ends before its expiry.
+                    Some(expires) if expires > now => self.arm_lease_timer(id, expires),
+                    Some(_) => {
+                        let _ = self.apply(
+                            Command::EndSession {
+                                id,
+                                cause: EndCause::Expired,
+                            },
+                            now,
+                        );
+                    }
+                    None => {}
+                }
+            }
+            Timer::AnswerHeld(id) => {
+                // The timer has fired, so its key is spent: forget it before
+                // answering.
+                if let Some(mut held) = self.held.remove(&id) {
+                    held.timer = None;
+                    self.answer(id, held, now);
+                }
+            }
+        }
+    }
+
+    /// Moves the lease-end timer of `id` to `expires`.
+    pub(crate) fn arm_lease_timer(&mut self, id: SessionId, expires: Millis) {
+        let at = self.instant(expires);
+        match self.lease_timers.get(&id) {
+            Some(key) => self.timers.reset_at(key, at),
+            None => {
+                let key = self.timers.insert_at(Timer::LeaseEnd(id), at);
+                self.lease_timers.insert(id, key);
+            }
+        }
+    }
+
+    fn info(&self, id: SessionId, now: Millis) -> Option<SessionInfo> {
+        let s = self.state.session(id)?;
+        Some(SessionInfo {
+            session: s.id,
+            name: s.name.clone(),
+            lease_ms: s.lease.as_millis() as u64,
+            lock_delay_ms: s.lock_delay.as_millis() as u64,
+            behavior: s.behavior,
+            lease_remaining_ms: self.leases.remaining(id, now).unwrap_or(0),
+            keepalive_held: self.held.get(&id).is_some_and(|h| !h.reply.is_closed()),
+        })
+    }
+
+    pub(crate) fn wrong_epoch(&self, epoch: u64) -> Error {
+        Error::new(
+            ErrorCode::WrongEpoch {
+                current: self.config.epoch,
+            },
+            format!(
+                "request names epoch {epoch}; the master's epoch is {}",
+                self.config.epoch
+            ),
+        )
+    }
+}

@@ -1,0 +1,36 @@
+//! A session: the durable record of one client's relationship with the
+//! master. Its lease is not here: leases are the master's soft state
+//! ([`crate::lease`]).
+
+use std::time::Duration;
+
+use leasehold_protocol::{Behavior, SessionId};
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndCause {
+    /// Its lease ran out (`SES-6`).
+    Expired,
+    /// Someone destroyed it (`SES-7`).
+    Destroyed,
+}
+
+impl EndCause {
+    /// How the cause reads in messages and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndCause::Expired => "its lease ran out",
+            EndCause::Destroyed => "it was destroyed",
+        }
+    }
+}
+
+/// The durable part of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub id: SessionId,
+    pub name: String,
+    pub lease: Duration,
+    pub lock_delay: Duration,
+    pub behavior: Behavior,
+}

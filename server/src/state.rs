@@ -1,0 +1,362 @@
+//! The master's durable state as a deterministic state machine.
+//!
+//! [`State::apply`] takes a [`Command`] and the master's clock reading and
+//! returns the reply and the [`StateEvent`]s it caused. It does no I/O and
+//! reads no clock, so the same sequence of commands always yields the same
+//! state: the property a log, a snapshot and a replicated cell rely on.
+//! Everything that must survive the master (sessions now; nodes and locks
+//! later) lives here, and is changed only through `apply`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use leasehold_protocol::{Behavior, Error, ErrorCode, SessionId};
+
+use crate::config::{Config, ENDED_SESSIONS_REMEMBERED};
+use crate::lease::Millis;
+use crate::session::{EndCause, Session};
+
+/// A change to the durable state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Create a session. The id is chosen before the command is applied so
+    /// that applying it is deterministic.
+    CreateSession {
+        id: SessionId,
+        name: String,
+        lease: Option<Duration>,
+        lock_delay: Option<Duration>,
+        behavior: Behavior,
+    },
+    /// End a session, because its lease ran out or someone destroyed it.
+    EndSession { id: SessionId, cause: EndCause },
+}
+
+/// What a successfully applied command produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    SessionCreated(Session),
+    SessionEnded,
+}
+
+/// Something that happened because a command was applied; the wrapper turns
+/// these into timers, replies and notifications.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateEvent {
+    SessionCreated { id: SessionId },
+    SessionEnded { id: SessionId, cause: EndCause },
+}
+
+/// Bounds a command is checked against; part of the state machine's
+/// configuration, identical on every replica.
+#[derive(Debug, Clone)]
+pub struct Bounds {
+    pub default_lease: Duration,
+    pub min_lease: Duration,
+    pub max_lease: Duration,
+    pub default_lock_delay: Duration,
+    pub max_lock_delay: Duration,
+    pub max_sessions: usize,
+}
+
+impl From<&Config> for Bounds {
+    fn from(c: &Config) -> Self {
+        Bounds {
+            default_lease: c.default_lease,
+            min_lease: c.min_lease,
+            max_lease: c.max_lease,
+            default_lock_delay: c.default_lock_delay,
+            max_lock_delay: c.max_lock_delay,
+            max_sessions: c.max_sessions,
+        }
+    }
+}
+
+/// The durable state of a master.
+#[derive(Debug)]
+pub struct State {
+    bounds: Bounds,
+    // BTreeMap: listing order is observable and must not depend on hashing.
+    sessions: BTreeMap<SessionId, Session>,
+    ended: HashMap<SessionId, EndCause>,
+    ended_order: VecDeque<SessionId>,
+}
+
+impl State {
+    /// An empty state checked against `bounds`.
+    pub fn new(bounds: Bounds) -> Self {
+        State {
+            bounds,
+            sessions: BTreeMap::new(),
+            ended: HashMap::new(),
+            ended_order: VecDeque::new(),
+        }
+    }
+
+    /// Applies one command at master time `now`.
+    pub fn apply(
+        &mut self,
+        command: Command,
+        _now: Millis,
+    ) -> (Result<Applied, Error>, Vec<StateEvent>) {
+        let mut events = Vec::new();
+        let reply = match command {
+            Command::CreateSession {
+                id,
+                name,
+                lease,
+                lock_delay,
+                behavior,
+            } => self.create_session(id, name, lease, lock_delay, behavior, &mut events),
+            Command::EndSession { id, cause } => self.end_session(id, cause, &mut events),
+        };
+        (reply, events)
+    }
+
+    fn create_session(
+        &mut self,
+        id: SessionId,
+        name: String,
+        lease: Option<Duration>,
+        lock_delay: Option<Duration>,
+        behavior: Behavior,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        let b = &self.bounds;
+        let lease = lease.unwrap_or(b.default_lease);
+        if lease < b.min_lease || lease > b.max_lease {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "lease {lease:?} is outside the accepted {:?}..={:?}",
+                    b.min_lease, b.max_lease
+                ),
+            ));
+        }
+        // An explicit zero means no lock-delay; only None takes the default.
+        let lock_delay = lock_delay.unwrap_or(b.default_lock_delay);
+        if lock_delay > b.max_lock_delay {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "lock-delay {lock_delay:?} exceeds the maximum {:?}",
+                    b.max_lock_delay
+                ),
+            ));
+        }
+        if self.sessions.len() >= b.max_sessions {
+            return Err(Error::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "the master holds its maximum of {} sessions",
+                    b.max_sessions
+                ),
+            ));
+        }
+        if self.sessions.contains_key(&id) || self.ended.contains_key(&id) {
+            return Err(Error::new(ErrorCode::Internal, "session id already used"));
+        }
+        let session = Session {
+            id,
+            name,
+            lease,
+            lock_delay,
+            behavior,
+        };
+        self.sessions.insert(id, session.clone());
+        events.push(StateEvent::SessionCreated { id });
+        Ok(Applied::SessionCreated(session))
+    }
+
+    fn end_session(
+        &mut self,
+        id: SessionId,
+        cause: EndCause,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        if self.sessions.remove(&id).is_none() {
+            return Err(self.missing_session(id));
+        }
+        self.remember_ended(id, cause);
+        events.push(StateEvent::SessionEnded { id, cause });
+        Ok(Applied::SessionEnded)
+    }
+
+    fn remember_ended(&mut self, id: SessionId, cause: EndCause) {
+        if self.ended_order.len() == ENDED_SESSIONS_REMEMBERED {
+            if let Some(oldest) = self.ended_order.pop_front() {
+                self.ended.remove(&oldest);
+            }
+        }
+        self.ended_order.push_back(id);
+        self.ended.insert(id, cause);
+    }
+
+    /// The error for a request naming a session that is not live:
+    /// `SessionExpired` if it ended recently, else `UnknownSession`.
+    pub fn missing_session(&self, id: SessionId) -> Error {
+        match self.ended.get(&id) {
+            Some(cause) => Error::new(
+                ErrorCode::SessionExpired,
+                format!("session {id} has ended: {}", cause.as_str()),
+            ),
+            None => Error::new(ErrorCode::UnknownSession, format!("no session {id}")),
+        }
+    }
+
+    /// A live session.
+    pub fn session(&self, id: SessionId) -> Option<&Session> {
+        self.sessions.get(&id)
+    }
+
+    /// Every live session, in id order.
+    pub fn sessions(&self) -> impl Iterator<Item = &Session> {
+        self.sessions.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        State::new(Bounds::from(&Config::default()))
+    }
+
+    fn create(id: u128, lease: Option<u64>, lock_delay: Option<u64>) -> Command {
+        Command::CreateSession {
+            id: SessionId::from_u128(id),
+            name: "test".into(),
+            lease: lease.map(Duration::from_millis),
+            lock_delay: lock_delay.map(Duration::from_millis),
+            behavior: Behavior::Release,
+        }
+    }
+
+    fn created(reply: Result<Applied, Error>) -> Session {
+        match reply {
+            Ok(Applied::SessionCreated(s)) => s,
+            other => panic!("expected a created session, got {other:?}"),
+        }
+    }
+
+    // SES-2
+    #[test]
+    fn a_session_without_a_lease_gets_the_default_lease() {
+        let (reply, events) = state().apply(create(1, None, None), 0);
+        assert_eq!(created(reply).lease, Duration::from_secs(12));
+        assert_eq!(
+            events,
+            vec![StateEvent::SessionCreated {
+                id: SessionId::from_u128(1)
+            }]
+        );
+    }
+
+    // SES-2
+    #[test]
+    fn a_lease_outside_the_bounds_is_an_invalid_argument() {
+        let mut s = state();
+        for lease in [999, 60_001] {
+            let (reply, events) = s.apply(create(lease as u128, Some(lease), None), 0);
+            assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);
+            assert!(events.is_empty());
+        }
+    }
+
+    // SES-3
+    #[test]
+    fn an_explicit_zero_lock_delay_is_kept_and_none_takes_the_default() {
+        let mut s = state();
+        assert_eq!(
+            created(s.apply(create(1, None, Some(0)), 0).0).lock_delay,
+            Duration::ZERO
+        );
+        assert_eq!(
+            created(s.apply(create(2, None, None), 0).0).lock_delay,
+            Duration::from_secs(15)
+        );
+    }
+
+    // SES-3
+    #[test]
+    fn a_lock_delay_over_a_minute_is_an_invalid_argument() {
+        let (reply, _) = state().apply(create(1, None, Some(60_001)), 0);
+        assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+
+    // ERR-6
+    #[test]
+    fn creating_past_the_session_limit_is_refused() {
+        let mut bounds = Bounds::from(&Config::default());
+        bounds.max_sessions = 1;
+        let mut s = State::new(bounds);
+        created(s.apply(create(1, None, None), 0).0);
+        let (reply, _) = s.apply(create(2, None, None), 0);
+        assert_eq!(reply.unwrap_err().code, ErrorCode::LimitReached);
+    }
+
+    // ERR-1, ERR-2
+    #[test]
+    fn an_ended_session_is_expired_and_a_never_seen_one_is_unknown() {
+        let mut s = state();
+        created(s.apply(create(1, None, None), 0).0);
+        let id = SessionId::from_u128(1);
+        let (reply, events) = s.apply(
+            Command::EndSession {
+                id,
+                cause: EndCause::Expired,
+            },
+            5,
+        );
+        assert_eq!(reply, Ok(Applied::SessionEnded));
+        assert_eq!(
+            events,
+            vec![StateEvent::SessionEnded {
+                id,
+                cause: EndCause::Expired
+            }]
+        );
+        assert_eq!(s.missing_session(id).code, ErrorCode::SessionExpired);
+        assert_eq!(
+            s.missing_session(SessionId::from_u128(9)).code,
+            ErrorCode::UnknownSession
+        );
+    }
+
+    // SES-7
+    #[test]
+    fn ending_a_session_twice_reports_it_already_ended() {
+        let mut s = state();
+        created(s.apply(create(1, None, None), 0).0);
+        let end = Command::EndSession {
+            id: SessionId::from_u128(1),
+            cause: EndCause::Destroyed,
+        };
+        assert!(s.apply(end.clone(), 0).0.is_ok());
+        let (reply, events) = s.apply(end, 0);
+        assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn the_same_commands_give_the_same_state() {
+        let run = || {
+            let mut s = state();
+            for i in 0..50u128 {
+                let _ = s.apply(create(i, Some(1_000 + i as u64 * 100), None), i as u64);
+                if i % 3 == 0 {
+                    let _ = s.apply(
+                        Command::EndSession {
+                            id: SessionId::from_u128(i / 2),
+                            cause: EndCause::Expired,
+                        },
+                        i as u64,
+                    );
+                }
+            }
+            s.sessions().cloned().collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+    }
+}
