@@ -1,1 +1,50 @@
+//! Client library of Leasehold, a lock service with Chubby's session
+//! semantics.
+//!
+//! A [`Client`] talks to one master. A [`Session`] created through it is kept
+//! alive in the background with KeepAlives that the master holds until the
+//! lease is nearly over. The session reports where it stands as a
+//! [`SessionState`]: `Normal` while its local lease is valid, `Jeopardy` when
+//! the local lease ran out without a reply (a grace period starts), `Safe`
+//! when contact came back within the grace period, and `Expired` when it did
+//! not or the master says the session is gone.
+//!
+//! ```no_run
+//! use leasehold::{Client, SessionOptions, SessionState};
+//!
+//! # async fn example() -> Result<(), leasehold::ClientError> {
+//! let client = Client::connect("127.0.0.1:7171").await?;
+//! let session = client.create_session(SessionOptions::new("worker")).await?;
+//! session.on_state_change(|state| {
+//!     if state == SessionState::Jeopardy {
+//!         eprintln!("lost contact with the master; pausing work");
+//!     }
+//! });
+//! session.expired().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//! - `client.rs`: [`Client`]; `connection.rs`: one multiplexed connection;
+//!   `transport.rs`: [`Connector`]s.
+//! - `session.rs`: [`Session`], [`SessionOptions`], [`SessionState`].
+//! - `keepalive.rs`: the task that keeps a session alive and moves it between
+//!   states; `lease.rs`: the local lease formula.
+//! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
 
+mod client;
+mod connection;
+mod error;
+mod keepalive;
+mod keeper;
+pub mod lease;
+mod session;
+mod transport;
+
+pub use client::{Client, ClientConfig};
+pub use error::ClientError;
+pub use keeper::SessionKeeper;
+pub use leasehold_protocol::{Behavior, ErrorCode, SessionId, SessionInfo};
+pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
+pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};

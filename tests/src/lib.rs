@@ -1,1 +1,14 @@
+//! Support for Leasehold's integration tests and network simulations.
+//!
+//! - [`server`]: a real master on a loopback port.
+//! - [`raw`]: a connection that speaks frames built by hand, so a test of the
+//!   server cannot be hidden by the client library's logic.
+//! - [`proxy`]: a loopback relay between client and master whose link can be
+//!   held (traffic delayed, then delivered) or cut (traffic dropped).
+//! - [`sim`]: the listener and connector that run the real server and client
+//!   over turmoil's simulated network.
 
+pub mod proxy;
+pub mod raw;
+pub mod server;
+pub mod sim;

@@ -1,0 +1,212 @@
+//! [`Client`]: a handle to one Leasehold master, shared by every session and
+//! call made through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_protocol::{
+    CreateSession, Request, Response, SessionId, SessionInfo, DEFAULT_MAX_FRAME,
+};
+use tokio::sync::Mutex;
+
+use crate::connection::Connection;
+use crate::error::ClientError;
+use crate::session::{Session, SessionOptions};
+use crate::transport::{Connector, TcpConnector};
+
+/// Settings of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Largest frame body accepted from the server.
+    pub max_frame: usize,
+    /// Time allowed for connecting plus the handshake.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            max_frame: DEFAULT_MAX_FRAME,
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A connection to a Leasehold master, reopened as needed. Cheap to clone.
+///
+/// ```no_run
+/// use leasehold::{Client, SessionOptions};
+///
+/// # async fn example() -> Result<(), leasehold::ClientError> {
+/// let client = Client::connect("127.0.0.1:7171").await?;
+/// let session = client.create_session(SessionOptions::new("worker-1")).await?;
+/// println!("session {} is {:?}", session.id(), session.state());
+/// session.close().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connector: Box<dyn Connector>,
+    config: ClientConfig,
+    current: Mutex<Option<Connection>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("addr", &self.inner.connector.addr())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to the master at `addr` (`host:port`) over TCP. Fails at once
+    /// if it cannot be reached.
+    pub async fn connect(addr: impl Into<String>) -> Result<Client, ClientError> {
+        Client::with_connector(TcpConnector::new(addr), ClientConfig::default()).await
+    }
+
+    /// Connects through any [`Connector`], such as a simulated network's.
+    pub async fn with_connector(
+        connector: impl Connector,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        let client = Client {
+            inner: Arc::new(Inner {
+                connector: Box::new(connector),
+                config,
+                current: Mutex::new(None),
+            }),
+        };
+        client.connection().await?;
+        Ok(client)
+    }
+
+    /// The current connection, opening one if there is none.
+    pub(crate) async fn connection(&self) -> Result<Connection, ClientError> {
+        // Held across the connect on purpose: concurrent callers wait for
+        // one reconnection instead of each opening their own.
+        let mut current = self.inner.current.lock().await;
+        if let Some(conn) = current.as_ref() {
+            return Ok(conn.clone());
+        }
+        let timeout = self.inner.config.connect_timeout;
+        let addr = self.inner.connector.addr();
+        let open =
+            async {
+                let transport = self.inner.connector.connect().await.map_err(|source| {
+                    ClientError::Connect {
+                        addr: addr.clone(),
+                        source,
+                    }
+                })?;
+                Connection::open(transport, self.inner.config.max_frame, timeout).await
+            };
+        let conn =
+            tokio::time::timeout(timeout, open)
+                .await
+                .map_err(|_| ClientError::Connect {
+                    addr: addr.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+                })??;
+        *current = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Stops using connection `id` for new calls if it is the current one;
+    /// the next call opens a new connection. Calls already in flight on it
+    /// carry on.
+    pub(crate) async fn abandon(&self, id: u64) {
+        let mut current = self.inner.current.lock().await;
+        if current.as_ref().is_some_and(|c| c.id() == id) {
+            *current = None;
+        }
+    }
+
+    /// Sends `request` on `conn`, abandoning the connection if it broke.
+    pub(crate) async fn call_on(
+        &self,
+        conn: &Connection,
+        request: Request,
+    ) -> Result<Response, ClientError> {
+        let result = conn.request(request).await;
+        if matches!(
+            result,
+            Err(ClientError::Disconnected) | Err(ClientError::Closed(_))
+        ) {
+            self.abandon(conn.id()).await;
+        }
+        result
+    }
+
+    /// Sends `request` on the current connection.
+    pub(crate) async fn call(&self, request: Request) -> Result<Response, ClientError> {
+        let conn = self.connection().await?;
+        self.call_on(&conn, request).await
+    }
+
+    /// The master's epoch, as last announced to this client.
+    pub async fn epoch(&self) -> Result<u64, ClientError> {
+        Ok(self.connection().await?.welcome().epoch)
+    }
+
+    /// Creates a session and starts keeping it alive.
+    pub async fn create_session(&self, options: SessionOptions) -> Result<Session, ClientError> {
+        let request = Request::CreateSession(CreateSession {
+            name: options.name.clone(),
+            lease_ms: options.lease.map(|d| d.as_millis() as u64),
+            lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
+            behavior: options.behavior,
+        });
+        let sent = tokio::time::Instant::now();
+        match self.call(request).await? {
+            Response::SessionCreated {
+                session,
+                epoch,
+                lease,
+            } => Ok(Session::start(
+                self.clone(),
+                session,
+                epoch,
+                sent,
+                lease,
+                options,
+            )),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// What the master knows of a session.
+    pub async fn session_info(&self, session: SessionId) -> Result<SessionInfo, ClientError> {
+        match self.call(Request::SessionInfo { session }).await? {
+            Response::SessionInfo(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every live session on the master.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, ClientError> {
+        match self.call(Request::ListSessions).await? {
+            Response::Sessions(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Destroys any session, not only one of this client's (as an operator
+    /// may need to).
+    pub async fn destroy_session(&self, session: SessionId) -> Result<(), ClientError> {
+        match self.call(Request::DestroySession { session }).await? {
+            Response::Destroyed => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+pub(crate) fn unexpected(response: Response) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply {response:?}"))
+}

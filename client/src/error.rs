@@ -1,0 +1,55 @@
+//! Errors of the client library, sorted by what the caller should do.
+
+use std::io;
+
+use leasehold_protocol::ErrorCode;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server could not be reached.
+    #[error("cannot connect to {addr}")]
+    Connect { addr: String, source: io::Error },
+    /// The connection broke before the reply arrived; the request may or
+    /// may not have been carried out.
+    #[error("connection lost before the reply arrived")]
+    Disconnected,
+    /// No reply within the time allowed.
+    #[error("no reply within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The server answered with an error.
+    #[error("server error: {0}")]
+    Server(#[from] leasehold_protocol::Error),
+    /// The server closed the connection, saying why.
+    #[error("server closed the connection: {0}")]
+    Closed(leasehold_protocol::Error),
+    /// The peer sent something this library cannot read.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// The session has expired; it can no longer be used.
+    #[error("the session has expired")]
+    SessionExpired,
+}
+
+impl ClientError {
+    /// Whether trying again (on a new connection) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Connect { .. } | ClientError::Disconnected | ClientError::Timeout(_) => {
+                true
+            }
+            ClientError::Server(e) | ClientError::Closed(e) => {
+                matches!(e.code, ErrorCode::Internal | ErrorCode::WrongEpoch { .. })
+            }
+            ClientError::Protocol(_) | ClientError::SessionExpired => false,
+        }
+    }
+
+    /// The server's error code, when the server answered with one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Server(e) | ClientError::Closed(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The task that keeps a session alive and tracks its state (SPEC
+//! "Client session states").
+//!
+//! Normally exactly one KeepAlive is outstanding and the master holds it;
+//! its reply renews the local lease and the next one goes out at once. When
+//! the local lease runs out the session is in jeopardy: the held request is
+//! left in flight (the link may only be slow) while probes that the master
+//! answers at once go out over fresh connections, with backoff, until one
+//! succeeds (safe, then normal) or the grace period ends (expired).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use leasehold_protocol::{ErrorCode, KeepAlive, Request, Response, SessionId};
+use tokio::sync::{oneshot, watch};
+
+use tokio::time::{sleep_until, Instant};
+use tracing::debug;
+
+use crate::client::{unexpected, Client};
+use crate::error::ClientError;
+use crate::lease::local_expiry;
+use crate::session::{Callbacks, SessionOptions, SessionState, Stop};
+
+/// How long a KeepAlive that asks for an immediate answer may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Time allowed for the DestroySession sent on close.
+const DESTROY_TIMEOUT: Duration = Duration::from_secs(2);
+/// KeepAlives in flight at most; timeouts keep them draining.
+const MAX_IN_FLIGHT: usize = 8;
+
+type Reply = (Instant, Result<Response, ClientError>);
+type InFlight = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+pub(crate) struct Keeper {
+    client: Client,
+    id: SessionId,
+    epoch: u64,
+    grace: Duration,
+    drift: f64,
+    local_expiry: Instant,
+    state: SessionState,
+    states: watch::Sender<SessionState>,
+    callbacks: Callbacks,
+    /// The connection the latest KeepAlive went out on.
+    last_connection: Arc<AtomicU64>,
+}
+
+/// Delay before retry number `attempt` (from 1): 50 ms doubling to 1 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(1))
+}
+
+impl Keeper {
+    pub(crate) fn new(
+        client: Client,
+        id: SessionId,
+        epoch: u64,
+        local_expiry: Instant,
+        options: &SessionOptions,
+        states: watch::Sender<SessionState>,
+        callbacks: Callbacks,
+    ) -> Self {
+        Keeper {
+            client,
+            id,
+            epoch,
+            grace: options.grace,
+            drift: options.clock_drift,
+            local_expiry,
+            state: SessionState::Normal,
+            states,
+            callbacks,
+            last_connection: Arc::default(),
+        }
+    }
+
+    pub(crate) async fn run(mut self, mut close: oneshot::Receiver<Stop>) {
+        let mut in_flight = FuturesUnordered::<InFlight>::new();
+        let mut send_at = Some(Instant::now());
+        let mut hold = true;
+        let mut failures = 0u32;
+        let mut grace_end: Option<Instant> = None;
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        loop {
+            tokio::select! {
+                biased;
+                stop = &mut close => {
+                    // A dropped sender means every handle is gone: destroy.
+                    let (destroy, done) = match stop {
+                        Ok(Stop { destroy, done }) => (destroy, Some(done)),
+                        Err(_) => (true, None),
+                    };
+                    let outcome = if destroy { self.destroy().await } else { Ok(()) };
+                    if let Some(done) = done {
+                        let _ = done.send(outcome);
+                    }
+                    return;
+                }
+                Some((sent, result)) = in_flight.next() => match result {
+                    Ok(Response::KeepAlive { epoch, lease, .. }) => {
+                        self.epoch = epoch;
+                        let expiry = local_expiry(sent, lease, self.drift);
+                        // A reply that arrives after the lease it granted has
+                        // run out proves nothing about now (CS-5).
+                        if expiry > Instant::now() {
+                            self.local_expiry = self.local_expiry.max(expiry);
+                            if self.state == SessionState::Jeopardy {
+                                self.enter(SessionState::Safe); // CS-4
+                                self.enter(SessionState::Normal);
+                                grace_end = None;
+                            }
+                            in_flight.clear();
+                            failures = 0;
+                            hold = true;
+                            send_at = Some(Instant::now()); // KA-1
+                        }
+                    }
+                    Ok(other) => debug!(error = %unexpected(other), "KeepAlive failed"),
+                    Err(e) => match e.code() {
+                        Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
+                            self.enter(SessionState::Expired); // CS-6
+                            return;
+                        }
+                        Some(ErrorCode::WrongEpoch { current }) => {
+                            self.epoch = current;
+                            hold = false;
+                            send_at = Some(Instant::now());
+                        }
+                        _ => {
+                            debug!(session = %self.id, error = %e, "KeepAlive failed");
+                            failures += 1;
+                            hold = false;
+                            if send_at.is_none() && in_flight.is_empty() {
+                                send_at = Some(Instant::now() + backoff(failures));
+                            }
+                        }
+                    },
+                },
+                () = sleep_until(self.local_expiry), if self.state == SessionState::Normal => {
+                    self.enter(SessionState::Jeopardy); // CS-2
+                    grace_end = Some(self.local_expiry + self.grace);
+                    // The connection may be dead: new requests go out on a
+                    // new one, while the held request stays in flight.
+                    self.client
+                        .abandon(self.last_connection.load(Ordering::Relaxed))
+                        .await;
+                    hold = false;
+                    failures = 0;
+                    send_at = Some(Instant::now());
+                }
+                () = sleep_until(grace_end.unwrap_or(far)), if grace_end.is_some() => {
+                    self.enter(SessionState::Expired); // CS-3
+                    return;
+                }
+                () = sleep_until(send_at.unwrap_or(far)), if send_at.is_some() => {
+                    send_at = None;
+                    if in_flight.len() < MAX_IN_FLIGHT {
+                        in_flight.push(self.send(hold));
+                    }
+                    if self.state == SessionState::Jeopardy {
+                        // Keep probing until a reply comes or grace ends.
+                        failures += 1;
+                        send_at = Some(Instant::now() + backoff(failures));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one KeepAlive; `hold = false` asks for an immediate answer and
+    /// gives up after [`PROBE_TIMEOUT`].
+    fn send(&self, hold: bool) -> InFlight {
+        let client = self.client.clone();
+        let last_connection = self.last_connection.clone();
+        let request = Request::KeepAlive(KeepAlive {
+            session: self.id,
+            epoch: self.epoch,
+            acked_seq: 0,
+            hold,
+        });
+        Box::pin(async move {
+            // Taken before connecting: the earliest the master can have seen
+            // the request, so the local lease stays conservative.
+            let sent = Instant::now();
+            let conn = match client.connection().await {
+                Ok(conn) => conn,
+                Err(e) => return (sent, Err(e)),
+            };
+            last_connection.store(conn.id(), Ordering::Relaxed);
+            let call = client.call_on(&conn, request);
+            let result = if hold {
+                call.await
+            } else {
+                match tokio::time::timeout(PROBE_TIMEOUT, call).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        client.abandon(conn.id()).await;
+                        Err(ClientError::Timeout(PROBE_TIMEOUT))
+                    }
+                }
+            };
+            (sent, result)
+        })
+    }
+
+    fn enter(&mut self, state: SessionState) {
+        if state == self.state {
+            return;
+        }
+        debug!(session = %self.id, from = self.state.as_str(), to = state.as_str(), "session state");
+        self.state = state;
+        self.states.send_replace(state);
+        for callback in self
+            .callbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            callback(state);
+        }
+    }
+
+    async fn destroy(&self) -> Result<(), ClientError> {
+        let request = Request::DestroySession { session: self.id };
+        match tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(request)).await {
+            Err(_) => Err(ClientError::Timeout(DESTROY_TIMEOUT)),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e))
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession)
+                ) =>
+            {
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! [`Session`]: a session on the master, kept alive in the background, with
+//! its state (SPEC "Client session states").
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_protocol::{Behavior, LeaseGrant, SessionId};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::ClientError;
+use crate::keepalive::Keeper;
+use crate::lease::{local_expiry, DEFAULT_CLOCK_DRIFT};
+
+/// Default grace period after jeopardy begins (`CS-3`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(45);
+
+/// Where a session stands, as far as this client can tell (`CS-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// The local lease is valid: the master holds the session.
+    Normal,
+    /// The local lease ran out without a reply. The master may or may not
+    /// still hold the session; the grace period is running.
+    Jeopardy,
+    /// A KeepAlive succeeded during the grace period. Reported on the way
+    /// back to `Normal`, which follows at once.
+    Safe,
+    /// The grace period ran out, or the master said the session is gone.
+    /// Final.
+    Expired,
+}
+
+impl SessionState {
+    /// The lower-case name used by the CLI and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Normal => "normal",
+            SessionState::Jeopardy => "jeopardy",
+            SessionState::Safe => "safe",
+            SessionState::Expired => "expired",
+        }
+    }
+}
+
+/// How to create a session.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::SessionOptions;
+///
+/// let options = SessionOptions::new("indexer")
+///     .lease(Duration::from_secs(10))
+///     .lock_delay(Duration::ZERO)
+///     .grace(Duration::from_secs(30));
+/// assert_eq!(options.lock_delay, Some(Duration::ZERO));
+/// ```
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// A label for people.
+    pub name: String,
+    /// Requested lease; `None` takes the master's default (12 s).
+    pub lease: Option<Duration>,
+    /// Requested lock-delay; `None` takes the default (15 s), zero means none.
+    pub lock_delay: Option<Duration>,
+    /// What the master does with the session's locks when it is invalidated.
+    pub behavior: Behavior,
+    /// How long jeopardy lasts before the session is taken as expired.
+    pub grace: Duration,
+    /// Allowance for the master's clock running faster than this one's, as a
+    /// fraction (0.01 = 1%).
+    pub clock_drift: f64,
+}
+
+impl SessionOptions {
+    /// Options with every default and the given name.
+    pub fn new(name: impl Into<String>) -> Self {
+        SessionOptions {
+            name: name.into(),
+            lease: None,
+            lock_delay: None,
+            behavior: Behavior::Release,
+            grace: DEFAULT_GRACE,
+            clock_drift: DEFAULT_CLOCK_DRIFT,
+        }
+    }
+
+    /// Sets the requested lease.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Sets the lock-delay; zero disables it.
+    pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
+        self.lock_delay = Some(lock_delay);
+        self
+    }
+
+    /// Sets the behaviour on invalidation.
+    pub fn behavior(mut self, behavior: Behavior) -> Self {
+        self.behavior = behavior;
+        self
+    }
+
+    /// Sets the grace period.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Sets the clock-rate allowance.
+    pub fn clock_drift(mut self, drift: f64) -> Self {
+        self.clock_drift = drift;
+        self
+    }
+}
+
+pub(crate) type Callback = Box<dyn Fn(SessionState) + Send + Sync>;
+pub(crate) type Callbacks = Arc<Mutex<Vec<Callback>>>;
+/// How a session's keeper is told to stop.
+#[derive(Debug)]
+pub(crate) struct Stop {
+    /// Destroy the session on the master, or leave it to expire.
+    pub(crate) destroy: bool,
+    pub(crate) done: oneshot::Sender<Result<(), ClientError>>,
+}
+pub(crate) type CloseTx = oneshot::Sender<Stop>;
+
+/// A session on the master, kept alive by a background task for as long as
+/// a clone of it exists. Dropping the last clone destroys it on the master
+/// (best effort); [`Session::close`] does so and reports the outcome.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: SessionId,
+    client: Client,
+    states: watch::Receiver<SessionState>,
+    callbacks: Callbacks,
+    close: Mutex<Option<CloseTx>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(close) = self.close.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let (done, _) = oneshot::channel();
+            let _ = close.send(Stop {
+                destroy: true,
+                done,
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.inner.id)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Session {
+    pub(crate) fn start(
+        client: Client,
+        id: SessionId,
+        epoch: u64,
+        sent: Instant,
+        lease: LeaseGrant,
+        options: SessionOptions,
+    ) -> Session {
+        let (states_tx, states) = watch::channel(SessionState::Normal);
+        let callbacks: Callbacks = Arc::default();
+        let (close, close_rx) = oneshot::channel();
+        let keeper = Keeper::new(
+            client.clone(),
+            id,
+            epoch,
+            local_expiry(sent, lease, options.clock_drift),
+            &options,
+            states_tx,
+            callbacks.clone(),
+        );
+        tokio::spawn(keeper.run(close_rx));
+        Session {
+            inner: Arc::new(Inner {
+                id,
+                client,
+                states,
+                callbacks,
+                close: Mutex::new(Some(close)),
+            }),
+        }
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> SessionId {
+        self.inner.id
+    }
+
+    /// The client the session was created through.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The session's state now.
+    pub fn state(&self) -> SessionState {
+        *self.inner.states.borrow()
+    }
+
+    /// A channel that always holds the latest state. It may skip the brief
+    /// `Safe` between `Jeopardy` and `Normal`; callbacks see every transition.
+    pub fn watch_state(&self) -> watch::Receiver<SessionState> {
+        self.inner.states.clone()
+    }
+
+    /// Calls `callback` with every state the session enters from now on, in
+    /// order, from the task that keeps the session alive. The callback must
+    /// be quick and must not register callbacks itself.
+    pub fn on_state_change(&self, callback: impl Fn(SessionState) + Send + Sync + 'static) {
+        self.inner
+            .callbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(callback));
+    }
+
+    /// Resolves when the session has expired (or was closed): the signal to
+    /// stop whatever relied on it.
+    pub async fn expired(&self) {
+        let mut states = self.inner.states.clone();
+        let _ = states.wait_for(|s| *s == SessionState::Expired).await;
+    }
+
+    /// Stops keeping the session alive and destroys it on the master.
+    /// Closing a session that has already expired succeeds.
+    pub async fn close(self) -> Result<(), ClientError> {
+        self.stop(true).await
+    }
+
+    /// Stops keeping the session alive but leaves it on the master, where it
+    /// lives until its lease runs out unless something else keeps it alive
+    /// (by its id). Returns the id.
+    pub async fn detach(self) -> SessionId {
+        let id = self.id();
+        let _ = self.stop(false).await;
+        id
+    }
+
+    async fn stop(self, destroy: bool) -> Result<(), ClientError> {
+        let close = self
+            .inner
+            .close
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(close) = close else {
+            return Ok(());
+        };
+        let (done, rx) = oneshot::channel();
+        if close.send(Stop { destroy, done }).is_err() {
+            return Ok(()); // the keeper ended: the session already expired
+        }
+        rx.await.unwrap_or(Ok(()))
+    }
+}

@@ -1,0 +1,147 @@
+//! A connection that sends and reads frames as they are on the wire.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures::{SinkExt, StreamExt};
+use leasehold_protocol::{Behavior, Error, Welcome};
+use leasehold_protocol::{
+    ClientFrame, CodecError, CreateSession, FrameCodec, Hello, KeepAlive, Request, Response,
+    ServerFrame, SessionId, DEFAULT_MAX_FRAME,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Decoder, Framed};
+
+/// A raw protocol connection.
+pub struct RawConnection {
+    framed: Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>,
+    next_id: u64,
+}
+
+impl RawConnection {
+    /// Connects without a handshake.
+    pub async fn connect(addr: SocketAddr) -> RawConnection {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        RawConnection {
+            framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
+            next_id: 1,
+        }
+    }
+
+    /// Connects and completes the handshake.
+    pub async fn open(addr: SocketAddr) -> (RawConnection, Welcome) {
+        let mut conn = RawConnection::connect(addr).await;
+        conn.send(ClientFrame::Hello(Hello::current())).await;
+        match conn.recv().await {
+            Some(ServerFrame::Welcome(w)) => (conn, w),
+            other => panic!("expected Welcome, got {other:?}"),
+        }
+    }
+
+    /// Sends one frame.
+    pub async fn send(&mut self, frame: ClientFrame) {
+        self.framed.send(frame).await.expect("send frame");
+    }
+
+    /// Sends bytes as they are, bypassing the codec.
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.framed
+            .get_mut()
+            .write_all(bytes)
+            .await
+            .expect("send bytes");
+    }
+
+    /// Sends `body` as a request and returns its id.
+    pub async fn request(&mut self, body: Request) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(ClientFrame::Request { id, body }).await;
+        id
+    }
+
+    /// The next frame, or `None` once the server has closed the connection.
+    pub async fn recv(&mut self) -> Option<ServerFrame> {
+        match tokio::time::timeout(Duration::from_secs(10), self.framed.next()).await {
+            Err(_) => panic!("no frame from the server within 10 s"),
+            Ok(None) => None,
+            Ok(Some(Ok(frame))) => Some(frame),
+            Ok(Some(Err(CodecError::Io(_)))) => None,
+            Ok(Some(Err(e))) => panic!("server sent an unreadable frame: {e}"),
+        }
+    }
+
+    /// The next reply, as (request id, body).
+    pub async fn reply(&mut self) -> (u64, Result<Response, Error>) {
+        match self.recv().await {
+            Some(ServerFrame::Reply { id, body }) => (id, body),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+
+    /// Sends `body` and waits for its reply, which must be the next frame.
+    pub async fn call(&mut self, body: Request) -> Result<Response, Error> {
+        let id = self.request(body).await;
+        let (reply_id, reply) = self.reply().await;
+        assert_eq!(reply_id, id, "reply to another request");
+        reply
+    }
+
+    /// Creates a session with `lease` and returns its id.
+    pub async fn create_session(&mut self, lease: Duration) -> SessionId {
+        match self
+            .call(Request::CreateSession(CreateSession {
+                name: "raw".into(),
+                lease_ms: Some(lease.as_millis() as u64),
+                lock_delay_ms: None,
+                behavior: Behavior::Release,
+            }))
+            .await
+        {
+            Ok(Response::SessionCreated { session, .. }) => session,
+            other => panic!("expected a created session, got {other:?}"),
+        }
+    }
+
+    /// Sends a KeepAlive for `session` in epoch 1 and returns its request id.
+    pub async fn keepalive(&mut self, session: SessionId, hold: bool) -> u64 {
+        self.request(Request::KeepAlive(KeepAlive {
+            session,
+            epoch: 1,
+            acked_seq: 0,
+            hold,
+        }))
+        .await
+    }
+
+    /// Reads until the server closes: returns the `Close` frame it sent
+    /// first, if any. Anything else before the close is a failure.
+    pub async fn closed_with(mut self) -> Option<Error> {
+        let mut close = None;
+        loop {
+            match self.recv().await {
+                None => return close,
+                Some(ServerFrame::Close(e)) if close.is_none() => close = Some(e),
+                Some(other) => panic!("expected Close then end of stream, got {other:?}"),
+            }
+        }
+    }
+
+    /// Whether the server has closed its side: a read sees end of stream.
+    pub async fn at_end_of_stream(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        let stream = self.framed.get_mut();
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+}
+
+/// Decodes one server frame from raw bytes (for tests that inspect bytes).
+pub fn decode_server_frame(bytes: &[u8]) -> Option<ServerFrame> {
+    let mut codec = FrameCodec::<ServerFrame, ClientFrame>::new(DEFAULT_MAX_FRAME);
+    codec.decode(&mut BytesMut::from(bytes)).ok().flatten()
+}
