@@ -25,7 +25,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 /// Writes a duration the way [`parse`] reads it.
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1_000 != 0 || ms == 0 {
+    if !ms.is_multiple_of(1_000) || ms == 0 {
         format!("{ms}ms")
     } else {
         format!("{}s", ms / 1_000)

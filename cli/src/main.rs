@@ -185,8 +185,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    // On stdout, so scripts and tests can learn the port of `--listen :0`.
+    println!("listening on {addr}");
     tracing::info!(
-        addr = %listener.local_addr()?,
+        %addr,
         epoch = config.epoch,
         "serving; state is kept in memory only (durable storage in {} is not implemented yet)",
         args.data_dir.display()

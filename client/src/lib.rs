@@ -48,3 +48,8 @@ pub use keeper::SessionKeeper;
 pub use leasehold_protocol::{Behavior, ErrorCode, SessionId, SessionInfo};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
 pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};
+
+// Compiles the README's examples, so the tour cannot drift from the API.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -3,16 +3,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{Behavior, Error, Welcome};
 use leasehold_protocol::{
     ClientFrame, CodecError, CreateSession, FrameCodec, Hello, KeepAlive, Request, Response,
     ServerFrame, SessionId, DEFAULT_MAX_FRAME,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::codec::{Decoder, Framed};
+use tokio_util::codec::Framed;
 
 /// A raw protocol connection.
 pub struct RawConnection {
@@ -128,20 +127,4 @@ impl RawConnection {
             }
         }
     }
-
-    /// Whether the server has closed its side: a read sees end of stream.
-    pub async fn at_end_of_stream(&mut self) -> bool {
-        let mut buf = [0u8; 1];
-        let stream = self.framed.get_mut();
-        matches!(
-            tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await,
-            Ok(Ok(0)) | Ok(Err(_))
-        )
-    }
-}
-
-/// Decodes one server frame from raw bytes (for tests that inspect bytes).
-pub fn decode_server_frame(bytes: &[u8]) -> Option<ServerFrame> {
-    let mut codec = FrameCodec::<ServerFrame, ClientFrame>::new(DEFAULT_MAX_FRAME);
-    codec.decode(&mut BytesMut::from(bytes)).ok().flatten()
 }

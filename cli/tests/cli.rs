@@ -1,0 +1,142 @@
+//! The `leasehold` binary against a `leasehold serve` child process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// A `leasehold serve` on a free loopback port, killed on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    fn start() -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--min-lease", "100ms"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start leasehold serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Serve { child, addr }
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(["--addr", &self.addr])
+            .args(args)
+            .output()
+            .expect("run leasehold")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+#[test]
+fn a_created_session_lives_until_its_lease_runs_out() {
+    let serve = Serve::start();
+    let created = serve.run(&[
+        "session", "create", "--name", "cli-test", "--lease", "500ms",
+    ]);
+    assert!(created.status.success());
+    let id = stdout(&created);
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+
+    let info = serve.run(&["--json", "session", "info", &id]);
+    assert!(info.status.success());
+    assert!(
+        stdout(&info).contains("\"name\":\"cli-test\""),
+        "{}",
+        stdout(&info)
+    );
+    assert!(stdout(&serve.run(&["session", "list"])).contains(&id));
+
+    std::thread::sleep(Duration::from_millis(900));
+    let gone = serve.run(&["session", "info", &id]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("lease ran out"));
+}
+
+#[test]
+fn destroying_a_session_removes_it() {
+    let serve = Serve::start();
+    let id = stdout(&serve.run(&["session", "create"]));
+    assert!(serve.run(&["session", "destroy", &id]).status.success());
+    assert_eq!(
+        serve.run(&["session", "destroy", &id]).status.code(),
+        Some(1)
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_one_line_and_exit_status_2() {
+    let output = Command::new(BIN)
+        .args(["--addr", "127.0.0.1:1", "session", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
+}
+
+#[test]
+fn the_address_comes_from_leasehold_addr() {
+    let serve = Serve::start();
+    let output = Command::new(BIN)
+        .env("LEASEHOLD_ADDR", &serve.addr)
+        .args(["session", "list"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+}
+
+#[test]
+fn session_keep_prints_each_state_until_the_session_expires() {
+    let mut serve = Serve::start();
+    let mut keep = Command::new(BIN)
+        .args(["--addr", &serve.addr, "--json", "session", "keep"])
+        .args(["--lease", "500ms", "--grace", "500ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(keep.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("\"state\":\"normal\""), "{first}");
+
+    let started = Instant::now();
+    serve.child.kill().unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = keep.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let states: Vec<String> = rest
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            v["state"].as_str().expect("a state").to_string()
+        })
+        .collect();
+    assert_eq!(states, ["jeopardy", "expired"]);
+    assert_eq!(status.code(), Some(1));
+}

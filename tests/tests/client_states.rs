@@ -1,0 +1,212 @@
+//! The client's session states over real loopback TCP, with a relay between
+//! client and master whose link can be held or cut.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{Client, ErrorCode, Session, SessionOptions, SessionState};
+use leasehold_tests::proxy::{Link, Proxy};
+use leasehold_tests::server::{short_lease_config, start};
+use tokio::time::Instant;
+
+const LEASE: Duration = Duration::from_millis(1_000);
+const GRACE: Duration = Duration::from_millis(1_000);
+/// Scheduling slack allowed on timers that fire on a shared machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+type Transitions = Arc<Mutex<Vec<(SessionState, Instant)>>>;
+
+fn record(session: &Session) -> Transitions {
+    let seen: Transitions = Arc::default();
+    let sink = seen.clone();
+    session.on_state_change(move |state| sink.lock().unwrap().push((state, Instant::now())));
+    seen
+}
+
+fn states(seen: &Transitions) -> Vec<SessionState> {
+    seen.lock().unwrap().iter().map(|(s, _)| *s).collect()
+}
+
+async fn wait_for(session: &Session, state: SessionState, within: Duration) {
+    let mut watch = session.watch_state();
+    tokio::time::timeout(within, watch.wait_for(|s| *s == state))
+        .await
+        .unwrap_or_else(|_| panic!("not {state:?} within {within:?}"))
+        .expect("session task alive");
+}
+
+// CS-1, SES-6
+#[tokio::test]
+async fn a_session_with_a_healthy_link_stays_normal_past_many_leases() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("steady").lease(Duration::from_millis(400)))
+        .await
+        .unwrap();
+    let seen = record(&session);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(states(&seen), []);
+    assert_eq!(session.state(), SessionState::Normal);
+    assert!(client.session_info(session.id()).await.is_ok());
+}
+
+// CS-2, CS-3
+#[tokio::test]
+async fn a_cut_link_goes_normal_jeopardy_expired_on_time() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("cut").lease(LEASE).grace(GRACE))
+        .await
+        .unwrap();
+    let seen = record(&session);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let cut_at = Instant::now();
+    proxy.set(Link::Cut);
+    wait_for(&session, SessionState::Expired, LEASE + GRACE + SLACK * 2).await;
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [SessionState::Jeopardy, SessionState::Expired]
+    );
+    let (jeopardy_at, expired_at) = (seen[0].1, seen[1].1);
+    // The last reply came before the cut and granted at most one lease.
+    assert!(
+        jeopardy_at <= cut_at + LEASE + SLACK,
+        "jeopardy {:?} after the cut",
+        jeopardy_at - cut_at
+    );
+    // Expiry is the grace period after jeopardy, never sooner.
+    let grace = expired_at - jeopardy_at;
+    assert!(
+        grace >= GRACE && grace <= GRACE + SLACK,
+        "expired {grace:?} after jeopardy"
+    );
+}
+
+// CS-4, CS-5, KA-5
+#[tokio::test]
+async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_session() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(
+            SessionOptions::new("held")
+                .lease(LEASE)
+                .grace(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    let seen = record(&session);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set(Link::Hold);
+    // The master answers the held KeepAlive (extending the lease) while the
+    // reply waits in the relay; the client's local lease runs out.
+    wait_for(&session, SessionState::Jeopardy, LEASE + SLACK).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(Link::Pass);
+    wait_for(&session, SessionState::Normal, Duration::from_secs(3)).await;
+
+    assert_eq!(
+        states(&seen),
+        [
+            SessionState::Jeopardy,
+            SessionState::Safe,
+            SessionState::Normal
+        ]
+    );
+    let direct = Client::connect(server.addr.to_string()).await.unwrap();
+    assert!(direct.session_info(session.id()).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(session.state(), SessionState::Normal, "it stays normal");
+}
+
+// CS-6
+#[tokio::test]
+async fn a_session_destroyed_by_another_client_expires_at_once() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("victim").lease(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let seen = record(&session);
+    let operator = Client::connect(server.addr.to_string()).await.unwrap();
+    operator.destroy_session(session.id()).await.unwrap();
+    wait_for(&session, SessionState::Expired, Duration::from_secs(2)).await;
+    assert_eq!(states(&seen), [SessionState::Expired]);
+}
+
+// SES-8
+#[tokio::test]
+async fn closing_a_session_destroys_it_on_the_master() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("closing"))
+        .await
+        .unwrap();
+    let id = session.id();
+    session.close().await.unwrap();
+    let error = client.session_info(id).await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::SessionExpired));
+}
+
+// SES-8
+#[tokio::test]
+async fn dropping_the_last_handle_destroys_the_session() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("dropped"))
+        .await
+        .unwrap();
+    let id = session.id();
+    let clone = session.clone();
+    drop(session);
+    assert!(client.session_info(id).await.is_ok(), "a clone still lives");
+    drop(clone);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while client.session_info(id).await.is_ok() {
+        assert!(Instant::now() < deadline, "session still on the master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// SES-9
+#[tokio::test]
+async fn a_detached_session_stays_on_the_master_until_its_lease_runs_out() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("detached").lease(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let id = session.detach().await;
+    assert!(client.session_info(id).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let error = client.session_info(id).await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::SessionExpired));
+}
+
+// CS-7
+#[tokio::test]
+async fn a_session_keeper_reuses_the_live_session_and_replaces_an_expired_one() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let keeper = leasehold::SessionKeeper::new(client.clone(), SessionOptions::new("keeper"));
+    let first = keeper.session().await.unwrap();
+    assert_eq!(keeper.session().await.unwrap().id(), first.id());
+    client.destroy_session(first.id()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), first.expired())
+        .await
+        .expect("the invalidation signal fires");
+    let second = keeper.session().await.unwrap();
+    assert_ne!(second.id(), first.id());
+    keeper.close().await.unwrap();
+    assert!(client.session_info(second.id()).await.is_err());
+}
