@@ -5,7 +5,9 @@
 //!   buffers) and are delivered, in order, when the link passes again.
 //! - [`Link::Cut`]: bytes are dropped silently and nothing is closed, as when
 //!   a network partition swallows packets; new connections are accepted but
-//!   go nowhere.
+//!   go nowhere. A connection that lost bytes stays silent for good (TCP
+//!   never resumes a stream with a gap); connections opened after the link
+//!   passes again work.
 
 use std::net::SocketAddr;
 
@@ -70,6 +72,7 @@ async fn pump(
     mut link: watch::Receiver<Link>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    let mut lost_bytes = false;
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -78,7 +81,8 @@ async fn pump(
         let Ok(state) = link.wait_for(|l| *l != Link::Hold).await.map(|l| *l) else {
             break;
         };
-        if state == Link::Cut {
+        if state == Link::Cut || lost_bytes {
+            lost_bytes = true;
             continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {
