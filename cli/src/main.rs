@@ -178,6 +178,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         "--default-lease must lie between --min-lease and --max-lease"
     );
     anyhow::ensure!(
+        config.keepalive_margin >= leasehold_server::MIN_KEEPALIVE_MARGIN,
+        "--keepalive-margin must be at least {:?}: a client needs that long to receive the answer before its local lease runs out",
+        leasehold_server::MIN_KEEPALIVE_MARGIN
+    );
+    anyhow::ensure!(
         config.max_frame <= leasehold_protocol::MAX_FRAME_CAP,
         "--max-frame may be at most {} bytes",
         leasehold_protocol::MAX_FRAME_CAP

@@ -1,13 +1,12 @@
 //! [`Client`]: a handle to one Leasehold master, shared by every session and
 //! call made through it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_protocol::{
     CreateSession, Request, Response, SessionId, SessionInfo, DEFAULT_MAX_FRAME,
 };
-use tokio::sync::Mutex;
 
 use crate::connection::Connection;
 use crate::error::ClientError;
@@ -21,6 +20,9 @@ pub struct ClientConfig {
     pub max_frame: usize,
     /// Time allowed for connecting plus the handshake.
     pub connect_timeout: Duration,
+    /// Time allowed for a reply to any request but a KeepAlive (whose reply
+    /// the master holds on purpose).
+    pub request_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -28,6 +30,7 @@ impl Default for ClientConfig {
         ClientConfig {
             max_frame: DEFAULT_MAX_FRAME,
             connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -89,12 +92,12 @@ impl Client {
 
     /// The current connection, opening one if there is none.
     pub(crate) async fn connection(&self) -> Result<Connection, ClientError> {
-        // Held across the connect on purpose: concurrent callers wait for
-        // one reconnection instead of each opening their own.
-        let mut current = self.inner.current.lock().await;
-        if let Some(conn) = current.as_ref() {
-            return Ok(conn.clone());
+        if let Some(conn) = self.current().clone() {
+            return Ok(conn);
         }
+        // Connect without holding the lock, so abandoning a connection never
+        // waits for a slow connect; concurrent callers may each open one, and
+        // the first to finish is kept.
         let timeout = self.inner.config.connect_timeout;
         let addr = self.inner.connector.addr();
         let open =
@@ -114,15 +117,18 @@ impl Client {
                     addr: addr.clone(),
                     source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
                 })??;
-        *current = Some(conn.clone());
-        Ok(conn)
+        Ok(self.current().get_or_insert(conn).clone())
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Option<Connection>> {
+        self.inner.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops using connection `id` for new calls if it is the current one;
     /// the next call opens a new connection. Calls already in flight on it
     /// carry on.
-    pub(crate) async fn abandon(&self, id: u64) {
-        let mut current = self.inner.current.lock().await;
+    pub(crate) fn abandon(&self, id: u64) {
+        let mut current = self.current();
         if current.as_ref().is_some_and(|c| c.id() == id) {
             *current = None;
         }
@@ -139,15 +145,23 @@ impl Client {
             result,
             Err(ClientError::Disconnected) | Err(ClientError::Closed(_))
         ) {
-            self.abandon(conn.id()).await;
+            self.abandon(conn.id());
         }
         result
     }
 
-    /// Sends `request` on the current connection.
+    /// Sends `request` on the current connection and waits for its reply at
+    /// most the request timeout; a connection that times out is abandoned.
     pub(crate) async fn call(&self, request: Request) -> Result<Response, ClientError> {
         let conn = self.connection().await?;
-        self.call_on(&conn, request).await
+        let timeout = self.inner.config.request_timeout;
+        match tokio::time::timeout(timeout, self.call_on(&conn, request)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.abandon(conn.id());
+                Err(ClientError::Timeout(timeout))
+            }
+        }
     }
 
     /// The master's epoch, as last announced to this client.
@@ -189,11 +203,22 @@ impl Client {
         }
     }
 
-    /// Every live session on the master.
+    /// Every live session on the master, in id order, fetched a page at a
+    /// time.
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, ClientError> {
-        match self.call(Request::ListSessions).await? {
-            Response::Sessions(list) => Ok(list),
-            other => Err(unexpected(other)),
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            match self.call(Request::ListSessions { after, limit: 0 }).await? {
+                Response::Sessions { sessions, more } => {
+                    after = sessions.last().map(|s| s.session);
+                    all.extend(sessions);
+                    if !more || after.is_none() {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(unexpected(other)),
+            }
         }
     }
 

@@ -1,48 +1,64 @@
 //! One multiplexed connection: many requests in flight, replies matched to
 //! requests by id, in whatever order they come.
 //!
-//! A single I/O task owns the socket. It outlives the last handle while
-//! requests are still waiting for replies, so a KeepAlive held by the master
-//! survives the client switching to a new connection.
+//! A reader task and a writer task own the two halves of the socket, so
+//! replies are read even while a large request is being written (neither
+//! peer can wait on the other's reading). The tasks outlive the last handle
+//! while requests are still waiting for replies, so a KeepAlive held by the
+//! master survives the client switching to a new connection.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{ClientFrame, FrameCodec, Hello, Request, Response, ServerFrame, Welcome};
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::Framed;
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::codec::{Framed, FramedRead, FramedWrite};
 
 use crate::error::ClientError;
 use crate::transport::BoxTransport;
 
 type ReplyTx = oneshot::Sender<Result<Response, ClientError>>;
+/// A request on its way out: its reply channel, and the in-flight permit it
+/// holds until its reply arrives (KeepAlives hold none: `CONN-3`).
+type Outgoing = (Request, ReplyTx, Option<OwnedSemaphorePermit>);
+type Codec = FrameCodec<ServerFrame, ClientFrame>;
+type Pending = Arc<Mutex<PendingRequests>>;
 
-/// How often an I/O task with no handles left looks for abandoned requests.
+/// How often a connection with no handles left looks for abandoned requests.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Default)]
+struct PendingRequests {
+    replies: HashMap<u64, (ReplyTx, Option<OwnedSemaphorePermit>)>,
+    /// Set once the connection has failed; later requests fail at once.
+    failed: bool,
+}
 
 /// A handle to an open connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Connection {
     id: u64,
-    requests: mpsc::Sender<(Request, ReplyTx)>,
+    requests: mpsc::Sender<Outgoing>,
+    /// One permit per request the server allows in flight: beyond it,
+    /// requests wait here instead of being refused with `LimitReached`.
+    in_flight: Arc<Semaphore>,
     welcome: Welcome,
 }
 
 impl Connection {
-    /// Performs the handshake on `transport` and starts its I/O task.
+    /// Performs the handshake on `transport` and starts its tasks.
     pub(crate) async fn open(
         transport: BoxTransport,
         max_frame: usize,
         handshake_timeout: Duration,
     ) -> Result<Connection, ClientError> {
-        let mut framed = Framed::new(
-            transport,
-            FrameCodec::<ServerFrame, ClientFrame>::new(max_frame),
-        );
+        let mut framed = Framed::new(transport, Codec::new(max_frame));
         let handshake = async {
             framed
                 .send(ClientFrame::Hello(Hello::current()))
@@ -61,11 +77,22 @@ impl Connection {
         let welcome = tokio::time::timeout(handshake_timeout, handshake)
             .await
             .map_err(|_| ClientError::Timeout(handshake_timeout))??;
-        let (requests, rx) = mpsc::channel(256);
-        tokio::spawn(io_task(framed, rx));
+        let parts = framed.into_parts();
+        let (read, write) = tokio::io::split(parts.io);
+        let mut reader = FramedRead::new(read, Codec::new(max_frame));
+        // Bytes already read past the Welcome belong to the reader.
+        *reader.read_buffer_mut() = parts.read_buf;
+        let writer = FramedWrite::new(write, Codec::new(max_frame));
+        let pending: Pending = Arc::default();
+        let (requests, queue) = mpsc::channel(256);
+        let (reader_done, reader_stopped) = oneshot::channel();
+        tokio::spawn(read_replies(reader, pending.clone(), reader_done));
+        tokio::spawn(write_requests(writer, queue, pending, reader_stopped));
+        let permits = (welcome.limits.max_in_flight as usize).clamp(1, Semaphore::MAX_PERMITS);
         Ok(Connection {
             id: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
             requests,
+            in_flight: Arc::new(Semaphore::new(permits)),
             welcome,
         })
     }
@@ -80,59 +107,107 @@ impl Connection {
 
     /// Sends `request` and waits for its reply.
     pub(crate) async fn request(&self, request: Request) -> Result<Response, ClientError> {
+        // The permit travels with the request and is released when its reply
+        // arrives, not when the caller stops waiting: the server counts the
+        // request until it answers.
+        let permit = if matches!(request, Request::KeepAlive(_)) {
+            None
+        } else {
+            let permits = self.in_flight.clone();
+            Some(
+                permits
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| ClientError::Disconnected)?,
+            )
+        };
         let (tx, rx) = oneshot::channel();
         self.requests
-            .send((request, tx))
+            .send((request, tx, permit))
             .await
             .map_err(|_| ClientError::Disconnected)?;
         rx.await.map_err(|_| ClientError::Disconnected)?
     }
 }
 
-async fn io_task(
-    mut framed: Framed<BoxTransport, FrameCodec<ServerFrame, ClientFrame>>,
-    mut requests: mpsc::Receiver<(Request, ReplyTx)>,
+/// Writes requests, registering each before it goes out. Ends when every
+/// handle is gone and no reply is awaited, or when the reader stops; dropping
+/// the write half then closes the connection.
+async fn write_requests(
+    mut writer: FramedWrite<WriteHalf<BoxTransport>, Codec>,
+    mut queue: mpsc::Receiver<Outgoing>,
+    pending: Pending,
+    mut reader_stopped: oneshot::Receiver<()>,
 ) {
-    let mut pending: HashMap<u64, ReplyTx> = HashMap::new();
     let mut next_id = 1u64;
     let mut handles_gone = false;
     let mut prune = tokio::time::interval(PRUNE_EVERY);
-    let failure = loop {
+    loop {
         tokio::select! {
-            outgoing = requests.recv(), if !handles_gone => match outgoing {
-                Some((body, reply)) => {
+            _ = &mut reader_stopped => break,
+            outgoing = queue.recv(), if !handles_gone => match outgoing {
+                Some((body, reply, permit)) => {
                     let id = next_id;
                     next_id += 1;
-                    pending.insert(id, reply);
-                    if framed.send(ClientFrame::Request { id, body }).await.is_err() {
-                        break None;
+                    {
+                        let mut pending = lock(&pending);
+                        if pending.failed {
+                            let _ = reply.send(Err(ClientError::Disconnected));
+                            continue;
+                        }
+                        pending.replies.insert(id, (reply, permit));
+                    }
+                    if writer.send(ClientFrame::Request { id, body }).await.is_err() {
+                        break;
                     }
                 }
                 None => handles_gone = true,
             },
-            incoming = framed.next() => match incoming {
-                Some(Ok(ServerFrame::Reply { id, body })) => {
-                    if let Some(reply) = pending.remove(&id) {
-                        let _ = reply.send(body.map_err(ClientError::Server));
-                    }
-                }
-                Some(Ok(ServerFrame::Close(e))) => break Some(e),
-                Some(Ok(ServerFrame::Welcome(_))) => break None,
-                Some(Err(_)) | None => break None,
-            },
             _ = prune.tick(), if handles_gone => {
-                pending.retain(|_, reply| !reply.is_closed());
+                let mut pending = lock(&pending);
+                pending.replies.retain(|_, (reply, _)| !reply.is_closed());
+                if pending.replies.is_empty() {
+                    break;
+                }
             }
         }
-        if handles_gone && pending.is_empty() {
-            return;
+    }
+    fail_all(&pending, None);
+}
+
+/// Reads replies and hands each to its request.
+async fn read_replies(
+    mut reader: FramedRead<ReadHalf<BoxTransport>, Codec>,
+    pending: Pending,
+    done: oneshot::Sender<()>,
+) {
+    let failure = loop {
+        match reader.next().await {
+            Some(Ok(ServerFrame::Reply { id, body })) => {
+                if let Some((reply, _permit)) = lock(&pending).replies.remove(&id) {
+                    let _ = reply.send(body.map_err(ClientError::Server));
+                }
+            }
+            Some(Ok(ServerFrame::Close(e))) => break Some(e),
+            Some(Ok(ServerFrame::Welcome(_))) | Some(Err(_)) | None => break None,
         }
     };
-    for (_, reply) in pending.drain() {
+    fail_all(&pending, failure);
+    let _ = done.send(());
+}
+
+fn fail_all(pending: &Pending, failure: Option<leasehold_protocol::Error>) {
+    let mut pending = lock(pending);
+    pending.failed = true;
+    for (_, (reply, _permit)) in pending.replies.drain() {
         let error = match &failure {
             Some(e) => ClientError::Closed(e.clone()),
             None => ClientError::Disconnected,
         };
         let _ = reply.send(Err(error));
     }
+}
+
+fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, PendingRequests> {
+    pending.lock().unwrap_or_else(|e| e.into_inner())
 }

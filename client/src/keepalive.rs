@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use leasehold_protocol::{ErrorCode, KeepAlive, Request, Response, SessionId};
+use leasehold_protocol::{ErrorCode, KeepAlive, LeaseGrant, Request, Response, SessionId};
 use tokio::sync::{oneshot, watch};
 
 use tokio::time::{sleep_until, Instant};
@@ -49,6 +49,13 @@ pub(crate) struct Keeper {
     callbacks: Callbacks,
     /// The connection the latest KeepAlive went out on.
     last_connection: Arc<AtomicU64>,
+}
+
+fn keepalive_reply(response: Response) -> Result<(u64, LeaseGrant), ClientError> {
+    match response {
+        Response::KeepAlive { epoch, lease, .. } => Ok((epoch, lease)),
+        other => Err(unexpected(other)),
+    }
 }
 
 /// Delay before retry number `attempt` (from 1): 50 ms doubling to 1 s.
@@ -85,6 +92,7 @@ impl Keeper {
         let mut send_at = Some(Instant::now());
         let mut hold = true;
         let mut failures = 0u32;
+        let mut probes = 0u32;
         let mut grace_end: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         loop {
@@ -97,13 +105,15 @@ impl Keeper {
                         Err(_) => (true, None),
                     };
                     let outcome = if destroy { self.destroy().await } else { Ok(()) };
+                    // Ended for this client: every clone must see it (CS-8).
+                    self.enter(SessionState::Expired);
                     if let Some(done) = done {
                         let _ = done.send(outcome);
                     }
                     return;
                 }
-                Some((sent, result)) = in_flight.next() => match result {
-                    Ok(Response::KeepAlive { epoch, lease, .. }) => {
+                Some((sent, result)) = in_flight.next() => match result.and_then(keepalive_reply) {
+                    Ok((epoch, lease)) => {
                         self.epoch = epoch;
                         let expiry = local_expiry(sent, lease, self.drift);
                         // A reply that arrives after the lease it granted has
@@ -119,9 +129,11 @@ impl Keeper {
                             failures = 0;
                             hold = true;
                             send_at = Some(Instant::now()); // KA-1
+                        } else if self.state == SessionState::Normal && in_flight.is_empty() {
+                            hold = false;
+                            send_at = Some(Instant::now());
                         }
                     }
-                    Ok(other) => debug!(error = %unexpected(other), "KeepAlive failed"),
                     Err(e) => match e.code() {
                         Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
                             self.enter(SessionState::Expired); // CS-6
@@ -134,9 +146,13 @@ impl Keeper {
                         }
                         _ => {
                             debug!(session = %self.id, error = %e, "KeepAlive failed");
-                            failures += 1;
                             hold = false;
-                            if send_at.is_none() && in_flight.is_empty() {
+                            // In jeopardy, probes go out on their own schedule.
+                            if self.state == SessionState::Normal
+                                && send_at.is_none()
+                                && in_flight.is_empty()
+                            {
+                                failures += 1;
                                 send_at = Some(Instant::now() + backoff(failures));
                             }
                         }
@@ -148,10 +164,9 @@ impl Keeper {
                     // The connection may be dead: new requests go out on a
                     // new one, while the held request stays in flight.
                     self.client
-                        .abandon(self.last_connection.load(Ordering::Relaxed))
-                        .await;
+                        .abandon(self.last_connection.load(Ordering::Relaxed));
                     hold = false;
-                    failures = 0;
+                    probes = 0;
                     send_at = Some(Instant::now());
                 }
                 () = sleep_until(grace_end.unwrap_or(far)), if grace_end.is_some() => {
@@ -165,8 +180,8 @@ impl Keeper {
                     }
                     if self.state == SessionState::Jeopardy {
                         // Keep probing until a reply comes or grace ends.
-                        failures += 1;
-                        send_at = Some(Instant::now() + backoff(failures));
+                        probes += 1;
+                        send_at = Some(Instant::now() + backoff(probes));
                     }
                 }
             }
@@ -188,19 +203,20 @@ impl Keeper {
             // Taken before connecting: the earliest the master can have seen
             // the request, so the local lease stays conservative.
             let sent = Instant::now();
-            let conn = match client.connection().await {
-                Ok(conn) => conn,
-                Err(e) => return (sent, Err(e)),
+            let attempt = async {
+                let conn = client.connection().await?;
+                last_connection.store(conn.id(), Ordering::Relaxed);
+                client.call_on(&conn, request).await
             };
-            last_connection.store(conn.id(), Ordering::Relaxed);
-            let call = client.call_on(&conn, request);
             let result = if hold {
-                call.await
+                attempt.await
             } else {
-                match tokio::time::timeout(PROBE_TIMEOUT, call).await {
+                match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
                     Ok(result) => result,
                     Err(_) => {
-                        client.abandon(conn.id()).await;
+                        // Whatever it was waiting on (connect or reply), the
+                        // next probe starts afresh.
+                        client.abandon(last_connection.load(Ordering::Relaxed));
                         Err(ClientError::Timeout(PROBE_TIMEOUT))
                     }
                 }

@@ -20,11 +20,22 @@ use tokio::time::Instant;
 /// client's: 1% (`LEASE-4`).
 pub const DEFAULT_CLOCK_DRIFT: f64 = 0.01;
 
+/// Longest grant a client believes, whatever a server says: a day, Consul's
+/// longest session TTL. Keeps a hostile reply from overflowing the clock.
+pub const MAX_GRANT: Duration = Duration::from_secs(86_400);
+
 /// When the lease granted in a reply to a request sent at `sent` ends, by the
-/// client's clock, at the latest it can safely assume.
+/// client's clock, at the latest it can safely assume. A drift outside
+/// `0..=1`, or not a number, is taken as the most conservative value that
+/// makes sense (0 lease for NaN).
 pub fn local_expiry(sent: Instant, grant: LeaseGrant, drift: f64) -> Instant {
-    let granted = Duration::from_millis(grant.held_ms + grant.remaining_ms);
-    sent + granted.mul_f64((1.0 - drift).clamp(0.0, 1.0))
+    let granted = Duration::from_millis(grant.held_ms.saturating_add(grant.remaining_ms));
+    let factor = if drift.is_nan() {
+        0.0
+    } else {
+        1.0 - drift.clamp(0.0, 1.0)
+    };
+    sent + granted.min(MAX_GRANT).mul_f64(factor)
 }
 
 #[cfg(test)]
@@ -42,6 +53,26 @@ mod tests {
         assert_eq!(
             local_expiry(sent, grant, 0.01),
             sent + Duration::from_millis(19_800)
+        );
+    }
+
+    // LEASE-4
+    #[test]
+    fn a_hostile_grant_or_drift_cannot_overflow_or_lengthen_the_lease() {
+        let sent = Instant::now();
+        let huge = LeaseGrant {
+            remaining_ms: u64::MAX,
+            held_ms: u64::MAX,
+        };
+        assert_eq!(local_expiry(sent, huge, 0.0), sent + MAX_GRANT);
+        let grant = LeaseGrant {
+            remaining_ms: 1_000,
+            held_ms: 0,
+        };
+        assert_eq!(local_expiry(sent, grant, f64::NAN), sent);
+        assert_eq!(
+            local_expiry(sent, grant, -0.5),
+            sent + Duration::from_millis(1_000)
         );
     }
 

@@ -238,14 +238,16 @@ impl Session {
     }
 
     /// Stops keeping the session alive and destroys it on the master.
-    /// Closing a session that has already expired succeeds.
+    /// Closing a session that has already expired succeeds. The session, and
+    /// every clone of it, is `Expired` afterwards.
     pub async fn close(self) -> Result<(), ClientError> {
         self.stop(true).await
     }
 
     /// Stops keeping the session alive but leaves it on the master, where it
     /// lives until its lease runs out unless something else keeps it alive
-    /// (by its id). Returns the id.
+    /// (by its id). Returns the id. For this client the session is over: it,
+    /// and every clone of it, is `Expired` afterwards.
     pub async fn detach(self) -> SessionId {
         let id = self.id();
         let _ = self.stop(false).await;

@@ -18,8 +18,9 @@ pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 
 /// The largest maximum a server or client may be configured with. bincode's
 /// allocation limit is a compile-time constant, so it is this cap rather than
-/// the configured maximum.
-pub const MAX_FRAME_CAP: usize = 16 << 20;
+/// the configured maximum: a body that claims a long string may make the
+/// decoder allocate up to this much before it finds the body too short.
+pub const MAX_FRAME_CAP: usize = 4 << 20;
 
 const PREFIX_LEN: usize = 4;
 
@@ -158,7 +159,10 @@ mod tests {
         let mut whole = BytesMut::new();
         let msg = ClientFrame::Request {
             id: 7,
-            body: Request::ListSessions,
+            body: Request::ListSessions {
+                after: None,
+                limit: 0,
+            },
         };
         codec.encode(msg.clone(), &mut whole).unwrap();
         let mut partial = whole.split_to(3);

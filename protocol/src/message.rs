@@ -78,6 +78,9 @@ pub struct Limits {
     pub max_lock_delay_ms: u64,
     /// How long before a lease ends the master answers a held KeepAlive.
     pub keepalive_margin_ms: u64,
+    /// Requests one connection may have outstanding; a client queues beyond
+    /// this rather than be refused.
+    pub max_in_flight: u32,
 }
 
 /// What happens to a session's locks and ephemeral nodes when it is
@@ -96,9 +99,18 @@ pub enum Behavior {
 pub enum Request {
     CreateSession(CreateSession),
     KeepAlive(KeepAlive),
-    DestroySession { session: SessionId },
-    SessionInfo { session: SessionId },
-    ListSessions,
+    DestroySession {
+        session: SessionId,
+    },
+    SessionInfo {
+        session: SessionId,
+    },
+    /// One page of live sessions in id order, starting after `after`.
+    /// `limit` 0 means the server's page size.
+    ListSessions {
+        after: Option<SessionId>,
+        limit: u32,
+    },
 }
 
 /// Create a session (`SES-1`..`SES-4`).
@@ -141,7 +153,11 @@ pub enum Response {
     },
     Destroyed,
     SessionInfo(SessionInfo),
-    Sessions(Vec<SessionInfo>),
+    /// A page of sessions; `more` says whether sessions follow the last one.
+    Sessions {
+        sessions: Vec<SessionInfo>,
+        more: bool,
+    },
 }
 
 /// The lease a reply grants, as the master measured it (`LEASE-4`).
@@ -152,6 +168,18 @@ pub struct LeaseGrant {
     /// How long the master held the request before replying. A client adds
     /// it to the time it sent the request to bound when the reply was sent.
     pub held_ms: u64,
+}
+
+impl LeaseGrant {
+    /// A grant measured on a millisecond clock, rounded so that it never
+    /// overstates: each reading may be up to 1 ms late, so each figure is
+    /// reduced by 1 ms (`KA-4`).
+    pub fn conservative(remaining_ms: u64, held_ms: u64) -> Self {
+        LeaseGrant {
+            remaining_ms: remaining_ms.saturating_sub(1),
+            held_ms: held_ms.saturating_sub(1),
+        }
+    }
 }
 
 /// A session as the master sees it.

@@ -25,6 +25,15 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
 pub const ENDED_SESSIONS_REMEMBERED: usize = 65_536;
 /// Time a new connection has to send its Hello (`HS-4`).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time one frame may take to write before the peer is taken as not reading
+/// and the connection is closed (`CONN-5`).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest session name, in bytes (`SES-1`).
+pub const MAX_NAME_LEN: usize = 256;
+/// Sessions per `ListSessions` page, at most (`SES-10`).
+pub const MAX_LIST_PAGE: u32 = 1000;
+/// Shortest KeepAlive margin a server accepts (`KA-2`).
+pub const MIN_KEEPALIVE_MARGIN: Duration = Duration::from_millis(100);
 
 /// How the master chooses session ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +60,7 @@ pub struct Config {
     pub max_sessions: usize,
     pub max_in_flight: usize,
     pub handshake_timeout: Duration,
+    pub write_timeout: Duration,
     pub ids: IdSource,
 }
 
@@ -68,6 +78,7 @@ impl Default for Config {
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
             ids: IdSource::Random,
         }
     }
@@ -82,6 +93,7 @@ impl Config {
             max_lease_ms: self.max_lease.as_millis() as u64,
             max_lock_delay_ms: self.max_lock_delay.as_millis() as u64,
             keepalive_margin_ms: self.keepalive_margin.as_millis() as u64,
+            max_in_flight: self.max_in_flight as u32,
         }
     }
 }

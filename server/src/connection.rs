@@ -1,20 +1,23 @@
 //! One client connection: the handshake, then requests in and replies out.
 //!
-//! Replies are written in the order they complete, not the order requests
-//! arrived, so a held KeepAlive never delays another request (`CONN-2`). A
-//! frame that cannot be read closes this connection, with a `Close` frame that
-//! says why, and touches nothing else (`WIRE-4`).
+//! Reading and writing are separate tasks, so the connection keeps reading
+//! requests while a large reply is being written, and replies go out in the
+//! order they complete: a held KeepAlive never delays another request
+//! (`CONN-2`). A frame that cannot be read closes this connection, with a
+//! `Close` frame that says why, and touches nothing else (`WIRE-4`).
 
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
-    ClientFrame, CodecError, Error, ErrorCode, FrameCodec, Hello, ServerFrame, Welcome, MAGIC,
-    PROTOCOL_VERSION,
+    ClientFrame, CodecError, Error, ErrorCode, FrameCodec, Hello, Request, ServerFrame, Welcome,
+    MAGIC, PROTOCOL_VERSION,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_util::codec::Framed;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::config::Config;
@@ -25,30 +28,54 @@ use crate::master::MasterHandle;
 const LINGER: Duration = Duration::from_secs(1);
 /// At most this much is discarded while lingering.
 const LINGER_BYTES: usize = 64 << 20;
+/// Replies waiting for the writer; when full, reading pauses.
+const WRITE_QUEUE: usize = 256;
 
-type ServerFramed<S> = Framed<S, FrameCodec<ClientFrame, ServerFrame>>;
+type Codec = FrameCodec<ClientFrame, ServerFrame>;
+type Reader<S> = FramedRead<ReadHalf<S>, Codec>;
+type Writer<S> = FramedWrite<WriteHalf<S>, Codec>;
 
-/// Serves one connection until the peer closes it or breaks the protocol.
-pub(crate) async fn serve<S>(stream: S, master: MasterHandle, config: Config)
-where
+/// Serves one connection until the peer closes it, breaks the protocol, or
+/// `shutdown` is cancelled.
+pub(crate) async fn serve<S>(
+    stream: S,
+    master: MasterHandle,
+    config: Config,
+    shutdown: CancellationToken,
+) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let mut framed = Framed::new(stream, FrameCodec::new(config.max_frame));
-    let outcome = match tokio::time::timeout(config.handshake_timeout, framed.next()).await {
+    let (read, write) = tokio::io::split(stream);
+    let mut reader = FramedRead::new(read, Codec::new(config.max_frame));
+    let mut writer = FramedWrite::new(write, Codec::new(config.max_frame));
+    let welcome = match tokio::time::timeout(config.handshake_timeout, reader.next()).await {
         Err(_) => Err(Error::new(ErrorCode::Malformed, "no Hello in time")),
         Ok(frame) => handshake(frame, &config),
     };
-    let closing = match outcome {
-        Ok(welcome) => match framed.send(ServerFrame::Welcome(welcome)).await {
-            Ok(()) => requests(&mut framed, &master, &config).await,
-            Err(_) => None,
-        },
+    let closing = match welcome {
         Err(error) => Some(error),
+        Ok(welcome) => {
+            if !write_frame(&mut writer, ServerFrame::Welcome(welcome), &config).await {
+                return;
+            }
+            let (replies, queue) = mpsc::channel(WRITE_QUEUE);
+            let writing = tokio::spawn(write_replies(writer, queue, config.clone()));
+            let closing = tokio::select! {
+                closing = requests(&mut reader, &replies, &master, &config) => closing,
+                () = shutdown.cancelled() => None,
+            };
+            drop(replies);
+            match writing.await {
+                Ok(Some(w)) => writer = w,
+                _ => return,
+            }
+            closing
+        }
     };
     if let Some(error) = closing {
         debug!(%error, "closing connection");
-        if framed.send(ServerFrame::Close(error)).await.is_ok() {
-            linger(framed.into_inner()).await;
+        if write_frame(&mut writer, ServerFrame::Close(error), &config).await {
+            linger(reader.into_inner().unsplit(writer.into_inner())).await;
         }
     }
 }
@@ -88,20 +115,21 @@ fn handshake(
     }
 }
 
-/// Reads requests and writes replies; returns the error to close with, if
-/// the connection ends because of one.
-async fn requests<S>(
-    framed: &mut ServerFramed<S>,
+/// Reads requests and queues their replies; returns the error to close with,
+/// if the connection ends because of one.
+async fn requests<S: AsyncRead>(
+    reader: &mut Reader<S>,
+    replies: &mpsc::Sender<ServerFrame>,
     master: &MasterHandle,
     config: &Config,
-) -> Option<Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+) -> Option<Error> {
     let mut pending = FuturesUnordered::new();
+    // Requests counted against the in-flight limit. KeepAlives are not:
+    // at most one is held per session, so sessions bound them (`CONN-3`).
+    let mut limited = 0usize;
     loop {
         tokio::select! {
-            frame = framed.next() => {
+            frame = reader.next() => {
                 let (id, request) = match frame? {
                     Ok(ClientFrame::Request { id, body }) => (id, body),
                     Ok(ClientFrame::Hello(_)) => {
@@ -110,29 +138,79 @@ where
                     Err(CodecError::Io(_)) => return None,
                     Err(e) => return Some(codec_error(e)),
                 };
-                if pending.len() >= config.max_in_flight {
+                let counted = !matches!(request, Request::KeepAlive(_));
+                if counted && limited >= config.max_in_flight {
                     let refusal = Err(Error::new(
                         ErrorCode::LimitReached,
                         format!("more than {} requests in flight on one connection", config.max_in_flight),
                     ));
-                    if framed.send(ServerFrame::Reply { id, body: refusal }).await.is_err() {
-                        return None;
-                    }
+                    replies.send(ServerFrame::Reply { id, body: refusal }).await.ok()?;
                     continue;
                 }
+                limited += usize::from(counted);
                 let reply = master.call(request).await;
-                pending.push(async move { (id, reply.await) });
+                pending.push(async move { (id, counted, reply.await) });
             }
-            Some((id, reply)) = pending.next(), if !pending.is_empty() => {
+            Some((id, counted, reply)) = pending.next(), if !pending.is_empty() => {
+                limited -= usize::from(counted);
                 let body = reply.unwrap_or_else(|_| {
                     Err(Error::new(ErrorCode::Internal, "the master is shutting down"))
                 });
-                if framed.send(ServerFrame::Reply { id, body }).await.is_err() {
-                    return None;
-                }
+                replies.send(ServerFrame::Reply { id, body }).await.ok()?;
             }
         }
     }
+}
+
+/// Writes queued frames until the queue closes; gives the writer back, or
+/// `None` if the peer stopped reading or the connection broke.
+async fn write_replies<S: AsyncWrite>(
+    mut writer: Writer<S>,
+    mut queue: mpsc::Receiver<ServerFrame>,
+    config: Config,
+) -> Option<Writer<S>> {
+    while let Some(frame) = queue.recv().await {
+        if !write_frame(&mut writer, frame, &config).await {
+            return None;
+        }
+    }
+    Some(writer)
+}
+
+/// Writes one frame within the write timeout. A reply too large for a frame
+/// is replaced by an error reply to the same request (`WIRE-5`).
+async fn write_frame<S: AsyncWrite>(
+    writer: &mut Writer<S>,
+    frame: ServerFrame,
+    config: &Config,
+) -> bool {
+    let id = match &frame {
+        ServerFrame::Reply { id, .. } => Some(*id),
+        _ => None,
+    };
+    let mut frame = Some(frame);
+    while let Some(next) = frame.take() {
+        match tokio::time::timeout(config.write_timeout, writer.send(next)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(CodecError::FrameTooLarge { len, max })) if id.is_some() => {
+                frame = Some(ServerFrame::Reply {
+                    id: id.unwrap_or_default(),
+                    body: Err(Error::new(
+                        ErrorCode::LimitReached,
+                        format!(
+                            "the reply of {len} bytes exceeds the maximum frame of {max} bytes"
+                        ),
+                    )),
+                });
+            }
+            Ok(Err(_)) => return false,
+            Err(_) => {
+                debug!("peer stopped reading; closing the connection");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 fn codec_error(e: CodecError) -> Error {

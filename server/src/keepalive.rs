@@ -28,7 +28,9 @@ impl Master {
             let _ = reply.send(Err(self.wrong_epoch(ka.epoch))); // KA-6
             return;
         }
-        if self.state.session(id).is_none() {
+        // A lease that ran out is never revived, even if its timer has not
+        // been handled yet (SES-6).
+        if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
             let _ = reply.send(Err(self.state.missing_session(id))); // KA-7
             return;
         }
@@ -73,16 +75,18 @@ impl Master {
         if held.reply.is_closed() {
             return;
         }
+        if self.end_if_ran_out(id, now) {
+            let _ = held.reply.send(Err(self.state.missing_session(id)));
+            return;
+        }
         let Some(expires) = self.leases.extend(id, now) else {
+            let _ = held.reply.send(Err(self.state.missing_session(id)));
             return;
         };
         self.arm_lease_timer(id, expires);
         let _ = held.reply.send(Ok(Response::KeepAlive {
             epoch: self.config.epoch,
-            lease: LeaseGrant {
-                remaining_ms: expires - now,
-                held_ms: now - held.received_at,
-            },
+            lease: LeaseGrant::conservative(expires - now, now - held.received_at),
             events: Vec::new(),
         }));
     }

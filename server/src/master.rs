@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info};
 
-use crate::config::Config;
+use crate::config::{Config, MAX_LIST_PAGE};
 use crate::ids::Ids;
 use crate::keepalive::Held;
 use crate::lease::{Leases, Millis};
@@ -77,21 +77,24 @@ pub(crate) fn spawn(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (MasterHandle, tokio::task::JoinHandle<()>) {
     let (calls, rx) = mpsc::channel(1024);
-    let master = Master {
-        state: State::new(Bounds::from(&config)),
-        ids: Ids::new(config.ids),
-        config,
-        leases: Leases::default(),
-        held: HashMap::new(),
-        timers: DelayQueue::new(),
-        lease_timers: HashMap::new(),
-        start: Instant::now(),
-    };
-    let task = tokio::spawn(master.run(rx, shutdown));
+    let task = tokio::spawn(Master::new(config).run(rx, shutdown));
     (MasterHandle { calls }, task)
 }
 
 impl Master {
+    fn new(config: Config) -> Self {
+        Master {
+            state: State::new(Bounds::from(&config)),
+            ids: Ids::new(config.ids),
+            config,
+            leases: Leases::default(),
+            held: HashMap::new(),
+            timers: DelayQueue::new(),
+            lease_timers: HashMap::new(),
+            start: Instant::now(),
+        }
+    }
+
     async fn run(
         mut self,
         mut calls: mpsc::Receiver<Call>,
@@ -100,11 +103,14 @@ impl Master {
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
+                // Timers first: a lease that has run out ends before any
+                // request can see it (`SES-6`).
+                biased;
+                Some(fired) = self.timers.next() => self.on_timer(fired.into_inner()),
                 call = calls.recv() => match call {
                     Some(call) => self.handle(call),
                     None => break,
                 },
-                Some(fired) = self.timers.next() => self.on_timer(fired.into_inner()),
                 () = &mut shutdown => break,
             }
         }
@@ -136,10 +142,7 @@ impl Master {
                     Applied::SessionCreated(s) => Response::SessionCreated {
                         session: s.id,
                         epoch: self.config.epoch,
-                        lease: LeaseGrant {
-                            remaining_ms: s.lease.as_millis() as u64,
-                            held_ms: 0,
-                        },
+                        lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
                     },
                     Applied::SessionEnded => unreachable!("create never ends a session"),
                 })
@@ -157,13 +160,21 @@ impl Master {
                 .info(session, now)
                 .map(Response::SessionInfo)
                 .ok_or_else(|| self.state.missing_session(session)),
-            Request::ListSessions => {
-                let ids: Vec<_> = self.state.sessions().map(|s| s.id).collect();
-                Ok(Response::Sessions(
-                    ids.into_iter()
+            Request::ListSessions { after, limit } => {
+                let limit = match limit {
+                    0 => MAX_LIST_PAGE,
+                    n => n.min(MAX_LIST_PAGE),
+                } as usize;
+                let mut page = self.state.sessions_after(after).map(|s| s.id);
+                let ids: Vec<_> = page.by_ref().take(limit).collect();
+                let more = page.next().is_some();
+                Ok(Response::Sessions {
+                    sessions: ids
+                        .into_iter()
                         .filter_map(|id| self.info(id, now))
                         .collect(),
-                ))
+                    more,
+                })
             }
         };
         let _ = call.reply.send(reply);
@@ -209,20 +220,12 @@ impl Master {
         match timer {
             Timer::LeaseEnd(id) => {
                 self.lease_timers.remove(&id);
-                match self.leases.expires_at(id) {
-                    // The timer rounds to milliseconds and may fire a tick
-                    // early; a lease never ends before its expiry.
-                    Some(expires) if expires > now => self.arm_lease_timer(id, expires),
-                    Some(_) => {
-                        let _ = self.apply(
-                            Command::EndSession {
-                                id,
-                                cause: EndCause::Expired,
-                            },
-                            now,
-                        );
-                    }
-                    None => {}
+                // The timer rounds to milliseconds and may fire a tick
+                // early; a lease never ends before its expiry.
+                if let Some(expires) = self.leases.expires_at(id).filter(|e| *e > now) {
+                    self.arm_lease_timer(id, expires);
+                } else {
+                    self.end_if_ran_out(id, now);
                 }
             }
             Timer::AnswerHeld(id) => {
@@ -234,6 +237,22 @@ impl Master {
                 }
             }
         }
+    }
+
+    /// Ends the session `id` if its lease has run out at `now`; says whether
+    /// it did.
+    pub(crate) fn end_if_ran_out(&mut self, id: SessionId, now: Millis) -> bool {
+        if self.leases.expires_at(id).is_some_and(|e| e <= now) {
+            let _ = self.apply(
+                Command::EndSession {
+                    id,
+                    cause: EndCause::Expired,
+                },
+                now,
+            );
+            return true;
+        }
+        false
     }
 
     /// Moves the lease-end timer of `id` to `expires`.
@@ -271,5 +290,52 @@ impl Master {
                 self.config.epoch
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_protocol::{Behavior, CreateSession, KeepAlive};
+
+    fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
+        let (reply, mut rx) = oneshot::channel();
+        master.handle(Call { request, reply });
+        rx.try_recv().expect("answered at once")
+    }
+
+    // SES-6, KA-7
+    #[tokio::test(start_paused = true)]
+    async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_runs() {
+        let mut master = Master::new(Config {
+            min_lease: Duration::from_millis(100),
+            ..Config::default()
+        });
+        let created = call(
+            &mut master,
+            Request::CreateSession(CreateSession {
+                name: "late".into(),
+                lease_ms: Some(1_000),
+                lock_delay_ms: None,
+                behavior: Behavior::Release,
+            }),
+        );
+        let Ok(Response::SessionCreated { session, .. }) = created else {
+            panic!("expected a session, got {created:?}");
+        };
+        // The master loop is not running, so the lease-end timer has not
+        // been handled: only the KeepAlive's own check can catch this.
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        let reply = call(
+            &mut master,
+            Request::KeepAlive(KeepAlive {
+                session,
+                epoch: 1,
+                acked_seq: 0,
+                hold: false,
+            }),
+        );
+        assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
+        assert!(master.state.session(session).is_none());
     }
 }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -54,6 +55,7 @@ pub async fn run<L: Listener>(
     let (master, task) = master::spawn(config.clone(), async {
         let _ = master_stopped.await;
     });
+    let connections = CancellationToken::new();
     tokio::pin!(shutdown);
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -62,7 +64,12 @@ pub async fn run<L: Listener>(
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(10);
                     tracing::debug!(%peer, "connection accepted");
-                    tokio::spawn(connection::serve(stream, master.clone(), config.clone()));
+                    tokio::spawn(connection::serve(
+                        stream,
+                        master.clone(),
+                        config.clone(),
+                        connections.child_token(),
+                    ));
                 }
                 Err(error) => {
                     // Typically out of file descriptors: wait for some to be
@@ -76,6 +83,7 @@ pub async fn run<L: Listener>(
         }
     }
     info!("shutting down");
+    connections.cancel();
     let _ = stop_master.send(());
     let _ = task.await;
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{Behavior, Error, ErrorCode, SessionId};
 
-use crate::config::{Config, ENDED_SESSIONS_REMEMBERED};
+use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
 use crate::lease::Millis;
 use crate::session::{EndCause, Session};
 
@@ -123,6 +123,15 @@ impl State {
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
         let b = &self.bounds;
+        if name.len() > MAX_NAME_LEN {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a session name of {} bytes exceeds the maximum of {MAX_NAME_LEN}",
+                    name.len()
+                ),
+            ));
+        }
         let lease = lease.unwrap_or(b.default_lease);
         if lease < b.min_lease || lease > b.max_lease {
             return Err(Error::new(
@@ -213,6 +222,13 @@ impl State {
     pub fn sessions(&self) -> impl Iterator<Item = &Session> {
         self.sessions.values()
     }
+
+    /// Live sessions with ids greater than `after`, in id order.
+    pub fn sessions_after(&self, after: Option<SessionId>) -> impl Iterator<Item = &Session> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let start = after.map_or(Unbounded, Excluded);
+        self.sessions.range((start, Unbounded)).map(|(_, s)| s)
+    }
 }
 
 #[cfg(test)]
@@ -276,6 +292,37 @@ mod tests {
             created(s.apply(create(2, None, None), 0).0).lock_delay,
             Duration::from_secs(15)
         );
+    }
+
+    // SES-1
+    #[test]
+    fn a_name_longer_than_the_maximum_is_an_invalid_argument() {
+        let mut s = state();
+        let (reply, _) = s.apply(
+            Command::CreateSession {
+                id: SessionId::from_u128(1),
+                name: "x".repeat(MAX_NAME_LEN + 1),
+                lease: None,
+                lock_delay: None,
+                behavior: Behavior::Release,
+            },
+            0,
+        );
+        assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+
+    // SES-10
+    #[test]
+    fn sessions_after_an_id_start_past_it_in_id_order() {
+        let mut s = state();
+        for id in [3u128, 1, 2] {
+            created(s.apply(create(id, None, None), 0).0);
+        }
+        let after_one: Vec<_> = s
+            .sessions_after(Some(SessionId::from_u128(1)))
+            .map(|s| s.id.as_u128())
+            .collect();
+        assert_eq!(after_one, [2, 3]);
     }
 
     // SES-3

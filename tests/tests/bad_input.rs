@@ -97,7 +97,11 @@ async fn a_hello_with_another_version_is_refused_with_the_supported_one() {
 async fn a_request_before_hello_is_refused() {
     let server = start(short_lease_config()).await;
     let mut conn = RawConnection::connect(server.addr).await;
-    conn.request(Request::ListSessions).await;
+    conn.request(Request::ListSessions {
+        after: None,
+        limit: 0,
+    })
+    .await;
     assert_eq!(
         conn.closed_with().await.expect("a Close frame").code,
         ErrorCode::Malformed
@@ -130,4 +134,5 @@ async fn the_welcome_announces_epoch_and_limits() {
     assert_eq!(welcome.limits.max_frame, 1 << 20);
     assert_eq!(welcome.limits.min_lease_ms, 100);
     assert_eq!(welcome.limits.max_lease_ms, 60_000);
+    assert_eq!(welcome.limits.max_in_flight, 4096);
 }

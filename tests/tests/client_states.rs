@@ -187,6 +187,31 @@ async fn closing_a_session_destroys_it_on_the_master() {
     assert_eq!(error.code(), Some(ErrorCode::SessionExpired));
 }
 
+// CS-8
+#[tokio::test]
+async fn closing_or_detaching_a_session_makes_every_clone_expired() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    for detach in [false, true] {
+        let session = client
+            .create_session(SessionOptions::new("clones"))
+            .await
+            .unwrap();
+        let clone = session.clone();
+        let seen = record(&clone);
+        if detach {
+            session.detach().await;
+        } else {
+            session.close().await.unwrap();
+        }
+        assert_eq!(clone.state(), SessionState::Expired);
+        assert_eq!(states(&seen), [SessionState::Expired]);
+        tokio::time::timeout(Duration::from_secs(1), clone.expired())
+            .await
+            .expect("the invalidation signal fires");
+    }
+}
+
 // SES-8
 #[tokio::test]
 async fn dropping_the_last_handle_destroys_the_session() {

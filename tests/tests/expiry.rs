@@ -24,10 +24,16 @@ async fn a_session_without_keepalives_expires_and_says_so() {
     let (id, reply) = conn.reply().await;
     assert_eq!(id, keepalive);
     assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
-    let Ok(Response::Sessions(list)) = conn.call(Request::ListSessions).await else {
+    let Ok(Response::Sessions { sessions, .. }) = conn
+        .call(Request::ListSessions {
+            after: None,
+            limit: 0,
+        })
+        .await
+    else {
         panic!("expected a session list");
     };
-    assert!(list.iter().all(|s| s.session != session));
+    assert!(sessions.iter().all(|s| s.session != session));
 }
 
 // SES-6

@@ -1,0 +1,184 @@
+//! Connection-level behaviour: large traffic both ways, oversized replies,
+//! paging, and shutdown.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use leasehold::{Client, ErrorCode, SessionOptions};
+use leasehold_protocol::{
+    ClientFrame, FrameCodec, Request, Response, ServerFrame, Welcome, MAX_FRAME_CAP,
+    PROTOCOL_VERSION,
+};
+use leasehold_server::Config;
+use leasehold_tests::raw::RawConnection;
+use leasehold_tests::server::{short_lease_config, start};
+use tokio::net::TcpListener;
+use tokio_util::codec::Framed;
+
+// CONN-3
+#[tokio::test]
+async fn requests_beyond_the_servers_in_flight_limit_wait_instead_of_being_refused() {
+    let server = start(Config {
+        max_in_flight: 1,
+        ..Config::default()
+    })
+    .await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("busy"))
+        .await
+        .unwrap();
+    let calls: Vec<_> = (0..200)
+        .map(|_| {
+            let client = client.clone();
+            let id = session.id();
+            tokio::spawn(async move { client.session_info(id).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().expect("queued, not refused");
+    }
+}
+
+// CONN-2
+#[tokio::test]
+async fn the_client_reads_replies_while_its_own_writes_are_blocked() {
+    // A server that writes megabytes of replies before it reads anything:
+    // a client that stopped reading while its writes are blocked would
+    // deadlock with it.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut framed = Framed::new(
+            stream,
+            FrameCodec::<ClientFrame, ServerFrame>::new(MAX_FRAME_CAP),
+        );
+        let Some(Ok(ClientFrame::Hello(_))) = framed.next().await else {
+            panic!("expected Hello");
+        };
+        let mut limits = Config::default().limits();
+        limits.max_in_flight = u32::MAX;
+        let welcome = Welcome {
+            version: PROTOCOL_VERSION,
+            epoch: 1,
+            limits,
+        };
+        framed.send(ServerFrame::Welcome(welcome)).await.unwrap();
+        let filler = ServerFrame::Reply {
+            id: u64::MAX,
+            body: Err(leasehold_protocol::Error::new(
+                ErrorCode::Internal,
+                "x".repeat(1 << 20),
+            )),
+        };
+        for _ in 0..32 {
+            framed.send(filler.clone()).await.unwrap();
+        }
+        while let Some(Ok(ClientFrame::Request { id, .. })) = framed.next().await {
+            framed
+                .send(ServerFrame::Reply {
+                    id,
+                    body: Ok(Response::Destroyed),
+                })
+                .await
+                .unwrap();
+        }
+    });
+    let config = leasehold::ClientConfig {
+        max_frame: MAX_FRAME_CAP,
+        ..Default::default()
+    };
+    let client = Client::with_connector(leasehold::TcpConnector::new(addr.to_string()), config)
+        .await
+        .unwrap();
+    let big_name = "n".repeat(1 << 20);
+    let calls: Vec<_> = (0..32)
+        .map(|_| {
+            let client = client.clone();
+            let options = SessionOptions::new(big_name.clone());
+            tokio::spawn(async move { client.create_session(options).await })
+        })
+        .collect();
+    let all = async {
+        for call in calls {
+            // The fake answers every request with `Destroyed`.
+            let error = call.await.unwrap().unwrap_err();
+            assert!(
+                matches!(error, leasehold::ClientError::Protocol(_)),
+                "{error}"
+            );
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), all)
+        .await
+        .expect("no deadlock");
+}
+
+// SES-10
+#[tokio::test]
+async fn listing_pages_through_every_session_in_id_order() {
+    let server = start(Config::default()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2_500 {
+        let session = client
+            .create_session(SessionOptions::new("paged"))
+            .await
+            .unwrap();
+        ids.push(session.detach().await);
+    }
+    ids.sort();
+    let listed: Vec<_> = client
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session)
+        .collect();
+    assert_eq!(listed, ids);
+}
+
+// WIRE-5
+#[tokio::test]
+async fn a_reply_too_large_for_a_frame_is_an_error_and_the_connection_stays_open() {
+    let server = start(Config {
+        max_frame: 4096,
+        ..short_lease_config()
+    })
+    .await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    for _ in 0..200 {
+        conn.create_session(Duration::from_secs(30)).await;
+    }
+    let list = Request::ListSessions {
+        after: None,
+        limit: 0,
+    };
+    let error = conn.call(list).await.unwrap_err();
+    assert_eq!(error.code, ErrorCode::LimitReached);
+    assert!(error.message.contains("exceeds"), "{}", error.message);
+    let small_page = Request::ListSessions {
+        after: None,
+        limit: 5,
+    };
+    let Ok(Response::Sessions { sessions, more }) = conn.call(small_page).await else {
+        panic!("expected a page");
+    };
+    assert_eq!((sessions.len(), more), (5, true));
+}
+
+// CONN-6
+#[tokio::test]
+async fn stopping_the_server_closes_its_connections() {
+    let server = start(short_lease_config()).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(Duration::from_secs(10)).await;
+    conn.keepalive(session, true).await;
+    drop(server);
+    let mut frames = Vec::new();
+    while let Some(frame) = conn.recv().await {
+        frames.push(frame);
+    }
+    assert!(frames.len() <= 1, "at most the held reply: {frames:?}");
+}
