@@ -173,20 +173,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_frame: args.max_frame,
         ..Default::default()
     };
-    anyhow::ensure!(
-        config.min_lease <= config.default_lease && config.default_lease <= config.max_lease,
-        "--default-lease must lie between --min-lease and --max-lease"
-    );
-    anyhow::ensure!(
-        config.keepalive_margin >= leasehold_server::MIN_KEEPALIVE_MARGIN,
-        "--keepalive-margin must be at least {:?}: a client needs that long to receive the answer before its local lease runs out",
-        leasehold_server::MIN_KEEPALIVE_MARGIN
-    );
-    anyhow::ensure!(
-        config.max_frame <= leasehold_protocol::MAX_FRAME_CAP,
-        "--max-frame may be at most {} bytes",
-        leasehold_protocol::MAX_FRAME_CAP
-    );
+    config.validate()?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -202,7 +189,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     leasehold_server::run(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await;
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -16,7 +16,7 @@ use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{ClientFrame, FrameCodec, Hello, Request, Response, ServerFrame, Welcome};
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
-use tokio_util::codec::{Framed, FramedRead, FramedWrite};
+use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::error::ClientError;
 use crate::transport::BoxTransport;
@@ -30,6 +30,9 @@ type Pending = Arc<Mutex<PendingRequests>>;
 
 /// How often a connection with no handles left looks for abandoned requests.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
+/// How long a closing connection waits for its last write and for the server
+/// to close its side.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
@@ -58,13 +61,17 @@ impl Connection {
         max_frame: usize,
         handshake_timeout: Duration,
     ) -> Result<Connection, ClientError> {
-        let mut framed = Framed::new(transport, Codec::new(max_frame));
+        // Split from the start: a frame that arrives with the Welcome stays
+        // in the reader's buffer and is decoded on the next read.
+        let (read, write) = tokio::io::split(transport);
+        let mut reader = FramedRead::new(read, Codec::new(max_frame));
+        let mut writer = FramedWrite::new(write, Codec::new(max_frame));
         let handshake = async {
-            framed
+            writer
                 .send(ClientFrame::Hello(Hello::current()))
                 .await
                 .map_err(|_| ClientError::Disconnected)?;
-            match framed.next().await {
+            match reader.next().await {
                 Some(Ok(ServerFrame::Welcome(w))) => Ok(w),
                 Some(Ok(ServerFrame::Close(e))) => Err(ClientError::Closed(e)),
                 Some(Ok(other)) => Err(ClientError::Protocol(format!(
@@ -77,17 +84,17 @@ impl Connection {
         let welcome = tokio::time::timeout(handshake_timeout, handshake)
             .await
             .map_err(|_| ClientError::Timeout(handshake_timeout))??;
-        let parts = framed.into_parts();
-        let (read, write) = tokio::io::split(parts.io);
-        let mut reader = FramedRead::new(read, Codec::new(max_frame));
-        // Bytes already read past the Welcome belong to the reader.
-        *reader.read_buffer_mut() = parts.read_buf;
-        let writer = FramedWrite::new(write, Codec::new(max_frame));
         let pending: Pending = Arc::default();
         let (requests, queue) = mpsc::channel(256);
         let (reader_done, reader_stopped) = oneshot::channel();
-        tokio::spawn(read_replies(reader, pending.clone(), reader_done));
-        tokio::spawn(write_requests(writer, queue, pending, reader_stopped));
+        let reading = tokio::spawn(read_replies(reader, pending.clone(), reader_done));
+        tokio::spawn(write_requests(
+            writer,
+            queue,
+            pending,
+            reader_stopped,
+            reading,
+        ));
         let permits = (welcome.limits.max_in_flight as usize).clamp(1, Semaphore::MAX_PERMITS);
         Ok(Connection {
             id: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
@@ -131,20 +138,26 @@ impl Connection {
 }
 
 /// Writes requests, registering each before it goes out. Ends when every
-/// handle is gone and no reply is awaited, or when the reader stops; dropping
-/// the write half then closes the connection.
+/// handle is gone and no reply is awaited, or when the reader stops; it then
+/// closes the connection (a split socket closes only when both halves are
+/// gone, so the reader is ended too).
 async fn write_requests(
     mut writer: FramedWrite<WriteHalf<BoxTransport>, Codec>,
     mut queue: mpsc::Receiver<Outgoing>,
     pending: Pending,
     mut reader_stopped: oneshot::Receiver<()>,
+    reading: tokio::task::JoinHandle<()>,
 ) {
     let mut next_id = 1u64;
     let mut handles_gone = false;
+    let mut reader_ended = false;
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     loop {
         tokio::select! {
-            _ = &mut reader_stopped => break,
+            _ = &mut reader_stopped => {
+                reader_ended = true;
+                break;
+            }
             outgoing = queue.recv(), if !handles_gone => match outgoing {
                 Some((body, reply, permit)) => {
                     let id = next_id;
@@ -173,6 +186,16 @@ async fn write_requests(
         }
     }
     fail_all(&pending, None);
+    // Half-close so the server sees the end and closes its side; the reader
+    // then sees the end too. Give it a moment, then stop it regardless.
+    let _ = tokio::time::timeout(CLOSE_WAIT, writer.close()).await;
+    if !reader_ended
+        && tokio::time::timeout(CLOSE_WAIT, &mut reader_stopped)
+            .await
+            .is_err()
+    {
+        reading.abort();
+    }
 }
 
 /// Reads replies and hands each to its request.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Limits, DEFAULT_MAX_FRAME};
+use leasehold_protocol::{Limits, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
 
 /// Lease a session gets when it asks for none (`SES-2`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(12);
@@ -34,6 +34,14 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const MAX_LIST_PAGE: u32 = 1000;
 /// Shortest KeepAlive margin a server accepts (`KA-2`).
 pub const MIN_KEEPALIVE_MARGIN: Duration = Duration::from_millis(100);
+/// Smallest maximum frame a server accepts: every reply but a page of
+/// sessions fits in it (`WIRE-2`).
+pub const MIN_FRAME: usize = 1024;
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
 
 /// How the master chooses session ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +93,40 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Checks that the settings make sense together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |what: String| Err(ConfigError(what));
+        if !(self.min_lease <= self.default_lease && self.default_lease <= self.max_lease) {
+            return fail(format!(
+                "the default lease {:?} must lie between the minimum {:?} and the maximum {:?}",
+                self.default_lease, self.min_lease, self.max_lease
+            ));
+        }
+        if self.min_lease.is_zero() {
+            return fail("the minimum lease must be more than zero".into());
+        }
+        if self.default_lock_delay > self.max_lock_delay {
+            return fail(format!(
+                "the default lock-delay {:?} exceeds the maximum {:?}",
+                self.default_lock_delay, self.max_lock_delay
+            ));
+        }
+        if self.keepalive_margin < MIN_KEEPALIVE_MARGIN {
+            return fail(format!(
+                "the KeepAlive margin must be at least {MIN_KEEPALIVE_MARGIN:?}"
+            ));
+        }
+        if !(MIN_FRAME..=MAX_FRAME_CAP).contains(&self.max_frame) {
+            return fail(format!(
+                "the maximum frame must lie between {MIN_FRAME} and {MAX_FRAME_CAP} bytes"
+            ));
+        }
+        if self.max_in_flight == 0 || self.max_sessions == 0 {
+            return fail("the in-flight and session limits must be at least 1".into());
+        }
+        Ok(())
+    }
+
     /// The limits announced to clients in Welcome.
     pub fn limits(&self) -> Limits {
         Limits {
@@ -94,6 +136,41 @@ impl Config {
             max_lock_delay_ms: self.max_lock_delay.as_millis() as u64,
             keepalive_margin_ms: self.keepalive_margin.as_millis() as u64,
             max_in_flight: self.max_in_flight as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(Config::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        let bad = [
+            Config {
+                default_lease: Duration::from_secs(90),
+                ..Config::default()
+            },
+            Config {
+                keepalive_margin: Duration::from_millis(10),
+                ..Config::default()
+            },
+            Config {
+                max_frame: 60,
+                ..Config::default()
+            },
+            Config {
+                max_in_flight: 0,
+                ..Config::default()
+            },
+        ];
+        for config in bad {
+            assert!(config.validate().is_err(), "{config:?}");
         }
     }
 }

@@ -48,7 +48,11 @@ pub(crate) async fn serve<S>(
     let (read, write) = tokio::io::split(stream);
     let mut reader = FramedRead::new(read, Codec::new(config.max_frame));
     let mut writer = FramedWrite::new(write, Codec::new(config.max_frame));
-    let welcome = match tokio::time::timeout(config.handshake_timeout, reader.next()).await {
+    let hello = tokio::select! {
+        hello = tokio::time::timeout(config.handshake_timeout, reader.next()) => hello,
+        () = shutdown.cancelled() => return,
+    };
+    let welcome = match hello {
         Err(_) => Err(Error::new(ErrorCode::Malformed, "no Hello in time")),
         Ok(frame) => handshake(frame, &config),
     };
@@ -151,6 +155,9 @@ async fn requests<S: AsyncRead>(
                 let reply = master.call(request).await;
                 pending.push(async move { (id, counted, reply.await) });
             }
+            // The writer gave up on the peer: stop serving it, so that no
+            // more KeepAlives are answered (and leases extended) for nobody.
+            () = replies.closed() => return None,
             Some((id, counted, reply)) = pending.next(), if !pending.is_empty() => {
                 limited -= usize::from(counted);
                 let body = reply.unwrap_or_else(|_| {
@@ -188,29 +195,41 @@ async fn write_frame<S: AsyncWrite>(
         ServerFrame::Reply { id, .. } => Some(*id),
         _ => None,
     };
-    let mut frame = Some(frame);
-    while let Some(next) = frame.take() {
-        match tokio::time::timeout(config.write_timeout, writer.send(next)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(CodecError::FrameTooLarge { len, max })) if id.is_some() => {
-                frame = Some(ServerFrame::Reply {
-                    id: id.unwrap_or_default(),
-                    body: Err(Error::new(
-                        ErrorCode::LimitReached,
-                        format!(
-                            "the reply of {len} bytes exceeds the maximum frame of {max} bytes"
-                        ),
-                    )),
-                });
-            }
-            Ok(Err(_)) => return false,
-            Err(_) => {
-                debug!("peer stopped reading; closing the connection");
-                return false;
-            }
+    let frame = match (try_write(writer, frame, config).await, id) {
+        (Written::Done, _) => return true,
+        (Written::Failed, _) | (Written::TooLarge { .. }, None) => return false,
+        (Written::TooLarge { len, max }, Some(id)) => ServerFrame::Reply {
+            id,
+            body: Err(Error::new(
+                ErrorCode::LimitReached,
+                format!("the reply of {len} bytes exceeds the maximum frame of {max} bytes"),
+            )),
+        },
+    };
+    // The replacement is tried once; if even it does not fit, give up.
+    matches!(try_write(writer, frame, config).await, Written::Done)
+}
+
+enum Written {
+    Done,
+    TooLarge { len: usize, max: usize },
+    Failed,
+}
+
+async fn try_write<S: AsyncWrite>(
+    writer: &mut Writer<S>,
+    frame: ServerFrame,
+    config: &Config,
+) -> Written {
+    match tokio::time::timeout(config.write_timeout, writer.send(frame)).await {
+        Ok(Ok(())) => Written::Done,
+        Ok(Err(CodecError::FrameTooLarge { len, max })) => Written::TooLarge { len, max },
+        Ok(Err(_)) => Written::Failed,
+        Err(_) => {
+            debug!("peer stopped reading; closing the connection");
+            Written::Failed
         }
     }
-    true
 }
 
 fn codec_error(e: CodecError) -> Error {
@@ -237,4 +256,67 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
         }
     };
     let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_protocol::Response;
+
+    async fn reply_through(max_frame: usize, reply: ServerFrame) -> (bool, Option<ServerFrame>) {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (_, write) = tokio::io::split(ours);
+        let mut writer = FramedWrite::new(write, Codec::new(max_frame));
+        let config = Config {
+            max_frame,
+            ..Config::default()
+        };
+        let written = write_frame(&mut writer, reply, &config).await;
+        drop(writer);
+        let mut peer =
+            FramedRead::new(theirs, FrameCodec::<ServerFrame, ClientFrame>::new(1 << 16));
+        (written, peer.next().await.and_then(Result::ok))
+    }
+
+    fn big_reply() -> ServerFrame {
+        ServerFrame::Reply {
+            id: 9,
+            body: Err(Error::new(ErrorCode::Internal, "x".repeat(4096))),
+        }
+    }
+
+    // WIRE-5
+    #[tokio::test]
+    async fn a_reply_too_large_for_a_frame_becomes_a_limit_reached_reply() {
+        let (written, frame) = reply_through(1024, big_reply()).await;
+        assert!(written);
+        let Some(ServerFrame::Reply {
+            id: 9,
+            body: Err(e),
+        }) = frame
+        else {
+            panic!("expected an error reply to request 9, got {frame:?}");
+        };
+        assert_eq!(e.code, ErrorCode::LimitReached);
+        assert!(e.message.contains("exceeds"), "{}", e.message);
+    }
+
+    // WIRE-5
+    #[tokio::test]
+    async fn when_even_the_error_reply_does_not_fit_the_connection_gives_up() {
+        let (written, frame) = reply_through(16, big_reply()).await;
+        assert!(!written);
+        assert_eq!(frame, None);
+    }
+
+    #[tokio::test]
+    async fn a_reply_that_fits_is_written_as_it_is() {
+        let reply = ServerFrame::Reply {
+            id: 1,
+            body: Ok(Response::Destroyed),
+        };
+        let (written, frame) = reply_through(1024, reply.clone()).await;
+        assert!(written);
+        assert_eq!(frame, Some(reply));
+    }
 }

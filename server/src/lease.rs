@@ -57,12 +57,15 @@ impl Leases {
         self.expires_at(id).map(|e| e.saturating_sub(now))
     }
 
-    /// When a held KeepAlive for `id` is to be answered: `margin` before the
-    /// lease ends, but never less than three quarters of a lease after it
-    /// was last extended, so short leases still hold (`KA-2`).
+    /// When a held KeepAlive for `id` is to be answered: a margin before the
+    /// lease ends (`KA-2`). The margin is the configured one, but at least a
+    /// twentieth of the lease (so a client's drift allowance never eats it:
+    /// `LEASE-5`) and at most a quarter (so short leases are still held).
     pub fn answer_held_at(&self, id: SessionId, margin: Duration) -> Option<Millis> {
         let lease = self.leases.get(&id)?;
-        let margin = (margin.as_millis() as Millis).min(lease.duration / 4);
+        let margin = (margin.as_millis() as Millis)
+            .max(lease.duration / 20)
+            .min(lease.duration / 4);
         Some(lease.expires_at.saturating_sub(margin))
     }
 
@@ -105,6 +108,17 @@ mod tests {
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),
             Some(10_000)
+        );
+    }
+
+    // KA-2, LEASE-5
+    #[test]
+    fn the_margin_is_at_least_a_twentieth_of_a_long_lease() {
+        let mut leases = Leases::default();
+        leases.start(id(), Duration::from_secs(60), 0);
+        assert_eq!(
+            leases.answer_held_at(id(), Duration::from_millis(100)),
+            Some(57_000)
         );
     }
 

@@ -23,6 +23,9 @@ use crate::lease::{Leases, Millis};
 use crate::session::EndCause;
 use crate::state::{Applied, Bounds, Command, State, StateEvent};
 
+/// Encoded size of a `SessionInfo` besides its name, generously rounded up.
+const SESSION_INFO_SIZE: usize = 64;
+
 /// Where a reply goes.
 pub(crate) type ReplyTx = oneshot::Sender<Result<Response, Error>>;
 
@@ -165,9 +168,19 @@ impl Master {
                     0 => MAX_LIST_PAGE,
                     n => n.min(MAX_LIST_PAGE),
                 } as usize;
-                let mut page = self.state.sessions_after(after).map(|s| s.id);
-                let ids: Vec<_> = page.by_ref().take(limit).collect();
-                let more = page.next().is_some();
+                // A page also ends before it could outgrow half a frame.
+                let budget = self.config.max_frame / 2;
+                let mut used = 0;
+                let mut page = self.state.sessions_after(after).peekable();
+                let mut ids = Vec::new();
+                while let Some(s) = page.next_if(|s| {
+                    let size = SESSION_INFO_SIZE + s.name.len();
+                    ids.len() < limit && (ids.is_empty() || used + size <= budget)
+                }) {
+                    used += SESSION_INFO_SIZE + s.name.len();
+                    ids.push(s.id);
+                }
+                let more = page.peek().is_some();
                 Ok(Response::Sessions {
                     sessions: ids
                         .into_iter()

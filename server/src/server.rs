@@ -7,10 +7,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::connection;
 use crate::master;
 
@@ -34,7 +35,11 @@ impl Listener for tokio::net::TcpListener {
     }
 }
 
-/// Serves connections from `listener` until `shutdown` resolves.
+/// How long a shutting-down server waits for its connections to close.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// Serves connections from `listener` until `shutdown` resolves, then closes
+/// every connection. Fails at once if `config` is invalid.
 ///
 /// ```no_run
 /// # async fn example() -> std::io::Result<()> {
@@ -42,7 +47,8 @@ impl Listener for tokio::net::TcpListener {
 /// leasehold_server::run(listener, leasehold_server::Config::default(), async {
 ///     let _ = tokio::signal::ctrl_c().await;
 /// })
-/// .await;
+/// .await
+/// .expect("a valid configuration");
 /// # Ok(())
 /// # }
 /// ```
@@ -50,12 +56,14 @@ pub async fn run<L: Listener>(
     mut listener: L,
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
-) {
+) -> Result<(), ConfigError> {
+    config.validate()?;
     let (stop_master, master_stopped) = tokio::sync::oneshot::channel::<()>();
     let (master, task) = master::spawn(config.clone(), async {
         let _ = master_stopped.await;
     });
     let connections = CancellationToken::new();
+    let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -64,7 +72,7 @@ pub async fn run<L: Listener>(
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(10);
                     tracing::debug!(%peer, "connection accepted");
-                    tokio::spawn(connection::serve(
+                    tasks.spawn(connection::serve(
                         stream,
                         master.clone(),
                         config.clone(),
@@ -79,11 +87,18 @@ pub async fn run<L: Listener>(
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             },
+            // Reap finished connections so the set does not grow.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             () = &mut shutdown => break,
         }
     }
     info!("shutting down");
     connections.cancel();
+    let drained = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_WAIT, drained).await.is_err() {
+        tasks.abort_all();
+    }
     let _ = stop_master.send(());
     let _ = task.await;
+    Ok(())
 }

@@ -139,9 +139,9 @@ async fn listing_pages_through_every_session_in_id_order() {
     assert_eq!(listed, ids);
 }
 
-// WIRE-5
+// SES-10
 #[tokio::test]
-async fn a_reply_too_large_for_a_frame_is_an_error_and_the_connection_stays_open() {
+async fn with_a_small_frame_listing_pages_by_size_and_still_returns_everything() {
     let server = start(Config {
         max_frame: 4096,
         ..short_lease_config()
@@ -151,21 +151,94 @@ async fn a_reply_too_large_for_a_frame_is_an_error_and_the_connection_stays_open
     for _ in 0..200 {
         conn.create_session(Duration::from_secs(30)).await;
     }
-    let list = Request::ListSessions {
+    let first_page = Request::ListSessions {
         after: None,
         limit: 0,
     };
-    let error = conn.call(list).await.unwrap_err();
-    assert_eq!(error.code, ErrorCode::LimitReached);
-    assert!(error.message.contains("exceeds"), "{}", error.message);
-    let small_page = Request::ListSessions {
-        after: None,
-        limit: 5,
-    };
-    let Ok(Response::Sessions { sessions, more }) = conn.call(small_page).await else {
+    let Ok(Response::Sessions { sessions, more }) = conn.call(first_page).await else {
         panic!("expected a page");
     };
-    assert_eq!((sessions.len(), more), (5, true));
+    assert!(more && sessions.len() < 200, "{} sessions", sessions.len());
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    assert_eq!(client.list_sessions().await.unwrap().len(), 200);
+}
+
+/// Accepts one connection, answers its Hello with `welcome_and`, then reads
+/// until the client closes; reports the end of stream on `closed`.
+async fn fake_server(
+    after_welcome: Option<ServerFrame>,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed, on_close) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut framed = Framed::new(stream, FrameCodec::<ClientFrame, ServerFrame>::new(1 << 20));
+        let Some(Ok(ClientFrame::Hello(_))) = framed.next().await else {
+            panic!("expected Hello");
+        };
+        let welcome = ServerFrame::Welcome(Welcome {
+            version: PROTOCOL_VERSION,
+            epoch: 1,
+            limits: Config::default().limits(),
+        });
+        // Both frames in one write, as one segment on the wire.
+        framed.feed(welcome).await.unwrap();
+        if let Some(frame) = after_welcome {
+            framed.feed(frame).await.unwrap();
+        }
+        framed.flush().await.unwrap();
+        while let Some(Ok(_)) = framed.next().await {}
+        let _ = closed.send(());
+    });
+    (addr, on_close)
+}
+
+// CONN-7
+#[tokio::test]
+async fn dropping_a_client_closes_its_connection() {
+    let (addr, closed) = fake_server(None).await;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the server sees the connection end")
+        .unwrap();
+}
+
+// HS-3
+#[tokio::test]
+async fn a_frame_arriving_with_the_welcome_is_read_at_once() {
+    let close = ServerFrame::Close(leasehold_protocol::Error::new(
+        ErrorCode::Internal,
+        "going away",
+    ));
+    let (addr, _closed) = fake_server(Some(close)).await;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let error = client.list_sessions().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            leasehold::ClientError::Closed(_) | leasehold::ClientError::Disconnected
+        ),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not left waiting"
+    );
+}
+
+// CONN-6
+#[tokio::test]
+async fn stopping_the_server_closes_a_connection_still_in_its_handshake() {
+    let server = start(short_lease_config()).await;
+    let mut conn = RawConnection::connect(server.addr).await;
+    drop(server);
+    let started = tokio::time::Instant::now();
+    assert_eq!(conn.recv().await, None);
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 // CONN-6
