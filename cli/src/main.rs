@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use leasehold::{Behavior, Client, ClientError, ErrorCode, SessionId, SessionInfo, SessionOptions};
+use leasehold::{
+    Behavior, Client, ClientError, DeleteOptions, ErrorCode, NodeView, PutOptions, SessionId,
+    SessionInfo, SessionOptions,
+};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -39,6 +42,42 @@ enum Command {
     /// Create, inspect, destroy or keep sessions.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Print a node's contents (or its metadata with --stat).
+    Get {
+        key: String,
+        /// Print the metadata instead of the contents.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// Write a node and print its new modify index.
+    Put {
+        key: String,
+        value: String,
+        /// Write only if the node's modify index is N (0: only if absent).
+        #[arg(long, value_name = "N")]
+        cas: Option<u64>,
+        /// Opaque flags stored with the node.
+        #[arg(long, default_value_t = 0)]
+        flags: u64,
+    },
+    /// Delete a node and print the keys deleted.
+    Delete {
+        key: String,
+        /// Delete only if the node's modify index is N.
+        #[arg(long, value_name = "N")]
+        cas: Option<u64>,
+        /// Delete every node below the key too.
+        #[arg(long)]
+        recursive: bool,
+    },
+    /// List the children of a prefix (the root when omitted).
+    Ls {
+        #[arg(default_value = "")]
+        prefix: String,
+        /// List every key below the prefix.
+        #[arg(long)]
+        recursive: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -149,6 +188,7 @@ fn main() -> ExitCode {
         let result = match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Session(command) => session(&cli.addr, cli.json, command).await,
+            command => kv(&cli.addr, cli.json, command).await,
         };
         match result {
             Ok(code) => code,
@@ -162,6 +202,111 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    match command {
+        Command::Get { key, stat } => {
+            let Some(node) = (if stat {
+                client.stat(&key).await?.map(|stat| NodeView {
+                    key: key.clone(),
+                    stat,
+                    contents: None,
+                })
+            } else {
+                client.get(&key).await?
+            }) else {
+                eprintln!("leasehold: no node at {key}");
+                return Ok(ExitCode::from(NOT_FOUND));
+            };
+            print_node(&node, json);
+        }
+        Command::Put {
+            key,
+            value,
+            cas,
+            flags,
+        } => {
+            let options = PutOptions {
+                cas,
+                flags,
+                ..PutOptions::default()
+            };
+            let index = client.put(&key, value, options).await?;
+            if json {
+                println!("{}", json!({ "key": key, "modify_index": index }));
+            } else {
+                println!("{index}");
+            }
+        }
+        Command::Delete {
+            key,
+            cas,
+            recursive,
+        } => {
+            let deleted = client
+                .delete(&key, DeleteOptions { cas, recursive })
+                .await?;
+            print_keys(&deleted, json);
+        }
+        Command::Ls { prefix, recursive } => {
+            print_keys(&client.list(&prefix, recursive).await?, json);
+        }
+        Command::Serve(_) | Command::Session(_) => unreachable!("dispatched in main"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_keys(keys: &[String], json: bool) {
+    for key in keys {
+        if json {
+            println!("{}", json!({ "key": key }));
+        } else {
+            println!("{key}");
+        }
+    }
+}
+
+fn print_node(node: &NodeView, json: bool) {
+    let s = &node.stat;
+    let owner = s.ephemeral_owner.map(|o| o.to_string());
+    let value = node
+        .contents
+        .as_ref()
+        .map(|c| String::from_utf8_lossy(c).into_owned());
+    if json {
+        println!(
+            "{}",
+            json!({
+                "key": node.key,
+                "value": value,
+                "flags": s.flags,
+                "instance": s.instance,
+                "content_generation": s.content_generation,
+                "lock_generation": s.lock_generation,
+                "modify_index": s.modify_index,
+                "checksum": format!("{:016x}", s.checksum),
+                "length": s.contents_len,
+                "ephemeral_owner": owner,
+            })
+        );
+    } else if let Some(value) = value {
+        println!("{value}");
+    } else {
+        println!(
+            "key={} flags={} instance={} content_generation={} lock_generation={} modify_index={} checksum={:016x} length={} ephemeral_owner={}",
+            node.key,
+            s.flags,
+            s.instance,
+            s.content_generation,
+            s.lock_generation,
+            s.modify_index,
+            s.checksum,
+            s.contents_len,
+            owner.as_deref().unwrap_or("-"),
+        );
+    }
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -230,17 +375,10 @@ async fn session(addr: &str, json: bool, command: SessionCommand) -> anyhow::Res
 fn missing(e: ClientError) -> anyhow::Result<ExitCode> {
     match e.code() {
         Some(ErrorCode::UnknownSession | ErrorCode::SessionExpired) => {
-            eprintln!("leasehold: {}", server_message(&e));
+            eprintln!("leasehold: {e}");
             Ok(ExitCode::from(NOT_FOUND))
         }
         _ => Err(e.into()),
-    }
-}
-
-fn server_message(e: &ClientError) -> String {
-    match e {
-        ClientError::Server(e) => e.message.clone(),
-        other => other.to_string(),
     }
 }
 

@@ -140,3 +140,59 @@ fn session_keep_prints_each_state_until_the_session_expires() {
     assert_eq!(states, ["jeopardy", "expired"]);
     assert_eq!(status.code(), Some(1));
 }
+
+#[test]
+fn put_get_ls_and_delete_work_on_the_namespace() {
+    let serve = Serve::start();
+    let written = serve.run(&["put", "svc/db/primary", "10.0.0.5:5432"]);
+    assert!(written.status.success());
+    let index = stdout(&written);
+    assert!(
+        index.parse::<u64>().is_ok(),
+        "prints the modify index: {index}"
+    );
+    assert!(serve.run(&["put", "svc/web", "x"]).status.success());
+
+    assert_eq!(
+        stdout(&serve.run(&["get", "svc/db/primary"])),
+        "10.0.0.5:5432"
+    );
+    let stat = stdout(&serve.run(&["get", "--stat", "svc/db/primary"]));
+    assert!(stat.contains(&format!("modify_index={index}")), "{stat}");
+    assert_eq!(stdout(&serve.run(&["ls", "svc"])), "svc/db\nsvc/web");
+    assert_eq!(
+        stdout(&serve.run(&["ls", "--recursive", "svc"])),
+        "svc/db/primary\nsvc/web"
+    );
+    assert_eq!(
+        stdout(&serve.run(&["delete", "--recursive", "svc"])),
+        "svc/db/primary\nsvc/web"
+    );
+    assert_eq!(stdout(&serve.run(&["ls", "--recursive"])), "");
+}
+
+#[test]
+fn a_missing_key_is_a_message_and_exit_status_1() {
+    let serve = Serve::start();
+    let output = serve.run(&["get", "nothing/here"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no node at nothing/here"));
+}
+
+#[test]
+fn a_failed_compare_and_set_is_exit_status_1_and_writes_nothing() {
+    let serve = Serve::start();
+    let index = stdout(&serve.run(&["put", "k", "first"]));
+    let stale = serve.run(&["put", "k", "second", "--cas", "999"]);
+    assert_eq!(stale.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&stale.stderr);
+    assert!(
+        stderr.contains(&format!("modify index {index}")),
+        "{stderr}"
+    );
+    assert_eq!(stdout(&serve.run(&["get", "k"])), "first");
+    assert!(serve
+        .run(&["put", "k", "second", "--cas", &index])
+        .status
+        .success());
+}

@@ -153,8 +153,18 @@ impl Client {
     /// Sends `request` on the current connection and waits for its reply at
     /// most the request timeout; a connection that times out is abandoned.
     pub(crate) async fn call(&self, request: Request) -> Result<Response, ClientError> {
+        self.call_waiting(request, Duration::ZERO).await
+    }
+
+    /// Like [`Client::call`], for a request the server holds for up to
+    /// `held` on purpose: the timeout is that much longer.
+    pub(crate) async fn call_waiting(
+        &self,
+        request: Request,
+        held: Duration,
+    ) -> Result<Response, ClientError> {
         let conn = self.connection().await?;
-        let timeout = self.inner.config.request_timeout;
+        let timeout = self.inner.config.request_timeout + held;
         match tokio::time::timeout(timeout, self.call_on(&conn, request)).await {
             Ok(result) => result,
             Err(_) => {

@@ -17,8 +17,9 @@ pub enum ClientError {
     /// No reply within the time allowed.
     #[error("no reply within {0:?}")]
     Timeout(std::time::Duration),
-    /// The server answered with an error.
-    #[error("server error: {0}")]
+    /// The server answered with an error; its message says what happened
+    /// and [`ClientError::code`] gives the code.
+    #[error(transparent)]
     Server(#[from] leasehold_protocol::Error),
     /// The server closed the connection, saying why.
     #[error("server closed the connection: {0}")]

@@ -32,12 +32,14 @@
 //! - `keepalive.rs`: the task that keeps a session alive and moves it between
 //!   states; `lease.rs`: the local lease formula.
 //! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
+//! - `kv.rs`: get, list, put, delete and watch on the namespace.
 
 mod client;
 mod connection;
 mod error;
 mod keepalive;
 mod keeper;
+mod kv;
 pub mod lease;
 mod session;
 mod transport;
@@ -45,7 +47,8 @@ mod transport;
 pub use client::{Client, ClientConfig};
 pub use error::ClientError;
 pub use keeper::SessionKeeper;
-pub use leasehold_protocol::{Behavior, ErrorCode, SessionId, SessionInfo};
+pub use kv::{DeleteOptions, PutOptions, Watched};
+pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
 pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};
 

@@ -33,11 +33,16 @@ pub enum ErrorCode {
     /// A field was out of its allowed range, such as a lease outside the
     /// server's bounds (`ERR-9`).
     InvalidArgument,
+    /// A compare-and-set found another modify index (`ERR-10`).
+    CasMismatch {
+        /// The node's modify index now; 0 if it does not exist.
+        current: u64,
+    },
 }
 
 /// An error code with a human-readable message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{code:?}: {message}")]
+#[error("{message}")]
 pub struct Error {
     /// What a program should act on.
     pub code: ErrorCode,

@@ -111,6 +111,45 @@ pub enum Request {
         after: Option<SessionId>,
         limit: u32,
     },
+    /// A node's contents and metadata, or metadata alone (`NS-9`).
+    Get {
+        key: String,
+        stat_only: bool,
+    },
+    /// Keys below a prefix (`NS-5`).
+    List {
+        prefix: String,
+        recursive: bool,
+    },
+    /// Write a node (`NS-6`).
+    Put(Put),
+    /// Delete a node, and optionally every node below it (`NS-7`).
+    Delete {
+        key: String,
+        cas: Option<u64>,
+        recursive: bool,
+    },
+    /// Answer when the node's index exceeds `after_index` (it was created,
+    /// written or deleted), or after `timeout_ms` (`NS-8`).
+    Watch {
+        key: String,
+        after_index: u64,
+        timeout_ms: u64,
+    },
+}
+
+/// Write a node (`NS-6`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Put {
+    pub key: String,
+    pub contents: Vec<u8>,
+    /// Opaque to the server.
+    pub flags: u64,
+    /// Write only if the node's modify index equals this; 0 means create
+    /// only.
+    pub cas: Option<u64>,
+    /// Bind a new node to this session: it is deleted when the session ends.
+    pub ephemeral: Option<SessionId>,
 }
 
 /// Create a session (`SES-1`..`SES-4`).
@@ -158,6 +197,54 @@ pub enum Response {
         sessions: Vec<SessionInfo>,
         more: bool,
     },
+    /// A node as of global index `index`; `None` if it does not exist.
+    Node {
+        index: u64,
+        node: Option<NodeView>,
+    },
+    /// Keys, as of global index `index`.
+    Keys {
+        index: u64,
+        keys: Vec<String>,
+    },
+    /// A write was applied at global index `index`.
+    Written {
+        index: u64,
+    },
+    /// The keys a delete removed, at global index `index`.
+    Deleted {
+        index: u64,
+        keys: Vec<String>,
+    },
+}
+
+/// A node as a reply carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub key: String,
+    pub stat: NodeStat,
+    /// `None` when only the metadata was asked for.
+    pub contents: Option<Vec<u8>>,
+}
+
+/// A node's metadata (`NS-2`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStat {
+    /// Opaque to the server.
+    pub flags: u64,
+    /// Greater than that of any earlier node of the same name.
+    pub instance: u64,
+    /// Rises on every write of the contents.
+    pub content_generation: u64,
+    /// Rises when the node's lock goes from free to held.
+    pub lock_generation: u64,
+    /// Global index of the node's last change.
+    pub modify_index: u64,
+    /// 64-bit FNV-1a of the contents.
+    pub checksum: u64,
+    pub contents_len: u64,
+    /// The session the node is bound to, if it is ephemeral.
+    pub ephemeral_owner: Option<SessionId>,
 }
 
 /// The lease a reply grants, as the master measured it (`LEASE-4`).

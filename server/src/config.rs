@@ -34,6 +34,10 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const MAX_LIST_PAGE: u32 = 1000;
 /// Shortest KeepAlive margin a server accepts (`KA-2`).
 pub const MIN_KEEPALIVE_MARGIN: Duration = Duration::from_millis(100);
+/// How long a Watch waits when it names no timeout (`NS-8`).
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest a Watch may wait (`NS-8`).
+pub const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(600);
 /// Smallest maximum frame a server accepts: every reply but a page of
 /// sessions fits in it (`WIRE-2`).
 pub const MIN_FRAME: usize = 1024;

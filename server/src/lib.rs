@@ -9,8 +9,10 @@
 //! # Layout
 //! - `config.rs`: every default and limit.
 //! - `state.rs`: the durable state machine; `session.rs`: a session record.
+//! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters.
 //! - `lease.rs`: leases, the master's soft state.
-//! - `keepalive.rs`: holding and answering KeepAlives.
+//! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
+//!   Watches until their key changes.
 //! - `master.rs`: the task that owns state, leases and timers.
 //! - `connection.rs`: one client connection; `server.rs`: accepting them.
 
@@ -20,12 +22,17 @@ mod ids;
 mod keepalive;
 mod lease;
 mod master;
+mod namespace;
+mod node;
 mod server;
 mod session;
 mod state;
+mod watch;
 
 pub use config::*;
 pub use lease::{Leases, Millis};
+pub use namespace::{Namespace, Put};
+pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use server::{run, Listener};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, State, StateEvent};

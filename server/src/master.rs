@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use leasehold_protocol::{Error, ErrorCode, LeaseGrant, Request, Response, SessionId, SessionInfo};
+use leasehold_protocol::{
+    Error, ErrorCode, LeaseGrant, NodeView, Request, Response, SessionId, SessionInfo,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::time::{delay_queue, DelayQueue};
@@ -20,11 +22,23 @@ use crate::config::{Config, MAX_LIST_PAGE};
 use crate::ids::Ids;
 use crate::keepalive::Held;
 use crate::lease::{Leases, Millis};
+use crate::namespace::Put;
+use crate::node::check_key;
 use crate::session::EndCause;
 use crate::state::{Applied, Bounds, Command, State, StateEvent};
+use crate::watch::Watches;
 
 /// Encoded size of a `SessionInfo` besides its name, generously rounded up.
 const SESSION_INFO_SIZE: usize = 64;
+
+/// A command answered with the wrong kind of outcome: a bug, reported to
+/// the client rather than allowed to panic the master.
+fn mismatch(applied: Applied) -> Error {
+    Error::new(
+        ErrorCode::Internal,
+        format!("unexpected outcome {applied:?}"),
+    )
+}
 
 /// Where a reply goes.
 pub(crate) type ReplyTx = oneshot::Sender<Result<Response, Error>>;
@@ -60,6 +74,7 @@ impl MasterHandle {
 pub(crate) enum Timer {
     LeaseEnd(SessionId),
     AnswerHeld(SessionId),
+    WatchTimeout(u64),
 }
 
 pub(crate) struct Master {
@@ -69,6 +84,7 @@ pub(crate) struct Master {
     pub(crate) held: HashMap<SessionId, Held>,
     pub(crate) timers: DelayQueue<Timer>,
     lease_timers: HashMap<SessionId, delay_queue::Key>,
+    pub(crate) watches: Watches,
     ids: Ids,
     start: Instant,
 }
@@ -94,6 +110,7 @@ impl Master {
             held: HashMap::new(),
             timers: DelayQueue::new(),
             lease_timers: HashMap::new(),
+            watches: Watches::default(),
             start: Instant::now(),
         }
     }
@@ -132,6 +149,57 @@ impl Master {
         let now = self.now();
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
+            Request::Watch {
+                key,
+                after_index,
+                timeout_ms,
+            } => return self.watch(key, after_index, timeout_ms, call.reply),
+            Request::Get { key, stat_only } => check_key(&key)
+                .map_err(|e| Error::new(ErrorCode::InvalidArgument, e))
+                .map(|()| Response::Node {
+                    index: self.state.namespace().key_index(&key),
+                    node: self.node_view(&key, stat_only),
+                }),
+            Request::List { prefix, recursive } => self
+                .state
+                .namespace()
+                .list(&prefix, recursive)
+                .map(|keys| Response::Keys {
+                    index: self.state.index(),
+                    keys,
+                }),
+            Request::Put(put) => self
+                .apply(
+                    Command::Put(Put {
+                        key: put.key,
+                        contents: put.contents,
+                        flags: put.flags,
+                        cas: put.cas,
+                        ephemeral: put.ephemeral,
+                    }),
+                    now,
+                )
+                .and_then(|applied| match applied {
+                    Applied::Written { index } => Ok(Response::Written { index }),
+                    other => Err(mismatch(other)),
+                }),
+            Request::Delete {
+                key,
+                cas,
+                recursive,
+            } => self
+                .apply(
+                    Command::Delete {
+                        key,
+                        cas,
+                        recursive,
+                    },
+                    now,
+                )
+                .and_then(|applied| match applied {
+                    Applied::Deleted { index, keys } => Ok(Response::Deleted { index, keys }),
+                    other => Err(mismatch(other)),
+                }),
             Request::CreateSession(c) => {
                 let id = self.ids.next_id();
                 let command = Command::CreateSession {
@@ -141,13 +209,13 @@ impl Master {
                     lock_delay: c.lock_delay_ms.map(Duration::from_millis),
                     behavior: c.behavior,
                 };
-                self.apply(command, now).map(|applied| match applied {
-                    Applied::SessionCreated(s) => Response::SessionCreated {
+                self.apply(command, now).and_then(|applied| match applied {
+                    Applied::SessionCreated(s) => Ok(Response::SessionCreated {
                         session: s.id,
                         epoch: self.config.epoch,
                         lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
-                    },
-                    Applied::SessionEnded => unreachable!("create never ends a session"),
+                    }),
+                    other => Err(mismatch(other)),
                 })
             }
             Request::DestroySession { session } => self
@@ -215,6 +283,9 @@ impl Master {
                     .insert_at(Timer::LeaseEnd(id), self.instant(expires));
                 self.lease_timers.insert(id, key);
             }
+            StateEvent::NodeChanged { key } | StateEvent::NodeDeleted { key } => {
+                self.wake_watchers(&key);
+            }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
                 self.leases.remove(id);
@@ -241,6 +312,7 @@ impl Master {
                     self.end_if_ran_out(id, now);
                 }
             }
+            Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
             Timer::AnswerHeld(id) => {
                 // The timer has fired, so its key is spent: forget it before
                 // answering.
@@ -278,6 +350,16 @@ impl Master {
                 self.lease_timers.insert(id, key);
             }
         }
+    }
+
+    /// The node at `key` as a reply carries it.
+    pub(crate) fn node_view(&self, key: &str, stat_only: bool) -> Option<NodeView> {
+        let node = self.state.namespace().get(key)?;
+        Some(NodeView {
+            key: key.to_string(),
+            stat: node.stat(),
+            contents: (!stat_only).then(|| node.contents.clone()),
+        })
     }
 
     fn info(&self, id: SessionId, now: Millis) -> Option<SessionInfo> {

@@ -14,6 +14,7 @@ use leasehold_protocol::{Behavior, Error, ErrorCode, SessionId};
 
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
 use crate::lease::Millis;
+use crate::namespace::{Namespace, Put};
 use crate::session::{EndCause, Session};
 
 /// A change to the durable state.
@@ -29,7 +30,16 @@ pub enum Command {
         behavior: Behavior,
     },
     /// End a session, because its lease ran out or someone destroyed it.
+    /// Its ephemeral nodes are deleted (`NS-4`).
     EndSession { id: SessionId, cause: EndCause },
+    /// Write a node.
+    Put(Put),
+    /// Delete a node, and optionally every node below it.
+    Delete {
+        key: String,
+        cas: Option<u64>,
+        recursive: bool,
+    },
 }
 
 /// What a successfully applied command produced.
@@ -37,14 +47,36 @@ pub enum Command {
 pub enum Applied {
     SessionCreated(Session),
     SessionEnded,
+    /// A node was written at this global index.
+    Written {
+        index: u64,
+    },
+    /// These nodes were deleted at this global index.
+    Deleted {
+        index: u64,
+        keys: Vec<String>,
+    },
 }
 
 /// Something that happened because a command was applied; the wrapper turns
 /// these into timers, replies and notifications.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateEvent {
-    SessionCreated { id: SessionId },
-    SessionEnded { id: SessionId, cause: EndCause },
+    SessionCreated {
+        id: SessionId,
+    },
+    SessionEnded {
+        id: SessionId,
+        cause: EndCause,
+    },
+    /// A node was created or written.
+    NodeChanged {
+        key: String,
+    },
+    /// A node was deleted.
+    NodeDeleted {
+        key: String,
+    },
 }
 
 /// Bounds a command is checked against; part of the state machine's
@@ -80,6 +112,9 @@ pub struct State {
     sessions: BTreeMap<SessionId, Session>,
     ended: HashMap<SessionId, EndCause>,
     ended_order: VecDeque<SessionId>,
+    namespace: Namespace,
+    /// Rises by one with every command that changes the state (`NS-2`).
+    index: u64,
 }
 
 impl State {
@@ -90,6 +125,8 @@ impl State {
             sessions: BTreeMap::new(),
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
+            namespace: Namespace::default(),
+            index: 0,
         }
     }
 
@@ -100,6 +137,10 @@ impl State {
         _now: Millis,
     ) -> (Result<Applied, Error>, Vec<StateEvent>) {
         let mut events = Vec::new();
+        // Every command gets the next index; a refused one changes nothing,
+        // so it gives the index back.
+        self.index += 1;
+        let index = self.index;
         let reply = match command {
             Command::CreateSession {
                 id,
@@ -108,8 +149,26 @@ impl State {
                 lock_delay,
                 behavior,
             } => self.create_session(id, name, lease, lock_delay, behavior, &mut events),
-            Command::EndSession { id, cause } => self.end_session(id, cause, &mut events),
+            Command::EndSession { id, cause } => self.end_session(id, cause, index, &mut events),
+            Command::Put(put) => self.put(put, index, &mut events),
+            Command::Delete {
+                key,
+                cas,
+                recursive,
+            } => self
+                .namespace
+                .delete(&key, cas, recursive, index)
+                .map(|keys| {
+                    events.extend(
+                        keys.iter()
+                            .map(|key| StateEvent::NodeDeleted { key: key.clone() }),
+                    );
+                    Applied::Deleted { index, keys }
+                }),
         };
+        if reply.is_err() {
+            self.index -= 1;
+        }
         (reply, events)
     }
 
@@ -181,6 +240,7 @@ impl State {
         &mut self,
         id: SessionId,
         cause: EndCause,
+        index: u64,
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
         if self.sessions.remove(&id).is_none() {
@@ -188,7 +248,38 @@ impl State {
         }
         self.remember_ended(id, cause);
         events.push(StateEvent::SessionEnded { id, cause });
+        for key in self.namespace.ephemeral_of(id) {
+            self.namespace.remove(&key, index);
+            events.push(StateEvent::NodeDeleted { key });
+        }
         Ok(Applied::SessionEnded)
+    }
+
+    fn put(
+        &mut self,
+        put: Put,
+        index: u64,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        if let Some(owner) = put.ephemeral {
+            if !self.sessions.contains_key(&owner) {
+                return Err(self.missing_session(owner));
+            }
+        }
+        let key = put.key.clone();
+        self.namespace.put(put, index)?;
+        events.push(StateEvent::NodeChanged { key });
+        Ok(Applied::Written { index })
+    }
+
+    /// The namespace, for reads.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The index of the last command that changed the state.
+    pub fn index(&self) -> u64 {
+        self.index
     }
 
     fn remember_ended(&mut self, id: SessionId, cause: EndCause) {
@@ -384,6 +475,71 @@ mod tests {
         let (reply, events) = s.apply(end, 0);
         assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
         assert!(events.is_empty());
+    }
+
+    fn put(key: &str, ephemeral: Option<u128>) -> Command {
+        Command::Put(Put {
+            key: key.into(),
+            contents: b"v".to_vec(),
+            flags: 0,
+            cas: None,
+            ephemeral: ephemeral.map(SessionId::from_u128),
+        })
+    }
+
+    // NS-4
+    #[test]
+    fn ending_a_session_deletes_its_ephemeral_nodes_and_no_others() {
+        let mut s = state();
+        created(s.apply(create(1, None, None), 0).0);
+        s.apply(put("svc/a", Some(1)), 0).0.unwrap();
+        s.apply(put("svc/b", None), 0).0.unwrap();
+        let (reply, events) = s.apply(
+            Command::EndSession {
+                id: SessionId::from_u128(1),
+                cause: EndCause::Expired,
+            },
+            0,
+        );
+        assert_eq!(reply, Ok(Applied::SessionEnded));
+        assert!(events.contains(&StateEvent::NodeDeleted {
+            key: "svc/a".into()
+        }));
+        assert!(s.namespace().get("svc/a").is_none());
+        assert!(s.namespace().get("svc/b").is_some());
+        assert_eq!(s.namespace().key_index("svc/a"), s.index());
+    }
+
+    // NS-4
+    #[test]
+    fn an_ephemeral_node_needs_a_live_session() {
+        let mut s = state();
+        let (reply, _) = s.apply(put("svc/a", Some(9)), 0);
+        assert_eq!(reply.unwrap_err().code, ErrorCode::UnknownSession);
+    }
+
+    // NS-2
+    #[test]
+    fn every_applied_command_takes_the_next_index_and_a_refused_one_none() {
+        let mut s = state();
+        created(s.apply(create(1, None, None), 0).0);
+        assert_eq!(
+            s.apply(put("a", None), 0).0,
+            Ok(Applied::Written { index: 2 })
+        );
+        let refused = Command::Put(Put {
+            cas: Some(0),
+            ..match put("a", None) {
+                Command::Put(p) => p,
+                _ => unreachable!(),
+            }
+        });
+        assert!(s.apply(refused, 0).0.is_err());
+        assert_eq!(
+            s.apply(put("b", None), 0).0,
+            Ok(Applied::Written { index: 3 })
+        );
+        assert_eq!(s.namespace().get("b").unwrap().instance, 3);
     }
 
     #[test]

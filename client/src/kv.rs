@@ -1,0 +1,193 @@
+//! Key/value calls on the namespace (SPEC "Namespace").
+
+use std::time::Duration;
+
+use leasehold_protocol::{NodeStat, NodeView, Put, Request, Response, SessionId};
+
+use crate::client::{unexpected, Client};
+use crate::error::ClientError;
+use crate::session::Session;
+
+/// How to write a node.
+///
+/// ```
+/// use leasehold::PutOptions;
+///
+/// let create_only = PutOptions::new().cas(0).flags(7);
+/// assert_eq!(create_only.cas, Some(0));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PutOptions {
+    /// Opaque to the server.
+    pub flags: u64,
+    /// Write only if the node's modify index is this; 0 means create only.
+    pub cas: Option<u64>,
+    /// Bind a new node to this session: deleted when the session ends.
+    pub ephemeral: Option<SessionId>,
+}
+
+impl PutOptions {
+    /// A plain write.
+    pub fn new() -> Self {
+        PutOptions::default()
+    }
+
+    /// Writes only if the node's modify index is `index` (0: create only).
+    pub fn cas(mut self, index: u64) -> Self {
+        self.cas = Some(index);
+        self
+    }
+
+    /// Sets the node's flags.
+    pub fn flags(mut self, flags: u64) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Binds a new node to `session`, which deletes it when it ends.
+    pub fn ephemeral(mut self, session: &Session) -> Self {
+        self.ephemeral = Some(session.id());
+        self
+    }
+}
+
+/// How to delete a node.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// Delete only if the node's modify index is this.
+    pub cas: Option<u64>,
+    /// Delete every node below the key too.
+    pub recursive: bool,
+}
+
+/// What a watch saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watched {
+    /// The key's index: pass it to the next [`Client::watch`].
+    pub index: u64,
+    /// The node, or `None` if it does not exist.
+    pub node: Option<NodeView>,
+}
+
+impl Client {
+    /// A node's contents and metadata, or `None` if it does not exist.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// use leasehold::PutOptions;
+    ///
+    /// client.put("service/db/primary", "10.0.0.5:5432", PutOptions::new()).await?;
+    /// let node = client.get("service/db/primary").await?.expect("just written");
+    /// assert_eq!(node.contents.as_deref(), Some(&b"10.0.0.5:5432"[..]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get(&self, key: &str) -> Result<Option<NodeView>, ClientError> {
+        self.get_node(key, false).await.map(|w| w.node)
+    }
+
+    /// A node's metadata alone, or `None` if it does not exist.
+    pub async fn stat(&self, key: &str) -> Result<Option<NodeStat>, ClientError> {
+        Ok(self.get_node(key, true).await?.node.map(|n| n.stat))
+    }
+
+    async fn get_node(&self, key: &str, stat_only: bool) -> Result<Watched, ClientError> {
+        let request = Request::Get {
+            key: key.to_string(),
+            stat_only,
+        };
+        watched(self.call(request).await?)
+    }
+
+    /// The children of `prefix` one level down (the root when empty), or
+    /// every key below it when `recursive`.
+    pub async fn list(&self, prefix: &str, recursive: bool) -> Result<Vec<String>, ClientError> {
+        let request = Request::List {
+            prefix: prefix.to_string(),
+            recursive,
+        };
+        match self.call(request).await? {
+            Response::Keys { keys, .. } => Ok(keys),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Writes a node; returns its new modify index. A failed compare-and-set
+    /// is a [`ClientError::Server`] with code `CasMismatch`.
+    pub async fn put(
+        &self,
+        key: &str,
+        contents: impl Into<Vec<u8>>,
+        options: PutOptions,
+    ) -> Result<u64, ClientError> {
+        let request = Request::Put(Put {
+            key: key.to_string(),
+            contents: contents.into(),
+            flags: options.flags,
+            cas: options.cas,
+            ephemeral: options.ephemeral,
+        });
+        match self.call(request).await? {
+            Response::Written { index } => Ok(index),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Deletes a node (and everything below it when `recursive`); returns
+    /// the keys deleted, none if there was nothing to delete.
+    pub async fn delete(
+        &self,
+        key: &str,
+        options: DeleteOptions,
+    ) -> Result<Vec<String>, ClientError> {
+        let request = Request::Delete {
+            key: key.to_string(),
+            cas: options.cas,
+            recursive: options.recursive,
+        };
+        match self.call(request).await? {
+            Response::Deleted { keys, .. } => Ok(keys),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits until the key's index exceeds `after_index` (the node was
+    /// created, written or deleted) or `timeout` passes (at most 10 minutes),
+    /// then returns the node as it is.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// use std::time::Duration;
+    ///
+    /// let mut index = 0;
+    /// loop {
+    ///     let seen = client.watch("config/feature", index, Duration::from_secs(60)).await?;
+    ///     if seen.index != index {
+    ///         println!("now {:?}", seen.node.and_then(|n| n.contents));
+    ///     }
+    ///     index = seen.index;
+    /// }
+    /// # }
+    /// ```
+    pub async fn watch(
+        &self,
+        key: &str,
+        after_index: u64,
+        timeout: Duration,
+    ) -> Result<Watched, ClientError> {
+        let request = Request::Watch {
+            key: key.to_string(),
+            after_index,
+            timeout_ms: (timeout.as_millis() as u64).max(1),
+        };
+        // The master holds a watch for its timeout on purpose.
+        watched(self.call_waiting(request, timeout).await?)
+    }
+}
+
+fn watched(response: Response) -> Result<Watched, ClientError> {
+    match response {
+        Response::Node { index, node } => Ok(Watched { index, node }),
+        other => Err(unexpected(other)),
+    }
+}

@@ -1,0 +1,88 @@
+//! Watches: a Get that waits until the node changes (SPEC `NS-8`), the
+//! blocking query of Consul. The master holds the reply, as it holds a
+//! KeepAlive, until a command touches the key or the timeout passes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use leasehold_protocol::{Error, ErrorCode, Response};
+use tokio_util::time::delay_queue;
+
+use crate::config::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT};
+use crate::master::{Master, ReplyTx, Timer};
+use crate::node::check_key;
+
+/// Watches waiting for their keys to change.
+#[derive(Debug, Default)]
+pub(crate) struct Watches {
+    waiting: HashMap<u64, Waiting>,
+    by_key: HashMap<String, Vec<u64>>,
+    next: u64,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    key: String,
+    reply: ReplyTx,
+    timer: delay_queue::Key,
+}
+
+impl Master {
+    pub(crate) fn watch(&mut self, key: String, after_index: u64, timeout_ms: u64, reply: ReplyTx) {
+        if let Err(e) = check_key(&key) {
+            let _ = reply.send(Err(Error::new(ErrorCode::InvalidArgument, e)));
+            return;
+        }
+        if self.state.namespace().key_index(&key) > after_index {
+            let _ = reply.send(Ok(self.watched(&key)));
+            return;
+        }
+        let timeout = match timeout_ms {
+            0 => DEFAULT_WATCH_TIMEOUT,
+            ms => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
+        };
+        let id = self.watches.next;
+        self.watches.next += 1;
+        let timer = self.timers.insert(Timer::WatchTimeout(id), timeout);
+        self.watches.by_key.entry(key.clone()).or_default().push(id);
+        self.watches
+            .waiting
+            .insert(id, Waiting { key, reply, timer });
+    }
+
+    /// Answers every watch on `key`: a command has just changed it.
+    pub(crate) fn wake_watchers(&mut self, key: &str) {
+        let Some(ids) = self.watches.by_key.remove(key) else {
+            return;
+        };
+        let reply = self.watched(key);
+        for id in ids {
+            if let Some(waiting) = self.watches.waiting.remove(&id) {
+                self.timers.remove(&waiting.timer);
+                let _ = waiting.reply.send(Ok(reply.clone()));
+            }
+        }
+    }
+
+    /// Answers a watch whose time is up with the node as it is.
+    pub(crate) fn watch_timed_out(&mut self, id: u64) {
+        // The timer has fired, so its key is spent: forget the watch first.
+        let Some(waiting) = self.watches.waiting.remove(&id) else {
+            return;
+        };
+        if let Some(ids) = self.watches.by_key.get_mut(&waiting.key) {
+            ids.retain(|other| *other != id);
+            if ids.is_empty() {
+                self.watches.by_key.remove(&waiting.key);
+            }
+        }
+        let _ = waiting.reply.send(Ok(self.watched(&waiting.key)));
+    }
+
+    fn watched(&self, key: &str) -> Response {
+        Response::Node {
+            index: self.state.namespace().key_index(key),
+            node: self.node_view(key, false),
+        }
+    }
+}

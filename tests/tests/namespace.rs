@@ -1,0 +1,246 @@
+//! The namespace through the client library over loopback.
+
+use std::time::Duration;
+
+use leasehold::{Client, DeleteOptions, ErrorCode, PutOptions, SessionOptions};
+use leasehold_server::MAX_CONTENTS;
+use leasehold_tests::server::{short_lease_config, start, TestServer};
+
+async fn client() -> (TestServer, Client) {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    (server, client)
+}
+
+// NS-2, NS-6, NS-9
+#[tokio::test]
+async fn a_written_node_reads_back_with_its_counters() {
+    let (_server, client) = client().await;
+    let first = client
+        .put("svc/db", "10.0.0.5", PutOptions::new().flags(7))
+        .await
+        .unwrap();
+    let second = client
+        .put("svc/db", "10.0.0.6", PutOptions::new())
+        .await
+        .unwrap();
+    assert!(second > first);
+    let node = client.get("svc/db").await.unwrap().unwrap();
+    assert_eq!(node.contents.as_deref(), Some(&b"10.0.0.6"[..]));
+    assert_eq!(node.stat.instance, first);
+    assert_eq!(node.stat.content_generation, 2);
+    assert_eq!(node.stat.modify_index, second);
+    assert_eq!(node.stat.flags, 0, "a write replaces the flags");
+    assert_eq!(node.stat.contents_len, 8);
+    let stat = client.stat("svc/db").await.unwrap().unwrap();
+    assert_eq!(stat, node.stat);
+    assert_eq!(client.get("svc/none").await.unwrap(), None);
+}
+
+// NS-6, ERR-10
+#[tokio::test]
+async fn compare_and_set_writes_only_at_the_expected_index() {
+    let (_server, client) = client().await;
+    let created = client
+        .put("k", "a", PutOptions::new().cas(0))
+        .await
+        .unwrap();
+    let again = client
+        .put("k", "b", PutOptions::new().cas(0))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.code(),
+        Some(ErrorCode::CasMismatch { current: created })
+    );
+    let updated = client
+        .put("k", "c", PutOptions::new().cas(created))
+        .await
+        .unwrap();
+    let stale = client
+        .put("k", "d", PutOptions::new().cas(created))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        stale.code(),
+        Some(ErrorCode::CasMismatch { current: updated })
+    );
+    let node = client.get("k").await.unwrap().unwrap();
+    assert_eq!(node.contents.as_deref(), Some(&b"c"[..]));
+}
+
+// NS-5, NS-7
+#[tokio::test]
+async fn listing_and_recursive_deletion_follow_the_key_hierarchy() {
+    let (_server, client) = client().await;
+    for key in ["a/b", "a/c/d", "a/c/e", "ab"] {
+        client.put(key, "x", PutOptions::new()).await.unwrap();
+    }
+    assert_eq!(client.list("a", false).await.unwrap(), ["a/b", "a/c"]);
+    assert_eq!(client.list("", false).await.unwrap(), ["a", "ab"]);
+    assert_eq!(
+        client.list("a", true).await.unwrap(),
+        ["a/b", "a/c/d", "a/c/e"]
+    );
+    let recursive = DeleteOptions {
+        recursive: true,
+        ..DeleteOptions::default()
+    };
+    assert_eq!(
+        client.delete("a/c", recursive).await.unwrap(),
+        ["a/c/d", "a/c/e"]
+    );
+    assert_eq!(client.list("", true).await.unwrap(), ["a/b", "ab"]);
+    assert!(client
+        .delete("nothing", DeleteOptions::default())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+// NS-4
+#[tokio::test]
+async fn an_ephemeral_node_goes_when_its_session_ends() {
+    let (_server, client) = client().await;
+    let session = client
+        .create_session(SessionOptions::new("owner"))
+        .await
+        .unwrap();
+    client
+        .put("svc/worker-1", "up", PutOptions::new().ephemeral(&session))
+        .await
+        .unwrap();
+    client
+        .put("svc/config", "x", PutOptions::new())
+        .await
+        .unwrap();
+    let node = client.get("svc/worker-1").await.unwrap().unwrap();
+    assert_eq!(node.stat.ephemeral_owner, Some(session.id()));
+    session.close().await.unwrap();
+    assert_eq!(client.get("svc/worker-1").await.unwrap(), None);
+    assert!(client.get("svc/config").await.unwrap().is_some());
+}
+
+// NS-4
+#[tokio::test]
+async fn an_ephemeral_node_goes_when_its_session_expires() {
+    let (_server, client) = client().await;
+    let session = client
+        .create_session(SessionOptions::new("owner").lease(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    client
+        .put("lease/holder", "me", PutOptions::new().ephemeral(&session))
+        .await
+        .unwrap();
+    session.detach().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(client.get("lease/holder").await.unwrap(), None);
+}
+
+// NS-3
+#[tokio::test]
+async fn contents_up_to_the_limit_are_stored_and_larger_are_refused() {
+    let (_server, client) = client().await;
+    let largest = vec![7u8; MAX_CONTENTS];
+    client
+        .put("big", largest.clone(), PutOptions::new())
+        .await
+        .unwrap();
+    let node = client.get("big").await.unwrap().unwrap();
+    assert_eq!(node.contents, Some(largest));
+    let error = client
+        .put("big", vec![0u8; MAX_CONTENTS + 1], PutOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument));
+}
+
+// NS-1
+#[tokio::test]
+async fn a_malformed_key_is_an_invalid_argument() {
+    let (_server, client) = client().await;
+    for key in ["/abs", "a//b", "a b"] {
+        let error = client.get(key).await.unwrap_err();
+        assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{key}");
+    }
+}
+
+// NS-8
+#[tokio::test]
+async fn a_watch_answers_when_the_node_changes() {
+    let (_server, client) = client().await;
+    let index = client.put("cfg", "v1", PutOptions::new()).await.unwrap();
+    let watcher = client.clone();
+    let watch =
+        tokio::spawn(async move { watcher.watch("cfg", index, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!watch.is_finished(), "held while nothing changes");
+    let written = client.put("cfg", "v2", PutOptions::new()).await.unwrap();
+    let seen = watch.await.unwrap().unwrap();
+    assert_eq!(seen.index, written);
+    assert_eq!(seen.node.unwrap().contents.as_deref(), Some(&b"v2"[..]));
+}
+
+// NS-8
+#[tokio::test]
+async fn a_watch_answers_when_the_node_is_deleted() {
+    let (_server, client) = client().await;
+    let index = client.put("cfg", "v1", PutOptions::new()).await.unwrap();
+    let watcher = client.clone();
+    let watch =
+        tokio::spawn(async move { watcher.watch("cfg", index, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    client
+        .delete("cfg", DeleteOptions::default())
+        .await
+        .unwrap();
+    let seen = watch.await.unwrap().unwrap();
+    assert_eq!(seen.node, None);
+    assert!(seen.index > index);
+}
+
+// NS-8
+#[tokio::test]
+async fn a_watch_on_a_key_never_written_waits_for_its_creation() {
+    let (_server, client) = client().await;
+    let watcher = client.clone();
+    let watch = tokio::spawn(async move { watcher.watch("new", 0, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!watch.is_finished());
+    client.put("new", "here", PutOptions::new()).await.unwrap();
+    assert!(watch.await.unwrap().unwrap().node.is_some());
+}
+
+// NS-8
+#[tokio::test]
+async fn a_watch_that_sees_no_change_answers_at_its_timeout_with_the_node_as_it_is() {
+    let (_server, client) = client().await;
+    let index = client
+        .put("still", "same", PutOptions::new())
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let seen = client
+        .watch("still", index, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(290));
+    assert_eq!(seen.index, index);
+    assert!(seen.node.is_some());
+}
+
+// NS-8
+#[tokio::test]
+async fn a_watch_behind_the_current_index_answers_at_once() {
+    let (_server, client) = client().await;
+    let index = client.put("k", "1", PutOptions::new()).await.unwrap();
+    client.put("k", "2", PutOptions::new()).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let seen = client
+        .watch("k", index, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(seen.index > index);
+}
