@@ -38,6 +38,17 @@ pub enum ErrorCode {
         /// The node's modify index now; 0 if it does not exist.
         current: u64,
     },
+    /// The lock is held by another session, or others wait for it first
+    /// (`ERR-11`).
+    LockHeld,
+    /// The lock is in lock-delay after its holder's session was invalidated
+    /// (`ERR-12`).
+    LockDelayed {
+        /// Time until the lock-delay ends.
+        remaining_ms: u64,
+    },
+    /// The session does not hold that lock (`ERR-13`).
+    LockNotHeld,
 }
 
 /// An error code with a human-readable message.

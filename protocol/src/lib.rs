@@ -11,6 +11,7 @@
 //!   anything is allocated.
 //! - [`message`]: every frame and message.
 //! - [`error`]: the typed error codes a request can be answered with.
+//! - [`sequencer`]: fencing tokens for locks.
 //!
 //! # Example
 //! ```
@@ -29,7 +30,9 @@
 pub mod codec;
 pub mod error;
 pub mod message;
+pub mod sequencer;
 
 pub use codec::{CodecError, FrameCodec, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
 pub use error::{Error, ErrorCode};
 pub use message::*;
+pub use sequencer::Sequencer;

@@ -94,6 +94,15 @@ pub enum Behavior {
     Delete,
 }
 
+/// How a lock is held (`LOCK-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LockMode {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of holders, and no exclusive one.
+    Shared,
+}
+
 /// A request, answered by one [`Response`] or one [`Error`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -136,6 +145,36 @@ pub enum Request {
         after_index: u64,
         timeout_ms: u64,
     },
+    /// Take a node's lock for a session (`LOCK-2`).
+    Acquire(Acquire),
+    /// Give a lock back (`LOCK-4`).
+    Release {
+        key: String,
+        session: SessionId,
+    },
+    /// The sequencer of a lock the session holds (`LOCK-7`).
+    GetSequencer {
+        key: String,
+        session: SessionId,
+    },
+    /// Whether a sequencer still names a current holding (`LOCK-7`).
+    CheckSequencer {
+        sequencer: Vec<u8>,
+    },
+}
+
+/// Take a node's lock (`LOCK-2`, `LOCK-3`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquire {
+    pub key: String,
+    pub session: SessionId,
+    pub mode: LockMode,
+    /// Contents to write in the same step as the acquisition, as Consul's
+    /// `acquire=` does (the leader's address into the leader key).
+    pub contents: Option<Vec<u8>>,
+    /// `None`: try once and answer at once. `Some(ms)`: wait in line up to
+    /// `ms` (0 means the longest a request may wait, 10 minutes).
+    pub wait_ms: Option<u64>,
 }
 
 /// Write a node (`NS-6`).
@@ -216,6 +255,24 @@ pub enum Response {
         index: u64,
         keys: Vec<String>,
     },
+    /// The lock is held: the node's modify index after the acquisition, and
+    /// the sequencer of this holding.
+    Acquired {
+        index: u64,
+        sequencer: Vec<u8>,
+    },
+    /// The lock was released.
+    Released {
+        index: u64,
+    },
+    /// The sequencer of a holding.
+    Sequencer {
+        sequencer: Vec<u8>,
+    },
+    /// Whether a sequencer names a current holding.
+    SequencerChecked {
+        valid: bool,
+    },
 }
 
 /// A node as a reply carries it.
@@ -245,6 +302,8 @@ pub struct NodeStat {
     pub contents_len: u64,
     /// The session the node is bound to, if it is ephemeral.
     pub ephemeral_owner: Option<SessionId>,
+    /// The sessions holding the node's lock, and how.
+    pub lock_holders: Vec<(SessionId, LockMode)>,
 }
 
 /// The lease a reply grants, as the master measured it (`LEASE-4`).

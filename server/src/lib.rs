@@ -11,16 +11,20 @@
 //! - `state.rs`: the durable state machine; `session.rs`: a session record.
 //! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters.
 //! - `lease.rs`: leases, the master's soft state.
+//! - `lock.rs`: locks, waiters, lock-delay and sequencers.
 //! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
-//!   Watches until their key changes.
+//!   Watches until their key changes; `acquire.rs`: holding blocking
+//!   acquires until they get the lock.
 //! - `master.rs`: the task that owns state, leases and timers.
 //! - `connection.rs`: one client connection; `server.rs`: accepting them.
 
+mod acquire;
 mod config;
 mod connection;
 mod ids;
 mod keepalive;
 mod lease;
+mod lock;
 mod master;
 mod namespace;
 mod node;
@@ -31,6 +35,7 @@ mod watch;
 
 pub use config::*;
 pub use lease::{Leases, Millis};
+pub use lock::{LockState, Locks, Waiter};
 pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use server::{run, Listener};

@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use leasehold_protocol::{
-    Error, ErrorCode, LeaseGrant, NodeView, Request, Response, SessionId, SessionInfo,
+    Error, ErrorCode, LeaseGrant, NodeView, Request, Response, Sequencer, SessionId, SessionInfo,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info};
 
+use crate::acquire::Acquires;
 use crate::config::{Config, MAX_LIST_PAGE};
 use crate::ids::Ids;
 use crate::keepalive::Held;
@@ -33,7 +34,7 @@ const SESSION_INFO_SIZE: usize = 64;
 
 /// A command answered with the wrong kind of outcome: a bug, reported to
 /// the client rather than allowed to panic the master.
-fn mismatch(applied: Applied) -> Error {
+pub(crate) fn mismatch(applied: Applied) -> Error {
     Error::new(
         ErrorCode::Internal,
         format!("unexpected outcome {applied:?}"),
@@ -70,11 +71,13 @@ impl MasterHandle {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Timer {
     LeaseEnd(SessionId),
     AnswerHeld(SessionId),
     WatchTimeout(u64),
+    AcquireTimeout(u64),
+    LockDelayEnd(String),
 }
 
 pub(crate) struct Master {
@@ -85,6 +88,7 @@ pub(crate) struct Master {
     pub(crate) timers: DelayQueue<Timer>,
     lease_timers: HashMap<SessionId, delay_queue::Key>,
     pub(crate) watches: Watches,
+    pub(crate) acquires: Acquires,
     ids: Ids,
     start: Instant,
 }
@@ -111,6 +115,7 @@ impl Master {
             timers: DelayQueue::new(),
             lease_timers: HashMap::new(),
             watches: Watches::default(),
+            acquires: Acquires::default(),
             start: Instant::now(),
         }
     }
@@ -154,6 +159,34 @@ impl Master {
                 after_index,
                 timeout_ms,
             } => return self.watch(key, after_index, timeout_ms, call.reply),
+            Request::Acquire(acquire) => return self.acquire(acquire, call.reply, now),
+            Request::Release { key, session } => self
+                .apply(Command::Release { key, session }, now)
+                .and_then(|applied| match applied {
+                    Applied::Released { index } => Ok(Response::Released { index }),
+                    other => Err(mismatch(other)),
+                }),
+            Request::GetSequencer { key, session } => self
+                .state
+                .sequencer_of(&key, session)
+                .map(|s| Response::Sequencer {
+                    sequencer: s.to_bytes(),
+                })
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorCode::LockNotHeld,
+                        format!("the session does not hold '{key}'"),
+                    )
+                }),
+            Request::CheckSequencer { sequencer } => match Sequencer::from_bytes(&sequencer) {
+                Some(s) => Ok(Response::SequencerChecked {
+                    valid: self.state.sequencer_is_valid(&s),
+                }),
+                None => Err(Error::new(
+                    ErrorCode::InvalidArgument,
+                    "those bytes are not a sequencer",
+                )),
+            },
             Request::Get { key, stat_only } => check_key(&key)
                 .map_err(|e| Error::new(ErrorCode::InvalidArgument, e))
                 .map(|()| Response::Node {
@@ -262,7 +295,7 @@ impl Master {
     }
 
     /// Applies a command to the state machine and carries out its events.
-    fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
+    pub(crate) fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
         let (reply, events) = self.state.apply(command, now);
         for event in events {
             self.on_event(event, now);
@@ -285,6 +318,17 @@ impl Master {
             }
             StateEvent::NodeChanged { key } | StateEvent::NodeDeleted { key } => {
                 self.wake_watchers(&key);
+            }
+            StateEvent::LockGranted {
+                ticket,
+                index,
+                sequencer,
+            } => self.acquire_granted(ticket, index, sequencer),
+            StateEvent::WaitEnded { ticket } => self.acquire_ended(ticket),
+            StateEvent::LockDelayStarted { key, until } => {
+                // Waiters get the lock when the delay ends (`LOCK-6`).
+                self.timers
+                    .insert_at(Timer::LockDelayEnd(key), self.instant(until));
             }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
@@ -313,6 +357,10 @@ impl Master {
                 }
             }
             Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
+            Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
+            Timer::LockDelayEnd(key) => {
+                let _ = self.apply(Command::GrantWaiters { key }, now);
+            }
             Timer::AnswerHeld(id) => {
                 // The timer has fired, so its key is spent: forget it before
                 // answering.
@@ -355,9 +403,13 @@ impl Master {
     /// The node at `key` as a reply carries it.
     pub(crate) fn node_view(&self, key: &str, stat_only: bool) -> Option<NodeView> {
         let node = self.state.namespace().get(key)?;
+        let mut stat = node.stat();
+        if let Some(lock) = self.state.locks().get(key) {
+            stat.lock_holders = lock.holders.iter().map(|(s, m)| (*s, *m)).collect();
+        }
         Some(NodeView {
             key: key.to_string(),
-            stat: node.stat(),
+            stat,
             contents: (!stat_only).then(|| node.contents.clone()),
         })
     }

@@ -149,6 +149,53 @@ impl Namespace {
         Ok(())
     }
 
+    /// Marks the node at `key`, if any, as changed at `index`.
+    pub(crate) fn touch(&mut self, key: &str, index: u64) {
+        if let Some(node) = self.nodes.get_mut(key) {
+            node.modify_index = index;
+        }
+    }
+
+    /// The node a lock was just granted on, at `index`: created if missing,
+    /// its contents written if given, its lock generation raised if the lock
+    /// was free (`LOCK-2`). The key and contents are already checked.
+    pub(crate) fn lock_node(
+        &mut self,
+        key: &str,
+        contents: Option<Vec<u8>>,
+        was_free: bool,
+        index: u64,
+    ) -> &Node {
+        if !self.nodes.contains_key(key) {
+            self.deleted_at.remove(key);
+            self.nodes.insert(
+                key.to_string(),
+                Node {
+                    contents: Vec::new(),
+                    flags: 0,
+                    instance: index,
+                    content_generation: 0,
+                    lock_generation: 0,
+                    modify_index: index,
+                    ephemeral_owner: None,
+                },
+            );
+        }
+        let node = self.nodes.get_mut(key).unwrap_or_else(|| unreachable!());
+        if let Some(contents) = contents {
+            node.contents = contents;
+            node.content_generation += 1;
+        } else if node.content_generation == 0 {
+            // A node created by a lock starts at generation 1 like any other.
+            node.content_generation = 1;
+        }
+        if was_free {
+            node.lock_generation += 1;
+        }
+        node.modify_index = index;
+        node
+    }
+
     /// Deletes `key` (and, when `recursive`, every key below it) at global
     /// index `index`; returns the keys deleted (`NS-7`). Deleting a node
     /// that does not exist succeeds and deletes nothing.

@@ -101,6 +101,8 @@ impl Node {
             checksum: checksum(&self.contents),
             contents_len: self.contents.len() as u64,
             ephemeral_owner: self.ephemeral_owner,
+            // Filled in by whoever knows the lock table.
+            lock_holders: Vec::new(),
         }
     }
 }

@@ -10,11 +10,13 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use leasehold_protocol::{Behavior, Error, ErrorCode, SessionId};
+use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
 
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
 use crate::lease::Millis;
+use crate::lock::Locks;
 use crate::namespace::{Namespace, Put};
+use crate::node::MAX_CONTENTS;
 use crate::session::{EndCause, Session};
 
 /// A change to the durable state.
@@ -40,6 +42,22 @@ pub enum Command {
         cas: Option<u64>,
         recursive: bool,
     },
+    /// Take, or wait in line for, a node's lock. A waiter's ticket is the
+    /// index of this command.
+    Acquire {
+        key: String,
+        session: SessionId,
+        mode: LockMode,
+        contents: Option<Vec<u8>>,
+        wait: bool,
+    },
+    /// Give a lock back.
+    Release { key: String, session: SessionId },
+    /// Take waiter `ticket` out of line: it stopped waiting.
+    CancelWait { key: String, ticket: u64 },
+    /// Grant the lock of `key` to its waiters if they can have it now (its
+    /// lock-delay has ended).
+    GrantWaiters { key: String },
 }
 
 /// What a successfully applied command produced.
@@ -56,6 +74,25 @@ pub enum Applied {
         index: u64,
         keys: Vec<String>,
     },
+    /// The lock is held, as `sequencer` names.
+    Acquired {
+        index: u64,
+        sequencer: Sequencer,
+    },
+    /// The acquire waits in line as `ticket`.
+    Queued {
+        ticket: u64,
+    },
+    /// The lock was released.
+    Released {
+        index: u64,
+    },
+    /// A waiter left the line; `refusal` says why the lock was not had.
+    WaitCancelled {
+        refusal: Error,
+    },
+    /// Waiters were granted whatever they could have.
+    WaitersChecked,
 }
 
 /// Something that happened because a command was applied; the wrapper turns
@@ -76,6 +113,21 @@ pub enum StateEvent {
     /// A node was deleted.
     NodeDeleted {
         key: String,
+    },
+    /// Waiter `ticket` got the lock.
+    LockGranted {
+        ticket: u64,
+        index: u64,
+        sequencer: Sequencer,
+    },
+    /// Waiter `ticket` left the line because its session ended.
+    WaitEnded {
+        ticket: u64,
+    },
+    /// The lock of `key` is in lock-delay until master time `until`.
+    LockDelayStarted {
+        key: String,
+        until: Millis,
     },
 }
 
@@ -109,10 +161,11 @@ impl From<&Config> for Bounds {
 pub struct State {
     bounds: Bounds,
     // BTreeMap: listing order is observable and must not depend on hashing.
-    sessions: BTreeMap<SessionId, Session>,
+    pub(crate) sessions: BTreeMap<SessionId, Session>,
     ended: HashMap<SessionId, EndCause>,
     ended_order: VecDeque<SessionId>,
-    namespace: Namespace,
+    pub(crate) namespace: Namespace,
+    pub(crate) locks: Locks,
     /// Rises by one with every command that changes the state (`NS-2`).
     index: u64,
 }
@@ -126,6 +179,7 @@ impl State {
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
             namespace: Namespace::default(),
+            locks: Locks::default(),
             index: 0,
         }
     }
@@ -134,7 +188,7 @@ impl State {
     pub fn apply(
         &mut self,
         command: Command,
-        _now: Millis,
+        now: Millis,
     ) -> (Result<Applied, Error>, Vec<StateEvent>) {
         let mut events = Vec::new();
         // Every command gets the next index; a refused one changes nothing,
@@ -149,22 +203,30 @@ impl State {
                 lock_delay,
                 behavior,
             } => self.create_session(id, name, lease, lock_delay, behavior, &mut events),
-            Command::EndSession { id, cause } => self.end_session(id, cause, index, &mut events),
+            Command::EndSession { id, cause } => {
+                self.end_session(id, cause, index, now, &mut events)
+            }
             Command::Put(put) => self.put(put, index, &mut events),
             Command::Delete {
                 key,
                 cas,
                 recursive,
-            } => self
-                .namespace
-                .delete(&key, cas, recursive, index)
-                .map(|keys| {
-                    events.extend(
-                        keys.iter()
-                            .map(|key| StateEvent::NodeDeleted { key: key.clone() }),
-                    );
-                    Applied::Deleted { index, keys }
-                }),
+            } => self.delete(&key, cas, recursive, index, now, &mut events),
+            Command::Acquire {
+                key,
+                session,
+                mode,
+                contents,
+                wait,
+            } => self.acquire(key, session, mode, contents, wait, index, now, &mut events),
+            Command::Release { key, session } => {
+                self.release(&key, session, index, now, &mut events)
+            }
+            Command::CancelWait { key, ticket } => self.cancel_wait(&key, ticket, now),
+            Command::GrantWaiters { key } => {
+                self.grant_waiters(&key, index, now, &mut events);
+                Ok(Applied::WaitersChecked)
+            }
         };
         if reply.is_err() {
             self.index -= 1;
@@ -241,12 +303,15 @@ impl State {
         id: SessionId,
         cause: EndCause,
         index: u64,
+        now: Millis,
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
-        if self.sessions.remove(&id).is_none() {
+        let Some(session) = self.sessions.remove(&id) else {
             return Err(self.missing_session(id));
-        }
+        };
         self.remember_ended(id, cause);
+        let lock_delay = session.lock_delay.as_millis() as Millis;
+        self.invalidate_locks(id, session.behavior, lock_delay, index, now, events);
         events.push(StateEvent::SessionEnded { id, cause });
         for key in self.namespace.ephemeral_of(id) {
             self.namespace.remove(&key, index);
@@ -270,6 +335,45 @@ impl State {
         self.namespace.put(put, index)?;
         events.push(StateEvent::NodeChanged { key });
         Ok(Applied::Written { index })
+    }
+
+    fn delete(
+        &mut self,
+        key: &str,
+        cas: Option<u64>,
+        recursive: bool,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        let keys = self.namespace.delete(key, cas, recursive, index)?;
+        for key in &keys {
+            events.push(StateEvent::NodeDeleted { key: key.clone() });
+            // A deleted node's lock is released, as a plain release is; its
+            // waiters may now have it, which creates the node again.
+            self.release_deleted(key);
+            self.grant_waiters(key, index, now, events);
+            self.locks.tidy(key, now);
+        }
+        Ok(Applied::Deleted { index, keys })
+    }
+
+    pub(crate) fn check_contents(&self, contents: Option<&[u8]>) -> Result<(), Error> {
+        match contents {
+            Some(c) if c.len() > MAX_CONTENTS => Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "contents of {} bytes exceed the maximum of {MAX_CONTENTS}",
+                    c.len()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The locks, for reads.
+    pub fn locks(&self) -> &Locks {
+        &self.locks
     }
 
     /// The namespace, for reads.

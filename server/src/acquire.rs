@@ -1,0 +1,117 @@
+//! Blocking acquires (SPEC `LOCK-3`): the master holds the reply while the
+//! acquire waits in line, as it holds a KeepAlive, until the lock is granted,
+//! the session ends, or the wait times out.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use leasehold_protocol::{Acquire, Error, ErrorCode, Response, Sequencer};
+use tokio_util::time::delay_queue;
+
+use crate::config::MAX_WATCH_TIMEOUT;
+use crate::lease::Millis;
+use crate::master::{mismatch, Master, ReplyTx, Timer};
+use crate::state::{Applied, Command};
+
+/// Acquires waiting in line, by ticket.
+#[derive(Debug, Default)]
+pub(crate) struct Acquires {
+    waiting: HashMap<u64, Waiting>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    key: String,
+    reply: ReplyTx,
+    timer: delay_queue::Key,
+}
+
+impl Master {
+    pub(crate) fn acquire(&mut self, acquire: Acquire, reply: ReplyTx, now: Millis) {
+        let command = Command::Acquire {
+            key: acquire.key.clone(),
+            session: acquire.session,
+            mode: acquire.mode,
+            contents: acquire.contents,
+            wait: acquire.wait_ms.is_some(),
+        };
+        match self.apply(command, now) {
+            Ok(Applied::Acquired { index, sequencer }) => self.hand_over(reply, index, sequencer),
+            Ok(Applied::Queued { ticket }) => {
+                let timeout = match acquire.wait_ms {
+                    Some(0) | None => MAX_WATCH_TIMEOUT,
+                    Some(ms) => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
+                };
+                let timer = self.timers.insert(Timer::AcquireTimeout(ticket), timeout);
+                self.acquires.waiting.insert(
+                    ticket,
+                    Waiting {
+                        key: acquire.key,
+                        reply,
+                        timer,
+                    },
+                );
+            }
+            Ok(other) => {
+                let _ = reply.send(Err(mismatch(other)));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// A waiter got the lock.
+    pub(crate) fn acquire_granted(&mut self, ticket: u64, index: u64, sequencer: Sequencer) {
+        if let Some(waiting) = self.acquires.waiting.remove(&ticket) {
+            self.timers.remove(&waiting.timer);
+            self.hand_over(waiting.reply, index, sequencer);
+        }
+    }
+
+    /// A waiter's session ended while it waited.
+    pub(crate) fn acquire_ended(&mut self, ticket: u64) {
+        if let Some(waiting) = self.acquires.waiting.remove(&ticket) {
+            self.timers.remove(&waiting.timer);
+            let _ = waiting.reply.send(Err(Error::new(
+                ErrorCode::SessionExpired,
+                format!("the session ended while waiting for '{}'", waiting.key),
+            )));
+        }
+    }
+
+    /// A waiter's time is up: it leaves the line, told why it got nothing.
+    pub(crate) fn acquire_timed_out(&mut self, ticket: u64) {
+        // The timer has fired, so its key is spent: forget the wait first.
+        let Some(waiting) = self.acquires.waiting.remove(&ticket) else {
+            return;
+        };
+        let command = Command::CancelWait {
+            key: waiting.key,
+            ticket,
+        };
+        let answer = match self.apply(command, self.now()) {
+            Ok(Applied::WaitCancelled { refusal }) => Err(refusal),
+            Ok(other) => Err(mismatch(other)),
+            Err(e) => Err(e),
+        };
+        let _ = waiting.reply.send(answer);
+    }
+
+    /// Tells the acquirer it holds the lock; if it is no longer there to be
+    /// told, gives the lock back at once, so no session holds a lock its
+    /// client never heard of.
+    fn hand_over(&mut self, reply: ReplyTx, index: u64, sequencer: Sequencer) {
+        let response = Response::Acquired {
+            index,
+            sequencer: sequencer.to_bytes(),
+        };
+        if reply.send(Ok(response)).is_err() {
+            let release = Command::Release {
+                key: sequencer.key,
+                session: sequencer.session,
+            };
+            let _ = self.apply(release, self.now());
+        }
+    }
+}

@@ -1,0 +1,800 @@
+//! Locks: every node can be locked, exclusive or shared (SPEC "Locks").
+//!
+//! Lock state lives beside the namespace, keyed by key, so that lock-delay
+//! outlives a node that its holder's session deleted. The lock generation
+//! lives on the node. Everything here runs inside `State::apply`: waiters
+//! are granted in the order their commands were applied, which makes the
+//! queue part of the replicated state.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
+
+use crate::lease::Millis;
+use crate::node::check_key;
+use crate::state::{Applied, State, StateEvent};
+
+/// One blocking acquire waiting its turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    /// The index of the command that queued it: unique, and names it.
+    pub ticket: u64,
+    pub session: SessionId,
+    pub mode: LockMode,
+    pub contents: Option<Vec<u8>>,
+}
+
+/// The lock of one key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockState {
+    pub holders: BTreeMap<SessionId, LockMode>,
+    /// First in, first served (`LOCK-5`).
+    pub waiters: VecDeque<Waiter>,
+    /// Master time at which lock-delay ends (`LOCK-6`).
+    pub delay_until: Option<Millis>,
+}
+
+impl LockState {
+    fn admits(&self, mode: LockMode) -> bool {
+        self.holders.is_empty()
+            || (mode == LockMode::Shared && self.holders.values().all(|m| *m == LockMode::Shared))
+    }
+
+    fn delay_remaining(&self, now: Millis) -> Option<Millis> {
+        self.delay_until
+            .filter(|until| *until > now)
+            .map(|until| until - now)
+    }
+
+    fn is_idle(&self, now: Millis) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty() && self.delay_remaining(now).is_none()
+    }
+}
+
+/// Every lock that is held, awaited or delayed, with indexes by session.
+#[derive(Debug, Default)]
+pub struct Locks {
+    locks: BTreeMap<String, LockState>,
+    held_by: HashMap<SessionId, BTreeSet<String>>,
+    waiting_by: HashMap<SessionId, BTreeSet<(String, u64)>>,
+}
+
+impl Locks {
+    /// The lock of `key`, if it is held, awaited or delayed.
+    pub fn get(&self, key: &str) -> Option<&LockState> {
+        self.locks.get(key)
+    }
+
+    /// The keys whose locks `session` holds.
+    pub fn held_by(&self, session: SessionId) -> Vec<String> {
+        self.held_by
+            .get(&session)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn remove_holder(&mut self, key: &str, session: SessionId) -> bool {
+        let Some(lock) = self.locks.get_mut(key) else {
+            return false;
+        };
+        if lock.holders.remove(&session).is_none() {
+            return false;
+        }
+        if let Some(keys) = self.held_by.get_mut(&session) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.held_by.remove(&session);
+            }
+        }
+        true
+    }
+
+    fn forget_waiter(&mut self, session: SessionId, key: &str, ticket: u64) {
+        if let Some(waits) = self.waiting_by.get_mut(&session) {
+            waits.remove(&(key.to_string(), ticket));
+            if waits.is_empty() {
+                self.waiting_by.remove(&session);
+            }
+        }
+    }
+
+    pub(crate) fn tidy(&mut self, key: &str, now: Millis) {
+        if self.locks.get(key).is_some_and(|l| l.is_idle(now)) {
+            self.locks.remove(key);
+        }
+    }
+}
+
+impl State {
+    /// Takes, or queues for, the lock of `key` (`LOCK-2`, `LOCK-3`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn acquire(
+        &mut self,
+        key: String,
+        session: SessionId,
+        mode: LockMode,
+        contents: Option<Vec<u8>>,
+        wait: bool,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        check_key(&key).map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
+        self.check_contents(contents.as_deref())?;
+        if self.session(session).is_none() {
+            return Err(self.missing_session(session));
+        }
+        let lock = self.locks.locks.entry(key.clone()).or_default();
+        match lock.holders.get(&session) {
+            // Re-acquiring what one holds succeeds and leaves the generation.
+            Some(held) if *held == mode => {
+                return Ok(self.grant(&key, session, mode, contents, index, events));
+            }
+            Some(held) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "the session holds '{key}' {held:?}; release it before asking for {mode:?}"
+                    ),
+                ));
+            }
+            None => {}
+        }
+        if lock.waiters.iter().any(|w| w.session == session) {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("the session already waits for '{key}'"),
+            ));
+        }
+        let delayed = lock.delay_remaining(now);
+        // A newcomer never overtakes a waiter (`LOCK-5`).
+        if delayed.is_none() && lock.waiters.is_empty() && lock.admits(mode) {
+            return Ok(self.grant(&key, session, mode, contents, index, events));
+        }
+        if wait {
+            lock.waiters.push_back(Waiter {
+                ticket: index,
+                session,
+                mode,
+                contents,
+            });
+            self.locks
+                .waiting_by
+                .entry(session)
+                .or_default()
+                .insert((key, index));
+            return Ok(Applied::Queued { ticket: index });
+        }
+        let refusal = unavailable(&key, lock, now);
+        self.locks.tidy(&key, now);
+        Err(refusal)
+    }
+
+    /// Gives a lock back; the next waiters get it (`LOCK-4`).
+    pub(crate) fn release(
+        &mut self,
+        key: &str,
+        session: SessionId,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        if !self.locks.remove_holder(key, session) {
+            return Err(Error::new(
+                ErrorCode::LockNotHeld,
+                format!("the session does not hold '{key}'"),
+            ));
+        }
+        self.namespace.touch(key, index);
+        events.push(StateEvent::NodeChanged {
+            key: key.to_string(),
+        });
+        self.grant_waiters(key, index, now, events);
+        self.locks.tidy(key, now);
+        Ok(Applied::Released { index })
+    }
+
+    /// Takes a waiter out of line, because it gave up (`LOCK-3`).
+    pub(crate) fn cancel_wait(
+        &mut self,
+        key: &str,
+        ticket: u64,
+        now: Millis,
+    ) -> Result<Applied, Error> {
+        let Some(lock) = self.locks.locks.get_mut(key) else {
+            return Err(not_waiting(ticket));
+        };
+        let Some(at) = lock.waiters.iter().position(|w| w.ticket == ticket) else {
+            return Err(not_waiting(ticket));
+        };
+        let waiter = lock.waiters.remove(at).unwrap_or_else(|| unreachable!());
+        let refusal = unavailable(key, lock, now);
+        self.locks.forget_waiter(waiter.session, key, ticket);
+        self.locks.tidy(key, now);
+        Ok(Applied::WaitCancelled { refusal })
+    }
+
+    /// Grants whatever waiters can now have the lock, first come first
+    /// served: the head, and the shared waiters right behind a shared head.
+    pub(crate) fn grant_waiters(
+        &mut self,
+        key: &str,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) {
+        loop {
+            let Some(lock) = self.locks.locks.get_mut(key) else {
+                return;
+            };
+            if lock.delay_remaining(now).is_some() {
+                return;
+            }
+            let Some(head) = lock.waiters.front() else {
+                return;
+            };
+            if !lock.admits(head.mode) {
+                return;
+            }
+            let waiter = lock.waiters.pop_front().unwrap_or_else(|| unreachable!());
+            self.locks.forget_waiter(waiter.session, key, waiter.ticket);
+            let granted = self.grant(
+                key,
+                waiter.session,
+                waiter.mode,
+                waiter.contents,
+                index,
+                events,
+            );
+            if let Applied::Acquired { sequencer, .. } = granted {
+                events.push(StateEvent::LockGranted {
+                    ticket: waiter.ticket,
+                    index,
+                    sequencer,
+                });
+            }
+        }
+    }
+
+    /// Makes `session` a holder of `key`'s lock, creating the node if need
+    /// be, writing `contents` if given, and raising the lock generation if
+    /// the lock was free (`LOCK-2`).
+    fn grant(
+        &mut self,
+        key: &str,
+        session: SessionId,
+        mode: LockMode,
+        contents: Option<Vec<u8>>,
+        index: u64,
+        events: &mut Vec<StateEvent>,
+    ) -> Applied {
+        let lock = self.locks.locks.entry(key.to_string()).or_default();
+        let was_free = lock.holders.is_empty();
+        lock.holders.insert(session, mode);
+        self.locks
+            .held_by
+            .entry(session)
+            .or_default()
+            .insert(key.to_string());
+        let node = self.namespace.lock_node(key, contents, was_free, index);
+        events.push(StateEvent::NodeChanged {
+            key: key.to_string(),
+        });
+        Applied::Acquired {
+            index,
+            sequencer: Sequencer {
+                key: key.to_string(),
+                mode,
+                lock_generation: node.lock_generation,
+                instance: node.instance,
+                session,
+            },
+        }
+    }
+
+    /// Ends `session`'s part in every lock: the locks it holds are released
+    /// with its lock-delay, or their nodes deleted if its behaviour says so;
+    /// its waits end (`LOCK-6`, `SES-4`).
+    pub(crate) fn invalidate_locks(
+        &mut self,
+        session: SessionId,
+        behavior: Behavior,
+        lock_delay: Millis,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) {
+        for (key, ticket) in self.locks.waiting_by.remove(&session).unwrap_or_default() {
+            if let Some(lock) = self.locks.locks.get_mut(&key) {
+                lock.waiters.retain(|w| w.ticket != ticket);
+            }
+            events.push(StateEvent::WaitEnded { ticket });
+            self.locks.tidy(&key, now);
+        }
+        for key in self.locks.held_by(session) {
+            self.locks.remove_holder(&key, session);
+            if lock_delay > 0 {
+                let until = now + lock_delay;
+                let lock = self.locks.locks.entry(key.clone()).or_default();
+                lock.delay_until = Some(lock.delay_until.map_or(until, |u| u.max(until)));
+                events.push(StateEvent::LockDelayStarted {
+                    key: key.clone(),
+                    until,
+                });
+            }
+            if behavior == Behavior::Delete {
+                self.namespace.remove(&key, index);
+                events.push(StateEvent::NodeDeleted { key: key.clone() });
+            } else {
+                self.namespace.touch(&key, index);
+                events.push(StateEvent::NodeChanged { key: key.clone() });
+            }
+            self.grant_waiters(&key, index, now, events);
+            self.locks.tidy(&key, now);
+        }
+    }
+
+    /// Releases every holder of `key`, whose node is being deleted: a plain
+    /// release, without lock-delay (`LOCK-8`).
+    pub(crate) fn release_deleted(&mut self, key: &str) {
+        let holders: Vec<SessionId> = self
+            .locks
+            .locks
+            .get(key)
+            .map(|l| l.holders.keys().copied().collect())
+            .unwrap_or_default();
+        for session in holders {
+            self.locks.remove_holder(key, session);
+        }
+    }
+
+    /// Whether `sequencer` names a holding that is current (`LOCK-7`).
+    pub fn sequencer_is_valid(&self, sequencer: &Sequencer) -> bool {
+        let Some(node) = self.namespace.get(&sequencer.key) else {
+            return false;
+        };
+        node.instance == sequencer.instance
+            && node.lock_generation == sequencer.lock_generation
+            && self
+                .locks
+                .get(&sequencer.key)
+                .and_then(|l| l.holders.get(&sequencer.session))
+                == Some(&sequencer.mode)
+    }
+
+    /// The sequencer of `session`'s holding of `key`.
+    pub fn sequencer_of(&self, key: &str, session: SessionId) -> Option<Sequencer> {
+        let mode = *self.locks.get(key)?.holders.get(&session)?;
+        let node = self.namespace.get(key)?;
+        Some(Sequencer {
+            key: key.to_string(),
+            mode,
+            lock_generation: node.lock_generation,
+            instance: node.instance,
+            session,
+        })
+    }
+}
+
+/// Why the lock of `key` cannot be had now.
+fn unavailable(key: &str, lock: &LockState, now: Millis) -> Error {
+    match lock.delay_remaining(now) {
+        Some(remaining_ms) => Error::new(
+            ErrorCode::LockDelayed { remaining_ms },
+            format!(
+                "'{key}' is in lock-delay for another {remaining_ms} ms: its holder's session was invalidated"
+            ),
+        ),
+        None if lock.holders.is_empty() => Error::new(
+            ErrorCode::LockHeld,
+            format!("'{key}' is free but {} waiter(s) are ahead", lock.waiters.len()),
+        ),
+        None => Error::new(
+            ErrorCode::LockHeld,
+            format!(
+                "'{key}' is held by {} session(s); {} waiting",
+                lock.holders.len(),
+                lock.waiters.len()
+            ),
+        ),
+    }
+}
+
+fn not_waiting(ticket: u64) -> Error {
+    Error::new(
+        ErrorCode::InvalidArgument,
+        format!("no acquire {ticket} is waiting"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::session::EndCause;
+    use crate::state::{Bounds, Command};
+
+    const A: u128 = 1;
+    const B: u128 = 2;
+    const C: u128 = 3;
+
+    fn id(n: u128) -> SessionId {
+        SessionId::from_u128(n)
+    }
+
+    /// A state with sessions A, B and C; A has a 5 s lock-delay and the
+    /// behaviour given, the others none.
+    fn state(behavior: Behavior) -> State {
+        let mut s = State::new(Bounds::from(&Config::default()));
+        for (n, delay) in [(A, 5_000), (B, 0), (C, 0)] {
+            let (reply, _) = s.apply(
+                Command::CreateSession {
+                    id: id(n),
+                    name: format!("s{n}"),
+                    lease: None,
+                    lock_delay: Some(Duration::from_millis(delay)),
+                    behavior: if n == A { behavior } else { Behavior::Release },
+                },
+                0,
+            );
+            reply.unwrap();
+        }
+        s
+    }
+
+    fn acquire(
+        s: &mut State,
+        who: u128,
+        mode: LockMode,
+        wait: bool,
+        now: Millis,
+    ) -> (Result<Applied, Error>, Vec<StateEvent>) {
+        s.apply(
+            Command::Acquire {
+                key: "k".into(),
+                session: id(who),
+                mode,
+                contents: None,
+                wait,
+            },
+            now,
+        )
+    }
+
+    fn generation(reply: Result<Applied, Error>) -> u64 {
+        match reply {
+            Ok(Applied::Acquired { sequencer, .. }) => sequencer.lock_generation,
+            other => panic!("expected the lock, got {other:?}"),
+        }
+    }
+
+    fn ticket(reply: Result<Applied, Error>) -> u64 {
+        match reply {
+            Ok(Applied::Queued { ticket }) => ticket,
+            other => panic!("expected to wait in line, got {other:?}"),
+        }
+    }
+
+    fn release(s: &mut State, who: u128, now: Millis) -> Vec<StateEvent> {
+        let (reply, events) = s.apply(
+            Command::Release {
+                key: "k".into(),
+                session: id(who),
+            },
+            now,
+        );
+        assert!(matches!(reply, Ok(Applied::Released { .. })), "{reply:?}");
+        events
+    }
+
+    fn end(s: &mut State, who: u128, now: Millis) -> Vec<StateEvent> {
+        let (reply, events) = s.apply(
+            Command::EndSession {
+                id: id(who),
+                cause: EndCause::Expired,
+            },
+            now,
+        );
+        reply.unwrap();
+        events
+    }
+
+    fn granted(events: &[StateEvent]) -> Vec<u64> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                StateEvent::LockGranted { ticket, .. } => Some(*ticket),
+                _ => None,
+            })
+            .collect()
+    }
+
+    // LOCK-2
+    #[test]
+    fn the_generation_rises_from_free_to_held_and_not_on_reacquire_or_release() {
+        let mut s = state(Behavior::Release);
+        assert_eq!(
+            generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0),
+            1
+        );
+        assert_eq!(
+            generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0),
+            1
+        );
+        release(&mut s, A, 0);
+        assert_eq!(s.namespace().get("k").unwrap().lock_generation, 1);
+        assert_eq!(
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0),
+            2
+        );
+    }
+
+    // LOCK-1
+    #[test]
+    fn shared_holders_coexist_and_exclude_an_exclusive_one() {
+        let mut s = state(Behavior::Release);
+        assert_eq!(
+            generation(acquire(&mut s, A, LockMode::Shared, false, 0).0),
+            1
+        );
+        assert_eq!(
+            generation(acquire(&mut s, B, LockMode::Shared, false, 0).0),
+            1
+        );
+        let refused = acquire(&mut s, C, LockMode::Exclusive, false, 0)
+            .0
+            .unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LockHeld);
+        release(&mut s, A, 0);
+        release(&mut s, B, 0);
+        assert_eq!(
+            generation(acquire(&mut s, C, LockMode::Exclusive, false, 0).0),
+            2
+        );
+        let refused = acquire(&mut s, A, LockMode::Shared, false, 0)
+            .0
+            .unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LockHeld);
+    }
+
+    // LOCK-5
+    #[test]
+    fn waiters_are_served_first_come_first_served() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, true, 0).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, 0).0);
+        assert_eq!(granted(&release(&mut s, A, 0)), [b]);
+        assert_eq!(granted(&release(&mut s, B, 0)), [c]);
+    }
+
+    // LOCK-5
+    #[test]
+    fn a_newcomer_never_overtakes_a_waiter() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Shared, false, 0).0);
+        ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        let refused = acquire(&mut s, C, LockMode::Shared, false, 0)
+            .0
+            .unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LockHeld);
+    }
+
+    // LOCK-5
+    #[test]
+    fn shared_waiters_behind_each_other_are_granted_together() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Shared, true, 0).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Shared, true, 0).0);
+        assert_eq!(granted(&release(&mut s, A, 0)), [b, c]);
+    }
+
+    // LOCK-6, ERR-12
+    #[test]
+    fn lock_delay_follows_invalidation_and_the_refusal_says_how_long() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 1_000).0);
+        let events = end(&mut s, A, 1_000);
+        assert!(events.contains(&StateEvent::LockDelayStarted {
+            key: "k".into(),
+            until: 6_000
+        }));
+        let refused = acquire(&mut s, B, LockMode::Exclusive, false, 2_500)
+            .0
+            .unwrap_err();
+        assert_eq!(
+            refused.code,
+            ErrorCode::LockDelayed {
+                remaining_ms: 3_500
+            }
+        );
+        assert!(refused.message.contains("3500 ms"), "{}", refused.message);
+        assert_eq!(
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, 6_000).0),
+            2
+        );
+    }
+
+    // LOCK-6
+    #[test]
+    fn a_normal_release_starts_no_lock_delay() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        release(&mut s, A, 0);
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, 1).0);
+    }
+
+    // LOCK-6
+    #[test]
+    fn a_waiter_gets_the_lock_when_lock_delay_ends() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        assert!(
+            granted(&end(&mut s, A, 0)).is_empty(),
+            "not during the delay"
+        );
+        let (_, early) = s.apply(Command::GrantWaiters { key: "k".into() }, 4_999);
+        assert!(granted(&early).is_empty());
+        let (_, on_time) = s.apply(Command::GrantWaiters { key: "k".into() }, 5_000);
+        assert_eq!(granted(&on_time), [b]);
+    }
+
+    // SES-4, LOCK-6
+    #[test]
+    fn behaviour_delete_removes_the_nodes_the_session_held_and_keeps_the_delay() {
+        let mut s = state(Behavior::Delete);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        let events = end(&mut s, A, 0);
+        assert!(events.contains(&StateEvent::NodeDeleted { key: "k".into() }));
+        assert!(s.namespace().get("k").is_none());
+        let refused = acquire(&mut s, B, LockMode::Exclusive, false, 10)
+            .0
+            .unwrap_err();
+        assert_eq!(
+            refused.code,
+            ErrorCode::LockDelayed {
+                remaining_ms: 4_990
+            }
+        );
+    }
+
+    // LOCK-3
+    #[test]
+    fn a_waiter_whose_session_ends_leaves_the_line() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, 0).0);
+        assert!(end(&mut s, B, 0).contains(&StateEvent::WaitEnded { ticket: b }));
+        assert_eq!(granted(&release(&mut s, A, 0)), [c]);
+    }
+
+    // LOCK-3
+    #[test]
+    fn a_cancelled_wait_says_why_the_lock_was_not_had() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        let (reply, _) = s.apply(
+            Command::CancelWait {
+                key: "k".into(),
+                ticket: b,
+            },
+            0,
+        );
+        let Ok(Applied::WaitCancelled { refusal }) = reply else {
+            panic!("expected the wait cancelled, got {reply:?}");
+        };
+        assert_eq!(refusal.code, ErrorCode::LockHeld);
+        assert!(granted(&release(&mut s, A, 0)).is_empty());
+    }
+
+    // LOCK-7
+    #[test]
+    fn a_sequencer_is_valid_only_while_its_holding_lasts() {
+        let mut s = state(Behavior::Release);
+        let Ok(Applied::Acquired { sequencer, .. }) =
+            acquire(&mut s, A, LockMode::Exclusive, false, 0).0
+        else {
+            panic!("expected the lock");
+        };
+        assert!(s.sequencer_is_valid(&sequencer));
+        assert_eq!(s.sequencer_of("k", id(A)), Some(sequencer.clone()));
+        release(&mut s, A, 0);
+        assert!(!s.sequencer_is_valid(&sequencer));
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0);
+        let stolen = Sequencer {
+            session: id(B),
+            ..sequencer.clone()
+        };
+        assert!(!s.sequencer_is_valid(&stolen), "an older generation");
+    }
+
+    // LOCK-7, LOCK-8
+    #[test]
+    fn a_sequencer_of_a_deleted_node_stays_invalid_after_the_node_is_recreated() {
+        let mut s = state(Behavior::Release);
+        let Ok(Applied::Acquired { sequencer, .. }) =
+            acquire(&mut s, B, LockMode::Exclusive, false, 0).0
+        else {
+            panic!("expected the lock");
+        };
+        let (reply, _) = s.apply(
+            Command::Delete {
+                key: "k".into(),
+                cas: None,
+                recursive: false,
+            },
+            0,
+        );
+        reply.unwrap();
+        // Same generation (1) on a new node: only the instance tells them apart.
+        assert_eq!(
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0),
+            1
+        );
+        assert!(!s.sequencer_is_valid(&sequencer));
+    }
+
+    // LOCK-8
+    #[test]
+    fn deleting_a_locked_node_hands_the_lock_to_the_next_waiter() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, 0).0);
+        let (reply, events) = s.apply(
+            Command::Delete {
+                key: "k".into(),
+                cas: None,
+                recursive: false,
+            },
+            0,
+        );
+        reply.unwrap();
+        assert_eq!(granted(&events), [c]);
+        assert!(
+            s.namespace().get("k").is_some(),
+            "created again for its new holder"
+        );
+    }
+
+    // LOCK-2
+    #[test]
+    fn an_acquire_with_contents_writes_them_in_the_same_step() {
+        let mut s = state(Behavior::Release);
+        let (reply, _) = s.apply(
+            Command::Acquire {
+                key: "svc/leader".into(),
+                session: id(A),
+                mode: LockMode::Exclusive,
+                contents: Some(b"10.0.0.1:80".to_vec()),
+                wait: false,
+            },
+            0,
+        );
+        let Ok(Applied::Acquired { index, .. }) = reply else {
+            panic!("expected the lock, got {reply:?}");
+        };
+        let node = s.namespace().get("svc/leader").unwrap();
+        assert_eq!(node.contents, b"10.0.0.1:80");
+        assert_eq!((node.modify_index, node.lock_generation), (index, 1));
+    }
+
+    // ERR-13
+    #[test]
+    fn releasing_a_lock_not_held_is_refused() {
+        let mut s = state(Behavior::Release);
+        let (reply, _) = s.apply(
+            Command::Release {
+                key: "k".into(),
+                session: id(A),
+            },
+            0,
+        );
+        assert_eq!(reply.unwrap_err().code, ErrorCode::LockNotHeld);
+    }
+}
