@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use leasehold::{
-    Behavior, Client, ClientError, DeleteOptions, ErrorCode, NodeView, PutOptions, SessionId,
-    SessionInfo, SessionOptions,
+    Behavior, Client, ClientError, DeleteOptions, ErrorCode, NodeView, PutOptions, Sequencer,
+    SessionId, SessionInfo, SessionOptions,
 };
 use serde_json::json;
 
@@ -78,6 +78,9 @@ enum Command {
         #[arg(long)]
         recursive: bool,
     },
+    /// Check a sequencer (hex, as in LEASEHOLD_SEQUENCER): exit 0 if it
+    /// names a current holding, 1 if not.
+    CheckSequencer { sequencer: String },
 }
 
 #[derive(clap::Args)]
@@ -252,6 +255,28 @@ async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Result<ExitCode
         }
         Command::Ls { prefix, recursive } => {
             print_keys(&client.list(&prefix, recursive).await?, json);
+        }
+        Command::CheckSequencer { sequencer } => {
+            let Some(parsed) = Sequencer::from_hex(sequencer.trim()) else {
+                anyhow::bail!("'{sequencer}' is not a sequencer");
+            };
+            let valid = client.check_sequencer(&parsed.to_bytes()).await?;
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "valid": valid,
+                        "key": parsed.key,
+                        "lock_generation": parsed.lock_generation,
+                        "session": parsed.session,
+                    })
+                );
+            } else {
+                println!("{}", if valid { "valid" } else { "invalid" });
+            }
+            if !valid {
+                return Ok(ExitCode::from(NOT_FOUND));
+            }
         }
         Command::Serve(_) | Command::Session(_) => unreachable!("dispatched in main"),
     }

@@ -196,3 +196,31 @@ fn a_failed_compare_and_set_is_exit_status_1_and_writes_nothing() {
         .status
         .success());
 }
+
+#[test]
+fn check_sequencer_exits_0_while_the_holding_lasts_and_1_after() {
+    let serve = Serve::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (guard, hex) = runtime.block_on(async {
+        let client = leasehold::Client::connect(serve.addr.clone()).await.unwrap();
+        let session = client
+            .create_session(leasehold::SessionOptions::new("cli-test"))
+            .await
+            .unwrap();
+        let guard = session
+            .try_lock("jobs/report", leasehold::LockOptions::exclusive())
+            .await
+            .unwrap();
+        let hex = guard.sequencer().to_hex();
+        (guard, hex)
+    });
+    let valid = serve.run(&["check-sequencer", &hex]);
+    assert_eq!(valid.status.code(), Some(0));
+    assert_eq!(stdout(&valid), "valid");
+    runtime.block_on(guard.release()).unwrap();
+    let invalid = serve.run(&["check-sequencer", &hex]);
+    assert_eq!(invalid.status.code(), Some(1));
+    assert_eq!(stdout(&invalid), "invalid");
+    let garbage = serve.run(&["check-sequencer", "zz"]);
+    assert_eq!(garbage.status.code(), Some(1));
+}

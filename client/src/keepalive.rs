@@ -25,7 +25,7 @@ use tracing::debug;
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
 use crate::lease::local_expiry;
-use crate::session::{Callbacks, SessionOptions, SessionState, Stop};
+use crate::session::{SessionOptions, SessionState, Shared, Stop};
 
 /// How long a KeepAlive that asks for an immediate answer may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -46,7 +46,7 @@ pub(crate) struct Keeper {
     local_expiry: Instant,
     state: SessionState,
     states: watch::Sender<SessionState>,
-    callbacks: Callbacks,
+    shared: Arc<Shared>,
     /// The connection the latest KeepAlive went out on.
     last_connection: Arc<AtomicU64>,
 }
@@ -71,7 +71,7 @@ impl Keeper {
         local_expiry: Instant,
         options: &SessionOptions,
         states: watch::Sender<SessionState>,
-        callbacks: Callbacks,
+        shared: Arc<Shared>,
     ) -> Self {
         Keeper {
             client,
@@ -82,7 +82,7 @@ impl Keeper {
             local_expiry,
             state: SessionState::Normal,
             states,
-            callbacks,
+            shared,
             last_connection: Arc::default(),
         }
     }
@@ -232,17 +232,23 @@ impl Keeper {
         debug!(session = %self.id, from = self.state.as_str(), to = state.as_str(), "session state");
         self.state = state;
         self.states.send_replace(state);
-        for callback in self
-            .callbacks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for callback in self.shared.callbacks().iter() {
             callback(state);
         }
     }
 
     async fn destroy(&self) -> Result<(), ClientError> {
+        // Destroying invalidates the session, which would start lock-delay
+        // on every lock it holds; a plain release first hands them on at
+        // once (`LOCK-11`).
+        let held: Vec<String> = self.shared.locks().iter().cloned().collect();
+        for key in held {
+            let release = Request::Release {
+                key,
+                session: self.id,
+            };
+            let _ = tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(release)).await;
+        }
         let request = Request::DestroySession { session: self.id };
         match tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(request)).await {
             Err(_) => Err(ClientError::Timeout(DESTROY_TIMEOUT)),

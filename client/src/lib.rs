@@ -33,6 +33,7 @@
 //!   states; `lease.rs`: the local lease formula.
 //! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
 //! - `kv.rs`: get, list, put, delete and watch on the namespace.
+//! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`.
 
 mod client;
 mod connection;
@@ -41,6 +42,7 @@ mod keepalive;
 mod keeper;
 mod kv;
 pub mod lease;
+mod lock;
 mod session;
 mod transport;
 
@@ -49,6 +51,8 @@ pub use error::ClientError;
 pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, PutOptions, Watched};
 pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
+pub use leasehold_protocol::{LockMode, Sequencer};
+pub use lock::{LockGuard, LockOptions};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
 pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};
 

@@ -118,7 +118,27 @@ impl SessionOptions {
 }
 
 pub(crate) type Callback = Box<dyn Fn(SessionState) + Send + Sync>;
-pub(crate) type Callbacks = Arc<Mutex<Vec<Callback>>>;
+
+/// What a session's handles and its keeper task share.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// Called with every state the session enters.
+    pub(crate) callbacks: Mutex<Vec<Callback>>,
+    /// Keys this client holds locks on, released before a close destroys
+    /// the session (`LOCK-11`).
+    pub(crate) locks: Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Shared {
+    pub(crate) fn locks(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn callbacks(&self) -> std::sync::MutexGuard<'_, Vec<Callback>> {
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// How a session's keeper is told to stop.
 #[derive(Debug)]
 pub(crate) struct Stop {
@@ -140,7 +160,7 @@ struct Inner {
     id: SessionId,
     client: Client,
     states: watch::Receiver<SessionState>,
-    callbacks: Callbacks,
+    shared: Arc<Shared>,
     close: Mutex<Option<CloseTx>>,
 }
 
@@ -175,7 +195,7 @@ impl Session {
         options: SessionOptions,
     ) -> Session {
         let (states_tx, states) = watch::channel(SessionState::Normal);
-        let callbacks: Callbacks = Arc::default();
+        let shared: Arc<Shared> = Arc::default();
         let (close, close_rx) = oneshot::channel();
         let keeper = Keeper::new(
             client.clone(),
@@ -184,7 +204,7 @@ impl Session {
             local_expiry(sent, lease, options.clock_drift),
             &options,
             states_tx,
-            callbacks.clone(),
+            shared.clone(),
         );
         tokio::spawn(keeper.run(close_rx));
         Session {
@@ -192,7 +212,7 @@ impl Session {
                 id,
                 client,
                 states,
-                callbacks,
+                shared,
                 close: Mutex::new(Some(close)),
             }),
         }
@@ -206,6 +226,14 @@ impl Session {
     /// The client the session was created through.
     pub fn client(&self) -> &Client {
         &self.inner.client
+    }
+
+    pub(crate) fn remember_lock(&self, key: &str) {
+        self.inner.shared.locks().insert(key.to_string());
+    }
+
+    pub(crate) fn forget_lock(&self, key: &str) {
+        self.inner.shared.locks().remove(key);
     }
 
     /// The session's state now.
@@ -223,11 +251,7 @@ impl Session {
     /// order, from the task that keeps the session alive. The callback must
     /// be quick and must not register callbacks itself.
     pub fn on_state_change(&self, callback: impl Fn(SessionState) + Send + Sync + 'static) {
-        self.inner
-            .callbacks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Box::new(callback));
+        self.inner.shared.callbacks().push(Box::new(callback));
     }
 
     /// Resolves when the session has expired (or was closed): the signal to
@@ -237,8 +261,10 @@ impl Session {
         let _ = states.wait_for(|s| *s == SessionState::Expired).await;
     }
 
-    /// Stops keeping the session alive and destroys it on the master.
-    /// Closing a session that has already expired succeeds. The session, and
+    /// Stops keeping the session alive and destroys it on the master,
+    /// releasing the locks it holds first so that they go to their next
+    /// holders without lock-delay (`LOCK-11`). Closing a session that has
+    /// already expired succeeds. The session, and
     /// every clone of it, is `Expired` afterwards.
     pub async fn close(self) -> Result<(), ClientError> {
         self.stop(true).await

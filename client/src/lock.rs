@@ -1,0 +1,228 @@
+//! Locks held by a session, with their sequencers (SPEC "Locks").
+
+use std::time::Duration;
+
+use leasehold_protocol::{Acquire, LockMode, Request, Response, Sequencer};
+
+use crate::client::{unexpected, Client};
+use crate::error::ClientError;
+use crate::session::{Session, SessionState};
+
+/// The longest a blocking acquire may wait at the master.
+const LONGEST_WAIT: Duration = Duration::from_secs(600);
+
+/// How to take a lock.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::LockOptions;
+///
+/// let options = LockOptions::exclusive()
+///     .contents("10.0.0.7:8080")
+///     .timeout(Duration::from_secs(30));
+/// assert_eq!(options.timeout, Some(Duration::from_secs(30)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    pub mode: LockMode,
+    /// Written to the node in the same step as the acquisition.
+    pub contents: Option<Vec<u8>>,
+    /// How long [`Session::lock`] waits in line (at most 10 minutes, the
+    /// default).
+    pub timeout: Option<Duration>,
+}
+
+impl LockOptions {
+    /// An exclusive lock.
+    pub fn exclusive() -> Self {
+        LockOptions {
+            mode: LockMode::Exclusive,
+            contents: None,
+            timeout: None,
+        }
+    }
+
+    /// A shared lock.
+    pub fn shared() -> Self {
+        LockOptions {
+            mode: LockMode::Shared,
+            ..LockOptions::exclusive()
+        }
+    }
+
+    /// Contents to write with the acquisition.
+    pub fn contents(mut self, contents: impl Into<Vec<u8>>) -> Self {
+        self.contents = Some(contents.into());
+        self
+    }
+
+    /// How long to wait in line.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// A lock held by a session. Dropping it releases the lock (best effort);
+/// [`LockGuard::release`] does so and reports the outcome.
+#[derive(Debug)]
+pub struct LockGuard {
+    session: Session,
+    key: String,
+    sequencer: Sequencer,
+    bytes: Vec<u8>,
+    released: bool,
+}
+
+impl LockGuard {
+    /// The locked key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The sequencer of this holding: pass it to the servers the lock
+    /// protects, which check it with [`Client::check_sequencer`] or refuse
+    /// any older generation than the newest they have seen.
+    pub fn sequencer(&self) -> &Sequencer {
+        &self.sequencer
+    }
+
+    /// The sequencer as the opaque bytes the master checks.
+    pub fn sequencer_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Whether the lock can still be relied on: its session is normal
+    /// (`LOCK-10`).
+    pub fn is_held(&self) -> bool {
+        matches!(
+            self.session.state(),
+            SessionState::Normal | SessionState::Safe
+        )
+    }
+
+    /// Resolves as soon as the lock can no longer be relied on: its session
+    /// left the normal state (jeopardy: the master may have released it
+    /// already; expired: it has) (`LOCK-10`). Stop acting as the holder then.
+    pub async fn lost(&self) {
+        let mut states = self.session.watch_state();
+        let _ = states
+            .wait_for(|s| matches!(s, SessionState::Jeopardy | SessionState::Expired))
+            .await;
+    }
+
+    /// Gives the lock back.
+    pub async fn release(mut self) -> Result<(), ClientError> {
+        self.released = true;
+        self.session.forget_lock(&self.key);
+        release(self.session.client(), &self.key, &self.session).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.session.forget_lock(&self.key);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let session = self.session.clone();
+            let key = std::mem::take(&mut self.key);
+            runtime.spawn(async move {
+                let _ = release(session.client(), &key, &session).await;
+            });
+        }
+    }
+}
+
+async fn release(client: &Client, key: &str, session: &Session) -> Result<(), ClientError> {
+    let request = Request::Release {
+        key: key.to_string(),
+        session: session.id(),
+    };
+    match client.call(request).await? {
+        Response::Released { .. } => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+impl Session {
+    /// Waits in line for the lock of `key` (first come, first served), up
+    /// to the options' timeout; a lock in lock-delay is waited out. Fails
+    /// with `LockHeld` or `LockDelayed` if the timeout passes first.
+    ///
+    /// ```no_run
+    /// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
+    /// use leasehold::LockOptions;
+    ///
+    /// let guard = session.lock("jobs/nightly-report", LockOptions::exclusive()).await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => eprintln!("lost the lock: stop"),
+    ///     _ = run_report(guard.sequencer_bytes()) => {}
+    /// }
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # async fn run_report(_sequencer: &[u8]) {}
+    /// ```
+    pub async fn lock(&self, key: &str, options: LockOptions) -> Result<LockGuard, ClientError> {
+        let wait = options.timeout.unwrap_or(LONGEST_WAIT).min(LONGEST_WAIT);
+        let wait_ms = (wait.as_millis() as u64).max(1);
+        self.acquire(key, options, Some(wait_ms), wait).await
+    }
+
+    /// Takes the lock of `key` only if it can be had at once; fails with
+    /// `LockHeld`, or with `LockDelayed` saying how long lock-delay lasts.
+    pub async fn try_lock(
+        &self,
+        key: &str,
+        options: LockOptions,
+    ) -> Result<LockGuard, ClientError> {
+        self.acquire(key, options, None, Duration::ZERO).await
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        options: LockOptions,
+        wait_ms: Option<u64>,
+        held: Duration,
+    ) -> Result<LockGuard, ClientError> {
+        let request = Request::Acquire(Acquire {
+            key: key.to_string(),
+            session: self.id(),
+            mode: options.mode,
+            contents: options.contents,
+            wait_ms,
+        });
+        match self.client().call_waiting(request, held).await? {
+            Response::Acquired { sequencer, .. } => {
+                let parsed = Sequencer::from_bytes(&sequencer).ok_or_else(|| {
+                    ClientError::Protocol("the master sent a malformed sequencer".into())
+                })?;
+                self.remember_lock(key);
+                Ok(LockGuard {
+                    session: self.clone(),
+                    key: key.to_string(),
+                    sequencer: parsed,
+                    bytes: sequencer,
+                    released: false,
+                })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl Client {
+    /// Whether `sequencer` still names a current holding (`LOCK-7`).
+    pub async fn check_sequencer(&self, sequencer: &[u8]) -> Result<bool, ClientError> {
+        let request = Request::CheckSequencer {
+            sequencer: sequencer.to_vec(),
+        };
+        match self.call(request).await? {
+            Response::SequencerChecked { valid } => Ok(valid),
+            other => Err(unexpected(other)),
+        }
+    }
+}

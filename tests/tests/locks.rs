@@ -1,0 +1,247 @@
+//! Locks through the client library over loopback.
+
+use std::time::Duration;
+
+use leasehold::{Client, ErrorCode, LockMode, LockOptions, Session, SessionOptions, SessionState};
+use leasehold_tests::proxy::{Link, Proxy};
+use leasehold_tests::server::{short_lease_config, start, TestServer};
+use tokio::time::Instant;
+
+async fn setup() -> (TestServer, Client) {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    (server, client)
+}
+
+async fn session(client: &Client, lock_delay: Duration) -> Session {
+    client
+        .create_session(SessionOptions::new("locker").lock_delay(lock_delay))
+        .await
+        .unwrap()
+}
+
+// LOCK-2, LOCK-7
+#[tokio::test]
+async fn a_held_lock_has_a_sequencer_the_master_confirms_until_release() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let guard = a
+        .try_lock("svc/leader", LockOptions::exclusive())
+        .await
+        .unwrap();
+    assert_eq!(guard.sequencer().lock_generation, 1);
+    assert_eq!(guard.sequencer().mode, LockMode::Exclusive);
+    let bytes = guard.sequencer_bytes().to_vec();
+    assert!(client.check_sequencer(&bytes).await.unwrap());
+    let stat = client.stat("svc/leader").await.unwrap().unwrap();
+    assert_eq!(stat.lock_holders, [(a.id(), LockMode::Exclusive)]);
+    guard.release().await.unwrap();
+    assert!(!client.check_sequencer(&bytes).await.unwrap());
+}
+
+// LOCK-2
+#[tokio::test]
+async fn acquiring_with_contents_publishes_the_holders_value() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let _guard = a
+        .try_lock(
+            "svc/leader",
+            LockOptions::exclusive().contents("10.0.0.1:80"),
+        )
+        .await
+        .unwrap();
+    let node = client.get("svc/leader").await.unwrap().unwrap();
+    assert_eq!(node.contents.as_deref(), Some(&b"10.0.0.1:80"[..]));
+}
+
+// LOCK-3, ERR-11
+#[tokio::test]
+async fn a_second_session_is_refused_at_once_or_waits_its_turn() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let b = session(&client, Duration::ZERO).await;
+    let held = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    let refused = b.try_lock("k", LockOptions::exclusive()).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::LockHeld));
+    let waiting = tokio::spawn(async move { b.lock("k", LockOptions::exclusive()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert_eq!(guard.sequencer().lock_generation, 2);
+}
+
+// LOCK-3
+#[tokio::test]
+async fn a_wait_that_times_out_says_the_lock_is_still_held() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let b = session(&client, Duration::ZERO).await;
+    let _held = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    let started = Instant::now();
+    let error = b
+        .lock(
+            "k",
+            LockOptions::exclusive().timeout(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::LockHeld));
+    assert!(started.elapsed() >= Duration::from_millis(290));
+}
+
+// LOCK-5
+#[tokio::test]
+async fn waiters_get_the_lock_in_the_order_they_asked() {
+    let (_server, client) = setup().await;
+    let holder = session(&client, Duration::ZERO).await;
+    let held = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+    for n in 0..3 {
+        let waiter = session(&client, Duration::ZERO).await;
+        let order_tx = order_tx.clone();
+        tokio::spawn(async move {
+            let guard = waiter.lock("k", LockOptions::exclusive()).await.unwrap();
+            order_tx.send(n).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await.unwrap();
+        });
+        // Queue them in a known order.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held.release().await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(order.recv().await.unwrap());
+    }
+    assert_eq!(seen, [0, 1, 2]);
+}
+
+// LOCK-1
+#[tokio::test]
+async fn shared_holders_coexist_and_keep_an_exclusive_one_out() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let b = session(&client, Duration::ZERO).await;
+    let c = session(&client, Duration::ZERO).await;
+    let _ra = a.try_lock("k", LockOptions::shared()).await.unwrap();
+    let _rb = b.try_lock("k", LockOptions::shared()).await.unwrap();
+    let refused = c.try_lock("k", LockOptions::exclusive()).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::LockHeld));
+}
+
+// LOCK-6, ERR-12
+#[tokio::test]
+async fn lock_delay_follows_expiry_is_announced_with_its_remainder_and_is_waited_out() {
+    let (_server, client) = setup().await;
+    let lock_delay = Duration::from_millis(800);
+    let dying = client
+        .create_session(
+            SessionOptions::new("dying")
+                .lease(Duration::from_millis(300))
+                .lock_delay(lock_delay),
+        )
+        .await
+        .unwrap();
+    let guard = dying.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    std::mem::forget(guard); // the holder "crashes": no release
+    dying.detach().await;
+    tokio::time::sleep(Duration::from_millis(450)).await; // the lease has run out
+
+    let next = session(&client, Duration::ZERO).await;
+    let refused = next
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap_err();
+    let Some(ErrorCode::LockDelayed { remaining_ms }) = refused.code() else {
+        panic!("expected lock-delay, got {refused}");
+    };
+    assert!(remaining_ms > 0 && remaining_ms <= 800, "{remaining_ms} ms");
+    assert!(refused.to_string().contains("lock-delay"), "{refused}");
+    let started = Instant::now();
+    let guard = next.lock("k", LockOptions::exclusive()).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(remaining_ms.saturating_sub(20)));
+    assert_eq!(guard.sequencer().lock_generation, 2);
+}
+
+// LOCK-6, LOCK-11
+#[tokio::test]
+async fn closing_a_session_hands_its_locks_on_without_lock_delay() {
+    let (_server, client) = setup().await;
+    let leaving = session(&client, Duration::from_secs(30)).await;
+    let _guard = leaving
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    leaving.close().await.unwrap();
+    let next = session(&client, Duration::ZERO).await;
+    next.try_lock("k", LockOptions::exclusive()).await.unwrap();
+}
+
+// LOCK-6
+#[tokio::test]
+async fn a_destroyed_session_leaves_its_locks_in_lock_delay() {
+    let (_server, client) = setup().await;
+    let victim = session(&client, Duration::from_secs(30)).await;
+    let _guard = victim
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    client.destroy_session(victim.id()).await.unwrap();
+    let next = session(&client, Duration::ZERO).await;
+    let refused = next
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        refused.code(),
+        Some(ErrorCode::LockDelayed { .. })
+    ));
+}
+
+// LOCK-10
+#[tokio::test]
+async fn a_guard_reports_the_lock_lost_when_its_session_enters_jeopardy() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let holder = client
+        .create_session(SessionOptions::new("holder").lease(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    proxy.set(Link::Cut);
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost once the local lease runs out");
+    assert!(!guard.is_held());
+    assert_ne!(holder.state(), SessionState::Normal);
+}
+
+// LOCK-9
+#[tokio::test]
+async fn dropping_a_guard_releases_the_lock() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::from_secs(30)).await;
+    drop(a.try_lock("k", LockOptions::exclusive()).await.unwrap());
+    let b = session(&client, Duration::ZERO).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match b.try_lock("k", LockOptions::exclusive()).await {
+            Ok(_) => break,
+            Err(e) if Instant::now() < deadline => {
+                assert_eq!(e.code(), Some(ErrorCode::LockHeld));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("still held: {e}"),
+        }
+    }
+}
