@@ -202,7 +202,9 @@ fn check_sequencer_exits_0_while_the_holding_lasts_and_1_after() {
     let serve = Serve::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (guard, hex) = runtime.block_on(async {
-        let client = leasehold::Client::connect(serve.addr.clone()).await.unwrap();
+        let client = leasehold::Client::connect(serve.addr.clone())
+            .await
+            .unwrap();
         let session = client
             .create_session(leasehold::SessionOptions::new("cli-test"))
             .await
