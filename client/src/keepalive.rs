@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use leasehold_protocol::{ErrorCode, KeepAlive, LeaseGrant, Request, Response, SessionId};
+use leasehold_protocol::{ErrorCode, Event, KeepAlive, LeaseGrant, Request, Response, SessionId};
 use tokio::sync::{oneshot, watch};
 
 use tokio::time::{sleep_until, Instant};
@@ -49,11 +49,20 @@ pub(crate) struct Keeper {
     shared: Arc<Shared>,
     /// The connection the latest KeepAlive went out on.
     last_connection: Arc<AtomicU64>,
+    /// The highest event sequence number delivered, acknowledged on the
+    /// next KeepAlive.
+    delivered: u64,
 }
 
-fn keepalive_reply(response: Response) -> Result<(u64, LeaseGrant), ClientError> {
+type Granted = (u64, LeaseGrant, Vec<Event>);
+
+fn keepalive_reply(response: Response) -> Result<Granted, ClientError> {
     match response {
-        Response::KeepAlive { epoch, lease, .. } => Ok((epoch, lease)),
+        Response::KeepAlive {
+            epoch,
+            lease,
+            events,
+        } => Ok((epoch, lease, events)),
         other => Err(unexpected(other)),
     }
 }
@@ -84,6 +93,7 @@ impl Keeper {
             states,
             shared,
             last_connection: Arc::default(),
+            delivered: 0,
         }
     }
 
@@ -113,7 +123,9 @@ impl Keeper {
                     return;
                 }
                 Some((sent, result)) = in_flight.next() => match result.and_then(keepalive_reply) {
-                    Ok((epoch, lease)) => {
+                    Ok((epoch, lease, events)) => {
+                        // Events are news whether or not the lease is.
+                        self.deliver(events);
                         self.epoch = epoch;
                         let expiry = local_expiry(sent, lease, self.drift);
                         // A reply that arrives after the lease it granted has
@@ -188,6 +200,19 @@ impl Keeper {
         }
     }
 
+    /// Hands the events of a reply to the application, each once and in
+    /// order: ones already delivered (sent again because their
+    /// acknowledgement was lost) are skipped (`EV-7`).
+    fn deliver(&mut self, events: Vec<Event>) {
+        let mut dispatch = self.shared.dispatch();
+        for event in events {
+            if event.seq > self.delivered {
+                self.delivered = event.seq;
+                dispatch.deliver(event);
+            }
+        }
+    }
+
     /// Sends one KeepAlive; `hold = false` asks for an immediate answer and
     /// gives up after [`PROBE_TIMEOUT`].
     fn send(&self, hold: bool) -> InFlight {
@@ -196,7 +221,7 @@ impl Keeper {
         let request = Request::KeepAlive(KeepAlive {
             session: self.id,
             epoch: self.epoch,
-            acked_seq: 0,
+            acked_seq: self.delivered,
             hold,
         });
         Box::pin(async move {
@@ -235,13 +260,14 @@ impl Keeper {
         for callback in self.shared.callbacks().iter() {
             callback(state);
         }
+        self.shared.dispatch().session_state(state);
     }
 
     async fn destroy(&self) -> Result<(), ClientError> {
         // Destroying invalidates the session, which would start lock-delay
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).
-        let held: Vec<String> = self.shared.locks().iter().cloned().collect();
+        let held: Vec<String> = self.shared.dispatch().locks.keys().cloned().collect();
         for key in held {
             let release = Request::Release {
                 key,

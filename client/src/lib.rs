@@ -34,10 +34,12 @@
 //! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
 //! - `kv.rs`: get, list, put, delete and watch on the namespace.
 //! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`.
+//! - `events.rs`: [`Subscription`]s and where a session's events go.
 
 mod client;
 mod connection;
 mod error;
+mod events;
 mod keepalive;
 mod keeper;
 mod kv;
@@ -48,10 +50,11 @@ mod transport;
 
 pub use client::{Client, ClientConfig};
 pub use error::ClientError;
+pub use events::{SubscribeOptions, Subscription, SubscriptionEvent};
 pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, PutOptions, Watched};
+pub use leasehold_protocol::{event_mask, Change, LockMode, Sequencer};
 pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
-pub use leasehold_protocol::{LockMode, Sequencer};
 pub use lock::{LockGuard, LockOptions};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
 pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};

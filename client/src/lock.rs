@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Acquire, LockMode, Request, Response, Sequencer};
+use leasehold_protocol::{Acquire, LockMode, Request, Response, Sequencer, SessionId};
+use tokio::sync::watch;
 
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
+use crate::events::LockSignal;
 use crate::session::{Session, SessionState};
 
 /// The longest a blocking acquire may wait at the master.
@@ -69,6 +71,7 @@ impl LockOptions {
 pub struct LockGuard {
     session: Session,
     key: String,
+    signal: watch::Receiver<LockSignal>,
     sequencer: Sequencer,
     bytes: Vec<u8>,
     released: bool,
@@ -92,23 +95,41 @@ impl LockGuard {
         &self.bytes
     }
 
-    /// Whether the lock can still be relied on: its session is normal
-    /// (`LOCK-10`).
+    /// Whether the lock can still be relied on: its session is normal and
+    /// the master has not said it took the lock away (`LOCK-10`).
     pub fn is_held(&self) -> bool {
         matches!(
             self.session.state(),
             SessionState::Normal | SessionState::Safe
-        )
+        ) && !self.signal.borrow().lost
     }
 
     /// Resolves as soon as the lock can no longer be relied on: its session
     /// left the normal state (jeopardy: the master may have released it
-    /// already; expired: it has) (`LOCK-10`). Stop acting as the holder then.
+    /// already; expired: it has), or the master took it away (its node was
+    /// deleted) (`LOCK-10`). Stop acting as the holder then.
     pub async fn lost(&self) {
         let mut states = self.session.watch_state();
-        let _ = states
-            .wait_for(|s| matches!(s, SessionState::Jeopardy | SessionState::Expired))
-            .await;
+        let mut signal = self.signal.clone();
+        tokio::select! {
+            _ = states.wait_for(|s| matches!(s, SessionState::Jeopardy | SessionState::Expired)) => {}
+            _ = signal.wait_for(|s| s.lost) => {}
+        }
+    }
+
+    /// Resolves with the session that waits for this lock, as soon as one
+    /// does: a holder that can hand the lock over may release it (`EV-6`).
+    pub async fn conflict(&self) -> SessionId {
+        let mut signal = self.signal.clone();
+        loop {
+            if let Some(waiter) = signal.borrow_and_update().conflict {
+                return waiter;
+            }
+            if signal.changed().await.is_err() {
+                // The guard's record is gone (released): nobody will ask.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Gives the lock back.
@@ -200,10 +221,11 @@ impl Session {
                 let parsed = Sequencer::from_bytes(&sequencer).ok_or_else(|| {
                     ClientError::Protocol("the master sent a malformed sequencer".into())
                 })?;
-                self.remember_lock(key);
+                let signal = self.remember_lock(key);
                 Ok(LockGuard {
                     session: self.clone(),
                     key: key.to_string(),
+                    signal,
                     sequencer: parsed,
                     bytes: sequencer,
                     released: false,

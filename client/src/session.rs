@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::ClientError;
+use crate::events::{Dispatch, LockSignal};
 use crate::keepalive::Keeper;
 use crate::lease::{local_expiry, DEFAULT_CLOCK_DRIFT};
 
@@ -124,14 +125,13 @@ pub(crate) type Callback = Box<dyn Fn(SessionState) + Send + Sync>;
 pub(crate) struct Shared {
     /// Called with every state the session enters.
     pub(crate) callbacks: Mutex<Vec<Callback>>,
-    /// Keys this client holds locks on, released before a close destroys
-    /// the session (`LOCK-11`).
-    pub(crate) locks: Mutex<std::collections::BTreeSet<String>>,
+    /// Where events go.
+    pub(crate) dispatch: Mutex<Dispatch>,
 }
 
 impl Shared {
-    pub(crate) fn locks(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
-        self.locks.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn dispatch(&self) -> std::sync::MutexGuard<'_, Dispatch> {
+        self.dispatch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn callbacks(&self) -> std::sync::MutexGuard<'_, Vec<Callback>> {
@@ -228,12 +228,19 @@ impl Session {
         &self.inner.client
     }
 
-    pub(crate) fn remember_lock(&self, key: &str) {
-        self.inner.shared.locks().insert(key.to_string());
+    /// Records a lock this client now holds; the receiver hears of it.
+    pub(crate) fn remember_lock(&self, key: &str) -> watch::Receiver<LockSignal> {
+        let (tx, rx) = watch::channel(LockSignal::default());
+        self.dispatch().locks.insert(key.to_string(), tx);
+        rx
     }
 
     pub(crate) fn forget_lock(&self, key: &str) {
-        self.inner.shared.locks().remove(key);
+        self.dispatch().locks.remove(key);
+    }
+
+    pub(crate) fn dispatch(&self) -> std::sync::MutexGuard<'_, Dispatch> {
+        self.inner.shared.dispatch()
     }
 
     /// The session's state now.

@@ -161,6 +161,20 @@ pub enum Request {
     CheckSequencer {
         sequencer: Vec<u8>,
     },
+    /// Hear about changes to `key`, or with `prefix` to every key at or
+    /// below it (`prefix` and an empty key: everything), as events on the
+    /// session's KeepAlive replies (`EV-5`).
+    Subscribe {
+        session: SessionId,
+        key: String,
+        prefix: bool,
+        mask: u32,
+    },
+    /// Stop a subscription.
+    Unsubscribe {
+        session: SessionId,
+        subscription: u64,
+    },
 }
 
 /// Take a node's lock (`LOCK-2`, `LOCK-3`).
@@ -273,6 +287,12 @@ pub enum Response {
     SequencerChecked {
         valid: bool,
     },
+    /// A subscription was made.
+    Subscribed {
+        subscription: u64,
+    },
+    /// A subscription was stopped.
+    Unsubscribed,
 }
 
 /// A node as a reply carries it.
@@ -350,10 +370,72 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-/// What an [`Event`] reports.
+/// What an [`Event`] reports (`EV-5`, `EV-6`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
-    /// Events were dropped because the session's queue overflowed; the
-    /// client must re-read what it watches (`EV-4`).
+    /// Something a subscription asked to hear about happened at `key`.
+    Node {
+        subscription: u64,
+        key: String,
+        change: Change,
+    },
+    /// This session's lock on `key` was taken away: the node was deleted
+    /// under it (`LOCK-8`). Sent to the holder without a subscription.
+    LockLost { key: String },
+    /// `waiter` waits for the lock of `key` this session holds: hand it over
+    /// if you can. Sent to every holder without a subscription.
+    LockConflict { key: String, waiter: SessionId },
+    /// Events were dropped because the session's queue overflowed; re-read
+    /// what you watch (`EV-4`).
     EventsLost,
+}
+
+/// What happened to a node a subscription covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    Created,
+    /// Its contents were written.
+    Modified,
+    Deleted,
+    /// A direct child of the subscribed key came into being.
+    ChildAdded {
+        child: String,
+    },
+    /// A direct child of the subscribed key was deleted.
+    ChildRemoved {
+        child: String,
+    },
+    /// A direct child of the subscribed key was written.
+    ChildModified {
+        child: String,
+    },
+    /// `holder` took the node's lock.
+    LockAcquired {
+        holder: SessionId,
+    },
+    /// `holder` no longer holds the node's lock.
+    LockReleased {
+        holder: SessionId,
+    },
+}
+
+/// Bits of a subscription's event mask (`EV-5`).
+pub mod event_mask {
+    /// The node was created, written or deleted.
+    pub const CONTENTS: u32 = 1;
+    /// A direct child was created (exact-key subscriptions).
+    pub const CHILD_ADDED: u32 = 1 << 1;
+    /// A direct child was deleted (exact-key subscriptions).
+    pub const CHILD_REMOVED: u32 = 1 << 2;
+    /// A direct child was written (exact-key subscriptions).
+    pub const CHILD_MODIFIED: u32 = 1 << 3;
+    /// Someone took the node's lock.
+    pub const LOCK_ACQUIRED: u32 = 1 << 4;
+    /// A holder no longer holds the node's lock.
+    pub const LOCK_RELEASED: u32 = 1 << 5;
+    /// The client library's session state transitions, reported in the
+    /// subscription's stream; the master sends nothing for this bit.
+    pub const SESSION_STATE: u32 = 1 << 6;
+    /// Every kind.
+    pub const ALL: u32 = (1 << 7) - 1;
 }

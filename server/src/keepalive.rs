@@ -34,6 +34,7 @@ impl Master {
             let _ = reply.send(Err(self.state.missing_session(id))); // KA-7
             return;
         }
+        self.events.acknowledge(id, ka.acked_seq); // EV-2
         if let Some(previous) = self.take_held(id) {
             self.answer(id, previous, now); // KA-5
         }
@@ -43,7 +44,8 @@ impl Master {
             timer: None,
         };
         match self.leases.answer_held_at(id, self.config.keepalive_margin) {
-            Some(at) if ka.hold && at > now => {
+            // Events waiting: answer at once to deliver them (EV-3).
+            Some(at) if ka.hold && at > now && !self.events.has_pending(id) => {
                 let key = self
                     .timers
                     .insert_at(Timer::AnswerHeld(id), self.instant(at));
@@ -87,7 +89,7 @@ impl Master {
         let _ = held.reply.send(Ok(Response::KeepAlive {
             epoch: self.config.epoch,
             lease: LeaseGrant::conservative(expires - now, now - held.received_at),
-            events: Vec::new(),
+            events: self.events.pending(id),
         }));
     }
 }

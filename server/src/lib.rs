@@ -12,6 +12,7 @@
 //! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters.
 //! - `lease.rs`: leases, the master's soft state.
 //! - `lock.rs`: locks, waiters, lock-delay and sequencers.
+//! - `events.rs`: subscriptions and per-session event queues.
 //! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
 //!   Watches until their key changes; `acquire.rs`: holding blocking
 //!   acquires until they get the lock.
@@ -21,6 +22,7 @@
 mod acquire;
 mod config;
 mod connection;
+mod events;
 mod ids;
 mod keepalive;
 mod lease;

@@ -12,7 +12,7 @@ use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, Sessio
 
 use crate::lease::Millis;
 use crate::node::check_key;
-use crate::state::{Applied, State, StateEvent};
+use crate::state::{Applied, NodeChange, State, StateEvent};
 
 /// One blocking acquire waiting its turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +162,11 @@ impl State {
                 .waiting_by
                 .entry(session)
                 .or_default()
-                .insert((key, index));
+                .insert((key.clone(), index));
+            events.push(StateEvent::LockWaiting {
+                key,
+                waiter: session,
+            });
             return Ok(Applied::Queued { ticket: index });
         }
         let refusal = unavailable(&key, lock, now);
@@ -188,6 +192,12 @@ impl State {
         self.namespace.touch(key, index);
         events.push(StateEvent::NodeChanged {
             key: key.to_string(),
+            change: NodeChange::Touched,
+        });
+        events.push(StateEvent::LockReleased {
+            key: key.to_string(),
+            session,
+            taken: false,
         });
         self.grant_waiters(key, index, now, events);
         self.locks.tidy(key, now);
@@ -276,9 +286,15 @@ impl State {
             .entry(session)
             .or_default()
             .insert(key.to_string());
-        let node = self.namespace.lock_node(key, contents, was_free, index);
+        let (node, change) = self.namespace.lock_node(key, contents, was_free, index);
         events.push(StateEvent::NodeChanged {
             key: key.to_string(),
+            change,
+        });
+        events.push(StateEvent::LockAcquired {
+            key: key.to_string(),
+            session,
+            mode,
         });
         Applied::Acquired {
             index,
@@ -322,12 +338,20 @@ impl State {
                     until,
                 });
             }
+            events.push(StateEvent::LockReleased {
+                key: key.clone(),
+                session,
+                taken: false,
+            });
             if behavior == Behavior::Delete {
                 self.namespace.remove(&key, index);
                 events.push(StateEvent::NodeDeleted { key: key.clone() });
             } else {
                 self.namespace.touch(&key, index);
-                events.push(StateEvent::NodeChanged { key: key.clone() });
+                events.push(StateEvent::NodeChanged {
+                    key: key.clone(),
+                    change: NodeChange::Touched,
+                });
             }
             self.grant_waiters(&key, index, now, events);
             self.locks.tidy(&key, now);
@@ -336,7 +360,7 @@ impl State {
 
     /// Releases every holder of `key`, whose node is being deleted: a plain
     /// release, without lock-delay (`LOCK-8`).
-    pub(crate) fn release_deleted(&mut self, key: &str) {
+    pub(crate) fn release_deleted(&mut self, key: &str, events: &mut Vec<StateEvent>) {
         let holders: Vec<SessionId> = self
             .locks
             .locks
@@ -345,6 +369,11 @@ impl State {
             .unwrap_or_default();
         for session in holders {
             self.locks.remove_holder(key, session);
+            events.push(StateEvent::LockReleased {
+                key: key.to_string(),
+                session,
+                taken: true,
+            });
         }
     }
 

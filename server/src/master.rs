@@ -20,6 +20,7 @@ use tracing::{debug, info};
 
 use crate::acquire::Acquires;
 use crate::config::{Config, MAX_LIST_PAGE};
+use crate::events::Events;
 use crate::ids::Ids;
 use crate::keepalive::Held;
 use crate::lease::{Leases, Millis};
@@ -89,6 +90,7 @@ pub(crate) struct Master {
     lease_timers: HashMap<SessionId, delay_queue::Key>,
     pub(crate) watches: Watches,
     pub(crate) acquires: Acquires,
+    pub(crate) events: Events,
     ids: Ids,
     start: Instant,
 }
@@ -116,6 +118,7 @@ impl Master {
             lease_timers: HashMap::new(),
             watches: Watches::default(),
             acquires: Acquires::default(),
+            events: Events::default(),
             start: Instant::now(),
         }
     }
@@ -160,6 +163,16 @@ impl Master {
                 timeout_ms,
             } => return self.watch(key, after_index, timeout_ms, call.reply),
             Request::Acquire(acquire) => return self.acquire(acquire, call.reply, now),
+            Request::Subscribe {
+                session,
+                key,
+                prefix,
+                mask,
+            } => self.subscribe(session, key, prefix, mask),
+            Request::Unsubscribe {
+                session,
+                subscription,
+            } => self.unsubscribe(session, subscription),
             Request::Release { key, session } => self
                 .apply(Command::Release { key, session }, now)
                 .and_then(|applied| match applied {
@@ -304,6 +317,7 @@ impl Master {
     }
 
     fn on_event(&mut self, event: StateEvent, now: Millis) {
+        self.publish(&event);
         match event {
             StateEvent::SessionCreated { id } => {
                 let Some(session) = self.state.session(id) else {
@@ -316,7 +330,11 @@ impl Master {
                     .insert_at(Timer::LeaseEnd(id), self.instant(expires));
                 self.lease_timers.insert(id, key);
             }
-            StateEvent::NodeChanged { key } | StateEvent::NodeDeleted { key } => {
+            // Heard of through `publish` alone.
+            StateEvent::LockAcquired { .. }
+            | StateEvent::LockReleased { .. }
+            | StateEvent::LockWaiting { .. } => {}
+            StateEvent::NodeChanged { key, .. } | StateEvent::NodeDeleted { key } => {
                 self.wake_watchers(&key);
             }
             StateEvent::LockGranted {

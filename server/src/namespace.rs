@@ -9,6 +9,7 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 use leasehold_protocol::{Error, ErrorCode, SessionId};
 
 use crate::node::{check_key, check_prefix, Node, MAX_CONTENTS};
+use crate::state::NodeChange;
 
 /// Deleted keys remembered, so a watcher that saw a node learns it is gone
 /// (`NS-8`).
@@ -102,7 +103,7 @@ impl Namespace {
 
     /// Writes a node at global index `index` (`NS-6`). The caller has
     /// checked that an ephemeral owner is a live session.
-    pub(crate) fn put(&mut self, put: Put, index: u64) -> Result<(), Error> {
+    pub(crate) fn put(&mut self, put: Put, index: u64) -> Result<NodeChange, Error> {
         check_key(&put.key).map_err(invalid)?;
         if put.contents.len() > MAX_CONTENTS {
             return Err(invalid(format!(
@@ -123,6 +124,7 @@ impl Namespace {
                 node.flags = put.flags;
                 node.content_generation += 1;
                 node.modify_index = index;
+                Ok(NodeChange::Modified)
             }
             None => {
                 self.deleted_at.remove(&put.key);
@@ -144,9 +146,9 @@ impl Namespace {
                         ephemeral_owner: put.ephemeral,
                     },
                 );
+                Ok(NodeChange::Created)
             }
         }
-        Ok(())
     }
 
     /// Marks the node at `key`, if any, as changed at `index`.
@@ -165,8 +167,10 @@ impl Namespace {
         contents: Option<Vec<u8>>,
         was_free: bool,
         index: u64,
-    ) -> &Node {
+    ) -> (&Node, NodeChange) {
+        let mut change = NodeChange::Touched;
         if !self.nodes.contains_key(key) {
+            change = NodeChange::Created;
             self.deleted_at.remove(key);
             self.nodes.insert(
                 key.to_string(),
@@ -185,6 +189,9 @@ impl Namespace {
         if let Some(contents) = contents {
             node.contents = contents;
             node.content_generation += 1;
+            if change == NodeChange::Touched {
+                change = NodeChange::Modified;
+            }
         } else if node.content_generation == 0 {
             // A node created by a lock starts at generation 1 like any other.
             node.content_generation = 1;
@@ -193,7 +200,7 @@ impl Namespace {
             node.lock_generation += 1;
         }
         node.modify_index = index;
-        node
+        (node, change)
     }
 
     /// Deletes `key` (and, when `recursive`, every key below it) at global

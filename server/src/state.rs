@@ -106,9 +106,10 @@ pub enum StateEvent {
         id: SessionId,
         cause: EndCause,
     },
-    /// A node was created or written.
+    /// A node was created, written, or had its lock change.
     NodeChanged {
         key: String,
+        change: NodeChange,
     },
     /// A node was deleted.
     NodeDeleted {
@@ -129,6 +130,36 @@ pub enum StateEvent {
         key: String,
         until: Millis,
     },
+    /// `session` took the lock of `key`.
+    LockAcquired {
+        key: String,
+        session: SessionId,
+        mode: LockMode,
+    },
+    /// `session` no longer holds the lock of `key`; `taken` when the node
+    /// was deleted under a live holder (`LOCK-8`).
+    LockReleased {
+        key: String,
+        session: SessionId,
+        taken: bool,
+    },
+    /// `waiter` waits for the lock of `key`: its holders may want to hand it
+    /// over (`EV-6`).
+    LockWaiting {
+        key: String,
+        waiter: SessionId,
+    },
+}
+
+/// How a node changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeChange {
+    /// It came into being.
+    Created,
+    /// Its contents were written.
+    Modified,
+    /// Only its metadata changed (its lock).
+    Touched,
 }
 
 /// Bounds a command is checked against; part of the state machine's
@@ -332,8 +363,8 @@ impl State {
             }
         }
         let key = put.key.clone();
-        self.namespace.put(put, index)?;
-        events.push(StateEvent::NodeChanged { key });
+        let change = self.namespace.put(put, index)?;
+        events.push(StateEvent::NodeChanged { key, change });
         Ok(Applied::Written { index })
     }
 
@@ -351,7 +382,7 @@ impl State {
             events.push(StateEvent::NodeDeleted { key: key.clone() });
             // A deleted node's lock is released, as a plain release is; its
             // waiters may now have it, which creates the node again.
-            self.release_deleted(key);
+            self.release_deleted(key, events);
             self.grant_waiters(key, index, now, events);
             self.locks.tidy(key, now);
         }

@@ -115,6 +115,56 @@ impl RawConnection {
         .await
     }
 
+    /// Sends a KeepAlive that acknowledges events up to `acked`.
+    pub async fn keepalive_acking(&mut self, session: SessionId, hold: bool, acked: u64) -> u64 {
+        self.request(Request::KeepAlive(KeepAlive {
+            session,
+            epoch: 1,
+            acked_seq: acked,
+            hold,
+        }))
+        .await
+    }
+
+    /// Subscribes `session` and returns the subscription id.
+    pub async fn subscribe(
+        &mut self,
+        session: SessionId,
+        key: &str,
+        prefix: bool,
+        mask: u32,
+    ) -> u64 {
+        match self
+            .call(Request::Subscribe {
+                session,
+                key: key.into(),
+                prefix,
+                mask,
+            })
+            .await
+        {
+            Ok(Response::Subscribed { subscription }) => subscription,
+            other => panic!("expected a subscription, got {other:?}"),
+        }
+    }
+
+    /// Writes `key` and returns its modify index.
+    pub async fn put(&mut self, key: &str, contents: &str) -> u64 {
+        match self
+            .call(Request::Put(leasehold_protocol::Put {
+                key: key.into(),
+                contents: contents.as_bytes().to_vec(),
+                flags: 0,
+                cas: None,
+                ephemeral: None,
+            }))
+            .await
+        {
+            Ok(Response::Written { index }) => index,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
     /// Reads until the server closes: returns the `Close` frame it sent
     /// first, if any. Anything else before the close is a failure.
     pub async fn closed_with(mut self) -> Option<Error> {

@@ -149,8 +149,14 @@ async fn lock_delay_follows_expiry_is_announced_with_its_remainder_and_is_waited
         .unwrap();
     let guard = dying.try_lock("k", LockOptions::exclusive()).await.unwrap();
     std::mem::forget(guard); // the holder "crashes": no release
-    dying.detach().await;
-    tokio::time::sleep(Duration::from_millis(450)).await; // the lease has run out
+    let id = dying.detach().await;
+    // A KeepAlive still held at the master extends the lease once more, so
+    // wait for the end rather than for a fixed time.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.session_info(id).await.is_ok() {
+        assert!(Instant::now() < deadline, "the lease never ran out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let next = session(&client, Duration::ZERO).await;
     let refused = next

@@ -1,0 +1,298 @@
+//! Events a session hears of, on its KeepAlive replies (SPEC "Events").
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use leasehold_protocol::{event_mask, Change, Event, EventKind, Request, Response, SessionId};
+use tokio::sync::{mpsc, watch};
+
+use crate::client::unexpected;
+use crate::error::ClientError;
+use crate::session::{Session, SessionState};
+
+/// Events a subscription buffers for the application; past that it reports
+/// `EventsLost` (`EV-7`).
+const SUBSCRIPTION_BUFFER: usize = 1024;
+/// Events kept for subscriptions whose `Subscribed` reply has not arrived.
+const ORPHANS: usize = 1024;
+
+/// What a subscription hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriptionEvent {
+    /// Something changed at `key`.
+    Changed { key: String, change: Change },
+    /// Events were dropped (the master's queue or this buffer overflowed):
+    /// re-read what you watch.
+    EventsLost,
+    /// The session entered this state (`CS-7`); after `Expired` the stream
+    /// ends.
+    Session(SessionState),
+}
+
+/// What to subscribe to.
+///
+/// ```
+/// use leasehold::{event_mask, SubscribeOptions};
+///
+/// let everything_below = SubscribeOptions::prefix().mask(event_mask::ALL);
+/// assert!(everything_below.prefix);
+/// ```
+#[derive(Debug, Clone)]
+pub struct SubscribeOptions {
+    /// Every key at or below the key, rather than the key and its children.
+    pub prefix: bool,
+    /// Which events, from [`event_mask`].
+    pub mask: u32,
+}
+
+impl SubscribeOptions {
+    /// The key itself and its direct children: contents, child and
+    /// session state events.
+    pub fn exact() -> Self {
+        SubscribeOptions {
+            prefix: false,
+            mask: event_mask::CONTENTS
+                | event_mask::CHILD_ADDED
+                | event_mask::CHILD_REMOVED
+                | event_mask::CHILD_MODIFIED
+                | event_mask::SESSION_STATE,
+        }
+    }
+
+    /// Every key at or below the key (the root when empty): contents and
+    /// session state events.
+    pub fn prefix() -> Self {
+        SubscribeOptions {
+            prefix: true,
+            mask: event_mask::CONTENTS | event_mask::SESSION_STATE,
+        }
+    }
+
+    /// Sets the mask.
+    pub fn mask(mut self, mask: u32) -> Self {
+        self.mask = mask;
+        self
+    }
+}
+
+/// A stream of events for one subscription. Dropping it unsubscribes (best
+/// effort).
+#[derive(Debug)]
+pub struct Subscription {
+    id: u64,
+    session: Session,
+    events: mpsc::Receiver<SubscriptionEvent>,
+    overflowed: Arc<AtomicBool>,
+    cancelled: bool,
+}
+
+impl Subscription {
+    /// The master's id for it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The next event, in the order they happened; `None` once the session
+    /// has ended.
+    pub async fn next(&mut self) -> Option<SubscriptionEvent> {
+        if self.overflowed.swap(false, Ordering::AcqRel) {
+            return Some(SubscriptionEvent::EventsLost);
+        }
+        self.events.recv().await
+    }
+
+    /// Stops the subscription.
+    pub async fn cancel(mut self) -> Result<(), ClientError> {
+        self.cancelled = true;
+        self.session.dispatch().subscriptions.remove(&self.id);
+        unsubscribe(&self.session, self.id).await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.cancelled {
+            return;
+        }
+        self.session.dispatch().subscriptions.remove(&self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (session, id) = (self.session.clone(), self.id);
+            runtime.spawn(async move {
+                let _ = unsubscribe(&session, id).await;
+            });
+        }
+    }
+}
+
+async fn unsubscribe(session: &Session, subscription: u64) -> Result<(), ClientError> {
+    let request = Request::Unsubscribe {
+        session: session.id(),
+        subscription,
+    };
+    match session.client().call(request).await? {
+        Response::Unsubscribed => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// What a lock's holder hears of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LockSignal {
+    /// The master took the lock away (or events were lost, so it may have).
+    pub(crate) lost: bool,
+    /// The latest session waiting for it.
+    pub(crate) conflict: Option<SessionId>,
+}
+
+#[derive(Debug)]
+struct Route {
+    tx: mpsc::Sender<SubscriptionEvent>,
+    overflowed: Arc<AtomicBool>,
+    /// Whether it asked for session state events.
+    session_state: bool,
+}
+
+/// Where a session's events go: its subscriptions and its locks.
+#[derive(Debug, Default)]
+pub(crate) struct Dispatch {
+    subscriptions: HashMap<u64, Route>,
+    orphans: VecDeque<(u64, SubscriptionEvent)>,
+    /// Keys this client holds locks on, with their signals; released before
+    /// a close destroys the session (`LOCK-11`).
+    pub(crate) locks: BTreeMap<String, watch::Sender<LockSignal>>,
+}
+
+impl Dispatch {
+    /// Hands one event to whoever waits for it (`EV-7`).
+    pub(crate) fn deliver(&mut self, event: Event) {
+        match event.kind {
+            EventKind::Node {
+                subscription,
+                key,
+                change,
+            } => {
+                let event = SubscriptionEvent::Changed { key, change };
+                match self.subscriptions.get(&subscription) {
+                    Some(route) => route.send(event),
+                    None => {
+                        if self.orphans.len() == ORPHANS {
+                            self.orphans.pop_front();
+                        }
+                        self.orphans.push_back((subscription, event));
+                    }
+                }
+            }
+            EventKind::LockLost { key } => {
+                if let Some(signal) = self.locks.get(&key) {
+                    signal.send_modify(|s| s.lost = true);
+                }
+            }
+            EventKind::LockConflict { key, waiter } => {
+                if let Some(signal) = self.locks.get(&key) {
+                    signal.send_modify(|s| s.conflict = Some(waiter));
+                }
+            }
+            EventKind::EventsLost => {
+                for route in self.subscriptions.values() {
+                    route.overflowed.store(true, Ordering::Release);
+                }
+                // A lost event may have been a lock taken away: assume so.
+                for signal in self.locks.values() {
+                    signal.send_modify(|s| s.lost = true);
+                }
+            }
+        }
+    }
+}
+
+impl Dispatch {
+    /// Tells the subscriptions that asked of a session state change; on
+    /// `Expired` every stream ends after it.
+    pub(crate) fn session_state(&mut self, state: SessionState) {
+        for route in self.subscriptions.values().filter(|r| r.session_state) {
+            route.send(SubscriptionEvent::Session(state));
+        }
+        if state == SessionState::Expired {
+            self.subscriptions.clear();
+            self.orphans.clear();
+        }
+    }
+}
+
+impl Route {
+    fn send(&self, event: SubscriptionEvent) {
+        if self.tx.try_send(event).is_err() {
+            self.overflowed.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Session {
+    /// Hears of changes to `key` as they happen, in order, once each.
+    ///
+    /// ```no_run
+    /// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
+    /// use leasehold::{SubscribeOptions, SubscriptionEvent};
+    ///
+    /// let mut changes = session.subscribe("config", SubscribeOptions::prefix()).await?;
+    /// while let Some(event) = changes.next().await {
+    ///     match event {
+    ///         SubscriptionEvent::Changed { key, change } => println!("{key}: {change:?}"),
+    ///         SubscriptionEvent::EventsLost => println!("missed some: re-read config/"),
+    ///         SubscriptionEvent::Session(state) => println!("session {state:?}"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn subscribe(
+        &self,
+        key: &str,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, ClientError> {
+        let request = Request::Subscribe {
+            session: self.id(),
+            key: key.to_string(),
+            prefix: options.prefix,
+            mask: options.mask,
+        };
+        let id = match self.client().call(request).await? {
+            Response::Subscribed { subscription } => subscription,
+            other => return Err(unexpected(other)),
+        };
+        let (tx, events) = mpsc::channel(SUBSCRIPTION_BUFFER);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let route = Route {
+            tx,
+            overflowed: overflowed.clone(),
+            session_state: options.mask & event_mask::SESSION_STATE != 0,
+        };
+        {
+            // Events that raced ahead of the reply go first, in order.
+            let mut dispatch = self.dispatch();
+            let mut early = Vec::new();
+            dispatch.orphans.retain(|(sub, event)| {
+                if *sub == id {
+                    early.push(event.clone());
+                }
+                *sub != id
+            });
+            for event in early {
+                route.send(event);
+            }
+            // Checked under the lock an expiry clears routes under, so a
+            // stream made as the session ends still ends.
+            if self.state() != SessionState::Expired {
+                dispatch.subscriptions.insert(id, route);
+            }
+        }
+        Ok(Subscription {
+            id,
+            session: self.clone(),
+            events,
+            overflowed,
+            cancelled: false,
+        })
+    }
+}

@@ -1,0 +1,257 @@
+//! Events on KeepAlive replies, checked with raw frames.
+
+use std::time::Duration;
+
+use leasehold_protocol::{
+    event_mask, Acquire, Change, Event, EventKind, LockMode, Request, Response,
+};
+use leasehold_tests::raw::RawConnection;
+use leasehold_tests::server::{short_lease_config, start};
+use tokio::time::Instant;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn keepalive_events(reply: Result<Response, leasehold_protocol::Error>) -> Vec<Event> {
+    match reply {
+        Ok(Response::KeepAlive { events, .. }) => events,
+        other => panic!("expected a KeepAlive reply, got {other:?}"),
+    }
+}
+
+/// The events of the next reply on `conn`, which must be a KeepAlive's.
+async fn events(conn: &mut RawConnection) -> Vec<Event> {
+    keepalive_events(conn.reply().await.1)
+}
+
+fn changes(events: &[Event]) -> Vec<(u64, Change)> {
+    events
+        .iter()
+        .map(|e| match &e.kind {
+            EventKind::Node { change, .. } => (e.seq, change.clone()),
+            other => panic!("expected a node event, got {other:?}"),
+        })
+        .collect()
+}
+
+// EV-1, EV-3
+#[tokio::test]
+async fn a_queued_event_answers_the_held_keepalive_at_once() {
+    let server = start(short_lease_config()).await;
+    let (mut watcher, _) = RawConnection::open(server.addr).await;
+    let (mut writer, _) = RawConnection::open(server.addr).await;
+    let session = watcher.create_session(LONG).await;
+    watcher
+        .subscribe(session, "cfg", false, event_mask::CONTENTS)
+        .await;
+    watcher.keepalive(session, true).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    writer.put("cfg", "v1").await;
+    let events = events(&mut watcher).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not held to the margin"
+    );
+    assert_eq!(changes(&events), [(1, Change::Created)]);
+}
+
+// EV-2
+#[tokio::test]
+async fn unacknowledged_events_come_again_and_acknowledged_ones_do_not() {
+    let server = start(short_lease_config()).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    conn.subscribe(session, "cfg", false, event_mask::CONTENTS)
+        .await;
+    conn.put("cfg", "v1").await;
+    conn.put("cfg", "v2").await;
+    conn.keepalive_acking(session, true, 0).await;
+    assert_eq!(
+        changes(&events(&mut conn).await),
+        [(1, Change::Created), (2, Change::Modified)]
+    );
+    // Acknowledging only the first: the second comes again, at once.
+    conn.keepalive_acking(session, true, 1).await;
+    assert_eq!(changes(&events(&mut conn).await), [(2, Change::Modified)]);
+    // Acknowledging both: nothing waits, so the KeepAlive is held until the
+    // next change, and its reply carries that change alone (had it been
+    // answered at once, it would carry nothing).
+    let held = conn.keepalive_acking(session, true, 2).await;
+    let put = conn
+        .request(Request::Put(leasehold_protocol::Put {
+            key: "cfg".into(),
+            contents: b"v3".to_vec(),
+            flags: 0,
+            cas: None,
+            ephemeral: None,
+        }))
+        .await;
+    let (mut replies, mut ids) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let (id, reply) = conn.reply().await;
+        ids.push(id);
+        replies.push((id, reply));
+    }
+    ids.sort();
+    assert_eq!(ids, [held, put]);
+    let (_, keepalive) = replies.into_iter().find(|(id, _)| *id == held).unwrap();
+    assert_eq!(
+        changes(&keepalive_events(keepalive)),
+        [(3, Change::Modified)]
+    );
+}
+
+// EV-4
+#[tokio::test]
+async fn an_overflowing_queue_is_replaced_by_one_events_lost() {
+    let server = start(short_lease_config()).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    conn.subscribe(session, "hot", false, event_mask::CONTENTS)
+        .await;
+    for n in 0..1_100 {
+        conn.put("hot", &n.to_string()).await;
+    }
+    conn.keepalive_acking(session, false, 0).await;
+    let events = events(&mut conn).await;
+    assert_eq!(events[0].kind, EventKind::EventsLost);
+    assert_eq!(events[0].seq, 1_025, "numbering goes on across the loss");
+    assert_eq!(events.len(), 1 + 75);
+    assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+}
+
+// EV-5
+#[tokio::test]
+async fn an_exact_subscription_hears_of_children_and_a_prefix_one_of_descendants() {
+    let server = start(short_lease_config()).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    let children = event_mask::CHILD_ADDED | event_mask::CHILD_REMOVED;
+    conn.subscribe(session, "svc", false, children).await;
+    conn.subscribe(session, "svc", true, event_mask::CONTENTS)
+        .await;
+    conn.put("svc/a", "1").await;
+    conn.put("svc/a/deep", "2").await;
+    conn.put("other", "3").await;
+    conn.keepalive_acking(session, false, 0).await;
+    let mut seen: Vec<Change> = changes(&events(&mut conn).await)
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect();
+    seen.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(
+        seen,
+        [
+            Change::ChildAdded {
+                child: "svc/a".into()
+            },
+            Change::Created,
+            Change::Created,
+        ]
+    );
+}
+
+// EV-6
+#[tokio::test]
+async fn a_holder_hears_of_a_conflicting_request_and_of_losing_its_lock() {
+    let server = start(short_lease_config()).await;
+    let (mut holder, _) = RawConnection::open(server.addr).await;
+    let (mut other, _) = RawConnection::open(server.addr).await;
+    let a = holder.create_session(LONG).await;
+    let b = other.create_session(LONG).await;
+    let acquire = |session, wait_ms| {
+        Request::Acquire(Acquire {
+            key: "k".into(),
+            session,
+            mode: LockMode::Exclusive,
+            contents: None,
+            wait_ms,
+        })
+    };
+    assert!(matches!(
+        holder.call(acquire(a, None)).await,
+        Ok(Response::Acquired { .. })
+    ));
+    holder.keepalive(a, true).await;
+    other.request(acquire(b, Some(10_000))).await;
+    let conflict = events(&mut holder).await;
+    assert_eq!(
+        conflict.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+        [EventKind::LockConflict {
+            key: "k".into(),
+            waiter: b
+        }]
+    );
+    holder.keepalive_acking(a, true, 1).await;
+    let deleted = Request::Delete {
+        key: "k".into(),
+        cas: None,
+        recursive: false,
+    };
+    let (mut third, _) = RawConnection::open(server.addr).await;
+    third.call(deleted).await.unwrap();
+    let lost = events(&mut holder).await;
+    assert_eq!(lost[0].kind, EventKind::LockLost { key: "k".into() });
+    // The waiter got the lock the deletion freed.
+    assert!(matches!(
+        other.reply().await.1,
+        Ok(Response::Acquired { .. })
+    ));
+}
+
+// EV-5
+#[tokio::test]
+async fn lock_events_reach_subscribers_who_asked_for_them() {
+    let server = start(short_lease_config()).await;
+    let (mut watcher, _) = RawConnection::open(server.addr).await;
+    let (mut locker, _) = RawConnection::open(server.addr).await;
+    let observer = watcher.create_session(LONG).await;
+    let holder = locker.create_session(LONG).await;
+    let mask = event_mask::LOCK_ACQUIRED | event_mask::LOCK_RELEASED;
+    watcher.subscribe(observer, "leader", false, mask).await;
+    let acquire = Request::Acquire(Acquire {
+        key: "leader".into(),
+        session: holder,
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+    });
+    locker.call(acquire).await.unwrap();
+    let release = Request::Release {
+        key: "leader".into(),
+        session: holder,
+    };
+    locker.call(release).await.unwrap();
+    watcher.keepalive_acking(observer, false, 0).await;
+    assert_eq!(
+        changes(&events(&mut watcher).await),
+        [
+            (1, Change::LockAcquired { holder }),
+            (2, Change::LockReleased { holder })
+        ]
+    );
+}
+
+// EV-5
+#[tokio::test]
+async fn a_subscription_needs_a_live_session_and_a_sensible_mask() {
+    let server = start(short_lease_config()).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    let bad_mask = Request::Subscribe {
+        session,
+        key: "k".into(),
+        prefix: false,
+        mask: 1 << 20,
+    };
+    let error = conn.call(bad_mask).await.unwrap_err();
+    assert_eq!(error.code, leasehold_protocol::ErrorCode::InvalidArgument);
+    let unknown = Request::Subscribe {
+        session: uuid::Uuid::from_u128(5),
+        key: "k".into(),
+        prefix: false,
+        mask: event_mask::ALL,
+    };
+    let error = conn.call(unknown).await.unwrap_err();
+    assert_eq!(error.code, leasehold_protocol::ErrorCode::UnknownSession);
+}

@@ -1,0 +1,211 @@
+//! Subscriptions and lock signals through the client library.
+
+use std::time::Duration;
+
+use leasehold::{
+    event_mask, Change, Client, DeleteOptions, LockOptions, PutOptions, Session, SessionOptions,
+    SessionState, SubscribeOptions, SubscriptionEvent,
+};
+use leasehold_tests::proxy::{Link, Proxy};
+use leasehold_tests::server::{short_lease_config, start};
+
+/// The next node event; session state events (a slow machine may see a
+/// moment of jeopardy) are the subject of their own test.
+async fn next(sub: &mut leasehold::Subscription) -> SubscriptionEvent {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(5), sub.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the session lives");
+        if !matches!(event, SubscriptionEvent::Session(_)) {
+            return event;
+        }
+    }
+}
+
+fn changed(key: &str, change: Change) -> SubscriptionEvent {
+    SubscriptionEvent::Changed {
+        key: key.into(),
+        change,
+    }
+}
+
+// EV-5, EV-7
+#[tokio::test]
+async fn a_subscription_hears_each_change_in_order() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("w"))
+        .await
+        .unwrap();
+    let mut sub = session
+        .subscribe("cfg", SubscribeOptions::exact())
+        .await
+        .unwrap();
+    client.put("cfg", "1", PutOptions::new()).await.unwrap();
+    client
+        .put("cfg/child", "x", PutOptions::new())
+        .await
+        .unwrap();
+    client.put("cfg", "2", PutOptions::new()).await.unwrap();
+    client
+        .delete("cfg", DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut sub).await, changed("cfg", Change::Created));
+    assert_eq!(
+        next(&mut sub).await,
+        changed(
+            "cfg",
+            Change::ChildAdded {
+                child: "cfg/child".into()
+            }
+        )
+    );
+    assert_eq!(next(&mut sub).await, changed("cfg", Change::Modified));
+    assert_eq!(next(&mut sub).await, changed("cfg", Change::Deleted));
+}
+
+// EV-2, EV-7
+#[tokio::test]
+async fn events_arrive_once_each_and_in_order_across_a_dropped_connection() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let watcher = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let writer = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = watcher
+        .create_session(
+            SessionOptions::new("w")
+                .lease(Duration::from_secs(4))
+                .grace(Duration::from_secs(20)),
+        )
+        .await
+        .unwrap();
+    let mut sub = session
+        .subscribe("n", SubscribeOptions::prefix())
+        .await
+        .unwrap();
+    writer.put("n", "0", PutOptions::new()).await.unwrap();
+    assert_eq!(next(&mut sub).await, changed("n", Change::Created));
+
+    // Cut the link for less than the lease (the master would end the session
+    // otherwise): writes go on and the events wait at the master.
+    proxy.set(Link::Cut);
+    for n in 1..=20 {
+        writer
+            .put("n", n.to_string(), PutOptions::new())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set(Link::Pass);
+    for _ in 1..=20 {
+        assert_eq!(next(&mut sub).await, changed("n", Change::Modified));
+    }
+    // No duplicate follows.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), next(&mut sub))
+            .await
+            .is_err()
+    );
+}
+
+// EV-6, LOCK-10
+#[tokio::test]
+async fn a_guard_hears_that_the_master_took_its_lock() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("h"))
+        .await
+        .unwrap();
+    let guard = session
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    client.delete("k", DeleteOptions::default()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("told of the loss");
+    assert!(!guard.is_held());
+}
+
+// EV-6
+#[tokio::test]
+async fn a_holder_hears_that_someone_waits_and_can_hand_the_lock_over() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let holder = client
+        .create_session(SessionOptions::new("h"))
+        .await
+        .unwrap();
+    let waiter = client
+        .create_session(SessionOptions::new("w"))
+        .await
+        .unwrap();
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("k", LockOptions::exclusive()).await })
+    };
+    let who = tokio::time::timeout(Duration::from_secs(5), guard.conflict())
+        .await
+        .expect("told of the waiter");
+    assert_eq!(who, waiter.id());
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+}
+
+/// Everything a stream hears while its session's link is cut until the
+/// session expires (lease 1 s, grace 0.5 s).
+async fn stream_through_a_cut(options: SubscribeOptions) -> (Vec<SubscriptionEvent>, Session) {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(
+            SessionOptions::new("w")
+                .lease(Duration::from_secs(1))
+                .grace(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+    let mut sub = session.subscribe("k", options).await.unwrap();
+    proxy.set(Link::Cut);
+    let mut heard = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("the stream moves within 5 s")
+    {
+        heard.push(event);
+    }
+    (heard, session)
+}
+
+// EV-8, CS-7
+#[tokio::test]
+async fn a_subscription_reports_session_states_and_ends_when_the_session_expires() {
+    let (heard, _session) = stream_through_a_cut(SubscribeOptions::exact()).await;
+    assert_eq!(
+        heard,
+        [
+            SubscriptionEvent::Session(SessionState::Jeopardy),
+            SubscriptionEvent::Session(SessionState::Expired)
+        ]
+    );
+}
+
+// EV-8
+#[tokio::test]
+async fn a_subscription_without_the_session_state_bit_hears_no_states() {
+    let options = SubscribeOptions::exact().mask(event_mask::CONTENTS);
+    let (heard, session) = stream_through_a_cut(options).await;
+    assert_eq!(heard, []);
+    assert_eq!(session.state(), SessionState::Expired);
+}
