@@ -226,3 +226,29 @@ fn check_sequencer_exits_0_while_the_holding_lasts_and_1_after() {
     let garbage = serve.run(&["check-sequencer", "zz"]);
     assert_eq!(garbage.status.code(), Some(1));
 }
+
+// CHK-2, CHK-3
+#[test]
+fn a_critical_check_set_from_the_cli_ends_the_sessions_bound_to_it() {
+    let serve = Serve::start();
+    assert!(serve
+        .run(&["check", "set", "disk", "passing", "--note", "ok"])
+        .status
+        .success());
+    let created = serve.run(&["session", "create", "--lease", "30s", "--check", "disk"]);
+    assert!(created.status.success(), "{created:?}");
+    let id = stdout(&created);
+    let listed = stdout(&serve.run(&["check", "list"]));
+    assert!(listed.contains("disk  passing  sessions=1  ok"), "{listed}");
+
+    let set = serve.run(&["check", "set", "disk", "critical"]);
+    assert!(set.status.success());
+    assert_eq!(stdout(&set), format!("ended session {id}"));
+    let gone = serve.run(&["session", "info", &id]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("health check"));
+
+    let refused = serve.run(&["session", "create", "--check", "disk"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("critical"));
+}

@@ -186,6 +186,7 @@ impl Client {
             lease_ms: options.lease.map(|d| d.as_millis() as u64),
             lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
             behavior: options.behavior,
+            checks: options.checks.clone(),
         });
         let sent = tokio::time::Instant::now();
         match self.call(request).await? {

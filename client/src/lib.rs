@@ -35,7 +35,9 @@
 //! - `kv.rs`: get, list, put, delete and watch on the namespace.
 //! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`.
 //! - `events.rs`: [`Subscription`]s and where a session's events go.
+//! - `check.rs`: health checks sessions can be bound to.
 
+mod check;
 mod client;
 mod connection;
 mod error;
@@ -53,7 +55,7 @@ pub use error::ClientError;
 pub use events::{SubscribeOptions, Subscription, SubscriptionEvent};
 pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, PutOptions, Watched};
-pub use leasehold_protocol::{event_mask, Change, LockMode, Sequencer};
+pub use leasehold_protocol::{event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer};
 pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
 pub use lock::{LockGuard, LockOptions};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};

@@ -72,6 +72,9 @@ pub struct SessionOptions {
     /// Allowance for the master's clock running faster than this one's, as a
     /// fraction (0.01 = 1%).
     pub clock_drift: f64,
+    /// Health checks the session lives by: when one goes critical the master
+    /// ends the session (`CHK-3`).
+    pub checks: Vec<String>,
 }
 
 impl SessionOptions {
@@ -84,7 +87,15 @@ impl SessionOptions {
             behavior: Behavior::Release,
             grace: DEFAULT_GRACE,
             clock_drift: DEFAULT_CLOCK_DRIFT,
+            checks: Vec::new(),
         }
+    }
+
+    /// Binds the session to a health check, which must exist and not be
+    /// critical (`CHK-2`); may be called for several checks.
+    pub fn check(mut self, name: impl Into<String>) -> Self {
+        self.checks.push(name.into());
+        self
     }
 
     /// Sets the requested lease.

@@ -94,6 +94,26 @@ pub enum Behavior {
     Delete,
 }
 
+/// A health check's status (`CHK-1`). Only `Critical` invalidates the
+/// sessions bound to the check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckStatus {
+    Passing,
+    Warning,
+    Critical,
+}
+
+impl CheckStatus {
+    /// How the status reads in messages and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Passing => "passing",
+            CheckStatus::Warning => "warning",
+            CheckStatus::Critical => "critical",
+        }
+    }
+}
+
 /// How a lock is held (`LOCK-1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum LockMode {
@@ -175,6 +195,23 @@ pub enum Request {
         session: SessionId,
         subscription: u64,
     },
+    /// Create or update a named health check (`CHK-1`); `Critical` ends
+    /// every session bound to it (`CHK-3`).
+    SetCheck {
+        name: String,
+        status: CheckStatus,
+        note: String,
+    },
+    /// Remove a health check, ending every session bound to it (`CHK-4`).
+    DeleteCheck {
+        name: String,
+    },
+    /// One page of checks in name order, starting after `after` (`CHK-5`).
+    /// `limit` 0 means the server's page size.
+    ListChecks {
+        after: Option<String>,
+        limit: u32,
+    },
 }
 
 /// Take a node's lock (`LOCK-2`, `LOCK-3`).
@@ -215,6 +252,8 @@ pub struct CreateSession {
     /// Requested lock-delay; `None` takes the default, `Some(0)` means none.
     pub lock_delay_ms: Option<u64>,
     pub behavior: Behavior,
+    /// Health checks the session is bound to (`CHK-2`).
+    pub checks: Vec<String>,
 }
 
 /// Keep a session alive (`KA-1`..`KA-7`).
@@ -293,6 +332,33 @@ pub enum Response {
     },
     /// A subscription was stopped.
     Unsubscribed,
+    /// A check was written at global index `index`; the sessions it ended.
+    CheckSet {
+        index: u64,
+        invalidated: Vec<SessionId>,
+    },
+    /// A check was removed at global index `index`; the sessions it ended.
+    CheckDeleted {
+        index: u64,
+        invalidated: Vec<SessionId>,
+    },
+    /// A page of checks; `more` says whether checks follow the last one.
+    Checks {
+        checks: Vec<CheckInfo>,
+        more: bool,
+    },
+}
+
+/// A health check as a reply carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckInfo {
+    pub name: String,
+    pub status: CheckStatus,
+    pub note: String,
+    /// The global index at which it was last set.
+    pub modify_index: u64,
+    /// How many live sessions are bound to it.
+    pub sessions: u64,
 }
 
 /// A node as a reply carries it.
@@ -360,6 +426,8 @@ pub struct SessionInfo {
     pub lease_remaining_ms: u64,
     /// Whether a KeepAlive is being held for it.
     pub keepalive_held: bool,
+    /// Health checks it is bound to.
+    pub checks: Vec<String>,
 }
 
 /// A notification piggybacked on a KeepAlive reply. Sequence numbers of one

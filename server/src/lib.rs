@@ -13,6 +13,7 @@
 //! - `lease.rs`: leases, the master's soft state.
 //! - `lock.rs`: locks, waiters, lock-delay and sequencers.
 //! - `events.rs`: subscriptions and per-session event queues.
+//! - `check.rs`: health checks bound to sessions.
 //! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
 //!   Watches until their key changes; `acquire.rs`: holding blocking
 //!   acquires until they get the lock.
@@ -20,6 +21,7 @@
 //! - `connection.rs`: one client connection; `server.rs`: accepting them.
 
 mod acquire;
+mod check;
 mod config;
 mod connection;
 mod events;
@@ -35,6 +37,7 @@ mod session;
 mod state;
 mod watch;
 
+pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
 pub use config::*;
 pub use lease::{Leases, Millis};
 pub use lock::{LockState, Locks, Waiter};

@@ -465,6 +465,7 @@ mod tests {
                     lease: None,
                     lock_delay: Some(Duration::from_millis(delay)),
                     behavior: if n == A { behavior } else { Behavior::Release },
+                    checks: Vec::new(),
                 },
                 0,
             );

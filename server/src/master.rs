@@ -32,6 +32,33 @@ use crate::watch::Watches;
 
 /// Encoded size of a `SessionInfo` besides its name, generously rounded up.
 const SESSION_INFO_SIZE: usize = 64;
+/// A bound on a `CheckInfo`'s encoded size besides its name and note.
+const CHECK_INFO_SIZE: usize = 32;
+
+/// One page of `items`: at most `limit` (0: the server's page size), and
+/// past the first no more than `budget` bytes as `size` counts them, so a
+/// reply stays well inside a frame. Says whether more follow.
+fn page<T>(
+    items: impl Iterator<Item = T>,
+    limit: u32,
+    budget: usize,
+    size: impl Fn(&T) -> usize,
+) -> (Vec<T>, bool) {
+    let limit = match limit {
+        0 => MAX_LIST_PAGE,
+        n => n.min(MAX_LIST_PAGE),
+    } as usize;
+    let mut used = 0;
+    let mut items = items.peekable();
+    let mut taken = Vec::new();
+    while let Some(item) =
+        items.next_if(|i| taken.len() < limit && (taken.is_empty() || used + size(i) <= budget))
+    {
+        used += size(&item);
+        taken.push(item);
+    }
+    (taken, items.peek().is_some())
+}
 
 /// A command answered with the wrong kind of outcome: a bug, reported to
 /// the client rather than allowed to panic the master.
@@ -254,6 +281,7 @@ impl Master {
                     lease: c.lease_ms.map(Duration::from_millis),
                     lock_delay: c.lock_delay_ms.map(Duration::from_millis),
                     behavior: c.behavior,
+                    checks: c.checks,
                 };
                 self.apply(command, now).and_then(|applied| match applied {
                     Applied::SessionCreated(s) => Ok(Response::SessionCreated {
@@ -278,23 +306,17 @@ impl Master {
                 .map(Response::SessionInfo)
                 .ok_or_else(|| self.state.missing_session(session)),
             Request::ListSessions { after, limit } => {
-                let limit = match limit {
-                    0 => MAX_LIST_PAGE,
-                    n => n.min(MAX_LIST_PAGE),
-                } as usize;
-                // A page also ends before it could outgrow half a frame.
-                let budget = self.config.max_frame / 2;
-                let mut used = 0;
-                let mut page = self.state.sessions_after(after).peekable();
-                let mut ids = Vec::new();
-                while let Some(s) = page.next_if(|s| {
-                    let size = SESSION_INFO_SIZE + s.name.len();
-                    ids.len() < limit && (ids.is_empty() || used + size <= budget)
-                }) {
-                    used += SESSION_INFO_SIZE + s.name.len();
-                    ids.push(s.id);
-                }
-                let more = page.peek().is_some();
+                let (sessions, more) = page(
+                    self.state.sessions_after(after),
+                    limit,
+                    self.config.max_frame / 2,
+                    |s| {
+                        SESSION_INFO_SIZE
+                            + s.name.len()
+                            + s.checks.iter().map(|c| c.len() + 1).sum::<usize>()
+                    },
+                );
+                let ids: Vec<SessionId> = sessions.into_iter().map(|s| s.id).collect();
                 Ok(Response::Sessions {
                     sessions: ids
                         .into_iter()
@@ -302,6 +324,31 @@ impl Master {
                         .collect(),
                     more,
                 })
+            }
+            Request::SetCheck { name, status, note } => self
+                .apply(Command::SetCheck { name, status, note }, now)
+                .and_then(|applied| match applied {
+                    Applied::CheckSet { index, invalidated } => {
+                        Ok(Response::CheckSet { index, invalidated })
+                    }
+                    other => Err(mismatch(other)),
+                }),
+            Request::DeleteCheck { name } => self
+                .apply(Command::DeleteCheck { name }, now)
+                .and_then(|applied| match applied {
+                    Applied::CheckDeleted { index, invalidated } => {
+                        Ok(Response::CheckDeleted { index, invalidated })
+                    }
+                    other => Err(mismatch(other)),
+                }),
+            Request::ListChecks { after, limit } => {
+                let (checks, more) = page(
+                    self.state.checks.after(after.as_deref()),
+                    limit,
+                    self.config.max_frame / 2,
+                    |c| CHECK_INFO_SIZE + c.name.len() + c.note.len(),
+                );
+                Ok(Response::Checks { checks, more })
             }
         };
         let _ = call.reply.send(reply);
@@ -442,6 +489,7 @@ impl Master {
             behavior: s.behavior,
             lease_remaining_ms: self.leases.remaining(id, now).unwrap_or(0),
             keepalive_held: self.held.get(&id).is_some_and(|h| !h.reply.is_closed()),
+            checks: s.checks.clone(),
         })
     }
 
@@ -483,6 +531,7 @@ mod tests {
                 lease_ms: Some(1_000),
                 lock_delay_ms: None,
                 behavior: Behavior::Release,
+                checks: Vec::new(),
             }),
         );
         let Ok(Response::SessionCreated { session, .. }) = created else {

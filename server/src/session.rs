@@ -13,6 +13,8 @@ pub enum EndCause {
     Expired,
     /// Someone destroyed it (`SES-7`).
     Destroyed,
+    /// A health check it is bound to went critical or was deleted (`CHK-3`).
+    CheckFailed,
 }
 
 impl EndCause {
@@ -21,6 +23,7 @@ impl EndCause {
         match self {
             EndCause::Expired => "its lease ran out",
             EndCause::Destroyed => "it was destroyed",
+            EndCause::CheckFailed => "a health check it is bound to failed",
         }
     }
 }
@@ -33,4 +36,6 @@ pub struct Session {
     pub lease: Duration,
     pub lock_delay: Duration,
     pub behavior: Behavior,
+    /// Health checks it is bound to (`CHK-2`).
+    pub checks: Vec<String>,
 }

@@ -10,8 +10,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
+use leasehold_protocol::{Behavior, CheckStatus, Error, ErrorCode, LockMode, Sequencer, SessionId};
 
+use crate::check::Checks;
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
 use crate::lease::Millis;
 use crate::lock::Locks;
@@ -30,6 +31,7 @@ pub enum Command {
         lease: Option<Duration>,
         lock_delay: Option<Duration>,
         behavior: Behavior,
+        checks: Vec<String>,
     },
     /// End a session, because its lease ran out or someone destroyed it.
     /// Its ephemeral nodes are deleted (`NS-4`).
@@ -58,6 +60,14 @@ pub enum Command {
     /// Grant the lock of `key` to its waiters if they can have it now (its
     /// lock-delay has ended).
     GrantWaiters { key: String },
+    /// Create or update a health check.
+    SetCheck {
+        name: String,
+        status: CheckStatus,
+        note: String,
+    },
+    /// Remove a health check.
+    DeleteCheck { name: String },
 }
 
 /// What a successfully applied command produced.
@@ -93,6 +103,16 @@ pub enum Applied {
     },
     /// Waiters were granted whatever they could have.
     WaitersChecked,
+    /// A check was written; these sessions ended because of it.
+    CheckSet {
+        index: u64,
+        invalidated: Vec<SessionId>,
+    },
+    /// A check was removed; these sessions ended because of it.
+    CheckDeleted {
+        index: u64,
+        invalidated: Vec<SessionId>,
+    },
 }
 
 /// Something that happened because a command was applied; the wrapper turns
@@ -197,6 +217,7 @@ pub struct State {
     ended_order: VecDeque<SessionId>,
     pub(crate) namespace: Namespace,
     pub(crate) locks: Locks,
+    pub(crate) checks: Checks,
     /// Rises by one with every command that changes the state (`NS-2`).
     index: u64,
 }
@@ -211,6 +232,7 @@ impl State {
             ended_order: VecDeque::new(),
             namespace: Namespace::default(),
             locks: Locks::default(),
+            checks: Checks::default(),
             index: 0,
         }
     }
@@ -233,7 +255,8 @@ impl State {
                 lease,
                 lock_delay,
                 behavior,
-            } => self.create_session(id, name, lease, lock_delay, behavior, &mut events),
+                checks,
+            } => self.create_session(id, name, lease, lock_delay, behavior, checks, &mut events),
             Command::EndSession { id, cause } => {
                 self.end_session(id, cause, index, now, &mut events)
             }
@@ -258,6 +281,10 @@ impl State {
                 self.grant_waiters(&key, index, now, &mut events);
                 Ok(Applied::WaitersChecked)
             }
+            Command::SetCheck { name, status, note } => {
+                self.set_check(name, status, note, index, now, &mut events)
+            }
+            Command::DeleteCheck { name } => self.delete_check(&name, index, now, &mut events),
         };
         if reply.is_err() {
             self.index -= 1;
@@ -265,6 +292,8 @@ impl State {
         (reply, events)
     }
 
+    // The fields of `Command::CreateSession`, spelled out as `acquire`'s are.
+    #[allow(clippy::too_many_arguments)]
     fn create_session(
         &mut self,
         id: SessionId,
@@ -272,6 +301,7 @@ impl State {
         lease: Option<Duration>,
         lock_delay: Option<Duration>,
         behavior: Behavior,
+        checks: Vec<String>,
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
         let b = &self.bounds;
@@ -317,19 +347,25 @@ impl State {
         if self.sessions.contains_key(&id) || self.ended.contains_key(&id) {
             return Err(Error::new(ErrorCode::Internal, "session id already used"));
         }
+        self.check_session_checks(&checks)?;
+        let mut checks = checks;
+        checks.sort();
+        checks.dedup();
+        self.checks.bind(id, &checks);
         let session = Session {
             id,
             name,
             lease,
             lock_delay,
             behavior,
+            checks,
         };
         self.sessions.insert(id, session.clone());
         events.push(StateEvent::SessionCreated { id });
         Ok(Applied::SessionCreated(session))
     }
 
-    fn end_session(
+    pub(crate) fn end_session(
         &mut self,
         id: SessionId,
         cause: EndCause,
@@ -341,6 +377,7 @@ impl State {
             return Err(self.missing_session(id));
         };
         self.remember_ended(id, cause);
+        self.checks.unbind(id, &session.checks);
         let lock_delay = session.lock_delay.as_millis() as Millis;
         self.invalidate_locks(id, session.behavior, lock_delay, index, now, events);
         events.push(StateEvent::SessionEnded { id, cause });
@@ -472,6 +509,7 @@ mod tests {
             lease: lease.map(Duration::from_millis),
             lock_delay: lock_delay.map(Duration::from_millis),
             behavior: Behavior::Release,
+            checks: Vec::new(),
         }
     }
 
@@ -531,6 +569,7 @@ mod tests {
                 lease: None,
                 lock_delay: None,
                 behavior: Behavior::Release,
+                checks: Vec::new(),
             },
             0,
         );

@@ -96,6 +96,7 @@ impl RawConnection {
                 lease_ms: Some(lease.as_millis() as u64),
                 lock_delay_ms: None,
                 behavior: Behavior::Release,
+                checks: Vec::new(),
             }))
             .await
         {

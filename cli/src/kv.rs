@@ -1,0 +1,137 @@
+//! Nodes: get, put, delete, ls, and checking sequencers.
+
+use std::process::ExitCode;
+
+use leasehold::{Client, DeleteOptions, NodeView, PutOptions, Sequencer};
+use serde_json::json;
+
+use crate::{Command, NOT_FOUND};
+
+pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    match command {
+        Command::Get { key, stat } => {
+            let Some(node) = (if stat {
+                client.stat(&key).await?.map(|stat| NodeView {
+                    key: key.clone(),
+                    stat,
+                    contents: None,
+                })
+            } else {
+                client.get(&key).await?
+            }) else {
+                eprintln!("leasehold: no node at {key}");
+                return Ok(ExitCode::from(NOT_FOUND));
+            };
+            print_node(&node, json);
+        }
+        Command::Put {
+            key,
+            value,
+            cas,
+            flags,
+        } => {
+            let options = PutOptions {
+                cas,
+                flags,
+                ..PutOptions::default()
+            };
+            let index = client.put(&key, value, options).await?;
+            if json {
+                println!("{}", json!({ "key": key, "modify_index": index }));
+            } else {
+                println!("{index}");
+            }
+        }
+        Command::Delete {
+            key,
+            cas,
+            recursive,
+        } => {
+            let deleted = client
+                .delete(&key, DeleteOptions { cas, recursive })
+                .await?;
+            print_keys(&deleted, json);
+        }
+        Command::Ls { prefix, recursive } => {
+            print_keys(&client.list(&prefix, recursive).await?, json);
+        }
+        Command::CheckSequencer { sequencer } => {
+            let Some(parsed) = Sequencer::from_hex(sequencer.trim()) else {
+                anyhow::bail!("'{sequencer}' is not a sequencer");
+            };
+            let valid = client.check_sequencer(&parsed.to_bytes()).await?;
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "valid": valid,
+                        "key": parsed.key,
+                        "lock_generation": parsed.lock_generation,
+                        "session": parsed.session,
+                    })
+                );
+            } else {
+                println!("{}", if valid { "valid" } else { "invalid" });
+            }
+            if !valid {
+                return Ok(ExitCode::from(NOT_FOUND));
+            }
+        }
+        Command::Serve(_) | Command::Session(_) | Command::Check(_) => {
+            unreachable!("dispatched in main")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_keys(keys: &[String], json: bool) {
+    for key in keys {
+        if json {
+            println!("{}", json!({ "key": key }));
+        } else {
+            println!("{key}");
+        }
+    }
+}
+
+fn print_node(node: &NodeView, json: bool) {
+    let s = &node.stat;
+    let owner = s.ephemeral_owner.map(|o| o.to_string());
+    let value = node
+        .contents
+        .as_ref()
+        .map(|c| String::from_utf8_lossy(c).into_owned());
+    if json {
+        println!(
+            "{}",
+            json!({
+                "key": node.key,
+                "value": value,
+                "flags": s.flags,
+                "instance": s.instance,
+                "content_generation": s.content_generation,
+                "lock_generation": s.lock_generation,
+                "modify_index": s.modify_index,
+                "checksum": format!("{:016x}", s.checksum),
+                "length": s.contents_len,
+                "ephemeral_owner": owner,
+            })
+        );
+    } else if let Some(value) = value {
+        println!("{value}");
+    } else {
+        println!(
+            "key={} flags={} instance={} content_generation={} lock_generation={} modify_index={} checksum={:016x} length={} ephemeral_owner={}",
+            node.key,
+            s.flags,
+            s.instance,
+            s.content_generation,
+            s.lock_generation,
+            s.modify_index,
+            s.checksum,
+            s.contents_len,
+            owner.as_deref().unwrap_or("-"),
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Sessions: create, inspect, list, destroy, keep.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use leasehold::{Behavior, Client, ClientError, ErrorCode, SessionInfo, SessionOptions};
+use serde_json::json;
+
+use crate::{duration, SessionCommand, NOT_FOUND};
+
+#[derive(clap::Args)]
+pub(crate) struct SessionArgs {
+    /// A label for people.
+    #[arg(long, default_value = "cli")]
+    pub(crate) name: String,
+    /// Lease to ask for (default: the master's).
+    #[arg(long, value_parser = duration::parse)]
+    lease: Option<Duration>,
+    /// Lock-delay to ask for; 0s means none (default: 15s).
+    #[arg(long, value_parser = duration::parse)]
+    lock_delay: Option<Duration>,
+    /// What happens to the session's locks when it is invalidated.
+    #[arg(long, value_enum, default_value_t = BehaviorArg::Release)]
+    behavior: BehaviorArg,
+    /// A health check the session lives by (repeatable); it must exist.
+    #[arg(long = "check", value_name = "NAME")]
+    checks: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum BehaviorArg {
+    Release,
+    Delete,
+}
+
+impl SessionArgs {
+    pub(crate) fn options(&self) -> SessionOptions {
+        let mut options = SessionOptions::new(self.name.clone()).behavior(match self.behavior {
+            BehaviorArg::Release => Behavior::Release,
+            BehaviorArg::Delete => Behavior::Delete,
+        });
+        options.lease = self.lease;
+        options.lock_delay = self.lock_delay;
+        options.checks = self.checks.clone();
+        options
+    }
+}
+
+pub(crate) async fn session(
+    addr: &str,
+    json: bool,
+    command: SessionCommand,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    match command {
+        SessionCommand::Create(args) => {
+            let id = client.create_session(args.options()).await?.detach().await;
+            if json {
+                println!("{}", json!({ "session": id }));
+            } else {
+                println!("{id}");
+            }
+        }
+        SessionCommand::Info { id } => match client.session_info(id).await {
+            Ok(info) => print_info(&info, json),
+            Err(e) => return missing(e),
+        },
+        SessionCommand::List => {
+            for info in client.list_sessions().await? {
+                print_info(&info, json);
+            }
+        }
+        SessionCommand::Destroy { id } => match client.destroy_session(id).await {
+            Ok(()) => {
+                if json {
+                    println!("{}", json!({ "session": id, "destroyed": true }));
+                }
+            }
+            Err(e) => return missing(e),
+        },
+        SessionCommand::Keep { session, grace } => return keep(client, session, grace, json).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A session that does not exist is a message and exit status 1.
+pub(crate) fn missing(e: ClientError) -> anyhow::Result<ExitCode> {
+    match e.code() {
+        Some(ErrorCode::UnknownSession | ErrorCode::SessionExpired) => {
+            eprintln!("leasehold: {e}");
+            Ok(ExitCode::from(NOT_FOUND))
+        }
+        _ => Err(e.into()),
+    }
+}
+
+fn print_info(info: &SessionInfo, json: bool) {
+    let behavior = match info.behavior {
+        Behavior::Release => "release",
+        Behavior::Delete => "delete",
+    };
+    if json {
+        println!(
+            "{}",
+            json!({
+                "session": info.session,
+                "name": info.name,
+                "lease_ms": info.lease_ms,
+                "lock_delay_ms": info.lock_delay_ms,
+                "behavior": behavior,
+                "lease_remaining_ms": info.lease_remaining_ms,
+                                "keepalive_held": info.keepalive_held,
+                "checks": info.checks,
+            })
+        );
+    } else {
+        println!(
+            "{}  name={} lease={} lock-delay={} behavior={} remaining={} held={} checks={}",
+            info.session,
+            info.name,
+            duration::format(Duration::from_millis(info.lease_ms)),
+            duration::format(Duration::from_millis(info.lock_delay_ms)),
+            behavior,
+            duration::format(Duration::from_millis(info.lease_remaining_ms)),
+            info.keepalive_held,
+            if info.checks.is_empty() {
+                "-".to_string()
+            } else {
+                info.checks.join(",")
+            },
+        );
+    }
+}
+
+async fn keep(
+    client: Client,
+    args: SessionArgs,
+    grace: Duration,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let session = client.create_session(args.options().grace(grace)).await?;
+    let (tx, mut states) = tokio::sync::mpsc::unbounded_channel();
+    session.on_state_change(move |state| {
+        let _ = tx.send(state);
+    });
+    let print = |state: leasehold::SessionState| {
+        if json {
+            println!(
+                "{}",
+                json!({ "session": session.id(), "state": state.as_str() })
+            );
+        } else {
+            println!("{}", state.as_str());
+        }
+    };
+    if !json {
+        eprintln!("session {}", session.id());
+    }
+    print(session.state());
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            state = states.recv() => match state {
+                Some(state) => {
+                    print(state);
+                    if state == leasehold::SessionState::Expired {
+                        return Ok(ExitCode::from(NOT_FOUND));
+                    }
+                }
+                None => return Ok(ExitCode::SUCCESS),
+            },
+            _ = &mut interrupted => {
+                session.close().await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+}
