@@ -30,6 +30,10 @@ pub enum ClientError {
     /// The session has expired; it can no longer be used.
     #[error("the session has expired")]
     SessionExpired,
+    /// Participants of a recipe disagree about its shared state (a
+    /// semaphore's limit), or the state is not the recipe's.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl ClientError {
@@ -42,8 +46,19 @@ impl ClientError {
             ClientError::Server(e) | ClientError::Closed(e) => {
                 matches!(e.code, ErrorCode::Internal | ErrorCode::WrongEpoch { .. })
             }
-            ClientError::Protocol(_) | ClientError::SessionExpired => false,
+            ClientError::Protocol(_) | ClientError::SessionExpired | ClientError::Conflict(_) => {
+                false
+            }
         }
+    }
+
+    /// Whether the master refused a lock because someone else holds it, or
+    /// it is in lock-delay: try again later, or wait in line.
+    pub fn is_lock_refusal(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(ErrorCode::LockHeld | ErrorCode::LockDelayed { .. })
+        )
     }
 
     /// The server's error code, when the server answered with one.

@@ -36,10 +36,13 @@
 //! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`.
 //! - `events.rs`: [`Subscription`]s and where a session's events go.
 //! - `check.rs`: health checks sessions can be bound to.
+//! - `election.rs`: [`Election`], leader election on a lock.
+//! - `semaphore.rs`: [`Semaphore`], N slots from nodes, locks and CAS.
 
 mod check;
 mod client;
 mod connection;
+mod election;
 mod error;
 mod events;
 mod keepalive;
@@ -47,10 +50,12 @@ mod keeper;
 mod kv;
 pub mod lease;
 mod lock;
+mod semaphore;
 mod session;
 mod transport;
 
 pub use client::{Client, ClientConfig};
+pub use election::{Election, Leader, LeaderChanges, Term};
 pub use error::ClientError;
 pub use events::{SubscribeOptions, Subscription, SubscriptionEvent};
 pub use keeper::SessionKeeper;
@@ -58,6 +63,7 @@ pub use kv::{DeleteOptions, PutOptions, Watched};
 pub use leasehold_protocol::{event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer};
 pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
 pub use lock::{LockGuard, LockOptions};
+pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
 pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};
 

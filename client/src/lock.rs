@@ -132,6 +132,23 @@ impl LockGuard {
         }
     }
 
+    /// Writes `contents` to the locked node as the holder acquiring the
+    /// lock again does: in one step, changing no generation (`LOCK-2`).
+    /// Fails if the session no longer holds the lock.
+    pub async fn rewrite(&self, contents: impl Into<Vec<u8>>) -> Result<(), ClientError> {
+        let request = Request::Acquire(Acquire {
+            key: self.key.clone(),
+            session: self.session.id(),
+            mode: self.sequencer.mode,
+            contents: Some(contents.into()),
+            wait_ms: None,
+        });
+        match self.session.client().call(request).await? {
+            Response::Acquired { .. } => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Gives the lock back.
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.released = true;

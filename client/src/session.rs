@@ -239,11 +239,15 @@ impl Session {
         &self.inner.client
     }
 
-    /// Records a lock this client now holds; the receiver hears of it.
+    /// Records a lock this client now holds; the receiver hears of it. A
+    /// second guard for a holding the session already has shares its
+    /// signal.
     pub(crate) fn remember_lock(&self, key: &str) -> watch::Receiver<LockSignal> {
-        let (tx, rx) = watch::channel(LockSignal::default());
-        self.dispatch().locks.insert(key.to_string(), tx);
-        rx
+        self.dispatch()
+            .locks
+            .entry(key.to_string())
+            .or_insert_with(|| watch::channel(LockSignal::default()).0)
+            .subscribe()
     }
 
     pub(crate) fn forget_lock(&self, key: &str) {

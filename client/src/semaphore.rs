@@ -1,0 +1,378 @@
+//! A counting semaphore built only from the public primitives, as the
+//! semaphore seed (Consul's guide) describes.
+//!
+//! Under a prefix, each contender keeps a contender key `<prefix>/<session>`,
+//! ephemeral and locked by its session, so it disappears when the session
+//! ends whatever the session's behaviour. One coordinating key,
+//! `<prefix>/.lock`, holds `{"Limit": N, "Holders": [session, ...]}`. To take
+//! a slot a contender reads it, prunes holders whose contender key is gone
+//! (or no longer locked by them), and if fewer than `Limit` remain adds
+//! itself with a compare-and-set on the key's modify index; a lost race
+//! reads again. Holders are only ever added by a CAS that sees the limit
+//! respected, so the list never exceeds it.
+//!
+//! Like every lock here it is advisory: a holder checks [`Permit::lost`]
+//! before and while it works.
+
+use std::time::Duration;
+
+use leasehold_protocol::{event_mask, ErrorCode, SessionId};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::ClientError;
+use crate::events::{SubscribeOptions, Subscription, SubscriptionEvent};
+use crate::kv::{DeleteOptions, PutOptions};
+use crate::lock::{LockGuard, LockOptions};
+use crate::session::{Session, SessionState};
+
+/// The coordinating key's last segment.
+pub const SEMAPHORE_LOCK: &str = ".lock";
+
+/// The coordinating key's contents, spelled as the seed spells them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct LockBody {
+    #[serde(rename = "Limit")]
+    limit: u32,
+    #[serde(rename = "Holders")]
+    holders: Vec<SessionId>,
+}
+
+/// A semaphore under one prefix, for one session.
+///
+/// ```no_run
+/// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
+/// use leasehold::Semaphore;
+///
+/// // At most two report builders at a time.
+/// let slots = Semaphore::new(&session, "jobs/report-builders", 2);
+/// let permit = slots.acquire("builder-7", None).await?;
+/// tokio::select! {
+///     _ = permit.lost() => eprintln!("lost the slot: stop"),
+///     _ = build_report() => {}
+/// }
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// # async fn build_report() {}
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    session: Session,
+    prefix: String,
+    limit: u32,
+}
+
+enum Attempt {
+    Taken,
+    Full,
+    Raced,
+}
+
+impl Semaphore {
+    /// A semaphore of `limit` slots under `prefix`. Every participant must
+    /// use the same limit; one that differs is refused with
+    /// [`ClientError::Conflict`].
+    pub fn new(session: &Session, prefix: impl Into<String>, limit: u32) -> Self {
+        Semaphore {
+            session: session.clone(),
+            prefix: prefix.into(),
+            limit,
+        }
+    }
+
+    fn lock_key(&self) -> String {
+        format!("{}/{SEMAPHORE_LOCK}", self.prefix)
+    }
+
+    fn contender_key(&self, session: SessionId) -> String {
+        format!("{}/{session}", self.prefix)
+    }
+
+    /// Waits for a slot, up to `timeout` (`None`: as long as the session
+    /// lives). `value` goes into the contender key, for people.
+    pub async fn acquire(
+        &self,
+        value: impl Into<Vec<u8>>,
+        timeout: Option<Duration>,
+    ) -> Result<Permit, ClientError> {
+        if self.limit == 0 {
+            return Err(ClientError::Conflict(
+                "a semaphore needs a limit of at least 1".into(),
+            ));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        // Subscribed before the first read, so no change between a read
+        // and the wait is missed.
+        let mut changes = self.subscribe().await?;
+        let contender = self.enter(value.into()).await?;
+        let outcome = async {
+            loop {
+                match self.attempt().await? {
+                    Attempt::Taken => return Ok(()),
+                    Attempt::Raced => continue,
+                    Attempt::Full => {}
+                }
+                let next = changes.next();
+                let event = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, next)
+                        .await
+                        .map_err(|_| ClientError::Timeout(timeout.unwrap_or_default()))?,
+                    None => next.await,
+                };
+                match event {
+                    None | Some(SubscriptionEvent::Session(SessionState::Expired)) => {
+                        return Err(ClientError::SessionExpired)
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        .await;
+        match outcome {
+            Ok(()) => Ok(Permit::start(self.clone(), contender, changes)),
+            Err(e) => {
+                self.leave(contender).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes a slot only if one is free now.
+    pub async fn try_acquire(
+        &self,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<Option<Permit>, ClientError> {
+        let changes = self.subscribe().await?;
+        let contender = self.enter(value.into()).await?;
+        loop {
+            match self.attempt().await {
+                Ok(Attempt::Taken) => {
+                    return Ok(Some(Permit::start(self.clone(), contender, changes)))
+                }
+                Ok(Attempt::Raced) => continue,
+                Ok(Attempt::Full) => {
+                    self.leave(contender).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.leave(contender).await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The sessions holding slots now, after pruning the dead.
+    pub async fn holders(&self) -> Result<Vec<SessionId>, ClientError> {
+        Ok(self.read().await?.0.holders)
+    }
+
+    async fn subscribe(&self) -> Result<Subscription, ClientError> {
+        let mask = event_mask::CONTENTS | event_mask::LOCK_RELEASED | event_mask::SESSION_STATE;
+        let options = SubscribeOptions::prefix().mask(mask);
+        self.session.subscribe(&self.prefix, options).await
+    }
+
+    /// Creates this session's contender key: ephemeral, and locked by it.
+    async fn enter(&self, value: Vec<u8>) -> Result<LockGuard, ClientError> {
+        let key = self.contender_key(self.session.id());
+        let client = self.session.client();
+        client
+            .put(&key, value, PutOptions::new().ephemeral(&self.session))
+            .await?;
+        self.session.try_lock(&key, LockOptions::exclusive()).await
+    }
+
+    /// Removes this session's contender key (best effort: its session's end
+    /// removes it anyway).
+    async fn leave(&self, contender: LockGuard) {
+        let _ = contender.release().await;
+        let key = self.contender_key(self.session.id());
+        let _ = self
+            .session
+            .client()
+            .delete(&key, DeleteOptions::default())
+            .await;
+    }
+
+    /// The coordinating key's body with dead holders pruned, and its modify
+    /// index (0: it does not exist yet).
+    async fn read(&self) -> Result<(LockBody, u64), ClientError> {
+        let client = self.session.client();
+        let (mut body, index) = match client.get(&self.lock_key()).await? {
+            None => (
+                LockBody {
+                    limit: self.limit,
+                    holders: Vec::new(),
+                },
+                0,
+            ),
+            Some(node) => {
+                let contents = node.contents.unwrap_or_default();
+                let body: LockBody = serde_json::from_slice(&contents).map_err(|e| {
+                    ClientError::Conflict(format!("{} is not a semaphore: {e}", self.lock_key()))
+                })?;
+                (body, node.stat.modify_index)
+            }
+        };
+        if body.limit != self.limit {
+            return Err(ClientError::Conflict(format!(
+                "the semaphore at {} has limit {}, not {}",
+                self.prefix, body.limit, self.limit
+            )));
+        }
+        let mut live = Vec::with_capacity(body.holders.len());
+        for holder in body.holders {
+            let stat = client.stat(&self.contender_key(holder)).await?;
+            if stat.is_some_and(|s| s.lock_holders.iter().any(|(h, _)| *h == holder)) {
+                live.push(holder);
+            }
+        }
+        body.holders = live;
+        Ok((body, index))
+    }
+
+    async fn attempt(&self) -> Result<Attempt, ClientError> {
+        let (mut body, index) = self.read().await?;
+        let me = self.session.id();
+        if body.holders.contains(&me) {
+            return Ok(Attempt::Taken);
+        }
+        if body.holders.len() >= self.limit as usize {
+            return Ok(Attempt::Full);
+        }
+        body.holders.push(me);
+        self.write(&body, index).await
+    }
+
+    /// Writes the body if nobody wrote since `index`.
+    async fn write(&self, body: &LockBody, index: u64) -> Result<Attempt, ClientError> {
+        let contents = serde_json::to_vec(body).expect("a LockBody serializes");
+        let put = self
+            .session
+            .client()
+            .put(&self.lock_key(), contents, PutOptions::new().cas(index))
+            .await;
+        match put {
+            Ok(_) => Ok(Attempt::Taken),
+            Err(e) if matches!(e.code(), Some(ErrorCode::CasMismatch { .. })) => Ok(Attempt::Raced),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes this session out of the holders, retrying lost races.
+    async fn give_back(&self) -> Result<(), ClientError> {
+        let me = self.session.id();
+        loop {
+            let (mut body, index) = self.read().await?;
+            if !body.holders.contains(&me) {
+                return Ok(());
+            }
+            body.holders.retain(|h| *h != me);
+            match self.write(&body, index).await? {
+                Attempt::Raced => continue,
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+/// A slot in a [`Semaphore`]. Dropping it releases the slot (best effort).
+#[derive(Debug)]
+pub struct Permit {
+    semaphore: Semaphore,
+    contender: Option<LockGuard>,
+    lost: watch::Receiver<bool>,
+    watcher: JoinHandle<()>,
+}
+
+impl Permit {
+    /// Starts watching the prefix: the seed requires holders to re-check
+    /// their slot on every change, since an operator or a false failure
+    /// detection may take it away.
+    fn start(semaphore: Semaphore, contender: LockGuard, mut changes: Subscription) -> Permit {
+        let (tx, lost) = watch::channel(false);
+        let watching = semaphore.clone();
+        let watcher = tokio::spawn(async move {
+            let me = watching.session.id();
+            loop {
+                let still = match changes.next().await {
+                    None => false,
+                    Some(SubscriptionEvent::Session(state)) => {
+                        matches!(state, SessionState::Normal | SessionState::Safe)
+                    }
+                    // Any change, or lost events: re-read. A failed read
+                    // leaves the slot in doubt, which is lost (the seed:
+                    // "if the watch fails to connect the slot should be
+                    // considered lost").
+                    Some(_) => watching
+                        .read()
+                        .await
+                        .is_ok_and(|(body, _)| body.holders.contains(&me)),
+                };
+                if !still {
+                    let _ = tx.send(true);
+                    return;
+                }
+            }
+        });
+        Permit {
+            semaphore,
+            contender: Some(contender),
+            lost,
+            watcher,
+        }
+    }
+
+    /// Whether the slot can still be relied on.
+    pub fn is_held(&self) -> bool {
+        !*self.lost.borrow() && self.contender.as_ref().is_some_and(|c| c.is_held())
+    }
+
+    /// Resolves as soon as the slot can no longer be relied on: the session
+    /// left the normal state, the contender key was taken away, or the
+    /// holders no longer include this session.
+    pub async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let contender = async {
+            match &self.contender {
+                Some(c) => c.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = lost.wait_for(|l| *l) => {}
+            () = contender => {}
+        }
+    }
+
+    /// Gives the slot back: out of the holders by compare-and-set, then the
+    /// contender key goes.
+    pub async fn release(mut self) -> Result<(), ClientError> {
+        self.watcher.abort();
+        let result = self.semaphore.give_back().await;
+        if let Some(contender) = self.contender.take() {
+            self.semaphore.leave(contender).await;
+        }
+        result
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.watcher.abort();
+        let Some(contender) = self.contender.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let semaphore = self.semaphore.clone();
+            runtime.spawn(async move {
+                let _ = semaphore.give_back().await;
+                semaphore.leave(contender).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The election and semaphore recipes, end to end, as their seeds describe.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::{Client, Election, Semaphore, Session, SessionOptions};
+use leasehold_tests::proxy::{Link, Proxy};
+use leasehold_tests::server::{short_lease_config, start, TestServer};
+use tokio::time::Instant;
+
+const LEASE: Duration = Duration::from_secs(1);
+const LOCK_DELAY: Duration = Duration::from_millis(800);
+
+async fn contender(client: &Client, name: &str) -> Session {
+    client
+        .create_session(
+            SessionOptions::new(name)
+                .lease(LEASE)
+                .lock_delay(LOCK_DELAY)
+                .grace(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap()
+}
+
+async fn setup() -> (TestServer, Client) {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    (server, client)
+}
+
+// ELECT-1, ELECT-2, LOCK-5, LOCK-6, LOCK-10: the leader-election seed with
+// three contenders.
+#[tokio::test]
+async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_passed() {
+    let (server, client) = setup().await;
+    // The first leader reaches the master through a link we can cut.
+    let proxy = Proxy::start(server.addr).await;
+    let cut_client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let first = contender(&cut_client, "a").await;
+    let key = "service/mysql/leader";
+    let term_a = Election::new(&first, key).campaign("a:3306").await.unwrap();
+    let sequencer_a = term_a.sequencer_bytes().to_vec();
+
+    let mut observer = client.observe_leader(key);
+    let seen = observer.next().await.unwrap().expect("a leads");
+    assert_eq!(
+        (seen.session, &seen.value[..]),
+        (first.id(), &b"a:3306"[..])
+    );
+
+    let mut waiting = Vec::new();
+    for name in ["b", "c"] {
+        let session = contender(&client, name).await;
+        let election = Election::new(&session, key);
+        waiting.push(tokio::spawn(async move {
+            let term = election.campaign(format!("{name}:3306")).await.unwrap();
+            (session, term, Instant::now())
+        }));
+        // b queues before c (LOCK-5).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The leader is cut off: it stops leading when its local lease ends,
+    // and the master releases the lock only when the lease ends there,
+    // then keeps it for lock-delay.
+    let cut = Instant::now();
+    proxy.set(Link::Cut);
+    tokio::time::timeout(Duration::from_secs(5), term_a.lost())
+        .await
+        .expect("a hears it may no longer lead");
+    let a_stopped = Instant::now();
+    assert!(!term_a.is_leader());
+
+    let (session_b, term_b, b_started) = waiting.remove(0).await.unwrap();
+    assert!(a_stopped < b_started, "a stopped before b began");
+    assert!(
+        b_started - cut >= LOCK_DELAY,
+        "b waited out lock-delay: {:?}",
+        b_started - cut
+    );
+    assert_eq!(term_b.sequencer().lock_generation, 2);
+    assert!(!client.check_sequencer(&sequencer_a).await.unwrap());
+    let leader = client.leader(key).await.unwrap().expect("b leads");
+    assert_eq!(
+        (leader.session, &leader.value[..]),
+        (session_b.id(), &b"b:3306"[..])
+    );
+
+    // The observer saw a go; it ends on b (perhaps after "nobody").
+    let mut last = observer.next().await.unwrap();
+    while last.as_ref().map(|l| l.session) != Some(session_b.id()) {
+        last = tokio::time::timeout(Duration::from_secs(5), observer.next())
+            .await
+            .expect("the observer hears of b")
+            .unwrap();
+    }
+
+    // A resignation hands over at once, with no lock-delay.
+    let resigned = Instant::now();
+    term_b.resign().await.unwrap();
+    let (session_c, term_c, c_started) = waiting.remove(0).await.unwrap();
+    assert!(c_started - resigned < LOCK_DELAY);
+    assert_eq!(term_c.sequencer().lock_generation, 3);
+    assert_eq!(
+        client.leader(key).await.unwrap().map(|l| l.session),
+        Some(session_c.id())
+    );
+}
+
+// ELECT-2, LOCK-2: a leader may publish a new value without a new term.
+#[tokio::test]
+async fn a_leader_proclaims_a_new_value_within_its_term() {
+    let (_server, client) = setup().await;
+    let session = contender(&client, "a").await;
+    let election = Election::new(&session, "svc/leader");
+    let term = election.campaign("old").await.unwrap();
+    term.proclaim("new").await.unwrap();
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(leader.value, b"new");
+    assert_eq!(leader.lock_generation, 1);
+    assert!(term.is_leader());
+    let other = contender(&client, "b").await;
+    assert!(Election::new(&other, "svc/leader")
+        .try_campaign("b")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+// SEM-2, SEM-3: the semaphore seed with five contenders, two slots.
+#[tokio::test]
+async fn five_contenders_for_two_slots_never_exceed_two_holders() {
+    let (_server, client) = setup().await;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for n in 0..5 {
+        let session = contender(&client, &format!("c{n}")).await;
+        let (holding, most, done) = (holding.clone(), most.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let slots = Semaphore::new(&session, "jobs/builders", 2);
+            for _ in 0..3 {
+                let permit = slots
+                    .acquire(format!("c{n}"), Some(Duration::from_secs(20)))
+                    .await
+                    .unwrap();
+                assert!(permit.is_held());
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+            session
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("every contender finishes")
+            .unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 15);
+    assert_eq!(most.load(Ordering::SeqCst), 2, "two at a time, never more");
+}
+
+// SEM-1, SEM-2, SEM-4: the coordinating key reads as the seed shows it.
+#[tokio::test]
+async fn the_coordinating_key_holds_the_limit_and_the_holders() {
+    let (_server, client) = setup().await;
+    let session = contender(&client, "a").await;
+    let permit = Semaphore::new(&session, "sem", 2)
+        .acquire("a", None)
+        .await
+        .unwrap();
+    let node = client.get("sem/.lock").await.unwrap().unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&node.contents.unwrap()).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({ "Limit": 2, "Holders": [session.id().to_string()] })
+    );
+    let contender_key = format!("sem/{}", session.id());
+    let stat = client.stat(&contender_key).await.unwrap().unwrap();
+    assert_eq!(stat.ephemeral_owner, Some(session.id()));
+    permit.release().await.unwrap();
+    assert_eq!(client.get(&contender_key).await.unwrap(), None);
+    let other = contender(&client, "b").await;
+    let refused = Semaphore::new(&other, "sem", 3)
+        .try_acquire("b")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("limit 2"), "{refused}");
+}
+
+// SEM-2, SEM-3: a dead holder is pruned and its slot taken.
+#[tokio::test]
+async fn a_crashed_holders_slot_goes_to_a_waiter_once_its_session_ends() {
+    let (_server, client) = setup().await;
+    let a = contender(&client, "a").await;
+    let b = contender(&client, "b").await;
+    let c = contender(&client, "c").await;
+    let permit_a = Semaphore::new(&a, "sem", 2)
+        .acquire("a", None)
+        .await
+        .unwrap();
+    let _permit_b = Semaphore::new(&b, "sem", 2)
+        .acquire("b", None)
+        .await
+        .unwrap();
+    let slots_c = Semaphore::new(&c, "sem", 2);
+    assert!(slots_c.try_acquire("c").await.unwrap().is_none());
+
+    // a crashes: no release, no more KeepAlives.
+    std::mem::forget(permit_a);
+    let a_id = a.detach().await;
+    let permit_c = slots_c
+        .acquire("c", Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(permit_c.is_held());
+    let mut holders = slots_c.holders().await.unwrap();
+    holders.sort();
+    let mut expected = vec![b.id(), c.id()];
+    expected.sort();
+    assert_eq!(holders, expected);
+    assert!(!holders.contains(&a_id));
+}
+
+// SEM-3: a holder re-checks on every change and hears when an
+// operator takes its slot away.
+#[tokio::test]
+async fn a_holder_hears_when_its_slot_is_taken_away() {
+    let (_server, client) = setup().await;
+    let session = contender(&client, "a").await;
+    let permit = Semaphore::new(&session, "sem", 1)
+        .acquire("a", None)
+        .await
+        .unwrap();
+    let node = client.get("sem/.lock").await.unwrap().unwrap();
+    client
+        .put(
+            "sem/.lock",
+            r#"{"Limit":1,"Holders":[]}"#,
+            leasehold::PutOptions::new().cas(node.stat.modify_index),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), permit.lost())
+        .await
+        .expect("the holder hears");
+    assert!(!permit.is_held());
+}
