@@ -3,6 +3,8 @@
 mod check;
 mod duration;
 mod kv;
+mod recipes;
+mod run;
 mod session;
 
 use std::process::ExitCode;
@@ -12,6 +14,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use leasehold::{ClientError, SessionId};
 
+use run::RunArgs;
 use session::SessionArgs;
 
 #[derive(Parser)]
@@ -86,6 +89,62 @@ enum Command {
     /// sessions bound to it (`session create --check NAME`).
     #[command(subcommand)]
     Check(CheckCommand),
+    /// Print one line per change at or below KEY (a key or a prefix; the
+    /// root when omitted) until interrupted.
+    Watch {
+        #[arg(default_value = "")]
+        key: String,
+        #[command(flatten)]
+        session: SessionArgs,
+    },
+    /// Run CMD while holding the lock of KEY; exit with CMD's status.
+    /// CMD gets LEASEHOLD_SEQUENCER, and SIGTERM (then SIGKILL) if the lock
+    /// may be lost.
+    Lock {
+        key: String,
+        /// Take the lock shared instead of exclusive.
+        #[arg(long)]
+        shared: bool,
+        /// Give up waiting for the lock after this long (default: 10m).
+        #[arg(long, value_parser = duration::parse)]
+        timeout: Option<Duration>,
+        /// Write this to KEY with the acquisition.
+        #[arg(long)]
+        value: Option<String>,
+        #[command(flatten)]
+        session: SessionArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Campaign for leadership of KEY with VALUE, then run CMD while
+    /// leading; exit with CMD's status.
+    Elect {
+        key: String,
+        /// The value readers of the leader see (e.g. this node's address).
+        #[arg(long)]
+        value: String,
+        #[command(flatten)]
+        session: SessionArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Print the value of KEY's leader; exit 1 when nobody leads.
+    Leader { key: String },
+    /// Take one of N slots under PREFIX, then run CMD while holding it; exit
+    /// with CMD's status.
+    Semaphore {
+        prefix: String,
+        /// How many may hold a slot at once; every participant must agree.
+        #[arg(long)]
+        limit: u32,
+        /// Stored in this contender's key, for people.
+        #[arg(long, default_value = "")]
+        value: String,
+        #[command(flatten)]
+        session: SessionArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -179,6 +238,31 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve(args).await,
             Command::Session(command) => session::session(&cli.addr, cli.json, command).await,
             Command::Check(command) => check::check(&cli.addr, cli.json, command).await,
+            Command::Watch { key, session } => {
+                recipes::watch(&cli.addr, cli.json, key, session).await
+            }
+            Command::Lock {
+                key,
+                shared,
+                timeout,
+                value,
+                session,
+                run,
+            } => recipes::lock(&cli.addr, key, shared, timeout, value, session, run).await,
+            Command::Elect {
+                key,
+                value,
+                session,
+                run,
+            } => recipes::elect(&cli.addr, key, value, session, run).await,
+            Command::Leader { key } => recipes::leader(&cli.addr, cli.json, key).await,
+            Command::Semaphore {
+                prefix,
+                limit,
+                value,
+                session,
+                run,
+            } => recipes::semaphore(&cli.addr, prefix, limit, value, session, run).await,
             command => kv::kv(&cli.addr, cli.json, command).await,
         };
         match result {

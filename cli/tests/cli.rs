@@ -1,56 +1,12 @@
 //! The `leasehold` binary against a `leasehold serve` child process.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+mod common;
 
-/// A `leasehold serve` on a free loopback port, killed on drop.
-struct Serve {
-    child: Child,
-    addr: String,
-}
-
-impl Serve {
-    fn start() -> Serve {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--min-lease", "100ms"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start leasehold serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the listening line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Serve { child, addr }
-    }
-
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        Command::new(BIN)
-            .args(["--addr", &self.addr])
-            .args(args)
-            .output()
-            .expect("run leasehold")
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
+use common::{stdout, Serve, BIN};
 
 #[test]
 fn a_created_session_lives_until_its_lease_runs_out() {

@@ -301,9 +301,9 @@ impl Permit {
             loop {
                 let still = match changes.next().await {
                     None => false,
-                    Some(SubscriptionEvent::Session(state)) => {
-                        matches!(state, SessionState::Normal | SessionState::Safe)
-                    }
+                    // Jeopardy is the contender guard's to report, and
+                    // passes if contact comes back; expiry is final.
+                    Some(SubscriptionEvent::Session(state)) => state != SessionState::Expired,
                     // Any change, or lost events: re-read. A failed read
                     // leaves the slot in doubt, which is lost (the seed:
                     // "if the watch fails to connect the slot should be

@@ -1,0 +1,190 @@
+//! Commands that hold something while a command runs: `lock`, `elect`,
+//! `semaphore`; and `leader`, `watch`, which follow what others hold.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold::{
+    event_mask, Change, Client, Election, LockOptions, Semaphore, Session, SessionState,
+    SubscribeOptions, SubscriptionEvent,
+};
+use serde_json::json;
+
+use crate::run::{supervise, until_lost, RunArgs};
+use crate::session::SessionArgs;
+use crate::NOT_FOUND;
+
+/// A session for the command's holding; its states go to stderr, so an
+/// operator sees jeopardy coming before CMD is stopped.
+async fn open(client: &Client, session: &SessionArgs, run: &RunArgs) -> anyhow::Result<Session> {
+    let session = client
+        .create_session(session.options().grace(run.grace))
+        .await?;
+    session.on_state_change(|state| eprintln!("leasehold: session {}", state.as_str()));
+    Ok(session)
+}
+
+/// `leasehold lock KEY -- CMD`.
+pub(crate) async fn lock(
+    addr: &str,
+    key: String,
+    shared: bool,
+    timeout: Option<Duration>,
+    value: Option<String>,
+    session_args: SessionArgs,
+    run: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    let session = open(&client, &session_args, &run).await?;
+    let mut options = if shared {
+        LockOptions::shared()
+    } else {
+        LockOptions::exclusive()
+    };
+    options.timeout = timeout;
+    options.contents = value.map(String::into_bytes);
+    let guard = session.lock(&key, options).await?;
+    eprintln!("leasehold: holding {key}");
+    let lost = until_lost(&session, run.stop_on, || guard.lost());
+    let sequencer = Some(guard.sequencer().to_hex());
+    let code = supervise(&run, &format!("the lock on {key}"), sequencer, lost).await?;
+    let _ = guard.release().await;
+    let _ = session.close().await;
+    Ok(code)
+}
+
+/// `leasehold elect KEY --value V -- CMD`.
+pub(crate) async fn elect(
+    addr: &str,
+    key: String,
+    value: String,
+    session_args: SessionArgs,
+    run: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    let session = open(&client, &session_args, &run).await?;
+    let term = Election::new(&session, &key).campaign(value).await?;
+    eprintln!("leasehold: leading {key}");
+    let lost = until_lost(&session, run.stop_on, || term.lost());
+    let sequencer = Some(term.sequencer().to_hex());
+    let code = supervise(&run, &format!("leadership of {key}"), sequencer, lost).await?;
+    let _ = term.resign().await;
+    let _ = session.close().await;
+    Ok(code)
+}
+
+/// `leasehold semaphore PREFIX --limit N -- CMD`.
+pub(crate) async fn semaphore(
+    addr: &str,
+    prefix: String,
+    limit: u32,
+    value: String,
+    session_args: SessionArgs,
+    run: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    let session = open(&client, &session_args, &run).await?;
+    let permit = Semaphore::new(&session, &prefix, limit)
+        .acquire(value, None)
+        .await?;
+    eprintln!("leasehold: holding a slot in {prefix}");
+    let lost = until_lost(&session, run.stop_on, || permit.lost());
+    let code = supervise(&run, &format!("the slot in {prefix}"), None, lost).await?;
+    let _ = permit.release().await;
+    let _ = session.close().await;
+    Ok(code)
+}
+
+/// `leasehold leader KEY`: the leader's value; none is exit status 1.
+pub(crate) async fn leader(addr: &str, json: bool, key: String) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    let Some(leader) = client.leader(&key).await? else {
+        eprintln!("leasehold: {key} has no leader");
+        return Ok(ExitCode::from(NOT_FOUND));
+    };
+    let value = String::from_utf8_lossy(&leader.value);
+    if json {
+        println!(
+            "{}",
+            json!({
+                "key": key,
+                "value": value,
+                "session": leader.session,
+                "lock_generation": leader.lock_generation,
+            })
+        );
+    } else {
+        println!("{value}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `leasehold watch KEY|PREFIX`: one line per event at or below it, until
+/// interrupted; the session ending is exit status 1.
+pub(crate) async fn watch(
+    addr: &str,
+    json: bool,
+    prefix: String,
+    session_args: SessionArgs,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(addr).await?;
+    let session = client.create_session(session_args.options()).await?;
+    let options = SubscribeOptions::prefix().mask(event_mask::ALL);
+    let mut events = session.subscribe(&prefix, options).await?;
+    // On stderr, so scripts (and tests) know that changes from now on show.
+    eprintln!("leasehold: watching {prefix}");
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            _ = &mut interrupted => {
+                let _ = session.close().await;
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        let Some(event) = event else {
+            return Ok(ExitCode::from(NOT_FOUND));
+        };
+        let (what, key, detail) = describe(&event);
+        if json {
+            println!("{}", json!({ "event": what, "key": key, "detail": detail }));
+        } else {
+            let line = [
+                what,
+                key.as_deref().unwrap_or(""),
+                detail.as_deref().unwrap_or(""),
+            ]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+            println!("{line}");
+        }
+        if event == SubscriptionEvent::Session(SessionState::Expired) {
+            return Ok(ExitCode::from(NOT_FOUND));
+        }
+    }
+}
+
+/// An event as a word, its key and one more detail.
+fn describe(event: &SubscriptionEvent) -> (&'static str, Option<String>, Option<String>) {
+    match event {
+        SubscriptionEvent::Changed { key, change } => {
+            let key = Some(key.clone());
+            match change {
+                Change::Created => ("created", key, None),
+                Change::Modified => ("modified", key, None),
+                Change::Deleted => ("deleted", key, None),
+                Change::ChildAdded { child } => ("child-added", key, Some(child.clone())),
+                Change::ChildRemoved { child } => ("child-removed", key, Some(child.clone())),
+                Change::ChildModified { child } => ("child-modified", key, Some(child.clone())),
+                Change::LockAcquired { holder } => ("lock-acquired", key, Some(holder.to_string())),
+                Change::LockReleased { holder } => ("lock-released", key, Some(holder.to_string())),
+            }
+        }
+        SubscriptionEvent::EventsLost => ("events-lost", None, None),
+        SubscriptionEvent::Session(state) => ("session", None, Some(state.as_str().to_string())),
+    }
+}

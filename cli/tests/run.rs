@@ -1,0 +1,217 @@
+//! `leasehold lock`, `elect`, `leader`, `semaphore` and `watch` against a
+//! `leasehold serve` child process.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stdout, Running, Serve};
+use leasehold_tests::proxy::{Link, Proxy};
+
+const SOON: Duration = Duration::from_secs(10);
+
+// LOCK-7: the command runs with the sequencer, and its status is ours.
+#[test]
+fn lock_runs_the_command_with_its_sequencer_and_exits_with_its_status() {
+    let serve = Serve::start();
+    let out = serve.run(&[
+        "lock",
+        "jobs/report",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_SEQUENCER; leasehold check-sequencer $LEASEHOLD_SEQUENCER; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    let printed = stdout(&out);
+    let mut lines = printed.lines();
+    let sequencer = lines.next().expect("the sequencer");
+    assert!(sequencer.len() > 16, "{sequencer}");
+    assert_eq!(lines.next(), Some("valid"), "valid while held");
+    // Released when the command ended.
+    let after = serve.run(&["check-sequencer", sequencer]);
+    assert_eq!(after.status.code(), Some(1));
+}
+
+// LOCK-3
+#[test]
+fn lock_gives_up_after_its_timeout_while_another_holds() {
+    let serve = Serve::start();
+    let holder = Running::start(&serve.addr, &["lock", "k", "--", "sleep", "30"]);
+    holder.stderr_until("holding k", SOON);
+    let out = serve.run(&["lock", "k", "--timeout", "200ms", "--", "true"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("held"),
+        "{out:?}"
+    );
+}
+
+// EV-6, LOCK-8: a lock taken away stops the command with SIGTERM.
+#[test]
+fn a_lock_taken_away_stops_the_command_with_sigterm() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &["lock", "k", "--", "sh", "-c", "echo started; exec sleep 30"],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    assert!(serve.run(&["delete", "k"]).status.success());
+    holder.stderr_until("may be lost", SOON);
+    assert_eq!(holder.wait(SOON).code(), Some(128 + 15));
+}
+
+// A command that ignores SIGTERM gets SIGKILL after the kill grace.
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "k",
+            "--kill-grace",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; echo started; while true; do sleep 0.05; done",
+        ],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    assert!(serve.run(&["delete", "k"]).status.success());
+    assert_eq!(holder.wait(SOON).code(), Some(128 + 9));
+}
+
+/// A `lock` through a relay that will hold its traffic; returns once CMD
+/// runs.
+fn lock_through(proxy: &Proxy, stop_on: &str) -> Running {
+    let holder = Running::start(
+        &proxy.addr.to_string(),
+        &[
+            "lock",
+            "k",
+            "--lease",
+            "1s",
+            "--grace",
+            "10s",
+            "--stop-on",
+            stop_on,
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 30",
+        ],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    holder
+}
+
+/// Holds the relay's traffic until the holder's session is in jeopardy,
+/// then lets it through; the master kept the session meanwhile.
+fn jeopardy_then_recovery(proxy: &Proxy, holder: &Running) {
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.set(Link::Hold);
+    holder.stderr_until("session jeopardy", SOON);
+    proxy.set(Link::Pass);
+}
+
+// LOCK-10, CS-2: by default the command stops at jeopardy.
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_the_command_stops_at_jeopardy() {
+    let serve = Serve::start();
+    let proxy = Proxy::start(serve.addr.parse().unwrap()).await;
+    let mut holder = lock_through(&proxy, "jeopardy");
+    jeopardy_then_recovery(&proxy, &holder);
+    holder.stderr_until("may be lost", SOON);
+    assert_eq!(holder.wait(SOON).code(), Some(128 + 15));
+}
+
+// CS-4: with --stop-on expiry the command survives a jeopardy that ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_stop_on_expiry_the_command_survives_a_recovered_jeopardy() {
+    let serve = Serve::start();
+    let proxy = Proxy::start(serve.addr.parse().unwrap()).await;
+    let mut holder = lock_through(&proxy, "expiry");
+    jeopardy_then_recovery(&proxy, &holder);
+    holder.stderr_until("session normal", SOON);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(holder.running(), "the command still runs");
+}
+
+// ELECT-1, ELECT-2
+#[test]
+fn elect_leads_while_the_command_runs_and_leader_prints_its_value() {
+    let serve = Serve::start();
+    let out = serve.run(&[
+        "elect",
+        "svc/leader",
+        "--value",
+        "10.0.0.7:3306",
+        "--",
+        "sh",
+        "-c",
+        "leasehold leader svc/leader && test -n \"$LEASEHOLD_SEQUENCER\"",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "10.0.0.7:3306");
+    // Resigned when the command ended.
+    let none = serve.run(&["leader", "svc/leader"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no leader"));
+}
+
+// SEM-2: two commands on a semaphore of one never overlap.
+#[test]
+fn semaphore_runs_commands_within_the_limit() {
+    let serve = Serve::start();
+    let dir = std::env::temp_dir().join(format!("leasehold-sem-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let flag = dir.join("busy");
+    let script = format!(
+        "if [ -e {f} ]; then echo overlap; fi; touch {f}; sleep 0.3; rm {f}; echo done",
+        f = flag.display()
+    );
+    let mut runs: Vec<Running> = (0..2)
+        .map(|_| {
+            Running::start(
+                &serve.addr,
+                &[
+                    "semaphore",
+                    "sem",
+                    "--limit",
+                    "1",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            )
+        })
+        .collect();
+    for run in &mut runs {
+        assert!(run.wait(SOON).success());
+        assert_eq!(run.stdout_line(SOON), "done");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// EV-5: watch prints one line per change.
+#[test]
+fn watch_prints_one_line_per_change() {
+    let serve = Serve::start();
+    let watcher = Running::start(&serve.addr, &["watch", "svc"]);
+    watcher.stderr_until("watching svc", SOON);
+    assert!(serve.run(&["put", "svc/db", "a"]).status.success());
+    assert!(serve.run(&["put", "svc/db", "b"]).status.success());
+    assert!(serve.run(&["delete", "svc/db"]).status.success());
+    assert!(serve.run(&["put", "other", "x"]).status.success());
+    assert_eq!(watcher.stdout_line(SOON), "created svc/db");
+    assert_eq!(watcher.stdout_line(SOON), "modified svc/db");
+    assert_eq!(watcher.stdout_line(SOON), "deleted svc/db");
+    assert!(watcher
+        .stdout
+        .recv_timeout(Duration::from_millis(300))
+        .is_err());
+}
