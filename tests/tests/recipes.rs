@@ -75,9 +75,13 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
 
     let (session_b, term_b, b_started) = waiting.remove(0).await.unwrap();
     assert!(a_stopped < b_started, "a stopped before b began");
+    // a's local lease ran out no later than its lease at the master, which
+    // then held the lock for lock-delay: b leads at least lock-delay after
+    // a stopped.
     assert!(
-        b_started - cut >= LOCK_DELAY,
-        "b waited out lock-delay: {:?}",
+        b_started - a_stopped >= LOCK_DELAY,
+        "b waited out lease and lock-delay: {:?} after a stopped, {:?} after the cut",
+        b_started - a_stopped,
         b_started - cut
     );
     assert_eq!(term_b.sequencer().lock_generation, 2);
@@ -107,6 +111,30 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
         client.leader(key).await.unwrap().map(|l| l.session),
         Some(session_c.id())
     );
+}
+
+// ELECT-1, LOCK-6: a leader that dies (no release, no more KeepAlives) is
+// replaced once its lease has run out and lock-delay has passed.
+#[tokio::test]
+async fn a_dead_leader_is_replaced_after_its_lease_and_lock_delay() {
+    let (_server, client) = setup().await;
+    let key = "svc/leader";
+    let a = contender(&client, "a").await;
+    let term_a = Election::new(&a, key).campaign("a").await.unwrap();
+    let b = contender(&client, "b").await;
+    let campaign_b = tokio::spawn(async move {
+        let term = Election::new(&b, key).campaign("b").await.unwrap();
+        (b, term, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let died = Instant::now();
+    std::mem::forget(term_a);
+    a.detach().await;
+    let (b, term_b, b_started) = campaign_b.await.unwrap();
+    assert!(b_started - died >= LOCK_DELAY, "{:?}", b_started - died);
+    assert_eq!(term_b.sequencer().lock_generation, 2);
+    let leader = client.leader(key).await.unwrap().unwrap();
+    assert_eq!((leader.session, &leader.value[..]), (b.id(), &b"b"[..]));
 }
 
 // ELECT-2, LOCK-2: a leader may publish a new value without a new term.
