@@ -171,6 +171,10 @@ struct ServeArgs {
     /// Directory for durable state.
     #[arg(long, default_value = "./leasehold-data")]
     data_dir: std::path::PathBuf,
+    /// Keep all state in memory only, for tests and benchmarks: a restart
+    /// forgets every session, node and lock.
+    #[arg(long, conflicts_with = "data_dir")]
+    in_memory: bool,
     /// Lease given to sessions that ask for none.
     #[arg(long, value_parser = duration::parse, default_value = "12s")]
     default_lease: Duration,
@@ -286,6 +290,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_lease: args.max_lease,
         keepalive_margin: args.keepalive_margin,
         max_frame: args.max_frame,
+        data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         ..Default::default()
     };
     config.validate()?;
@@ -295,12 +300,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let addr = listener.local_addr()?;
     // On stdout, so scripts and tests can learn the port of `--listen :0`.
     println!("listening on {addr}");
-    tracing::info!(
-        %addr,
-        epoch = config.epoch,
-        "serving; state is kept in memory only (durable storage in {} is not implemented yet)",
-        args.data_dir.display()
-    );
+    match &config.data_dir {
+        Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
+        None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
+    }
     leasehold_server::run(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })

@@ -53,10 +53,10 @@ impl Master {
                 );
             }
             Ok(other) => {
-                let _ = reply.send(Err(mismatch(other)));
+                self.deliver(reply, Err(mismatch(other)));
             }
             Err(e) => {
-                let _ = reply.send(Err(e));
+                self.deliver(reply, Err(e));
             }
         }
     }
@@ -73,10 +73,13 @@ impl Master {
     pub(crate) fn acquire_ended(&mut self, ticket: u64) {
         if let Some(waiting) = self.acquires.waiting.remove(&ticket) {
             self.timers.remove(&waiting.timer);
-            let _ = waiting.reply.send(Err(Error::new(
-                ErrorCode::SessionExpired,
-                format!("the session ended while waiting for '{}'", waiting.key),
-            )));
+            self.deliver(
+                waiting.reply,
+                Err(Error::new(
+                    ErrorCode::SessionExpired,
+                    format!("the session ended while waiting for '{}'", waiting.key),
+                )),
+            );
         }
     }
 
@@ -95,7 +98,7 @@ impl Master {
             Ok(other) => Err(mismatch(other)),
             Err(e) => Err(e),
         };
-        let _ = waiting.reply.send(answer);
+        self.deliver(waiting.reply, answer);
     }
 
     /// Tells the acquirer it holds the lock; if it is no longer there to be
@@ -106,12 +109,10 @@ impl Master {
             index,
             sequencer: sequencer.to_bytes(),
         };
-        if reply.send(Ok(response)).is_err() {
-            let release = Command::Release {
-                key: sequencer.key,
-                session: sequencer.session,
-            };
-            let _ = self.apply(release, self.now());
-        }
+        let release = Command::Release {
+            key: sequencer.key,
+            session: sequencer.session,
+        };
+        self.deliver_or(reply, Ok(response), release);
     }
 }

@@ -22,7 +22,7 @@ pub const MAX_CHECK_NAME: usize = 128;
 pub const MAX_CHECK_NOTE: usize = 1024;
 
 /// One named check.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Check {
     pub status: CheckStatus,
     pub note: String,
@@ -30,7 +30,7 @@ pub struct Check {
 }
 
 /// Every check, and which sessions are bound to each.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Checks {
     checks: BTreeMap<String, Check>,
     bound: BTreeMap<String, BTreeSet<SessionId>>,

@@ -74,6 +74,9 @@ pub struct Config {
     pub handshake_timeout: Duration,
     pub write_timeout: Duration,
     pub ids: IdSource,
+    /// Where durable state lives (`STORE-1`); `None` keeps everything in
+    /// memory, for tests and benchmarks: a restart then forgets it all.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -92,6 +95,7 @@ impl Default for Config {
             handshake_timeout: HANDSHAKE_TIMEOUT,
             write_timeout: WRITE_TIMEOUT,
             ids: IdSource::Random,
+            data_dir: None,
         }
     }
 }

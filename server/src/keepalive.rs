@@ -25,13 +25,13 @@ impl Master {
     pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
         let id = ka.session;
         if ka.epoch != self.config.epoch {
-            let _ = reply.send(Err(self.wrong_epoch(ka.epoch))); // KA-6
+            self.deliver(reply, Err(self.wrong_epoch(ka.epoch))); // KA-6
             return;
         }
         // A lease that ran out is never revived, even if its timer has not
         // been handled yet (SES-6).
         if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
-            let _ = reply.send(Err(self.state.missing_session(id))); // KA-7
+            self.deliver(reply, Err(self.state.missing_session(id))); // KA-7
             return;
         }
         self.events.acknowledge(id, ka.acked_seq); // EV-2
@@ -78,18 +78,21 @@ impl Master {
             return;
         }
         if self.end_if_ran_out(id, now) {
-            let _ = held.reply.send(Err(self.state.missing_session(id)));
+            self.deliver(held.reply, Err(self.state.missing_session(id)));
             return;
         }
         let Some(expires) = self.leases.extend(id, now) else {
-            let _ = held.reply.send(Err(self.state.missing_session(id)));
+            self.deliver(held.reply, Err(self.state.missing_session(id)));
             return;
         };
         self.arm_lease_timer(id, expires);
-        let _ = held.reply.send(Ok(Response::KeepAlive {
-            epoch: self.config.epoch,
-            lease: LeaseGrant::conservative(expires - now, now - held.received_at),
-            events: self.events.pending(id),
-        }));
+        self.deliver(
+            held.reply,
+            Ok(Response::KeepAlive {
+                epoch: self.config.epoch,
+                lease: LeaseGrant::conservative(expires - now, now - held.received_at),
+                events: self.events.pending(id),
+            }),
+        );
     }
 }

@@ -22,6 +22,7 @@
 
 mod acquire;
 mod check;
+mod commit;
 mod config;
 mod connection;
 mod events;
@@ -32,9 +33,11 @@ mod lock;
 mod master;
 mod namespace;
 mod node;
+mod recovery;
 mod server;
 mod session;
 mod state;
+mod store;
 mod watch;
 
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
@@ -43,6 +46,7 @@ pub use lease::{Leases, Millis};
 pub use lock::{LockState, Locks, Waiter};
 pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
-pub use server::{run, Listener};
+pub use server::{run, Listener, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, State, StateEvent};
+pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError};

@@ -15,7 +15,7 @@ use crate::node::check_key;
 use crate::state::{Applied, NodeChange, State, StateEvent};
 
 /// One blocking acquire waiting its turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Waiter {
     /// The index of the command that queued it: unique, and names it.
     pub ticket: u64,
@@ -25,7 +25,7 @@ pub struct Waiter {
 }
 
 /// The lock of one key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockState {
     pub holders: BTreeMap<SessionId, LockMode>,
     /// First in, first served (`LOCK-5`).
@@ -52,7 +52,7 @@ impl LockState {
 }
 
 /// Every lock that is held, awaited or delayed, with indexes by session.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Locks {
     locks: BTreeMap<String, LockState>,
     held_by: HashMap<SessionId, BTreeSet<String>>,
@@ -63,6 +63,11 @@ impl Locks {
     /// The lock of `key`, if it is held, awaited or delayed.
     pub fn get(&self, key: &str) -> Option<&LockState> {
         self.locks.get(key)
+    }
+
+    /// Every lock that is held, awaited or delayed, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &LockState)> {
+        self.locks.iter()
     }
 
     /// The keys whose locks `session` holds.

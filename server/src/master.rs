@@ -13,12 +13,13 @@ use futures::StreamExt;
 use leasehold_protocol::{
     Error, ErrorCode, LeaseGrant, NodeView, Request, Response, Sequencer, SessionId, SessionInfo,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info};
 
 use crate::acquire::Acquires;
+use crate::commit::Committer;
 use crate::config::{Config, MAX_LIST_PAGE};
 use crate::events::Events;
 use crate::ids::Ids;
@@ -26,8 +27,10 @@ use crate::keepalive::Held;
 use crate::lease::{Leases, Millis};
 use crate::namespace::Put;
 use crate::node::check_key;
+use crate::recovery::Start;
 use crate::session::EndCause;
-use crate::state::{Applied, Bounds, Command, State, StateEvent};
+use crate::state::{Applied, Command, State, StateEvent};
+use crate::store::Record;
 use crate::watch::Watches;
 
 /// Encoded size of a `SessionInfo` besides its name, generously rounded up.
@@ -99,6 +102,14 @@ impl MasterHandle {
     }
 }
 
+/// Resolves when the log's durable point moves; never without a store.
+async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::RecvError> {
+    match commit {
+        Some(commit) => commit.progress.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Timer {
     LeaseEnd(SessionId),
@@ -120,23 +131,31 @@ pub(crate) struct Master {
     pub(crate) events: Events,
     ids: Ids,
     start: Instant,
+    /// Master time at `start`: time goes on from where the previous master
+    /// stopped, so times in the recovered state keep their meaning.
+    offset: Millis,
+    /// Group commit to the store; `None` runs in memory.
+    commit: Option<Committer>,
+    /// Set when the store failed: the master stops.
+    failed: bool,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
 /// `shutdown` resolves.
 pub(crate) fn spawn(
     config: Config,
+    start: Start,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (MasterHandle, tokio::task::JoinHandle<()>) {
     let (calls, rx) = mpsc::channel(1024);
-    let task = tokio::spawn(Master::new(config).run(rx, shutdown));
+    let task = tokio::spawn(Master::new(config, start).run(rx, shutdown));
     (MasterHandle { calls }, task)
 }
 
 impl Master {
-    fn new(config: Config) -> Self {
-        Master {
-            state: State::new(Bounds::from(&config)),
+    fn new(config: Config, start: Start) -> Self {
+        let mut master = Master {
+            state: start.state,
             ids: Ids::new(config.ids),
             config,
             leases: Leases::default(),
@@ -147,6 +166,43 @@ impl Master {
             acquires: Acquires::default(),
             events: Events::default(),
             start: Instant::now(),
+            offset: start.offset,
+            commit: start.commit,
+            failed: false,
+        };
+        if start.recovered {
+            master.resume();
+        }
+        master
+    }
+
+    /// Rebuilds the soft state a recovered state needs (`FO-2`..`FO-4`):
+    /// every session gets a full lease from now, the longest the previous
+    /// master may have granted; lock-delay that was running ends no sooner
+    /// than it would have; waiters, whose requests died with their
+    /// connections, leave the line.
+    fn resume(&mut self) {
+        let now = self.now();
+        let sessions: Vec<(SessionId, Duration)> =
+            self.state.sessions().map(|s| (s.id, s.lease)).collect();
+        for (id, lease) in sessions {
+            let expires = self.leases.start(id, lease, now);
+            self.arm_lease_timer(id, expires);
+        }
+        let mut cancels = Vec::new();
+        let mut delays = Vec::new();
+        for (key, lock) in self.state.locks().iter() {
+            if let Some(until) = lock.delay_until.filter(|u| *u > now) {
+                delays.push((key.clone(), until));
+            }
+            cancels.extend(lock.waiters.iter().map(|w| (key.clone(), w.ticket)));
+        }
+        for (key, until) in delays {
+            self.timers
+                .insert_at(Timer::LockDelayEnd(key), self.instant(until));
+        }
+        for (key, ticket) in cancels {
+            let _ = self.apply(Command::CancelWait { key, ticket }, now);
         }
     }
 
@@ -161,23 +217,74 @@ impl Master {
                 // Timers first: a lease that has run out ends before any
                 // request can see it (`SES-6`).
                 biased;
-                Some(fired) = self.timers.next() => self.on_timer(fired.into_inner()),
+                                Some(fired) = self.timers.next() => self.on_timer(fired.into_inner()),
+                Ok(()) = durable(&mut self.commit) => self.on_durable(),
                 call = calls.recv() => match call {
                     Some(call) => self.handle(call),
                     None => break,
                 },
-                () = &mut shutdown => break,
+                                () = &mut shutdown => break,
+            }
+            if self.failed {
+                break;
             }
         }
         debug!("master stopped");
     }
 
     pub(crate) fn now(&self) -> Millis {
-        self.start.elapsed().as_millis() as Millis
+        self.offset + self.start.elapsed().as_millis() as Millis
     }
 
     pub(crate) fn instant(&self, at: Millis) -> Instant {
-        self.start + Duration::from_millis(at)
+        self.start + Duration::from_millis(at.saturating_sub(self.offset))
+    }
+
+    /// Sends a reply once everything applied before it is durable.
+    pub(crate) fn deliver(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+        match &mut self.commit {
+            Some(commit) => {
+                commit.reply(reply, result, None);
+            }
+            None => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// As `deliver`, applying `undelivered` if nobody is there to receive
+    /// the reply (`LOCK-9`).
+    pub(crate) fn deliver_or(
+        &mut self,
+        reply: ReplyTx,
+        result: Result<Response, Error>,
+        undelivered: Command,
+    ) {
+        let unheard = match &mut self.commit {
+            Some(commit) => commit.reply(reply, result, Some(undelivered)),
+            None => reply.send(result).err().map(|_| undelivered),
+        };
+        if let Some(command) = unheard {
+            let _ = self.apply(command, self.now());
+        }
+    }
+
+    /// The log has grown durable: send what waited for it.
+    fn on_durable(&mut self) {
+        let Some(commit) = &mut self.commit else {
+            return;
+        };
+        match commit.advance() {
+            Ok(unheard) => {
+                for command in unheard {
+                    let _ = self.apply(command, self.now());
+                }
+            }
+            Err(reason) => {
+                tracing::error!(%reason, "stopping: changes can no longer be made durable");
+                self.failed = true;
+            }
+        }
     }
 
     fn handle(&mut self, call: Call) {
@@ -351,12 +458,17 @@ impl Master {
                 Ok(Response::Checks { checks, more })
             }
         };
-        let _ = call.reply.send(reply);
+        self.deliver(call.reply, reply);
     }
 
     /// Applies a command to the state machine and carries out its events.
     pub(crate) fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
+        // A refused command changes nothing and is not logged.
+        let logged = self.commit.as_ref().map(|_| command.clone());
         let (reply, events) = self.state.apply(command, now);
+        if let (Some(commit), Some(command), true) = (&mut self.commit, logged, reply.is_ok()) {
+            commit.append(Record::Command { now, command });
+        }
         for event in events {
             self.on_event(event, now);
         }
@@ -402,7 +514,7 @@ impl Master {
                     self.timers.remove(&key);
                 }
                 if let Some(held) = self.take_held(id) {
-                    let _ = held.reply.send(Err(self.state.missing_session(id)));
+                    self.deliver(held.reply, Err(self.state.missing_session(id)));
                 }
             }
         }
@@ -520,10 +632,12 @@ mod tests {
     // SES-6, KA-7
     #[tokio::test(start_paused = true)]
     async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_runs() {
-        let mut master = Master::new(Config {
+        let mut config = Config {
             min_lease: Duration::from_millis(100),
             ..Config::default()
-        });
+        };
+        let start = crate::recovery::open(&mut config).unwrap();
+        let mut master = Master::new(config, start);
         let created = call(
             &mut master,
             Request::CreateSession(CreateSession {

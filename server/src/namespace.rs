@@ -16,7 +16,7 @@ use crate::state::NodeChange;
 pub const DELETIONS_REMEMBERED: usize = 65_536;
 
 /// A write to a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Put {
     pub key: String,
     pub contents: Vec<u8>,
@@ -29,7 +29,7 @@ pub struct Put {
 }
 
 /// Every node, with the indexes that make its operations cheap.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Namespace {
     nodes: BTreeMap<String, Node>,
     ephemeral: HashMap<SessionId, BTreeSet<String>>,

@@ -72,7 +72,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 }
 
 /// A node: contents, flags and counters (`NS-2`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Node {
     pub contents: Vec<u8>,
     pub flags: u64,

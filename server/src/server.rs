@@ -14,6 +14,8 @@ use tracing::{info, warn};
 use crate::config::{Config, ConfigError};
 use crate::connection;
 use crate::master;
+use crate::recovery;
+use crate::store::StoreError;
 
 /// A source of connections.
 pub trait Listener: Send + 'static {
@@ -38,8 +40,22 @@ impl Listener for tokio::net::TcpListener {
 /// How long a shutting-down server waits for its connections to close.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
+/// Why a server could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store failed while serving: changes could no longer be made
+    /// durable, so the server stopped rather than acknowledge them.
+    #[error("the master stopped: its storage failed")]
+    StoreFailed,
+}
+
 /// Serves connections from `listener` until `shutdown` resolves, then closes
-/// every connection. Fails at once if `config` is invalid.
+/// every connection. Fails at once if `config` is invalid or its data
+/// directory unusable; recovers the state stored there first.
 ///
 /// ```no_run
 /// # async fn example() -> std::io::Result<()> {
@@ -56,12 +72,15 @@ pub async fn run<L: Listener>(
     mut listener: L,
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), ConfigError> {
+) -> Result<(), ServerError> {
     config.validate()?;
+    let mut config = config;
+    let start = recovery::open(&mut config)?;
     let (stop_master, master_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (master, task) = master::spawn(config.clone(), async {
+    let (master, mut task) = master::spawn(config.clone(), start, async {
         let _ = master_stopped.await;
     });
+    let mut master_failed = false;
     let connections = CancellationToken::new();
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
@@ -89,7 +108,12 @@ pub async fn run<L: Listener>(
             },
             // Reap finished connections so the set does not grow.
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            () = &mut shutdown => break,
+                        () = &mut shutdown => break,
+            // The master stops by itself only when its store failed.
+            _ = &mut task => {
+                master_failed = true;
+                break;
+            }
         }
     }
     info!("shutting down");
@@ -97,6 +121,9 @@ pub async fn run<L: Listener>(
     let drained = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(SHUTDOWN_WAIT, drained).await.is_err() {
         tasks.abort_all();
+    }
+    if master_failed {
+        return Err(ServerError::StoreFailed);
     }
     let _ = stop_master.send(());
     let _ = task.await;

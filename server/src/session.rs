@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_protocol::{Behavior, SessionId};
 
 /// Why a session ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum EndCause {
     /// Its lease ran out (`SES-6`).
     Expired,
@@ -29,7 +29,7 @@ impl EndCause {
 }
 
 /// The durable part of a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Session {
     pub id: SessionId,
     pub name: String,

@@ -21,7 +21,7 @@ use crate::node::MAX_CONTENTS;
 use crate::session::{EndCause, Session};
 
 /// A change to the durable state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Command {
     /// Create a session. The id is chosen before the command is applied so
     /// that applying it is deterministic.
@@ -184,7 +184,7 @@ pub enum NodeChange {
 
 /// Bounds a command is checked against; part of the state machine's
 /// configuration, identical on every replica.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Bounds {
     pub default_lease: Duration,
     pub min_lease: Duration,
@@ -208,7 +208,7 @@ impl From<&Config> for Bounds {
 }
 
 /// The durable state of a master.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct State {
     bounds: Bounds,
     // BTreeMap: listing order is observable and must not depend on hashing.
@@ -223,6 +223,12 @@ pub struct State {
 }
 
 impl State {
+    /// Checks later commands against `bounds` (a recovered state keeps
+    /// the ones it was saved with until then).
+    pub fn set_bounds(&mut self, bounds: Bounds) {
+        self.bounds = bounds;
+    }
+
     /// An empty state checked against `bounds`.
     pub fn new(bounds: Bounds) -> Self {
         State {

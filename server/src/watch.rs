@@ -30,11 +30,11 @@ struct Waiting {
 impl Master {
     pub(crate) fn watch(&mut self, key: String, after_index: u64, timeout_ms: u64, reply: ReplyTx) {
         if let Err(e) = check_key(&key) {
-            let _ = reply.send(Err(Error::new(ErrorCode::InvalidArgument, e)));
+            self.deliver(reply, Err(Error::new(ErrorCode::InvalidArgument, e)));
             return;
         }
         if self.state.namespace().key_index(&key) > after_index {
-            let _ = reply.send(Ok(self.watched(&key)));
+            self.deliver(reply, Ok(self.watched(&key)));
             return;
         }
         let timeout = match timeout_ms {
@@ -59,7 +59,7 @@ impl Master {
         for id in ids {
             if let Some(waiting) = self.watches.waiting.remove(&id) {
                 self.timers.remove(&waiting.timer);
-                let _ = waiting.reply.send(Ok(reply.clone()));
+                self.deliver(waiting.reply, Ok(reply.clone()));
             }
         }
     }
@@ -76,7 +76,7 @@ impl Master {
                 self.watches.by_key.remove(&waiting.key);
             }
         }
-        let _ = waiting.reply.send(Ok(self.watched(&waiting.key)));
+        self.deliver(waiting.reply, Ok(self.watched(&waiting.key)));
     }
 
     fn watched(&self, key: &str) -> Response {

@@ -26,7 +26,14 @@ pub struct Serve {
 impl Serve {
     pub fn start() -> Serve {
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--min-lease", "100ms"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--min-lease",
+                "100ms",
+                "--in-memory",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

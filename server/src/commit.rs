@@ -1,0 +1,140 @@
+//! Group commit: applied commands go to a writer thread, which appends
+//! every record waiting, fsyncs once, and reports how far the log is
+//! durable. Replies wait in an outbox until everything applied before them
+//! is durable, so no client ever sees (or is told of) a change a crash
+//! could take back (`STORE-1`).
+
+use std::collections::VecDeque;
+use std::sync::mpsc as std_mpsc;
+
+use leasehold_protocol::{Error, ErrorCode, Response};
+use tokio::sync::watch;
+use tracing::error;
+
+use crate::master::ReplyTx;
+use crate::state::Command;
+use crate::store::{Record, Store};
+
+/// How far the log is durable, or why it never will be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Durable {
+    /// Records up to (not including) this count are on disk.
+    Upto(u64),
+    /// The store failed: nothing more is acknowledged.
+    Failed(String),
+}
+
+/// A reply waiting for the log.
+#[derive(Debug)]
+struct Pending {
+    /// Records appended when the reply was made: it waits for all of them.
+    needs: u64,
+    reply: ReplyTx,
+    result: Result<Response, Error>,
+    /// Applied if the reply cannot be delivered (`LOCK-9`).
+    undelivered: Option<Command>,
+}
+
+/// The master's side of group commit.
+#[derive(Debug)]
+pub(crate) struct Committer {
+    records: std_mpsc::Sender<Record>,
+    appended: u64,
+    durable: u64,
+    pub(crate) progress: watch::Receiver<Durable>,
+    outbox: VecDeque<Pending>,
+}
+
+impl Committer {
+    /// Starts the writer thread over `store`.
+    pub(crate) fn start(mut store: Box<dyn Store>) -> Committer {
+        let (records, rx) = std_mpsc::channel::<Record>();
+        let (progress_tx, progress) = watch::channel(Durable::Upto(0));
+        std::thread::Builder::new()
+            .name("leasehold-commit".into())
+            .spawn(move || {
+                let mut written = 0u64;
+                // Ends when the master drops its sender.
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter());
+                    let outcome = batch
+                        .iter()
+                        .try_for_each(|r| store.append(r))
+                        .and_then(|()| store.sync());
+                    if let Err(e) = outcome {
+                        error!(error = %e, "the store failed: no further change is acknowledged");
+                        let _ = progress_tx.send(Durable::Failed(e.to_string()));
+                        return;
+                    }
+                    written += batch.len() as u64;
+                    let _ = progress_tx.send(Durable::Upto(written));
+                }
+            })
+            .expect("spawn the commit thread");
+        Committer {
+            records,
+            appended: 0,
+            durable: 0,
+            progress,
+            outbox: VecDeque::new(),
+        }
+    }
+
+    /// Queues a record for the log.
+    pub(crate) fn append(&mut self, record: Record) {
+        // A closed writer has reported its failure through `progress`.
+        let _ = self.records.send(record);
+        self.appended += 1;
+    }
+
+    /// Sends `result` now if everything applied so far is durable, else
+    /// once it is. Replies leave in the order they were made.
+    pub(crate) fn reply(
+        &mut self,
+        reply: ReplyTx,
+        result: Result<Response, Error>,
+        undelivered: Option<Command>,
+    ) -> Option<Command> {
+        if self.durable >= self.appended && self.outbox.is_empty() {
+            return match reply.send(result) {
+                Ok(()) => None,
+                Err(_) => undelivered,
+            };
+        }
+        self.outbox.push_back(Pending {
+            needs: self.appended,
+            reply,
+            result,
+            undelivered,
+        });
+        None
+    }
+
+    /// Sends the replies the log now covers; returns the commands to apply
+    /// for the ones nobody was there to receive.
+    pub(crate) fn advance(&mut self) -> Result<Vec<Command>, String> {
+        let durable = self.progress.borrow_and_update().clone();
+        let upto = match durable {
+            Durable::Upto(n) => n,
+            Durable::Failed(reason) => {
+                for pending in self.outbox.drain(..) {
+                    let _ = pending.reply.send(Err(Error::new(
+                        ErrorCode::Internal,
+                        format!("the master's storage failed: {reason}"),
+                    )));
+                }
+                return Err(reason);
+            }
+        };
+        self.durable = upto;
+        let mut undelivered = Vec::new();
+        while self.outbox.front().is_some_and(|p| p.needs <= upto) {
+            let pending = self.outbox.pop_front().expect("checked");
+            if pending.reply.send(pending.result).is_err() {
+                undelivered.extend(pending.undelivered);
+            }
+        }
+        Ok(undelivered)
+    }
+}

@@ -1,0 +1,83 @@
+//! Starting a master from its data directory (SPEC `STORE-2`, `FO-1`..):
+//! load the snapshot, apply the log, take a new epoch, and make that
+//! durable before anything is served.
+
+use tracing::{info, warn};
+
+use crate::commit::Committer;
+use crate::config::Config;
+use crate::lease::Millis;
+use crate::state::{Bounds, State};
+use crate::store::{FileStore, Record, Snapshot, Store, StoreError};
+
+/// What a master starts from.
+#[derive(Debug)]
+pub(crate) struct Start {
+    pub(crate) state: State,
+    /// Master time to go on from.
+    pub(crate) offset: Millis,
+    pub(crate) commit: Option<Committer>,
+    /// Whether the state came from a store (the master then rebuilds its
+    /// soft state for it).
+    pub(crate) recovered: bool,
+}
+
+/// Opens the store `config` names, if any, and returns the state to start
+/// from; `config.epoch` becomes the new epoch.
+pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
+    let bounds = Bounds::from(&*config);
+    let Some(dir) = config.data_dir.clone() else {
+        return Ok(Start {
+            state: State::new(bounds),
+            offset: 0,
+            commit: None,
+            recovered: false,
+        });
+    };
+    let (mut store, recovered) = FileStore::open(&dir)?;
+    let (mut state, mut epoch, mut now) = match recovered.snapshot {
+        Some(s) => (s.state, s.epoch, s.now),
+        None => (State::new(bounds.clone()), 0, 0),
+    };
+    let replayed = recovered.records.len();
+    for record in recovered.records {
+        match record {
+            Record::Epoch(e) => epoch = epoch.max(e),
+            Record::Command { now: at, command } => {
+                // Only commands that succeeded were logged; the state
+                // machine is deterministic, so they succeed again.
+                if let Err(e) = state.apply(command, at).0 {
+                    warn!(error = %e, "a logged command failed on replay");
+                }
+                now = now.max(at);
+            }
+        }
+    }
+    state.set_bounds(bounds);
+    // FO-1: strictly greater than every earlier epoch, durable before any
+    // request is served.
+    config.epoch = (epoch + 1).max(config.epoch);
+    store.append(&Record::Epoch(config.epoch))?;
+    store.sync()?;
+    let snapshot = Snapshot {
+        epoch: config.epoch,
+        now,
+        next_seq: recovered.next_seq + 1,
+        state,
+    };
+    store.compact(&snapshot)?;
+    info!(
+        dir = %dir.display(),
+        epoch = config.epoch,
+        sessions = snapshot.state.sessions().count(),
+        index = snapshot.state.index(),
+        replayed,
+        "recovered"
+    );
+    Ok(Start {
+        state: snapshot.state,
+        offset: now,
+        commit: Some(Committer::start(Box::new(store) as Box<dyn Store>)),
+        recovered: true,
+    })
+}

@@ -1,0 +1,493 @@
+//! Durable storage: a snapshot of the state plus a log of the commands
+//! applied since (SPEC "Storage").
+//!
+//! The state machine is deterministic, so the log of commands, each with the
+//! master time it was applied at, is the state: recovery loads the snapshot
+//! and applies the log on top. Every reply waits until the commands before
+//! it are on disk (fsync), and one fsync covers every command appended while
+//! the previous one ran (group commit). Leases are not stored: they are the
+//! master's soft state, rebuilt on recovery (`STORE-4`).
+//!
+//! Files in the data directory:
+//! - `FORMAT`: `leasehold-data 1`, so a foreign directory is never taken
+//!   for ours.
+//! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`].
+//! - `log`: magic and the sequence number of its first record, then records:
+//!   length (u32), CRC-32 of the body (u32), body (an encoded [`Record`]).
+//!
+//! The writer is behind the [`Store`] trait so a replicated log can replace
+//! it without touching the state machine.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use bincode::config::{self, Configuration, Limit};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::lease::Millis;
+use crate::state::{Command, State};
+
+const FORMAT: &str = "leasehold-data 1\n";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP01";
+const LOG_MAGIC: &[u8; 8] = b"LHLOG001";
+/// A record's body may not claim more than this; bigger means corruption.
+const MAX_RECORD: usize = 64 << 20;
+/// Decoding a snapshot allocates at most this much per length field.
+const MAX_SNAPSHOT: usize = 1 << 34;
+
+type StoreConfig = Configuration<config::LittleEndian, config::Varint, Limit<MAX_SNAPSHOT>>;
+
+const fn store_config() -> StoreConfig {
+    config::standard().with_limit::<MAX_SNAPSHOT>()
+}
+
+/// Why the store could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("data directory {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    /// The directory holds something that is not Leasehold's data, or data
+    /// that fails its checksums. It is never reset silently.
+    #[error("data directory {path} is unusable: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// One entry of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    /// A master started serving with this epoch (`EP-1`).
+    Epoch(u64),
+    /// A command applied at master time `now`.
+    Command { now: Millis, command: Command },
+}
+
+/// The state as of a log position.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The highest epoch any master has served with.
+    pub epoch: u64,
+    /// Master time of the last command included.
+    pub now: Millis,
+    /// Records before this sequence number are included.
+    pub next_seq: u64,
+    pub state: State,
+}
+
+/// What recovery found.
+#[derive(Debug)]
+pub struct Recovered {
+    pub snapshot: Option<Snapshot>,
+    /// Records after the snapshot, in order.
+    pub records: Vec<Record>,
+    /// Sequence number the next appended record gets.
+    pub next_seq: u64,
+}
+
+/// Where durable records go. Appends are buffered until `sync`, which makes
+/// every record appended so far durable before it returns.
+pub trait Store: Send + 'static {
+    fn append(&mut self, record: &Record) -> Result<(), StoreError>;
+    fn sync(&mut self) -> Result<(), StoreError>;
+}
+
+/// The store in a data directory.
+#[derive(Debug)]
+pub struct FileStore {
+    dir: PathBuf,
+    log: BufWriter<File>,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn corrupt(path: &Path, reason: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn encode(value: &impl Serialize) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, store_config()).expect("stored types encode")
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let (value, read) =
+        bincode::serde::decode_from_slice(bytes, store_config()).map_err(|e| e.to_string())?;
+    if read != bytes.len() {
+        return Err(format!("{} bytes left over", bytes.len() - read));
+    }
+    Ok(value)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))
+}
+
+impl FileStore {
+    /// Opens (or creates) the data directory and reads what it holds. A
+    /// torn last record, left by a crash before its fsync (so never
+    /// acknowledged), is dropped; anything else that fails its checks is
+    /// refused.
+    pub fn open(dir: &Path) -> Result<(FileStore, Recovered), StoreError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let format = dir.join("FORMAT");
+        match fs::read_to_string(&format) {
+            Ok(text) if text == FORMAT => {}
+            Ok(text) => {
+                return Err(corrupt(
+                    dir,
+                    format!("FORMAT says {:?}, expected {FORMAT:?}", text.trim()),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let foreign = fs::read_dir(dir).map_err(io_error(dir))?.next().is_some();
+                if foreign {
+                    return Err(corrupt(
+                        dir,
+                        "it is not empty and holds no FORMAT file: not a Leasehold data directory",
+                    ));
+                }
+                write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
+            }
+            Err(e) => return Err(io_error(&format)(e)),
+        }
+        let snapshot = read_snapshot(&dir.join("snapshot"))?;
+        let log_path = dir.join("log");
+        let (base, records, valid_len) = read_log(&log_path)?;
+        let from = snapshot.as_ref().map_or(0, |s| s.next_seq);
+        let base = base.unwrap_or(from);
+        if base > from {
+            return Err(corrupt(
+                dir,
+                format!("the log starts at record {base} but the snapshot ends at {from}"),
+            ));
+        }
+        let skip = (from - base) as usize;
+        if skip > records.len() {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "the snapshot ends at record {from} but the log holds only up to {}",
+                    base + records.len() as u64
+                ),
+            ));
+        }
+        let next_seq = base + records.len() as u64;
+        let records = records.into_iter().skip(skip).collect();
+        let log = match valid_len {
+            // No log yet: start one after the snapshot.
+            None => new_log(dir, from)?,
+            Some(len) => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&log_path)
+                    .map_err(io_error(&log_path))?;
+                // Drop a torn tail so new records follow the last whole one.
+                file.set_len(len).map_err(io_error(&log_path))?;
+                file.sync_all().map_err(io_error(&log_path))?;
+                let mut file = file;
+                std::io::Seek::seek(&mut file, io::SeekFrom::End(0))
+                    .map_err(io_error(&log_path))?;
+                file
+            }
+        };
+        Ok((
+            FileStore {
+                dir: dir.to_path_buf(),
+                log: BufWriter::new(log),
+            },
+            Recovered {
+                snapshot,
+                records,
+                next_seq,
+            },
+        ))
+    }
+
+    /// Writes `snapshot` and starts an empty log after it: recovery then
+    /// reads one file instead of the whole history.
+    pub fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.sync()?;
+        let body = encode(snapshot);
+        let mut bytes = Vec::with_capacity(body.len() + 20);
+        bytes.extend_from_slice(SNAPSHOT_MAGIC);
+        bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        write_atomically(&self.dir, "snapshot", &bytes)?;
+        // The snapshot is durable; a crash from here on finds it and skips
+        // the log records it includes.
+        self.log = BufWriter::new(new_log(&self.dir, snapshot.next_seq)?);
+        Ok(())
+    }
+}
+
+impl Store for FileStore {
+    fn append(&mut self, record: &Record) -> Result<(), StoreError> {
+        let body = encode(record);
+        let path = self.dir.join("log");
+        let mut head = [0u8; 8];
+        head[..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        head[4..].copy_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        self.log.write_all(&head).map_err(io_error(&path))?;
+        self.log.write_all(&body).map_err(io_error(&path))
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        let path = self.dir.join("log");
+        self.log.flush().map_err(io_error(&path))?;
+        self.log.get_ref().sync_data().map_err(io_error(&path))
+    }
+}
+
+/// Writes `name` in `dir` so that a crash leaves either the old file or the
+/// new one, never a mixture.
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
+    file.write_all(bytes).map_err(io_error(&tmp))?;
+    file.sync_all().map_err(io_error(&tmp))?;
+    let path = dir.join(name);
+    fs::rename(&tmp, &path).map_err(io_error(&path))?;
+    sync_dir(dir)
+}
+
+/// A new, empty log whose first record will be `base`, replacing any old
+/// one atomically.
+fn new_log(dir: &Path, base: u64) -> Result<File, StoreError> {
+    let mut header = Vec::with_capacity(16);
+    header.extend_from_slice(LOG_MAGIC);
+    header.extend_from_slice(&base.to_le_bytes());
+    write_atomically(dir, "log", &header)?;
+    let path = dir.join("log");
+    OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .map_err(io_error(&path))
+}
+
+fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path)(e)),
+    };
+    if bytes.len() < 20 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return Err(corrupt(path, "not a snapshot (bad magic)"));
+    }
+    let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    let body = &bytes[20..];
+    if body.len() != len || crc32fast::hash(body) != crc {
+        return Err(corrupt(path, "the snapshot fails its length or checksum"));
+    }
+    decode(body)
+        .map(Some)
+        .map_err(|e| corrupt(path, format!("the snapshot does not decode: {e}")))
+}
+
+/// The log's base sequence number, its records, and the length of its whole
+/// records (`None`: there is no log).
+#[allow(clippy::type_complexity)]
+fn read_log(path: &Path) -> Result<(Option<u64>, Vec<Record>, Option<u64>), StoreError> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => {
+            f.read_to_end(&mut bytes).map_err(io_error(path))?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, Vec::new(), None)),
+        Err(e) => return Err(io_error(path)(e)),
+    }
+    if bytes.len() < 16 || &bytes[..8] != LOG_MAGIC {
+        return Err(corrupt(path, "not a log (bad magic)"));
+    }
+    let base = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let mut records = Vec::new();
+    let mut at = 16;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        // A torn tail: a crash cut the last write short, or the file system
+        // grew the file with zeros. Nothing in it was acknowledged.
+        if rest.len() < 8 || rest.iter().all(|b| *b == 0) {
+            break;
+        }
+        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+        if len > MAX_RECORD {
+            return Err(corrupt(
+                path,
+                format!("record at byte {at} claims {len} bytes"),
+            ));
+        }
+        if rest.len() < 8 + len {
+            break;
+        }
+        let body = &rest[8..8 + len];
+        let last = rest.len() == 8 + len;
+        if crc32fast::hash(body) != crc {
+            if last {
+                break;
+            }
+            return Err(corrupt(
+                path,
+                format!("record at byte {at} fails its checksum"),
+            ));
+        }
+        let record = decode(body)
+            .map_err(|e| corrupt(path, format!("record at byte {at} does not decode: {e}")))?;
+        records.push(record);
+        at += 8 + len;
+    }
+    Ok((Some(base), records, Some(at as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold_protocol::{Behavior, SessionId};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::state::Bounds;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-store-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn create(n: u128) -> Record {
+        Record::Command {
+            now: n as Millis,
+            command: Command::CreateSession {
+                id: SessionId::from_u128(n),
+                name: format!("s{n}"),
+                lease: Some(Duration::from_secs(10)),
+                lock_delay: None,
+                behavior: Behavior::Release,
+                checks: Vec::new(),
+            },
+        }
+    }
+
+    // STORE-1
+    #[test]
+    fn synced_records_come_back_in_order() {
+        let dir = dir("order");
+        let (mut store, recovered) = FileStore::open(&dir).unwrap();
+        assert!(recovered.records.is_empty() && recovered.snapshot.is_none());
+        for n in 1..=3 {
+            store.append(&create(n)).unwrap();
+        }
+        store.sync().unwrap();
+        drop(store);
+        let (_, recovered) = FileStore::open(&dir).unwrap();
+        assert_eq!(recovered.records, [create(1), create(2), create(3)]);
+        assert_eq!(recovered.next_seq, 3);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_torn_last_record_is_dropped_and_later_appends_follow_the_last_whole_one() {
+        let dir = dir("torn");
+        let (mut store, _) = FileStore::open(&dir).unwrap();
+        store.append(&create(1)).unwrap();
+        store.append(&create(2)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let log = dir.join("log");
+        let len = fs::metadata(&log).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let (mut store, recovered) = FileStore::open(&dir).unwrap();
+        assert_eq!(recovered.records, [create(1)]);
+        store.append(&create(3)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let (_, recovered) = FileStore::open(&dir).unwrap();
+        assert_eq!(recovered.records, [create(1), create(3)]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_damaged_record_in_the_middle_is_refused() {
+        let dir = dir("damaged");
+        let (mut store, _) = FileStore::open(&dir).unwrap();
+        store.append(&create(1)).unwrap();
+        store.append(&create(2)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let log = dir.join("log");
+        let mut bytes = fs::read(&log).unwrap();
+        bytes[16 + 8 + 2] ^= 0xff;
+        fs::write(&log, bytes).unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_foreign_directory_is_refused() {
+        let dir = dir("foreign");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(
+            err.to_string().contains("not a Leasehold data directory"),
+            "{err}"
+        );
+        fs::write(dir.join("FORMAT"), "something else 9\n").unwrap();
+        assert!(FileStore::open(&dir).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-2
+    #[test]
+    fn a_compacted_store_recovers_the_snapshot_and_only_later_records() {
+        let dir = dir("compact");
+        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let mut state = State::new(Bounds::from(&Config::default()));
+        for n in 1..=2 {
+            let record = create(n);
+            store.append(&record).unwrap();
+            if let Record::Command { now, command } = record {
+                state.apply(command, now).0.unwrap();
+            }
+        }
+        store
+            .compact(&Snapshot {
+                epoch: 3,
+                now: 2,
+                next_seq: 2,
+                state,
+            })
+            .unwrap();
+        store.append(&create(3)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let (_, recovered) = FileStore::open(&dir).unwrap();
+        let snapshot = recovered.snapshot.unwrap();
+        assert_eq!(snapshot.epoch, 3);
+        assert_eq!(snapshot.state.sessions().count(), 2);
+        assert_eq!(recovered.records, [create(3)]);
+        assert_eq!(recovered.next_seq, 3);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
