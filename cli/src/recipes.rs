@@ -47,7 +47,8 @@ pub(crate) async fn lock(
     eprintln!("leasehold: holding {key}");
     let lost = until_lost(&session, run.stop_on, || guard.lost());
     let sequencer = Some(guard.sequencer().to_hex());
-    let code = supervise(&run, &format!("the lock on {key}"), sequencer, lost).await?;
+    let what = format!("the lock on {key}");
+    let code = supervise(&run, &what, guard.is_held(), sequencer, lost).await?;
     let _ = guard.release().await;
     let _ = session.close().await;
     Ok(code)
@@ -67,7 +68,8 @@ pub(crate) async fn elect(
     eprintln!("leasehold: leading {key}");
     let lost = until_lost(&session, run.stop_on, || term.lost());
     let sequencer = Some(term.sequencer().to_hex());
-    let code = supervise(&run, &format!("leadership of {key}"), sequencer, lost).await?;
+    let what = format!("leadership of {key}");
+    let code = supervise(&run, &what, term.is_leader(), sequencer, lost).await?;
     let _ = term.resign().await;
     let _ = session.close().await;
     Ok(code)
@@ -89,7 +91,8 @@ pub(crate) async fn semaphore(
         .await?;
     eprintln!("leasehold: holding a slot in {prefix}");
     let lost = until_lost(&session, run.stop_on, || permit.lost());
-    let code = supervise(&run, &format!("the slot in {prefix}"), None, lost).await?;
+    let what = format!("the slot in {prefix}");
+    let code = supervise(&run, &what, permit.is_held(), None, lost).await?;
     let _ = permit.release().await;
     let _ = session.close().await;
     Ok(code)

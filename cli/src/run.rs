@@ -75,9 +75,12 @@ where
 /// until it exits, or until `lost` resolves, when it gets SIGTERM and, after
 /// the grace, SIGKILL. Exits with the command's status (128 + the signal if
 /// a signal ended it).
+/// CMD runs in a process group of its own, and the signals go to the whole
+/// group, so that what CMD started stops with it.
 pub(crate) async fn supervise(
     args: &RunArgs,
     what: &str,
+    held: bool,
     sequencer: Option<String>,
     lost: impl Future<Output = ()>,
 ) -> anyhow::Result<ExitCode> {
@@ -85,15 +88,20 @@ pub(crate) async fn supervise(
         .command
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("no command given after --"))?;
+    if !held {
+        anyhow::bail!("{what} was lost before {program} could start");
+    }
     let mut command = Command::new(program);
     command.args(rest).kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
     if let Some(sequencer) = &sequencer {
         command.env("LEASEHOLD_SEQUENCER", sequencer);
     }
     let mut child = command
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot run {program}: {e}"))?;
-    let interrupted = tokio::signal::ctrl_c();
+    let interrupted = stop_requested();
     tokio::pin!(lost, interrupted);
     let status = tokio::select! {
         status = child.wait() => status?,
@@ -101,40 +109,83 @@ pub(crate) async fn supervise(
             eprintln!("leasehold: {what} may be lost: stopping {program}");
             stop(&mut child, args.kill_grace).await?
         }
-        _ = &mut interrupted => {
-            eprintln!("leasehold: interrupted: stopping {program}");
+                signal = &mut interrupted => {
+            eprintln!("leasehold: {signal}: stopping {program}");
             stop(&mut child, args.kill_grace).await?
         }
     };
     Ok(ExitCode::from(exit_code(status)))
 }
 
-/// SIGTERM, then SIGKILL if the child has not exited within `grace`.
-async fn stop(child: &mut Child, grace: Duration) -> std::io::Result<ExitStatus> {
-    terminate(child);
-    match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => status,
-        Err(_) => {
-            child.start_kill()?;
-            child.wait().await
+/// Resolves when this process is asked to stop (Ctrl-C, SIGTERM, SIGHUP),
+/// naming the signal: CMD must be stopped first, or it would run on
+/// unsupervised.
+async fn stop_requested() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return "interrupted";
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => "interrupted",
+            _ = term.recv() => "terminated",
+            _ = hup.recv() => "hung up",
         }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "interrupted"
     }
 }
 
+/// SIGTERM, then SIGKILL if the child has not exited within `grace`; both
+/// to its whole process group.
+async fn stop(child: &mut Child, grace: Duration) -> std::io::Result<ExitStatus> {
+    // Taken now: once reaped, the child no longer has an id.
+    let group = child.id();
+    signal_group(group, Signal::Term);
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status?,
+        Err(_) => {
+            signal_group(group, Signal::Kill);
+            child.start_kill()?;
+            child.wait().await?
+        }
+    };
+    // Whatever CMD started that outlived it goes too.
+    signal_group(group, Signal::Kill);
+    Ok(status)
+}
+
+#[derive(Clone, Copy)]
+enum Signal {
+    Term,
+    Kill,
+}
+
 #[cfg(unix)]
-fn terminate(child: &mut Child) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
+fn signal_group(pid: Option<u32>, signal: Signal) {
+    if let Some(pid) = pid {
+        let signal = match signal {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+        };
+        // SAFETY: kill(2) on the process group CMD leads (process_group(0)
+        // made its pid the group id); no memory is involved.
         unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            libc::kill(-(pid as libc::pid_t), signal);
         }
     }
 }
 
 #[cfg(not(unix))]
-fn terminate(child: &mut Child) {
-    let _ = child.start_kill();
-}
+fn signal_group(_pid: Option<u32>, _signal: Signal) {}
 
 fn exit_code(status: ExitStatus) -> u8 {
     if let Some(code) = status.code() {

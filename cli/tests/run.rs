@@ -215,3 +215,61 @@ fn watch_prints_one_line_per_change() {
         .recv_timeout(Duration::from_millis(300))
         .is_err());
 }
+
+// What CMD started stops with it: the whole process group is signalled.
+#[test]
+fn a_lost_lock_stops_what_the_command_started_too() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 37.125; echo done",
+        ],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    assert!(common::process_running("sleep 37.125"));
+    assert!(serve.run(&["delete", "k"]).status.success());
+    holder.wait(SOON);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !common::process_running("sleep 37.125"),
+        "the grandchild lives on"
+    );
+}
+
+// Stopping the supervisor stops the command first, so it never runs
+// unsupervised.
+#[test]
+fn sigterm_to_leasehold_stops_the_command_and_releases_the_lock() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 38.125",
+        ],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    holder.wait(SOON);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !common::process_running("sleep 38.125"),
+        "the command lives on"
+    );
+    let next = serve.run(&["lock", "k", "--timeout", "1s", "--", "true"]);
+    assert!(next.status.success(), "the lock was released: {next:?}");
+}

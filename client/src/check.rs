@@ -9,7 +9,7 @@ use crate::error::ClientError;
 impl Client {
     /// Creates or updates a health check. Setting it `Critical` ends every
     /// session bound to it, as its lease running out would (lock-delay and
-    /// all); returns those sessions.
+    /// all); returns those sessions (the first 1000).
     ///
     /// ```no_run
     /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
@@ -43,7 +43,7 @@ impl Client {
     }
 
     /// Removes a health check, ending every session bound to it; returns
-    /// those sessions.
+    /// those sessions (the first 1000).
     pub async fn delete_check(&self, name: &str) -> Result<Vec<SessionId>, ClientError> {
         let request = Request::DeleteCheck {
             name: name.to_string(),

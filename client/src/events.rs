@@ -257,7 +257,21 @@ impl Session {
             prefix: options.prefix,
             mask: options.mask,
         };
-        let id = match self.client().call(request).await? {
+        // The call runs in its own task, so that a caller who gives up
+        // while it is in flight leaves no subscription behind: the task
+        // learns the id anyway and takes it back.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let session = self.clone();
+        tokio::spawn(async move {
+            let outcome = session.client().call(request).await;
+            if let Err(Ok(Response::Subscribed { subscription })) = tx.send(outcome) {
+                let _ = unsubscribe(&session, subscription).await;
+            }
+        });
+        let outcome = rx
+            .await
+            .map_err(|_| ClientError::Protocol("the subscribe task ended".into()))?;
+        let id = match outcome? {
             Response::Subscribed { subscription } => subscription,
             other => return Err(unexpected(other)),
         };

@@ -267,7 +267,15 @@ impl Keeper {
         // Destroying invalidates the session, which would start lock-delay
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).
-        let held: Vec<String> = self.shared.dispatch().locks.keys().cloned().collect();
+        let held: Vec<String> = {
+            let dispatch = self.shared.dispatch();
+            // Guards stop counting as held before the first release, so no
+            // holder acts on a lock someone else may already have.
+            for signal in dispatch.locks.values() {
+                signal.send_modify(|s| s.lost = true);
+            }
+            dispatch.locks.keys().cloned().collect()
+        };
         for key in held {
             let release = Request::Release {
                 key,

@@ -134,8 +134,15 @@ impl LockGuard {
 
     /// Writes `contents` to the locked node as the holder acquiring the
     /// lock again does: in one step, changing no generation (`LOCK-2`).
-    /// Fails if the session no longer holds the lock.
+    /// Fails with [`ClientError::Conflict`] if the lock can no longer be
+    /// relied on: it never takes a lost lock anew.
     pub async fn rewrite(&self, contents: impl Into<Vec<u8>>) -> Result<(), ClientError> {
+        if !self.is_held() {
+            return Err(ClientError::Conflict(format!(
+                "the lock on '{}' is lost; not rewriting it",
+                self.key
+            )));
+        }
         let request = Request::Acquire(Acquire {
             key: self.key.clone(),
             session: self.session.id(),
@@ -144,7 +151,16 @@ impl LockGuard {
             wait_ms: None,
         });
         match self.session.client().call(request).await? {
-            Response::Acquired { .. } => Ok(()),
+            Response::Acquired { sequencer, .. } if sequencer == self.bytes => Ok(()),
+            Response::Acquired { .. } => {
+                // The holding was lost and this took the lock anew: give
+                // that back rather than hold a lock nobody acts for.
+                let _ = release(self.session.client(), &self.key, &self.session).await;
+                Err(ClientError::Conflict(format!(
+                    "the lock on '{}' was lost before the rewrite",
+                    self.key
+                )))
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -233,12 +249,21 @@ impl Session {
             contents: options.contents,
             wait_ms,
         });
+        // Registered before the request goes out: a LockLost the keeper
+        // delivers before this task sees the reply must not be dropped.
+        let mut registration = Registration {
+            fresh: !self.dispatch().locks.contains_key(key),
+            session: self,
+            key,
+            kept: false,
+        };
+        let signal = self.remember_lock(key);
         match self.client().call_waiting(request, held).await? {
             Response::Acquired { sequencer, .. } => {
                 let parsed = Sequencer::from_bytes(&sequencer).ok_or_else(|| {
                     ClientError::Protocol("the master sent a malformed sequencer".into())
                 })?;
-                let signal = self.remember_lock(key);
+                registration.kept = true;
                 Ok(LockGuard {
                     session: self.clone(),
                     key: key.to_string(),
@@ -249,6 +274,26 @@ impl Session {
                 })
             }
             other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// A lock's signal registered for an acquire in flight; forgotten unless
+/// the acquire succeeds, however it ends (an error, or the caller giving
+/// up on the future).
+struct Registration<'a> {
+    session: &'a Session,
+    key: &'a str,
+    /// Whether this acquire made the registration (a second guard for a
+    /// holding shares the first's and must leave it).
+    fresh: bool,
+    kept: bool,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if self.fresh && !self.kept {
+            self.session.forget_lock(self.key);
         }
     }
 }

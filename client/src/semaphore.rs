@@ -179,6 +179,15 @@ impl Semaphore {
     /// Creates this session's contender key: ephemeral, and locked by it.
     async fn enter(&self, value: Vec<u8>) -> Result<LockGuard, ClientError> {
         let key = self.contender_key(self.session.id());
+        // One slot per session: a second permit would share the first's
+        // contender key and entry in Holders, and releasing either would
+        // free both.
+        if self.session.dispatch().locks.contains_key(&key) {
+            return Err(ClientError::Conflict(format!(
+                "this session already holds (or is still releasing) a slot in {}",
+                self.prefix
+            )));
+        }
         let client = self.session.client();
         client
             .put(&key, value, PutOptions::new().ephemeral(&self.session))
@@ -280,7 +289,9 @@ impl Semaphore {
     }
 }
 
-/// A slot in a [`Semaphore`]. Dropping it releases the slot (best effort).
+/// A slot in a [`Semaphore`]. Dropping it releases the slot in the
+/// background (best effort); await [`Permit::release`] before the same
+/// session asks for a slot again.
 #[derive(Debug)]
 pub struct Permit {
     semaphore: Semaphore,

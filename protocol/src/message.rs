@@ -12,7 +12,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -335,12 +335,16 @@ pub enum Response {
     /// A check was written at global index `index`; the sessions it ended.
     CheckSet {
         index: u64,
+        /// The first 1000 sessions it ended.
         invalidated: Vec<SessionId>,
+        invalidated_total: u64,
     },
     /// A check was removed at global index `index`; the sessions it ended.
     CheckDeleted {
         index: u64,
+        /// The first 1000 sessions it ended.
         invalidated: Vec<SessionId>,
+        invalidated_total: u64,
     },
     /// A page of checks; `more` says whether checks follow the last one.
     Checks {

@@ -47,6 +47,27 @@ pub(crate) struct Events {
     by_session: HashMap<SessionId, BTreeSet<u64>>,
     queues: HashMap<SessionId, Queue>,
     next_subscription: u64,
+    /// Sessions with new events whose held KeepAlive is still to answer.
+    woken: BTreeSet<SessionId>,
+}
+
+/// A bound on an event's encoded size: its keys, and a generous allowance
+/// for the rest (ids, sequence number, tags).
+fn encoded_size(event: &Event) -> usize {
+    let keys = match &event.kind {
+        EventKind::Node { key, change, .. } => {
+            key.len()
+                + match change {
+                    Change::ChildAdded { child }
+                    | Change::ChildRemoved { child }
+                    | Change::ChildModified { child } => child.len(),
+                    _ => 0,
+                }
+        }
+        EventKind::LockLost { key } | EventKind::LockConflict { key, .. } => key.len(),
+        EventKind::EventsLost => 0,
+    };
+    64 + keys
 }
 
 impl Events {
@@ -65,12 +86,24 @@ impl Events {
             .is_some_and(|q| !q.pending.is_empty())
     }
 
-    /// The oldest unacknowledged events, for a KeepAlive reply (`EV-3`).
-    pub(crate) fn pending(&self, session: SessionId) -> Vec<Event> {
-        self.queues
-            .get(&session)
-            .map(|q| q.pending.iter().take(EVENTS_PER_REPLY).cloned().collect())
-            .unwrap_or_default()
+    /// The oldest unacknowledged events, for a KeepAlive reply (`EV-3`):
+    /// at most 256, and past the first no more than `budget` bytes, so the
+    /// reply always fits a frame and the queue always drains.
+    pub(crate) fn pending(&self, session: SessionId, budget: usize) -> Vec<Event> {
+        let Some(queue) = self.queues.get(&session) else {
+            return Vec::new();
+        };
+        let mut used = 0;
+        let mut taken = Vec::new();
+        for event in queue.pending.iter().take(EVENTS_PER_REPLY) {
+            let size = encoded_size(event);
+            if !taken.is_empty() && used + size > budget {
+                break;
+            }
+            used += size;
+            taken.push(event.clone());
+        }
+        taken
     }
 
     fn push(&mut self, session: SessionId, kind: EventKind) {
@@ -306,16 +339,22 @@ impl Master {
             }
             _ => return,
         }
-        let mut woken = BTreeSet::new();
         for (session, kind) in deliveries {
             // Only live sessions have queues; one that just ended hears no more.
             if self.state.session(session).is_some() {
                 self.events.push(session, kind);
-                woken.insert(session);
+                // Answered once the whole command's events are queued:
+                // answering may end a session, whose events must come
+                // after these (`EV-1`).
+                self.events.woken.insert(session);
             }
         }
+    }
+
+    /// Answers the held KeepAlives of sessions that got events.
+    pub(crate) fn wake(&mut self) {
         let now = self.now();
-        for session in woken {
+        for session in std::mem::take(&mut self.events.woken) {
             if let Some(held) = self.take_held(session) {
                 self.answer(session, held, now);
             }

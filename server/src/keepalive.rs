@@ -91,7 +91,9 @@ impl Master {
             Ok(Response::KeepAlive {
                 epoch: self.config.epoch,
                 lease: LeaseGrant::conservative(expires - now, now - held.received_at),
-                events: self.events.pending(id),
+                // Half a frame, as pages of sessions: the rest of the reply is
+                // small and the smallest frame still carries one event.
+                events: self.events.pending(id, self.config.max_frame / 2),
             }),
         );
     }

@@ -63,6 +63,13 @@ fn page<T>(
     (taken, items.peek().is_some())
 }
 
+/// The first 1000 of a check's ended sessions, so the reply fits a frame
+/// however many were bound to it (`CHK-3`).
+fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
+    sessions.truncate(1000);
+    sessions
+}
+
 /// A command answered with the wrong kind of outcome: a bug, reported to
 /// the client rather than allowed to panic the master.
 pub(crate) fn mismatch(applied: Applied) -> Error {
@@ -138,6 +145,10 @@ pub(crate) struct Master {
     commit: Option<Committer>,
     /// Set when the store failed: the master stops.
     failed: bool,
+    /// How many `apply` calls are under way (one inside another's events).
+    depth: u32,
+    /// Commands to apply once the current one is finished.
+    deferred: std::collections::VecDeque<Command>,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -169,6 +180,8 @@ impl Master {
             offset: start.offset,
             commit: start.commit,
             failed: false,
+            depth: 0,
+            deferred: Default::default(),
         };
         if start.recovered {
             master.resume();
@@ -265,7 +278,11 @@ impl Master {
             None => reply.send(result).err().map(|_| undelivered),
         };
         if let Some(command) = unheard {
-            let _ = self.apply(command, self.now());
+            if self.depth > 0 {
+                self.deferred.push_back(command);
+            } else {
+                let _ = self.apply(command, self.now());
+            }
         }
     }
 
@@ -435,17 +452,21 @@ impl Master {
             Request::SetCheck { name, status, note } => self
                 .apply(Command::SetCheck { name, status, note }, now)
                 .and_then(|applied| match applied {
-                    Applied::CheckSet { index, invalidated } => {
-                        Ok(Response::CheckSet { index, invalidated })
-                    }
+                    Applied::CheckSet { index, invalidated } => Ok(Response::CheckSet {
+                        index,
+                        invalidated_total: invalidated.len() as u64,
+                        invalidated: capped(invalidated),
+                    }),
                     other => Err(mismatch(other)),
                 }),
             Request::DeleteCheck { name } => self
                 .apply(Command::DeleteCheck { name }, now)
                 .and_then(|applied| match applied {
-                    Applied::CheckDeleted { index, invalidated } => {
-                        Ok(Response::CheckDeleted { index, invalidated })
-                    }
+                    Applied::CheckDeleted { index, invalidated } => Ok(Response::CheckDeleted {
+                        index,
+                        invalidated_total: invalidated.len() as u64,
+                        invalidated: capped(invalidated),
+                    }),
                     other => Err(mismatch(other)),
                 }),
             Request::ListChecks { after, limit } => {
@@ -469,8 +490,18 @@ impl Master {
         if let (Some(commit), Some(command), true) = (&mut self.commit, logged, reply.is_ok()) {
             commit.append(Record::Command { now, command });
         }
+        self.depth += 1;
         for event in events {
             self.on_event(event, now);
+        }
+        self.depth -= 1;
+        if self.depth == 0 {
+            // Work that applies commands of its own waits until this
+            // command's events are all out, so events stay in order.
+            self.wake();
+            while let Some(command) = self.deferred.pop_front() {
+                let _ = self.apply(command, self.now());
+            }
         }
         reply
     }

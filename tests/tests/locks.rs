@@ -251,3 +251,92 @@ async fn dropping_a_guard_releases_the_lock() {
         }
     }
 }
+
+// LOCK-11, LOCK-10: a closing session's guards count as lost before any of
+// its locks is released, so no two holders act at once.
+#[tokio::test]
+async fn a_closing_sessions_guards_are_lost_before_another_can_hold_the_lock() {
+    let (_server, client) = setup().await;
+    for round in 0..10 {
+        let key = format!("k{round}");
+        let a = session(&client, Duration::ZERO).await;
+        let b = session(&client, Duration::ZERO).await;
+        let guard_a =
+            std::sync::Arc::new(a.try_lock(&key, LockOptions::exclusive()).await.unwrap());
+        let waiting = {
+            let (key, guard_a) = (key.clone(), guard_a.clone());
+            tokio::spawn(async move {
+                let guard_b = b.lock(&key, LockOptions::exclusive()).await.unwrap();
+                let a_still_held = guard_a.is_held();
+                drop(guard_b);
+                a_still_held
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        a.close().await.unwrap();
+        assert!(
+            !waiting.await.unwrap(),
+            "round {round}: a still held when b got it"
+        );
+    }
+}
+
+// EV-6, LOCK-8: a lock taken away just after it was granted is reported,
+// however the reply and the event race in the client.
+#[tokio::test]
+async fn a_lock_taken_away_right_after_its_grant_is_reported_lost() {
+    let (_server, client) = setup().await;
+    let holder = session(&client, Duration::ZERO).await;
+    let waiter = session(&client, Duration::ZERO).await;
+    for round in 0..30 {
+        let key = format!("k{round}");
+        let first = holder
+            .try_lock(&key, LockOptions::exclusive())
+            .await
+            .unwrap();
+        let pending = {
+            let (waiter, key) = (waiter.clone(), key.clone());
+            tokio::spawn(async move { waiter.lock(&key, LockOptions::exclusive()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Back to back: the grant to the waiter, then a delete under it.
+        let (released, deleted) = tokio::join!(
+            first.release(),
+            client.delete(&key, leasehold::DeleteOptions::default())
+        );
+        released.unwrap();
+        deleted.unwrap();
+        let guard = pending.await.unwrap().unwrap();
+        if client.get(&key).await.unwrap().is_none() {
+            tokio::time::timeout(Duration::from_secs(5), guard.lost())
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: the loss was not reported"));
+        }
+    }
+}
+
+// LOCK-2: rewriting never takes a lost lock anew.
+#[tokio::test]
+async fn rewriting_a_lost_lock_fails_and_takes_nothing() {
+    let (_server, client) = setup().await;
+    let holder = session(&client, Duration::ZERO).await;
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    guard.rewrite("v2").await.unwrap();
+    assert_eq!(
+        client.get("k").await.unwrap().unwrap().contents.as_deref(),
+        Some(&b"v2"[..])
+    );
+    client
+        .delete("k", leasehold::DeleteOptions::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .unwrap();
+    let refused = guard.rewrite("v3").await.unwrap_err();
+    assert!(refused.to_string().contains("lost"), "{refused}");
+    assert_eq!(client.get("k").await.unwrap(), None);
+}

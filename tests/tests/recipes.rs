@@ -282,3 +282,16 @@ async fn a_holder_hears_when_its_slot_is_taken_away() {
         .expect("the holder hears");
     assert!(!permit.is_held());
 }
+
+// SEM-1: a session holds at most one slot of a semaphore.
+#[tokio::test]
+async fn a_session_cannot_hold_two_slots_of_one_semaphore() {
+    let (_server, client) = setup().await;
+    let session = contender(&client, "a").await;
+    let slots = Semaphore::new(&session, "sem", 2);
+    let permit = slots.acquire("a", None).await.unwrap();
+    let refused = slots.try_acquire("a").await.unwrap_err();
+    assert!(refused.to_string().contains("already holds"), "{refused}");
+    assert!(permit.is_held());
+    assert_eq!(slots.holders().await.unwrap(), [session.id()]);
+}

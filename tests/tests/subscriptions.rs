@@ -209,3 +209,36 @@ async fn a_subscription_without_the_session_state_bit_hears_no_states() {
     assert_eq!(heard, []);
     assert_eq!(session.state(), SessionState::Expired);
 }
+
+// EV-3: many events with long keys are spread over several replies that
+// each fit a small frame.
+#[tokio::test]
+async fn events_that_outgrow_a_frame_arrive_over_several_replies() {
+    let server = start(leasehold_server::Config {
+        max_frame: 16 * 1024,
+        ..short_lease_config()
+    })
+    .await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("w"))
+        .await
+        .unwrap();
+    let mut sub = session
+        .subscribe("big", SubscribeOptions::prefix())
+        .await
+        .unwrap();
+    let long = "x".repeat(400);
+    for n in 0..100 {
+        client
+            .put(&format!("big/{long}{n}"), "", PutOptions::new())
+            .await
+            .unwrap();
+    }
+    for n in 0..100 {
+        assert_eq!(
+            next(&mut sub).await,
+            changed(&format!("big/{long}{n}"), Change::Created)
+        );
+    }
+}

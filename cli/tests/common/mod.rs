@@ -169,3 +169,23 @@ impl Drop for Running {
         let _ = self.child.wait();
     }
 }
+
+/// Whether any process's command line contains `needle` (Linux: /proc).
+pub fn process_running(needle: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline")).is_ok_and(|raw| {
+            let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+            line.contains(needle)
+        })
+    })
+}
+
+impl Running {
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
