@@ -1,0 +1,189 @@
+//! Crash safety of the real binary: clients write and take locks while the
+//! master is killed with SIGKILL at random moments and restarted on the
+//! same data directory. Every acknowledged write must be there afterwards,
+//! and no lock generation may have been granted to two sessions.
+//!
+//! `LEASEHOLD_CRASH_ROUNDS` sets the number of kills (default 4; the soak
+//! in BENCHMARKS.md uses more).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{Client, LockOptions, PutOptions, SessionId, SessionOptions};
+use tokio::time::Instant;
+
+/// A master process on a data directory.
+fn serve(dir: &Path, listen: &str) -> (Child, String) {
+    let mut child = Command::new(common::BIN)
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--min-lease",
+            "100ms",
+            "--data-dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start leasehold serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+#[derive(Default)]
+struct Acknowledged {
+    /// key -> value, for every write the master acknowledged.
+    writes: BTreeMap<String, String>,
+    /// (lock key, generation) -> the sessions it was granted to.
+    grants: BTreeMap<(String, u64), BTreeSet<SessionId>>,
+}
+
+/// Writes unique keys as fast as acknowledgements come, until `until`.
+async fn writer(client: Client, name: String, until: Instant, seen: Arc<Mutex<Acknowledged>>) {
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let key = format!("w/{name}/{n}");
+        let value = format!("{name}-{n}");
+        if client
+            .put(&key, value.as_str(), PutOptions::new())
+            .await
+            .is_ok()
+        {
+            seen.lock().unwrap().writes.insert(key, value);
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Takes and releases a few locks, recording every grant.
+async fn locker(client: Client, name: String, until: Instant, seen: Arc<Mutex<Acknowledged>>) {
+    let mut session = None;
+    let mut n = 0u64;
+    while Instant::now() < until {
+        if session.is_none() {
+            let options = SessionOptions::new(&name)
+                .lease(Duration::from_secs(2))
+                .lock_delay(Duration::ZERO);
+            session = client.create_session(options).await.ok();
+            if session.is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        }
+        let s = session.as_ref().expect("created");
+        n += 1;
+        let key = format!("l/{}", n % 3);
+        let options = LockOptions::exclusive().timeout(Duration::from_millis(200));
+        match s.lock(&key, options).await {
+            Ok(guard) => {
+                let generation = guard.sequencer().lock_generation;
+                seen.lock()
+                    .unwrap()
+                    .grants
+                    .entry((key, generation))
+                    .or_default()
+                    .insert(s.id());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let _ = guard.release().await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+        if s.state() == leasehold::SessionState::Expired {
+            session = None;
+        }
+    }
+}
+
+fn data_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("leasehold-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+// STORE-1, FO-1: acknowledged means durable, across SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_and_grants_survive_sigkill() {
+    let rounds: u32 = std::env::var("LEASEHOLD_CRASH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(4);
+    let dir = data_dir();
+    let (mut master, addr) = serve(&dir, "127.0.0.1:0");
+    let seen = Arc::new(Mutex::new(Acknowledged::default()));
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..rounds {
+        // The clients run for longer than the master lives: some requests
+        // are in flight when it dies.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let life = Duration::from_millis(150 + rng % 500);
+        let until = Instant::now() + life + Duration::from_millis(300);
+        let mut tasks = Vec::new();
+        for c in 0..4 {
+            let client = Client::connect(addr.clone()).await.unwrap();
+            let name = format!("r{round}c{c}");
+            if c < 3 {
+                tasks.push(tokio::spawn(writer(client, name, until, seen.clone())));
+            } else {
+                tasks.push(tokio::spawn(locker(client, name, until, seen.clone())));
+            }
+        }
+        tokio::time::sleep(life).await;
+        master.kill().expect("SIGKILL the master");
+        master.wait().unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let (restarted, _) = serve(&dir, &addr);
+        master = restarted;
+
+        let check = Client::connect(addr.clone()).await.unwrap();
+        let seen = seen.lock().unwrap().writes.clone();
+        for (key, value) in &seen {
+            let node = check.get(key).await.unwrap();
+            let got = node
+                .and_then(|n| n.contents)
+                .map(|c| String::from_utf8(c).unwrap());
+            assert_eq!(
+                got.as_deref(),
+                Some(value.as_str()),
+                "round {round}: {key} lost"
+            );
+        }
+    }
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.writes.len() > 20,
+        "only {} writes acknowledged",
+        seen.writes.len()
+    );
+    for ((key, generation), sessions) in &seen.grants {
+        assert_eq!(
+            sessions.len(),
+            1,
+            "{key} generation {generation} granted to {sessions:?}"
+        );
+    }
+    let _ = master.kill();
+    let _ = master.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
