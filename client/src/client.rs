@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    CreateSession, Request, Response, SessionId, SessionInfo, DEFAULT_MAX_FRAME,
+    CreateSession, ErrorCode, Request, Response, SessionId, SessionInfo, DEFAULT_MAX_FRAME,
 };
 
 use crate::connection::Connection;
@@ -158,11 +158,34 @@ impl Client {
 
     /// Like [`Client::call`], for a request the server holds for up to
     /// `held` on purpose: the timeout is that much longer.
+    ///
+    /// A request refused with `FailoverInProgress` is sent again after the
+    /// master's hint, until the request timeout: the session acknowledges
+    /// the fail-over event on its next KeepAlive, moments later (`FO-5`).
     pub(crate) async fn call_waiting(
         &self,
         request: Request,
         held: Duration,
     ) -> Result<Response, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        loop {
+            let result = self.call_once(request.clone(), held).await;
+            let hint = match &result {
+                Err(e) => match e.code() {
+                    Some(ErrorCode::FailoverInProgress { retry_after_ms }) => retry_after_ms,
+                    _ => return result,
+                },
+                Ok(_) => return result,
+            };
+            let retry_at = tokio::time::Instant::now() + Duration::from_millis(hint.max(1));
+            if retry_at > deadline {
+                return result;
+            }
+            tokio::time::sleep_until(retry_at).await;
+        }
+    }
+
+    async fn call_once(&self, request: Request, held: Duration) -> Result<Response, ClientError> {
         let conn = self.connection().await?;
         let timeout = self.inner.config.request_timeout + held;
         match tokio::time::timeout(timeout, self.call_on(&conn, request)).await {

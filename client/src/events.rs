@@ -1,7 +1,7 @@
 //! Events a session hears of, on its KeepAlive replies (SPEC "Events").
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use leasehold_protocol::{event_mask, Change, Event, EventKind, Request, Response, SessionId};
@@ -80,7 +80,8 @@ impl SubscribeOptions {
 /// effort).
 #[derive(Debug)]
 pub struct Subscription {
-    id: u64,
+    /// The master's id; a new master gives a new one (`FO-6`).
+    id: Arc<AtomicU64>,
     session: Session,
     events: mpsc::Receiver<SubscriptionEvent>,
     overflowed: Arc<AtomicBool>,
@@ -88,9 +89,9 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    /// The master's id for it.
+    /// The master's id for it (it changes when a new master takes over).
     pub fn id(&self) -> u64 {
-        self.id
+        self.id.load(Ordering::Acquire)
     }
 
     /// The next event, in the order they happened; `None` once the session
@@ -105,8 +106,9 @@ impl Subscription {
     /// Stops the subscription.
     pub async fn cancel(mut self) -> Result<(), ClientError> {
         self.cancelled = true;
-        self.session.dispatch().subscriptions.remove(&self.id);
-        unsubscribe(&self.session, self.id).await
+        let id = self.id();
+        self.session.dispatch().subscriptions.remove(&id);
+        unsubscribe(&self.session, id).await
     }
 }
 
@@ -115,9 +117,10 @@ impl Drop for Subscription {
         if self.cancelled {
             return;
         }
-        self.session.dispatch().subscriptions.remove(&self.id);
+        let id = self.id();
+        self.session.dispatch().subscriptions.remove(&id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (session, id) = (self.session.clone(), self.id);
+            let session = self.session.clone();
             runtime.spawn(async move {
                 let _ = unsubscribe(&session, id).await;
             });
@@ -151,6 +154,11 @@ struct Route {
     overflowed: Arc<AtomicBool>,
     /// Whether it asked for session state events.
     session_state: bool,
+    /// What it subscribed to, to subscribe again on a new master.
+    key: String,
+    options: SubscribeOptions,
+    /// The master's id, shared with the [`Subscription`].
+    id: Arc<AtomicU64>,
 }
 
 /// Where a session's events go: its subscriptions and its locks.
@@ -193,6 +201,13 @@ impl Dispatch {
                     signal.send_modify(|s| s.conflict = Some(waiter));
                 }
             }
+            // Subscriptions are made again by the keeper; what happened in
+            // between is unknown, as after an overflow. Locks survive.
+            EventKind::Failover { .. } => {
+                for route in self.subscriptions.values() {
+                    route.overflowed.store(true, Ordering::Release);
+                }
+            }
             EventKind::EventsLost => {
                 for route in self.subscriptions.values() {
                     route.overflowed.store(true, Ordering::Release);
@@ -207,6 +222,26 @@ impl Dispatch {
 }
 
 impl Dispatch {
+    /// Puts `route` under the master's id `id`, first handing it the events
+    /// that raced ahead of the `Subscribed` reply. Nothing is installed for
+    /// an expired session, whose streams must end.
+    fn install(&mut self, id: u64, route: Route, expired: bool) {
+        let mut early = Vec::new();
+        self.orphans.retain(|(sub, event)| {
+            if *sub == id {
+                early.push(event.clone());
+            }
+            *sub != id
+        });
+        for event in early {
+            route.send(event);
+        }
+        route.id.store(id, Ordering::Release);
+        if !expired {
+            self.subscriptions.insert(id, route);
+        }
+    }
+
     /// Tells the subscriptions that asked of a session state change; on
     /// `Expired` every stream ends after it.
     pub(crate) fn session_state(&mut self, state: SessionState) {
@@ -277,36 +312,65 @@ impl Session {
         };
         let (tx, events) = mpsc::channel(SUBSCRIPTION_BUFFER);
         let overflowed = Arc::new(AtomicBool::new(false));
+        let shared_id = Arc::new(AtomicU64::new(id));
         let route = Route {
             tx,
             overflowed: overflowed.clone(),
             session_state: options.mask & event_mask::SESSION_STATE != 0,
+            key: key.to_string(),
+            options,
+            id: shared_id.clone(),
         };
         {
-            // Events that raced ahead of the reply go first, in order.
-            let mut dispatch = self.dispatch();
-            let mut early = Vec::new();
-            dispatch.orphans.retain(|(sub, event)| {
-                if *sub == id {
-                    early.push(event.clone());
-                }
-                *sub != id
-            });
-            for event in early {
-                route.send(event);
-            }
             // Checked under the lock an expiry clears routes under, so a
             // stream made as the session ends still ends.
-            if self.state() != SessionState::Expired {
-                dispatch.subscriptions.insert(id, route);
-            }
+            let mut dispatch = self.dispatch();
+            dispatch.install(id, route, self.state() == SessionState::Expired);
         }
         Ok(Subscription {
-            id,
+            id: shared_id,
             session: self.clone(),
             events,
             overflowed,
             cancelled: false,
         })
+    }
+}
+
+/// Makes every subscription of a session again on a new master, which
+/// starts without any (`FO-6`). A subscription cancelled meanwhile is
+/// dropped; one that cannot be made again ends its stream.
+pub(crate) async fn resubscribe(
+    client: crate::client::Client,
+    session: SessionId,
+    shared: Arc<crate::session::Shared>,
+) {
+    let old: Vec<u64> = shared.dispatch().subscriptions.keys().copied().collect();
+    for old_id in old {
+        let Some((key, options)) = shared
+            .dispatch()
+            .subscriptions
+            .get(&old_id)
+            .map(|r| (r.key.clone(), r.options.clone()))
+        else {
+            continue;
+        };
+        let request = Request::Subscribe {
+            session,
+            key,
+            prefix: options.prefix,
+            mask: options.mask,
+        };
+        let new_id = match client.call(request).await {
+            Ok(Response::Subscribed { subscription }) => Some(subscription),
+            _ => None,
+        };
+        let mut dispatch = shared.dispatch();
+        let Some(route) = dispatch.subscriptions.remove(&old_id) else {
+            continue; // cancelled meanwhile
+        };
+        if let Some(new_id) = new_id {
+            dispatch.install(new_id, route, false);
+        }
     }
 }

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use leasehold_protocol::{ErrorCode, Event, KeepAlive, LeaseGrant, Request, Response, SessionId};
+use leasehold_protocol::{
+    ErrorCode, Event, EventKind, KeepAlive, LeaseGrant, Request, Response, SessionId,
+};
 use tokio::sync::{oneshot, watch};
 
 use tokio::time::{sleep_until, Instant};
@@ -123,19 +125,26 @@ impl Keeper {
                     return;
                 }
                 Some((sent, result)) = in_flight.next() => match result.and_then(keepalive_reply) {
-                    Ok((epoch, lease, events)) => {
-                        // Events are news whether or not the lease is.
-                        self.deliver(events);
+                                        Ok((epoch, lease, events)) => {
+                        // A new master numbers its events afresh.
+                        if epoch != self.epoch {
+                            self.delivered = 0;
+                        }
                         self.epoch = epoch;
+                        // Events are news whether or not the lease is.
+                        let failover = self.deliver(events);
                         let expiry = local_expiry(sent, lease, self.drift);
                         // A reply that arrives after the lease it granted has
                         // run out proves nothing about now (CS-5).
                         if expiry > Instant::now() {
                             self.local_expiry = self.local_expiry.max(expiry);
-                            if self.state == SessionState::Jeopardy {
+                                                        if self.state == SessionState::Jeopardy {
                                 self.enter(SessionState::Safe); // CS-4
                                 self.enter(SessionState::Normal);
                                 grace_end = None;
+                            } else if failover && self.state == SessionState::Normal {
+                                self.enter(SessionState::Failover); // FO-6
+                                self.enter(SessionState::Normal);
                             }
                             in_flight.clear();
                             failures = 0;
@@ -151,8 +160,9 @@ impl Keeper {
                             self.enter(SessionState::Expired); // CS-6
                             return;
                         }
-                        Some(ErrorCode::WrongEpoch { current }) => {
+                                                Some(ErrorCode::WrongEpoch { current }) => {
                             self.epoch = current;
+                            self.delivered = 0;
                             hold = false;
                             send_at = Some(Instant::now());
                         }
@@ -203,14 +213,28 @@ impl Keeper {
     /// Hands the events of a reply to the application, each once and in
     /// order: ones already delivered (sent again because their
     /// acknowledgement was lost) are skipped (`EV-7`).
-    fn deliver(&mut self, events: Vec<Event>) {
-        let mut dispatch = self.shared.dispatch();
-        for event in events {
-            if event.seq > self.delivered {
-                self.delivered = event.seq;
-                dispatch.deliver(event);
+    /// Says whether a fail-over event was among them; subscriptions are
+    /// then made again on the new master.
+    fn deliver(&mut self, events: Vec<Event>) -> bool {
+        let mut failover = false;
+        {
+            let mut dispatch = self.shared.dispatch();
+            for event in events {
+                if event.seq > self.delivered {
+                    self.delivered = event.seq;
+                    failover |= matches!(event.kind, EventKind::Failover { .. });
+                    dispatch.deliver(event);
+                }
             }
         }
+        if failover {
+            tokio::spawn(crate::events::resubscribe(
+                self.client.clone(),
+                self.id,
+                self.shared.clone(),
+            ));
+        }
+        failover
     }
 
     /// Sends one KeepAlive; `hold = false` asks for an immediate answer and

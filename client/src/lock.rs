@@ -100,7 +100,7 @@ impl LockGuard {
     pub fn is_held(&self) -> bool {
         matches!(
             self.session.state(),
-            SessionState::Normal | SessionState::Safe
+            SessionState::Normal | SessionState::Safe | SessionState::Failover
         ) && !self.signal.borrow().lost
     }
 

@@ -28,6 +28,12 @@ pub enum SessionState {
     /// A KeepAlive succeeded during the grace period. Reported on the way
     /// back to `Normal`, which follows at once.
     Safe,
+    /// A new master took over while the local lease was valid: the
+    /// session, its locks and sequencers survive; subscriptions were made
+    /// again and their streams report `EventsLost`, so re-read what you
+    /// cache. Reported on the way back to `Normal`, which follows at once
+    /// (`FO-6`).
+    Failover,
     /// The grace period ran out, or the master said the session is gone.
     /// Final.
     Expired,
@@ -40,6 +46,7 @@ impl SessionState {
             SessionState::Normal => "normal",
             SessionState::Jeopardy => "jeopardy",
             SessionState::Safe => "safe",
+            SessionState::Failover => "failover",
             SessionState::Expired => "expired",
         }
     }

@@ -49,6 +49,13 @@ pub enum ErrorCode {
     },
     /// The session does not hold that lock (`ERR-13`).
     LockNotHeld,
+    /// A new master waits for the session to acknowledge the fail-over
+    /// event on its next KeepAlive; retry after the hint (`ERR-14`,
+    /// `FO-5`).
+    FailoverInProgress {
+        /// When a retry is likely to succeed.
+        retry_after_ms: u64,
+    },
 }
 
 /// An error code with a human-readable message.

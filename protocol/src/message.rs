@@ -460,6 +460,10 @@ pub enum EventKind {
     /// Events were dropped because the session's queue overflowed; re-read
     /// what you watch (`EV-4`).
     EventsLost,
+    /// A new master, of `epoch`, took over: subscriptions and events queued
+    /// at the old one are gone, so subscribe again and re-read what you
+    /// cache (`FO-5`). The session, its locks and its nodes survive.
+    Failover { epoch: u64 },
 }
 
 /// What happened to a node a subscription covers.

@@ -65,7 +65,7 @@ fn encoded_size(event: &Event) -> usize {
                 }
         }
         EventKind::LockLost { key } | EventKind::LockConflict { key, .. } => key.len(),
-        EventKind::EventsLost => 0,
+        EventKind::EventsLost | EventKind::Failover { .. } => 0,
     };
     64 + keys
 }
@@ -104,6 +104,22 @@ impl Events {
             taken.push(event.clone());
         }
         taken
+    }
+
+    /// Queues the fail-over event a recovered session must acknowledge
+    /// before anything but KeepAlives is served for it (`FO-5`).
+    pub(crate) fn push_failover(&mut self, session: SessionId, epoch: u64) {
+        self.push(session, EventKind::Failover { epoch });
+    }
+
+    /// Whether the session's fail-over event still waits to be
+    /// acknowledged.
+    pub(crate) fn failover_unacknowledged(&self, session: SessionId) -> bool {
+        self.queues.get(&session).is_some_and(|q| {
+            q.pending
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::Failover { .. }))
+        })
     }
 
     fn push(&mut self, session: SessionId, kind: EventKind) {

@@ -35,6 +35,9 @@ impl Master {
             return;
         }
         self.events.acknowledge(id, ka.acked_seq); // EV-2
+        if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
+            self.failover_pending.remove(&id); // FO-5
+        }
         if let Some(previous) = self.take_held(id) {
             self.answer(id, previous, now); // KA-5
         }

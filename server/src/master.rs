@@ -63,6 +63,24 @@ fn page<T>(
     (taken, items.peek().is_some())
 }
 
+/// The retry hint of `FailoverInProgress`: about one KeepAlive round trip.
+const FAILOVER_RETRY_MS: u64 = 100;
+
+/// The session a request acts for, when it changes or depends on that
+/// session's locks, nodes or subscriptions: such requests wait for the
+/// session's fail-over acknowledgement (`FO-5`).
+fn acting_for(request: &Request) -> Option<SessionId> {
+    match request {
+        Request::Acquire(a) => Some(a.session),
+        Request::Release { session, .. }
+        | Request::GetSequencer { session, .. }
+        | Request::Subscribe { session, .. }
+        | Request::Unsubscribe { session, .. } => Some(*session),
+        Request::Put(put) => put.ephemeral,
+        _ => None,
+    }
+}
+
 /// The first 1000 of a check's ended sessions, so the reply fits a frame
 /// however many were bound to it (`CHK-3`).
 fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
@@ -149,6 +167,9 @@ pub(crate) struct Master {
     depth: u32,
     /// Commands to apply once the current one is finished.
     deferred: std::collections::VecDeque<Command>,
+    /// Recovered sessions that have not yet acknowledged the fail-over
+    /// event; only KeepAlives are served for them (`FO-5`).
+    pub(crate) failover_pending: std::collections::HashSet<SessionId>,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -182,6 +203,7 @@ impl Master {
             failed: false,
             depth: 0,
             deferred: Default::default(),
+            failover_pending: Default::default(),
         };
         if start.recovered {
             master.resume();
@@ -201,6 +223,8 @@ impl Master {
         for (id, lease) in sessions {
             let expires = self.leases.start(id, lease, now);
             self.arm_lease_timer(id, expires);
+            self.events.push_failover(id, self.config.epoch);
+            self.failover_pending.insert(id);
         }
         let mut cancels = Vec::new();
         let mut delays = Vec::new();
@@ -306,6 +330,19 @@ impl Master {
 
     fn handle(&mut self, call: Call) {
         let now = self.now();
+        if let Some(session) = acting_for(&call.request) {
+            if self.failover_pending.contains(&session) {
+                let error = Error::new(
+                    ErrorCode::FailoverInProgress {
+                        retry_after_ms: FAILOVER_RETRY_MS,
+                    },
+                    format!(
+                        "failover in progress: session {session} must acknowledge the fail-over event on its next KeepAlive; retry"
+                    ),
+                );
+                return self.deliver(call.reply, Err(error));
+            }
+        }
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
             Request::Watch {
@@ -540,6 +577,7 @@ impl Master {
             }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
+                self.failover_pending.remove(&id);
                 self.leases.remove(id);
                 if let Some(key) = self.lease_timers.remove(&id) {
                     self.timers.remove(&key);

@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold::{Client, ErrorCode, LockOptions, PutOptions, SessionOptions, SessionState};
+use leasehold::{
+    Change, Client, ErrorCode, LockOptions, PutOptions, SessionOptions, SessionState,
+    SubscribeOptions, SubscriptionEvent,
+};
 use leasehold_server::Config;
 use leasehold_tests::server::{short_lease_config, start, start_on};
 use tokio::time::Instant;
@@ -118,8 +121,9 @@ async fn a_holder_that_never_returns_loses_its_lock_after_lease_and_lock_delay()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-// FO-1, KA-6: a client holding a lock across a restart keeps it, with the
-// same sequencer.
+// FO-1, FO-6, KA-6: a client holding a lock across a restart keeps it, with
+// the same sequencer; the application sees only the fail-over; its
+// subscription is made again and says events may have been lost.
 #[tokio::test]
 async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
     let dir = data_dir("keep");
@@ -138,6 +142,15 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
         .try_lock("k", LockOptions::exclusive())
         .await
         .unwrap();
+    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let states = states.clone();
+        session.on_state_change(move |s| states.lock().unwrap().push(s));
+    }
+    let mut sub = session
+        .subscribe("watched", SubscribeOptions::prefix())
+        .await
+        .unwrap();
     server.shutdown().await.unwrap();
     let server = start_on(addr, durable(&dir)).await;
 
@@ -147,8 +160,41 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
         assert!(Instant::now() < deadline, "the client reconnects");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let heard = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .unwrap();
+    assert_eq!(
+        heard,
+        Some(SubscriptionEvent::Session(SessionState::Failover))
+    );
+    let heard = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .unwrap();
+    assert_eq!(heard, Some(SubscriptionEvent::EventsLost));
     tokio::time::sleep(Duration::from_secs(3)).await; // past one lease
     assert_ne!(session.state(), SessionState::Expired);
+    assert_eq!(
+        *states.lock().unwrap(),
+        [SessionState::Failover, SessionState::Normal]
+    );
+    // The subscription was made again on the new master.
+    let writer = Client::connect(addr.to_string()).await.unwrap();
+    writer
+        .put("watched/x", "1", PutOptions::new())
+        .await
+        .unwrap();
+    let mut heard = Vec::new();
+    while !matches!(heard.last(), Some(SubscriptionEvent::Changed { .. })) {
+        let next = tokio::time::timeout(Duration::from_secs(5), sub.next()).await;
+        heard.push(next.expect("the write is heard").unwrap());
+    }
+    assert_eq!(
+        heard.last(),
+        Some(&SubscriptionEvent::Changed {
+            key: "watched/x".into(),
+            change: Change::Created
+        })
+    );
     let checker = Client::connect(addr.to_string()).await.unwrap();
     assert!(checker
         .check_sequencer(guard.sequencer_bytes())
@@ -174,5 +220,127 @@ async fn a_foreign_data_directory_is_refused() {
         "{ended}"
     );
     assert!(dir.join("precious.txt").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// FO-5, ERR-14: until a recovered session acknowledges the fail-over
+// event, only its KeepAlives are served.
+#[tokio::test]
+async fn a_recovered_session_is_served_only_keepalives_until_it_acknowledges_the_failover() {
+    use leasehold_protocol::{Acquire, EventKind, KeepAlive, LockMode, Request, Response};
+    use leasehold_tests::raw::RawConnection;
+
+    let dir = data_dir("gate");
+    let server = start(durable(&dir)).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(Duration::from_secs(30)).await;
+    drop(conn);
+    server.shutdown().await.unwrap();
+
+    let server = start(durable(&dir)).await;
+    let (mut conn, welcome) = RawConnection::open(server.addr).await;
+    let acquire = Request::Acquire(Acquire {
+        key: "k".into(),
+        session,
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+    });
+    let refused = conn.call(acquire.clone()).await.unwrap_err();
+    assert!(
+        matches!(refused.code, ErrorCode::FailoverInProgress { retry_after_ms } if retry_after_ms > 0),
+        "{refused:?}"
+    );
+    // Reads and sessionless writes are served meanwhile.
+    conn.put("free", "x").await;
+    let keepalive = |acked_seq| {
+        Request::KeepAlive(KeepAlive {
+            session,
+            epoch: welcome.epoch,
+            acked_seq,
+            hold: false,
+        })
+    };
+    let Ok(Response::KeepAlive { events, .. }) = conn.call(keepalive(0)).await else {
+        panic!("a KeepAlive is served");
+    };
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].kind,
+        EventKind::Failover {
+            epoch: welcome.epoch
+        }
+    );
+    assert!(
+        conn.call(acquire.clone()).await.is_err(),
+        "not yet acknowledged"
+    );
+    conn.call(keepalive(events[0].seq)).await.unwrap();
+    assert!(matches!(
+        conn.call(acquire).await,
+        Ok(Response::Acquired { .. })
+    ));
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// FO-2, FO-6, CS-4: a master that is back within the client's grace period
+// finds the session in jeopardy, which goes safe and normal again, locks
+// and all.
+#[tokio::test]
+async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe() {
+    let dir = data_dir("grace");
+    let server = start(durable(&dir)).await;
+    let addr = server.addr;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(
+            SessionOptions::new("patient")
+                .lease(Duration::from_secs(1))
+                .grace(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    let guard = session
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let states = states.clone();
+        session.on_state_change(move |s| states.lock().unwrap().push(s));
+    }
+    server.shutdown().await.unwrap();
+    let mut watch = session.watch_state();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        watch.wait_for(|s| *s == SessionState::Jeopardy),
+    )
+    .await
+    .expect("jeopardy")
+    .unwrap();
+    let server = start_on(addr, durable(&dir)).await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        watch.wait_for(|s| *s == SessionState::Normal),
+    )
+    .await
+    .expect("back to normal")
+    .unwrap();
+    assert_eq!(
+        *states.lock().unwrap(),
+        [
+            SessionState::Jeopardy,
+            SessionState::Safe,
+            SessionState::Normal
+        ]
+    );
+    let checker = Client::connect(addr.to_string()).await.unwrap();
+    assert!(checker
+        .check_sequencer(guard.sequencer_bytes())
+        .await
+        .unwrap());
+    assert!(guard.is_held());
+    server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
