@@ -30,7 +30,7 @@ pub struct Check {
 }
 
 /// Every check, and which sessions are bound to each.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Checks {
     checks: BTreeMap<String, Check>,
     bound: BTreeMap<String, BTreeSet<SessionId>>,

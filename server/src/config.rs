@@ -38,6 +38,8 @@ pub const MIN_KEEPALIVE_MARGIN: Duration = Duration::from_millis(100);
 pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest a Watch may wait (`NS-8`).
 pub const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(600);
+/// Log records between snapshots taken while serving (`STORE-2`).
+pub const DEFAULT_COMPACT_EVERY: u64 = 1_000_000;
 /// Smallest maximum frame a server accepts: every reply but a page of
 /// sessions fits in it (`WIRE-2`).
 pub const MIN_FRAME: usize = 1024;
@@ -77,6 +79,9 @@ pub struct Config {
     /// Where durable state lives (`STORE-1`); `None` keeps everything in
     /// memory, for tests and benchmarks: a restart then forgets it all.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Log records between snapshots taken while serving (`STORE-2`):
+    /// recovery replays at most about this many.
+    pub compact_every: u64,
 }
 
 impl Default for Config {
@@ -96,6 +101,7 @@ impl Default for Config {
             write_timeout: WRITE_TIMEOUT,
             ids: IdSource::Random,
             data_dir: None,
+            compact_every: DEFAULT_COMPACT_EVERY,
         }
     }
 }

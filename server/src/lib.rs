@@ -41,6 +41,7 @@ mod store;
 mod watch;
 
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
+pub use commit::fsync_count;
 pub use config::*;
 pub use lease::{Leases, Millis};
 pub use lock::{LockState, Locks, Waiter};

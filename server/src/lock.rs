@@ -52,7 +52,7 @@ impl LockState {
 }
 
 /// Every lock that is held, awaited or delayed, with indexes by session.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Locks {
     locks: BTreeMap<String, LockState>,
     held_by: HashMap<SessionId, BTreeSet<String>>,

@@ -30,7 +30,7 @@ use crate::node::check_key;
 use crate::recovery::Start;
 use crate::session::EndCause;
 use crate::state::{Applied, Command, State, StateEvent};
-use crate::store::Record;
+use crate::store::{Record, Snapshot};
 use crate::watch::Watches;
 
 /// Encoded size of a `SessionInfo` besides its name, generously rounded up.
@@ -526,6 +526,17 @@ impl Master {
         let (reply, events) = self.state.apply(command, now);
         if let (Some(commit), Some(command), true) = (&mut self.commit, logged, reply.is_ok()) {
             commit.append(Record::Command { now, command });
+            if commit.wants_snapshot() {
+                // Taken before this command's events run further commands,
+                // so it is the state as of exactly the records so far.
+                let snapshot = Snapshot {
+                    epoch: self.config.epoch,
+                    now,
+                    next_seq: commit.next_seq,
+                    state: self.state.clone(),
+                };
+                commit.compact(snapshot);
+            }
         }
         self.depth += 1;
         for event in events {

@@ -29,7 +29,7 @@ pub struct Put {
 }
 
 /// Every node, with the indexes that make its operations cheap.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Namespace {
     nodes: BTreeMap<String, Node>,
     ephemeral: HashMap<SessionId, BTreeSet<String>>,

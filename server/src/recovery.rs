@@ -77,7 +77,11 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
     Ok(Start {
         state: snapshot.state,
         offset: now,
-        commit: Some(Committer::start(Box::new(store) as Box<dyn Store>)),
+        commit: Some(Committer::start(
+            Box::new(store) as Box<dyn Store>,
+            recovered.next_seq + 1,
+            config.compact_every,
+        )),
         recovered: true,
     })
 }

@@ -208,7 +208,7 @@ impl From<&Config> for Bounds {
 }
 
 /// The durable state of a master.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct State {
     bounds: Bounds,
     // BTreeMap: listing order is observable and must not depend on hashing.

@@ -89,6 +89,8 @@ pub struct Recovered {
 pub trait Store: Send + 'static {
     fn append(&mut self, record: &Record) -> Result<(), StoreError>;
     fn sync(&mut self) -> Result<(), StoreError>;
+    /// Replaces everything before `snapshot.next_seq` with the snapshot.
+    fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
 }
 
 /// The store in a data directory.
@@ -211,10 +213,12 @@ impl FileStore {
             },
         ))
     }
+}
 
+impl Store for FileStore {
     /// Writes `snapshot` and starts an empty log after it: recovery then
     /// reads one file instead of the whole history.
-    pub fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.sync()?;
         let body = encode(snapshot);
         let mut bytes = Vec::with_capacity(body.len() + 20);
@@ -228,9 +232,7 @@ impl FileStore {
         self.log = BufWriter::new(new_log(&self.dir, snapshot.next_seq)?);
         Ok(())
     }
-}
 
-impl Store for FileStore {
     fn append(&mut self, record: &Record) -> Result<(), StoreError> {
         let body = encode(record);
         let path = self.dir.join("log");
