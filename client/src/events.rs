@@ -204,13 +204,17 @@ impl Dispatch {
             // Subscriptions are made again by the keeper; what happened in
             // between is unknown, as after an overflow. Locks survive.
             EventKind::Failover { .. } => {
+                // Into the stream, so a reader waiting on it wakes; only a
+                // full stream falls back on the flag.
                 for route in self.subscriptions.values() {
-                    route.overflowed.store(true, Ordering::Release);
+                    route.send(SubscriptionEvent::EventsLost);
                 }
             }
             EventKind::EventsLost => {
+                // Into the stream, so a reader waiting on it wakes; only a
+                // full stream falls back on the flag.
                 for route in self.subscriptions.values() {
-                    route.overflowed.store(true, Ordering::Release);
+                    route.send(SubscriptionEvent::EventsLost);
                 }
                 // A lost event may have been a lock taken away: assume so.
                 for signal in self.locks.values() {
@@ -338,39 +342,41 @@ impl Session {
 }
 
 /// Makes every subscription of a session again on a new master, which
-/// starts without any (`FO-6`). A subscription cancelled meanwhile is
-/// dropped; one that cannot be made again ends its stream.
+/// starts without any (`FO-6`). Every route is taken out first, since the
+/// new master's ids may coincide with the old ones; a subscription that
+/// cannot be made again ends its stream.
 pub(crate) async fn resubscribe(
     client: crate::client::Client,
     session: SessionId,
     shared: Arc<crate::session::Shared>,
 ) {
-    let old: Vec<u64> = shared.dispatch().subscriptions.keys().copied().collect();
-    for old_id in old {
-        let Some((key, options)) = shared
-            .dispatch()
-            .subscriptions
-            .get(&old_id)
-            .map(|r| (r.key.clone(), r.options.clone()))
-        else {
+    let routes: Vec<Route> = shared
+        .dispatch()
+        .subscriptions
+        .drain()
+        .map(|(_, route)| route)
+        .collect();
+    for route in routes {
+        // Its Subscription was dropped meanwhile: nothing to make again.
+        if route.tx.is_closed() {
             continue;
-        };
+        }
         let request = Request::Subscribe {
             session,
-            key,
-            prefix: options.prefix,
-            mask: options.mask,
+            key: route.key.clone(),
+            prefix: route.options.prefix,
+            mask: route.options.mask,
         };
-        let new_id = match client.call(request).await {
-            Ok(Response::Subscribed { subscription }) => Some(subscription),
-            _ => None,
-        };
-        let mut dispatch = shared.dispatch();
-        let Some(route) = dispatch.subscriptions.remove(&old_id) else {
-            continue; // cancelled meanwhile
-        };
-        if let Some(new_id) = new_id {
-            dispatch.install(new_id, route, false);
+        if let Ok(Response::Subscribed { subscription }) = client.call(request).await {
+            if route.tx.is_closed() {
+                let request = Request::Unsubscribe {
+                    session,
+                    subscription,
+                };
+                let _ = client.call(request).await;
+                continue;
+            }
+            shared.dispatch().install(subscription, route, false);
         }
     }
 }

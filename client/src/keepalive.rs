@@ -125,7 +125,10 @@ impl Keeper {
                     return;
                 }
                 Some((sent, result)) = in_flight.next() => match result.and_then(keepalive_reply) {
-                                        Ok((epoch, lease, events)) => {
+                                                            // A late reply from a master older than the one already
+                    // heard from proves nothing and carries stale events.
+                    Ok((epoch, ..)) if epoch < self.epoch => {}
+                    Ok((epoch, lease, events)) => {
                         // A new master numbers its events afresh.
                         if epoch != self.epoch {
                             self.delivered = 0;
@@ -288,6 +291,15 @@ impl Keeper {
     }
 
     async fn destroy(&self) -> Result<(), ClientError> {
+        // A new master serves the releases only once its fail-over event
+        // is acknowledged (`FO-5`): acknowledge what was delivered first.
+        let ack = Request::KeepAlive(KeepAlive {
+            session: self.id,
+            epoch: self.epoch,
+            acked_seq: self.delivered,
+            hold: false,
+        });
+        let _ = tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(ack)).await;
         // Destroying invalidates the session, which would start lock-delay
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).

@@ -56,6 +56,8 @@ struct Pending {
 /// The master's side of group commit.
 pub(crate) struct Committer {
     jobs: std_mpsc::Sender<Job>,
+    /// Joined on drop, so a stopped master has finished with its store.
+    writer: Option<std::thread::JoinHandle<()>>,
     /// Log position of the next record.
     pub(crate) next_seq: u64,
     since_snapshot: u64,
@@ -64,6 +66,19 @@ pub(crate) struct Committer {
     durable: u64,
     pub(crate) progress: watch::Receiver<Durable>,
     outbox: VecDeque<Pending>,
+}
+
+impl Drop for Committer {
+    /// Lets the writer finish what it was given and waits for it, so the
+    /// data directory is free (and its lock released) once the master is
+    /// gone.
+    fn drop(&mut self) {
+        let (closed, _) = std_mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, closed));
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Committer {
@@ -83,7 +98,7 @@ impl Committer {
     pub(crate) fn start(mut store: Box<dyn Store>, next_seq: u64, compact_every: u64) -> Committer {
         let (jobs, rx) = std_mpsc::channel::<Job>();
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("leasehold-commit".into())
             .spawn(move || {
                 let mut written = 0u64;
@@ -116,6 +131,7 @@ impl Committer {
             .expect("spawn the commit thread");
         Committer {
             jobs,
+            writer: Some(writer),
             next_seq,
             since_snapshot: 0,
             compact_every: compact_every.max(1),

@@ -128,7 +128,11 @@ impl Events {
             pending: VecDeque::new(),
         });
         if queue.pending.len() >= EVENT_QUEUE {
-            queue.pending.clear();
+            // The fail-over event stays: the client must still hear of the
+            // new master and acknowledge it (`FO-5`).
+            queue
+                .pending
+                .retain(|e| matches!(e.kind, EventKind::Failover { .. }));
             queue.pending.push_back(Event {
                 seq: queue.next_seq,
                 kind: EventKind::EventsLost,
@@ -237,7 +241,9 @@ impl Master {
             ));
         }
         events.next_subscription += 1;
-        let id = events.next_subscription;
+        // Unique across masters too: a client's old ids never name a new
+        // master's subscriptions (`FO-6`).
+        let id = (self.config.epoch << 32) | events.next_subscription;
         mine.insert(id);
         let index = if prefix {
             &mut events.prefixes

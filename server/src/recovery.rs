@@ -43,6 +43,7 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
     for record in recovered.records {
         match record {
             Record::Epoch(e) => epoch = epoch.max(e),
+            Record::BatchEnd => {}
             Record::Command { now: at, command } => {
                 // Only commands that succeeded were logged; the state
                 // machine is deterministic, so they succeed again.

@@ -11,6 +11,7 @@
 //! Files in the data directory:
 //! - `FORMAT`: `leasehold-data 1`, so a foreign directory is never taken
 //!   for ours.
+//! - `LOCK`: locked while a master has the directory open.
 //! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`].
 //! - `log`: magic and the sequence number of its first record, then records:
 //!   length (u32), CRC-32 of the body (u32), body (an encoded [`Record`]).
@@ -60,6 +61,10 @@ pub enum Record {
     Epoch(u64),
     /// A command applied at master time `now`.
     Command { now: Millis, command: Command },
+    /// Written after a batch's fsync returned: everything before it is
+    /// synced data, so damage there is refused; damage after the last one
+    /// is a torn write (`STORE-3`). Not counted in sequence numbers.
+    BatchEnd,
 }
 
 /// The state as of a log position.
@@ -88,6 +93,8 @@ pub struct Recovered {
 /// every record appended so far durable before it returns.
 pub trait Store: Send + 'static {
     fn append(&mut self, record: &Record) -> Result<(), StoreError>;
+    /// Makes everything appended durable, then marks the batch's end
+    /// ([`Record::BatchEnd`], carried to disk by the next batch).
     fn sync(&mut self) -> Result<(), StoreError>;
     /// Replaces everything before `snapshot.next_seq` with the snapshot.
     fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
@@ -98,6 +105,8 @@ pub trait Store: Send + 'static {
 pub struct FileStore {
     dir: PathBuf,
     log: BufWriter<File>,
+    /// Held (locked) while the store is open: one master per directory.
+    _lock: File,
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
@@ -161,6 +170,16 @@ impl FileStore {
             }
             Err(e) => return Err(io_error(&format)(e)),
         }
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_error(&lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(corrupt(dir, "another master is using it (LOCK is held)"));
+        }
         let snapshot = read_snapshot(&dir.join("snapshot"))?;
         let log_path = dir.join("log");
         let (base, records, valid_len) = read_log(&log_path)?;
@@ -205,6 +224,7 @@ impl FileStore {
             FileStore {
                 dir: dir.to_path_buf(),
                 log: BufWriter::new(log),
+                _lock: lock,
             },
             Recovered {
                 snapshot,
@@ -246,7 +266,11 @@ impl Store for FileStore {
     fn sync(&mut self) -> Result<(), StoreError> {
         let path = self.dir.join("log");
         self.log.flush().map_err(io_error(&path))?;
-        self.log.get_ref().sync_data().map_err(io_error(&path))
+        self.log.get_ref().sync_data().map_err(io_error(&path))?;
+        // Written only now that the batch is on disk, and carried to disk
+        // by the next one: a marker proves that everything before it was
+        // synced.
+        self.append(&Record::BatchEnd)
     }
 }
 
@@ -296,6 +320,35 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
         .map_err(|e| corrupt(path, format!("the snapshot does not decode: {e}")))
 }
 
+/// The record at `at`, if it is whole (its length fits the file, is not
+/// zero, and its checksum holds), with the offset after it.
+fn whole_record(bytes: &[u8], at: usize) -> Option<(Result<Record, String>, usize)> {
+    let rest = bytes.get(at..)?;
+    if rest.len() < 8 {
+        return None;
+    }
+    let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+    if len == 0 || len > MAX_RECORD || rest.len() < 8 + len {
+        return None;
+    }
+    let body = &rest[8..8 + len];
+    if crc32fast::hash(body) != crc {
+        return None;
+    }
+    Some((decode(body), at + 8 + len))
+}
+
+/// Whether a whole batch-end marker starts at `at`. Markers are a few
+/// bytes long, so looking for one at every offset is cheap.
+fn is_batch_end(bytes: &[u8], at: usize) -> bool {
+    let Some(head) = bytes.get(at..at + 4) else {
+        return false;
+    };
+    let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+    len <= 8 && matches!(whole_record(bytes, at), Some((Ok(Record::BatchEnd), _)))
+}
+
 /// The log's base sequence number, its records, and the length of its whole
 /// records (`None`: there is no log).
 #[allow(clippy::type_complexity)]
@@ -315,38 +368,33 @@ fn read_log(path: &Path) -> Result<(Option<u64>, Vec<Record>, Option<u64>), Stor
     let mut records = Vec::new();
     let mut at = 16;
     while at < bytes.len() {
-        let rest = &bytes[at..];
-        // A torn tail: a crash cut the last write short, or the file system
-        // grew the file with zeros. Nothing in it was acknowledged.
-        if rest.len() < 8 || rest.iter().all(|b| *b == 0) {
-            break;
-        }
-        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-        if len > MAX_RECORD {
-            return Err(corrupt(
-                path,
-                format!("record at byte {at} claims {len} bytes"),
-            ));
-        }
-        if rest.len() < 8 + len {
-            break;
-        }
-        let body = &rest[8..8 + len];
-        let last = rest.len() == 8 + len;
-        if crc32fast::hash(body) != crc {
-            if last {
-                break;
+        let Some((record, next)) = whole_record(&bytes, at) else {
+            // Damage. Within the last batch, which was never fully
+            // fsynced (a crash cut the write short, or the file system
+            // kept some of its pages and not others), nothing was
+            // acknowledged: the log ends here. Before a later batch's end
+            // marker, it is damage to synced data: refuse.
+            if let Some(marker) = (at + 1..bytes.len()).find(|o| is_batch_end(&bytes, *o)) {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "the record at byte {at} is damaged, and a batch that ends at byte {marker} follows it"
+                    ),
+                ));
             }
-            return Err(corrupt(
-                path,
-                format!("record at byte {at} fails its checksum"),
-            ));
+            break;
+        };
+        match record {
+            Ok(Record::BatchEnd) => {}
+            Ok(record) => records.push(record),
+            Err(e) => {
+                return Err(corrupt(
+                    path,
+                    format!("record at byte {at} passes its checksum but does not decode: {e}"),
+                ))
+            }
         }
-        let record = decode(body)
-            .map_err(|e| corrupt(path, format!("record at byte {at} does not decode: {e}")))?;
-        records.push(record);
-        at += 8 + len;
+        at = next;
     }
     Ok((Some(base), records, Some(at as u64)))
 }
@@ -399,36 +447,84 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    /// Appends raw bytes to the log, as a crash or a disk might leave them.
+    fn scribble(dir: &Path, bytes: &[u8]) {
+        let mut log = OpenOptions::new()
+            .append(true)
+            .open(dir.join("log"))
+            .unwrap();
+        log.write_all(bytes).unwrap();
+    }
+
     // STORE-3
     #[test]
     fn a_torn_last_record_is_dropped_and_later_appends_follow_the_last_whole_one() {
         let dir = dir("torn");
         let (mut store, _) = FileStore::open(&dir).unwrap();
         store.append(&create(1)).unwrap();
+        store.sync().unwrap();
         store.append(&create(2)).unwrap();
         store.sync().unwrap();
         drop(store);
-        let log = dir.join("log");
-        let len = fs::metadata(&log).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&log)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
+        // A write cut short: a header claiming 100 bytes, and 10 of them.
+        let mut torn = vec![100, 0, 0, 0, 1, 2, 3, 4];
+        torn.extend([7; 10]);
+        scribble(&dir, &torn);
         let (mut store, recovered) = FileStore::open(&dir).unwrap();
-        assert_eq!(recovered.records, [create(1)]);
+        assert_eq!(recovered.records, [create(1), create(2)]);
         store.append(&create(3)).unwrap();
         store.sync().unwrap();
         drop(store);
         let (_, recovered) = FileStore::open(&dir).unwrap();
-        assert_eq!(recovered.records, [create(1), create(3)]);
+        assert_eq!(recovered.records, [create(1), create(2), create(3)]);
         let _ = fs::remove_dir_all(&dir);
     }
 
     // STORE-3
     #[test]
-    fn a_damaged_record_in_the_middle_is_refused() {
+    fn a_damaged_record_in_the_last_unsynced_batch_ends_the_log_there() {
+        let dir = dir("unsynced");
+        let (mut store, _) = FileStore::open(&dir).unwrap();
+        store.append(&create(1)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        // A batch whose fsync never returned: its first record lost (zeros),
+        // its second kept by the disk.
+        let body = encode(&create(2));
+        scribble(&dir, &vec![0; 8 + body.len()]);
+        let mut second = (body.len() as u32).to_le_bytes().to_vec();
+        second.extend(crc32fast::hash(&body).to_le_bytes());
+        second.extend(&body);
+        scribble(&dir, &second);
+        let (_, recovered) = FileStore::open(&dir).unwrap();
+        assert_eq!(recovered.records, [create(1)]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_damaged_length_before_a_synced_batch_is_refused_not_truncated() {
+        let dir = dir("length");
+        let (mut store, _) = FileStore::open(&dir).unwrap();
+        for n in 1..=3 {
+            store.append(&create(n)).unwrap();
+            store.sync().unwrap();
+        }
+        drop(store);
+        let log = dir.join("log");
+        let mut bytes = fs::read(&log).unwrap();
+        bytes[16] = 0xff;
+        bytes[17] = 0xff;
+        fs::write(&log, &bytes).unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("damaged"), "{err}");
+        assert_eq!(fs::read(&log).unwrap(), bytes, "nothing was cut");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_damaged_record_in_a_synced_batch_is_refused() {
         let dir = dir("damaged");
         let (mut store, _) = FileStore::open(&dir).unwrap();
         store.append(&create(1)).unwrap();
@@ -440,7 +536,17 @@ mod tests {
         bytes[16 + 8 + 2] ^= 0xff;
         fs::write(&log, bytes).unwrap();
         let err = FileStore::open(&dir).unwrap_err();
-        assert!(err.to_string().contains("checksum"), "{err}");
+        assert!(err.to_string().contains("damaged"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_directory_in_use_is_refused() {
+        let dir = dir("in-use");
+        let (_store, _) = FileStore::open(&dir).unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("another master"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 
