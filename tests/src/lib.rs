@@ -7,7 +7,10 @@
 //!   held (traffic delayed, then delivered) or cut (traffic dropped).
 //! - [`sim`]: the listener and connector that run the real server and client
 //!   over turmoil's simulated network.
+//! - [`conformance`]: the protocol conformance harness (the
+//!   `leasehold-conformance` binary runs it against any server).
 
+pub mod conformance;
 pub mod proxy;
 pub mod raw;
 pub mod server;

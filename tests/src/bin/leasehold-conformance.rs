@@ -1,0 +1,83 @@
+//! `leasehold-conformance --addr HOST:PORT`: checks a running Leasehold
+//! server against SPEC.md, rule by rule; exits non-zero on any failure.
+
+use std::net::ToSocketAddrs;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold_tests::conformance::{self, Ctx};
+
+fn usage() -> ExitCode {
+    eprintln!("usage: leasehold-conformance --addr HOST:PORT [--json] [--only RULE] [--coverage]");
+    ExitCode::from(2)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let mut addr = None;
+    let mut json = false;
+    let mut only = None;
+    let mut check_coverage = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--addr" => addr = args.next(),
+            "--json" => json = true,
+            "--only" => only = args.next(),
+            "--coverage" => check_coverage = true,
+            _ => return usage(),
+        }
+    }
+    let Some(addr) = addr.and_then(|a| a.to_socket_addrs().ok()?.next()) else {
+        return usage();
+    };
+    let mut cases = conformance::cases();
+    if let Some(rule) = &only {
+        cases.retain(|c| c.rules.contains(&rule.as_str()));
+    }
+    let outcomes = conformance::run(&Ctx { addr }, &cases, Duration::from_secs(30)).await;
+    let mut failed = 0;
+    for o in &outcomes {
+        let (verdict, detail) = match &o.result {
+            Ok(()) => ("pass", String::new()),
+            Err(e) => {
+                failed += 1;
+                ("FAIL", e.clone())
+            }
+        };
+        if json {
+            println!(
+                "{{\"rules\":{:?},\"case\":{:?},\"result\":{:?},\"detail\":{:?},\"ms\":{}}}",
+                o.rules,
+                o.name,
+                verdict,
+                detail,
+                o.took.as_millis()
+            );
+        } else {
+            println!(
+                "{:<28} {:<4} {:<72} {}",
+                o.rules.join(","),
+                verdict,
+                o.name,
+                detail
+            );
+        }
+    }
+    let uncovered = conformance::coverage(conformance::SPEC, &conformance::cases());
+    if !json {
+        println!(
+            "{} cases, {} failed; {} SPEC rules without a case",
+            outcomes.len(),
+            failed,
+            uncovered.len()
+        );
+        if !uncovered.is_empty() {
+            println!("without a case: {}", uncovered.join(" "));
+        }
+    }
+    if failed > 0 || (check_coverage && !uncovered.is_empty()) {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,174 @@
+//! The protocol conformance harness: checks a running server against
+//! SPEC.md, rule by rule, with frames built from the protocol types (see
+//! [`crate::raw`]), never through the client library.
+//!
+//! Each [`Case`] names the rule IDs it checks. [`coverage`] compares those,
+//! and the rules listed in [`UNOBSERVABLE`] with the reason, against every
+//! rule ID in SPEC.md.
+
+mod cases;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// What a case concluded: `Err` says what the server did wrong.
+pub type Check = Result<(), String>;
+
+/// A case's body.
+pub type CaseFn = fn(Ctx) -> Pin<Box<dyn Future<Output = Check> + Send>>;
+
+/// One check of one or more SPEC rules.
+#[derive(Clone, Copy)]
+pub struct Case {
+    pub rules: &'static [&'static str],
+    pub name: &'static str,
+    pub run: CaseFn,
+}
+
+/// What a case is given.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub addr: SocketAddr,
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub rules: &'static [&'static str],
+    pub name: &'static str,
+    pub result: Check,
+    pub took: Duration,
+}
+
+/// SPEC rules a client cannot observe over the wire, and why.
+pub const UNOBSERVABLE: &[(&str, &str)] = &[
+    ("CONN-7", "how the client library closes connections"),
+    ("SES-8", "client library: destroy on close"),
+    ("SES-9", "client library: detach without destroying"),
+    ("LEASE-4", "the client's local lease formula"),
+    ("LEASE-5", "the client's clock-drift allowance"),
+    ("KA-1", "client library: one KeepAlive outstanding"),
+    ("LOCK-10", "client library: when a guard counts as lost"),
+    (
+        "LOCK-11",
+        "client library: close releases before destroying",
+    ),
+    ("ELECT-1", "a client recipe over public requests"),
+    ("ELECT-2", "a client recipe over public requests"),
+    ("SEM-1", "a client recipe over public requests"),
+    ("SEM-2", "a client recipe over public requests"),
+    ("SEM-3", "a client recipe over public requests"),
+    ("SEM-4", "a client recipe over public requests"),
+    ("EV-7", "client library: delivery once and in order"),
+    ("EV-8", "client library: session states in streams"),
+    ("CS-1", "client session states"),
+    ("CS-2", "client session states"),
+    ("CS-3", "client session states"),
+    ("CS-4", "client session states"),
+    ("CS-5", "client session states"),
+    ("CS-6", "client session states"),
+    ("CS-7", "client session states"),
+    ("CS-8", "client session states"),
+    ("FO-6", "client library: reaction to the fail-over event"),
+    ("STORE-2", "the data directory's layout, not the wire"),
+    (
+        "STORE-3",
+        "the data directory's damage handling, not the wire",
+    ),
+    ("CONN-6", "server shutdown, not driven by a client"),
+];
+
+/// Every case the harness knows.
+pub fn cases() -> Vec<Case> {
+    cases::all()
+}
+
+/// Runs `cases` against `ctx`, each in its own task, so a case that panics
+/// fails alone; at most `timeout` each.
+pub async fn run(ctx: &Ctx, cases: &[Case], timeout: Duration) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for case in cases {
+        let started = tokio::time::Instant::now();
+        let task = tokio::spawn((case.run)(ctx.clone()));
+        let result = match tokio::time::timeout(timeout, task).await {
+            Err(_) => Err(format!("no verdict within {timeout:?}")),
+            Ok(Err(e)) if e.is_panic() => {
+                let panic = e.into_panic();
+                let text = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".into());
+                Err(text)
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Ok(result)) => result,
+        };
+        outcomes.push(Outcome {
+            rules: case.rules,
+            name: case.name,
+            result,
+            took: started.elapsed(),
+        });
+    }
+    outcomes
+}
+
+/// Every rule ID in SPEC.md: bold `**ID**` rules and the error table's.
+pub fn spec_rules(spec: &str) -> BTreeSet<String> {
+    let mut rules = BTreeSet::new();
+    for line in spec.lines() {
+        let trimmed = line.trim_start_matches("- ").trim_start();
+        if let Some(rest) = trimmed.strip_prefix("**") {
+            if let Some(end) = rest.find("**") {
+                rules.insert(rest[..end].to_string());
+            }
+        }
+        if let Some(rest) = line.strip_prefix("| ERR-") {
+            if let Some(end) = rest.find(' ') {
+                rules.insert(format!("ERR-{}", &rest[..end]));
+            }
+        }
+    }
+    rules
+}
+
+/// SPEC rules with neither a case nor an entry in [`UNOBSERVABLE`].
+pub fn coverage(spec: &str, cases: &[Case]) -> Vec<String> {
+    let covered: BTreeSet<&str> = cases
+        .iter()
+        .flat_map(|c| c.rules.iter().copied())
+        .chain(UNOBSERVABLE.iter().map(|(id, _)| *id))
+        .collect();
+    spec_rules(spec)
+        .into_iter()
+        .filter(|id| !covered.contains(id.as_str()))
+        .collect()
+}
+
+/// The SPEC this harness was built against.
+pub const SPEC: &str = include_str!("../../../SPEC.md");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_id_in_the_spec_is_found() {
+        let rules = spec_rules(SPEC);
+        for id in ["WIRE-1", "KA-7", "LOCK-11", "ERR-14", "FO-6", "CHK-5"] {
+            assert!(rules.contains(id), "{id} not found");
+        }
+    }
+
+    #[test]
+    fn unobservable_rules_exist_in_the_spec() {
+        let rules = spec_rules(SPEC);
+        for (id, _) in UNOBSERVABLE {
+            assert!(rules.contains(*id), "{id} is not a SPEC rule");
+        }
+    }
+}
