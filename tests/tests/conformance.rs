@@ -1,9 +1,16 @@
-//! The conformance harness passes against the real server.
+//! The conformance harness passes against the real server, and fails the
+//! right rules against deliberately broken ones.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use futures::{SinkExt, StreamExt};
+use leasehold_protocol::{
+    ClientFrame, FrameCodec, Request, Response, Sequencer, ServerFrame, DEFAULT_MAX_FRAME,
+};
 use leasehold_tests::conformance::{self, Ctx};
 use leasehold_tests::server::{short_lease_config, start};
+use tokio_util::codec::Framed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_passes_every_conformance_case() {
@@ -20,4 +27,137 @@ async fn the_server_passes_every_conformance_case() {
         })
         .collect();
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
+}
+
+/// A broken server: a relay that speaks the protocol and rewrites frames on
+/// their way, in front of a real master.
+async fn broken(
+    upstream: SocketAddr,
+    to_server: fn(ClientFrame) -> ClientFrame,
+    to_client: fn(ServerFrame) -> ServerFrame,
+) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let client = Framed::new(
+                client,
+                FrameCodec::<ClientFrame, ServerFrame>::new(DEFAULT_MAX_FRAME),
+            );
+            let server = Framed::new(
+                server,
+                FrameCodec::<ServerFrame, ClientFrame>::new(DEFAULT_MAX_FRAME),
+            );
+            let (mut client_tx, mut client_rx) = client.split();
+            let (mut server_tx, mut server_rx) = server.split();
+            tokio::spawn(async move {
+                while let Some(Ok(frame)) = client_rx.next().await {
+                    if server_tx.send(to_server(frame)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                while let Some(Ok(frame)) = server_rx.next().await {
+                    if client_tx.send(to_client(frame)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Which of the cases covering `rules` fail against `addr` (a broken
+/// server may make others hang until their timeout, so only these run).
+async fn failing(addr: SocketAddr, rules: &[&str]) -> Vec<&'static str> {
+    let mut cases = conformance::cases();
+    cases.retain(|c| c.rules.iter().any(|r| rules.contains(r)));
+    let outcomes = conformance::run(&Ctx { addr }, &cases, Duration::from_secs(30)).await;
+    outcomes
+        .iter()
+        .filter(|o| o.result.is_err())
+        .map(|o| o.name)
+        .collect()
+}
+
+fn same(frame: ClientFrame) -> ClientFrame {
+    frame
+}
+
+fn unchanged(frame: ServerFrame) -> ServerFrame {
+    frame
+}
+
+// KA-2: a server that answers every KeepAlive at once is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answers_keepalives_at_once_fails_ka_2() {
+    let server = start(short_lease_config()).await;
+    fn no_hold(frame: ClientFrame) -> ClientFrame {
+        match frame {
+            ClientFrame::Request {
+                id,
+                body: Request::KeepAlive(mut ka),
+            } => {
+                ka.hold = false;
+                ClientFrame::Request {
+                    id,
+                    body: Request::KeepAlive(ka),
+                }
+            }
+            other => other,
+        }
+    }
+    let addr = broken(server.addr, no_hold, unchanged).await;
+    let failed = failing(addr, &["KA-2", "HS-1"]).await;
+    assert!(
+        failed.contains(&"a_held_keepalive_is_answered_a_margin_before_expiry"),
+        "{failed:?}"
+    );
+    assert!(
+        !failed.contains(&"hello_is_answered_with_welcome"),
+        "{failed:?}"
+    );
+}
+
+// LOCK-2: a server that reuses a lock generation is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_reuses_a_lock_generation_fails_lock_2() {
+    let server = start(short_lease_config()).await;
+    fn generation_one(frame: ServerFrame) -> ServerFrame {
+        match frame {
+            ServerFrame::Reply {
+                id,
+                body: Ok(Response::Acquired { index, sequencer }),
+            } => {
+                let sequencer = match Sequencer::from_bytes(&sequencer) {
+                    Some(s) => Sequencer {
+                        lock_generation: 1,
+                        ..s
+                    }
+                    .to_bytes(),
+                    None => sequencer,
+                };
+                ServerFrame::Reply {
+                    id,
+                    body: Ok(Response::Acquired { index, sequencer }),
+                }
+            }
+            other => other,
+        }
+    }
+    let addr = broken(server.addr, same, generation_one).await;
+    let failed = failing(addr, &["LOCK-2", "NS-6"]).await;
+    assert!(
+        failed.contains(&"lock_modes_generations_and_release"),
+        "{failed:?}"
+    );
+    assert!(
+        !failed.contains(&"puts_count_and_compare_and_set_guards"),
+        "{failed:?}"
+    );
 }
