@@ -17,6 +17,8 @@ use tokio_util::codec::Framed;
 pub struct RawConnection {
     framed: Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>,
     next_id: u64,
+    /// How long [`RawConnection::recv`] waits for a frame before failing.
+    patience: Duration,
 }
 
 impl RawConnection {
@@ -26,7 +28,14 @@ impl RawConnection {
         RawConnection {
             framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
             next_id: 1,
+            patience: Duration::from_secs(10),
         }
+    }
+
+    /// Waits up to `patience` for each frame (10 s unless set).
+    pub fn with_patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
     }
 
     /// Connects and completes the handshake.
@@ -63,8 +72,8 @@ impl RawConnection {
 
     /// The next frame, or `None` once the server has closed the connection.
     pub async fn recv(&mut self) -> Option<ServerFrame> {
-        match tokio::time::timeout(Duration::from_secs(10), self.framed.next()).await {
-            Err(_) => panic!("no frame from the server within 10 s"),
+        match tokio::time::timeout(self.patience, self.framed.next()).await {
+            Err(_) => panic!("no frame from the server within {:?}", self.patience),
             Ok(None) => None,
             Ok(Some(Ok(frame))) => Some(frame),
             Ok(Some(Err(CodecError::Io(_)))) => None,

@@ -119,6 +119,20 @@ pub(super) fn all() -> Vec<Case> {
             a_critical_check_ends_its_sessions
         ),
         case!(&["CHK-4"], deleting_a_check_ends_its_sessions),
+        case!(
+            &["CONN-3", "ERR-6"],
+            a_request_beyond_the_in_flight_limit_is_refused
+        ),
+        case!(
+            &["WIRE-5"],
+            a_reply_larger_than_a_frame_is_refused_and_the_connection_stays
+        ),
+        case!(
+            &["EV-4"],
+            an_overflowing_event_queue_becomes_one_events_lost
+        ),
+        case!(&["LOCK-9"], a_grant_nobody_can_hear_is_released),
+        case!(&["HS-4"], a_connection_without_hello_is_closed),
     ]
 }
 
@@ -1106,5 +1120,195 @@ async fn deleting_a_check_ends_its_sessions(ctx: Ctx) -> Check {
         }
         other => return Err(format!("DeleteCheck: {other:?}")),
     }
+    Ok(())
+}
+
+// Limits ------------------------------------------------------------------
+
+async fn a_request_beyond_the_in_flight_limit_is_refused(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let limit = w.limits.max_in_flight as usize;
+    ensure!(
+        limit <= 100_000,
+        "an in-flight limit of {limit} is too large to test"
+    );
+    let k = key("inflight");
+    let index = match conn.call(put(&k, b"x", None, None)).await {
+        Ok(Response::Written { index }) => index,
+        other => return Err(format!("put: {other:?}")),
+    };
+    // Watches that wait: each holds a slot until the key changes.
+    for _ in 0..limit {
+        conn.request(Request::Watch {
+            key: k.clone(),
+            after_index: index,
+            timeout_ms: 60_000,
+        })
+        .await;
+    }
+    let over = conn
+        .request(Request::List {
+            prefix: k.clone(),
+            recursive: false,
+        })
+        .await;
+    let (id, reply) = conn.reply().await;
+    ensure!(
+        id == over,
+        "reply to request {id} while {limit} watches wait"
+    );
+    ensure!(
+        code(&reply) == Some(ErrorCode::LimitReached),
+        "request {} of {limit}: {reply:?}",
+        limit + 1
+    );
+    // The connection stays open.
+    let (mut writer, _) = open(&ctx).await;
+    writer
+        .call(put(&k, b"y", None, None))
+        .await
+        .map_err(|e| format!("put: {e}"))?;
+    for _ in 0..limit {
+        let (_, reply) = conn.reply().await;
+        ensure!(
+            matches!(reply, Ok(Response::Node { .. })),
+            "a watch: {reply:?}"
+        );
+    }
+    Ok(())
+}
+
+async fn a_reply_larger_than_a_frame_is_refused_and_the_connection_stays(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let root = key("wide");
+    let segment = "k".repeat(400);
+    let needed = w.limits.max_frame as usize / 400 + 10;
+    ensure!(
+        needed <= 20_000,
+        "a maximum frame of {} is too large to test",
+        w.limits.max_frame
+    );
+    for n in 0..needed {
+        conn.call(put(&format!("{root}/{segment}{n}"), b"", None, None))
+            .await
+            .map_err(|e| format!("put {n}: {e}"))?;
+    }
+    let reply = conn
+        .call(Request::List {
+            prefix: root.clone(),
+            recursive: false,
+        })
+        .await;
+    ensure!(
+        code(&reply) == Some(ErrorCode::LimitReached),
+        "listing over a frame: {reply:?}"
+    );
+    let after = conn
+        .call(Request::Get {
+            key: root.clone(),
+            stat_only: true,
+        })
+        .await;
+    ensure!(after.is_ok(), "the connection did not stay open: {after:?}");
+    // One at a time: the list of keys a recursive delete returns would not
+    // fit a frame either.
+    for n in 0..needed {
+        let child = format!("{root}/{segment}{n}");
+        conn.call(Request::Delete {
+            key: child,
+            cas: None,
+            recursive: false,
+        })
+        .await
+        .map_err(|e| format!("clean up {n}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn an_overflowing_event_queue_becomes_one_events_lost(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("flood");
+    subscribe(&mut conn, s, &k, true, event_mask::CONTENTS).await?;
+    for n in 0..1_100 {
+        conn.call(put(&format!("{k}/{n}"), b"", None, None))
+            .await
+            .map_err(|e| format!("put {n}: {e}"))?;
+    }
+    match conn.call(keepalive(s, &w, 0, false)).await {
+        Ok(Response::KeepAlive { events, .. }) => {
+            let lost = events.iter().position(|e| e.kind == EventKind::EventsLost);
+            ensure!(
+                lost.is_some(),
+                "no EventsLost among {} events",
+                events.len()
+            );
+            ensure!(
+                events.len() < 1_100,
+                "{} events delivered: the queue is unbounded",
+                events.len()
+            );
+            ensure!(
+                events.windows(2).all(|p| p[1].seq == p[0].seq + 1),
+                "sequence numbers not consecutive"
+            );
+        }
+        other => return Err(format!("{other:?}")),
+    }
+    Ok(())
+}
+
+async fn a_grant_nobody_can_hear_is_released(ctx: Ctx) -> Check {
+    let (mut holder, w) = open(&ctx).await;
+    let h = session(&mut holder, &w).await?;
+    let k = key("unheard");
+    generation(&holder.call(acquire(&k, h, LockMode::Exclusive, None)).await)?;
+    let (mut gone, _) = open(&ctx).await;
+    let g = session(&mut gone, &w).await?;
+    gone.request(acquire(&k, g, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder
+        .call(Request::Release {
+            key: k.clone(),
+            session: h,
+        })
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let third = session(&mut holder, &w).await?;
+    let mut last = None;
+    // The departed waiter may be granted first and released at once.
+    for _ in 0..20 {
+        let reply = holder
+            .call(acquire(&k, third, LockMode::Exclusive, None))
+            .await;
+        if generation(&reply).is_ok() {
+            return Ok(());
+        }
+        last = Some(reply);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!(
+        "the lock stayed with a waiter that had left: {last:?}"
+    ))
+}
+
+async fn a_connection_without_hello_is_closed(ctx: Ctx) -> Check {
+    // The server's handshake timeout (10 s by default) closes it: wait up
+    // to 20 s.
+    let conn = RawConnection::connect(ctx.addr)
+        .await
+        .with_patience(Duration::from_secs(20));
+    let started = Instant::now();
+    let close = conn.closed_with().await;
+    ensure!(
+        close
+            .as_ref()
+            .is_some_and(|e| e.code == ErrorCode::Malformed),
+        "expected Close(Malformed) after {:?}, got {close:?}",
+        started.elapsed()
+    );
     Ok(())
 }

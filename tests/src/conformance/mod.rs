@@ -79,6 +79,11 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
         "the data directory's damage handling, not the wire",
     ),
     ("CONN-6", "server shutdown, not driven by a client"),
+    (
+        "SES-5",
+        "reaching 1,000,000 sessions is impractical from a harness",
+    ),
+    ("ERR-7", "sent only when the server itself fails"),
 ];
 
 /// Every case the harness knows.
