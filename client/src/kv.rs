@@ -134,7 +134,8 @@ impl Client {
     }
 
     /// Deletes a node (and everything below it when `recursive`); returns
-    /// the keys deleted, none if there was nothing to delete.
+    /// the keys deleted (the first 1000), none if there was nothing to
+    /// delete.
     pub async fn delete(
         &self,
         key: &str,

@@ -306,7 +306,10 @@ pub enum Response {
     /// The keys a delete removed, at global index `index`.
     Deleted {
         index: u64,
+        /// The first 1000 keys deleted, in key order.
         keys: Vec<String>,
+        /// How many were deleted.
+        deleted_total: u64,
     },
     /// The lock is held: the node's modify index after the acquisition, and
     /// the sequencer of this holding.

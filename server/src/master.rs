@@ -431,7 +431,17 @@ impl Master {
                     now,
                 )
                 .and_then(|applied| match applied {
-                    Applied::Deleted { index, keys } => Ok(Response::Deleted { index, keys }),
+                    Applied::Deleted { index, mut keys } => {
+                        // Bounded, so the reply fits a frame however many
+                        // keys a recursive delete removed (`NS-7`).
+                        let deleted_total = keys.len() as u64;
+                        keys.truncate(1000);
+                        Ok(Response::Deleted {
+                            index,
+                            keys,
+                            deleted_total,
+                        })
+                    }
                     other => Err(mismatch(other)),
                 }),
             Request::CreateSession(c) => {

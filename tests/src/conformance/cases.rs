@@ -1210,17 +1210,22 @@ async fn a_reply_larger_than_a_frame_is_refused_and_the_connection_stays(ctx: Ct
         })
         .await;
     ensure!(after.is_ok(), "the connection did not stay open: {after:?}");
-    // One at a time: the list of keys a recursive delete returns would not
-    // fit a frame either.
-    for n in 0..needed {
-        let child = format!("{root}/{segment}{n}");
-        conn.call(Request::Delete {
-            key: child,
+    // A recursive delete of them all still answers within a frame (NS-7).
+    match conn
+        .call(Request::Delete {
+            key: root,
             cas: None,
-            recursive: false,
+            recursive: true,
         })
         .await
-        .map_err(|e| format!("clean up {n}: {e}"))?;
+    {
+        Ok(Response::Deleted { deleted_total, .. }) => {
+            ensure!(
+                deleted_total as usize == needed,
+                "deleted {deleted_total} of {needed}"
+            )
+        }
+        other => return Err(format!("recursive delete of {needed} keys: {other:?}")),
     }
     Ok(())
 }
