@@ -8,7 +8,9 @@ use std::time::Duration;
 use leasehold_tests::conformance::{self, Ctx};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: leasehold-conformance --addr HOST:PORT [--json] [--only RULE] [--coverage]");
+    eprintln!(
+        "usage: leasehold-conformance --addr HOST:PORT [--restart-cmd CMD] [--json] [--only RULE] [--coverage]"
+    );
     ExitCode::from(2)
 }
 
@@ -18,6 +20,7 @@ async fn main() -> ExitCode {
     let mut json = false;
     let mut only = None;
     let mut check_coverage = false;
+    let mut restart = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -25,6 +28,7 @@ async fn main() -> ExitCode {
             "--json" => json = true,
             "--only" => only = args.next(),
             "--coverage" => check_coverage = true,
+            "--restart-cmd" => restart = args.next(),
             _ => return usage(),
         }
     }
@@ -35,11 +39,16 @@ async fn main() -> ExitCode {
     if let Some(rule) = &only {
         cases.retain(|c| c.rules.contains(&rule.as_str()));
     }
-    let outcomes = conformance::run(&Ctx { addr }, &cases, Duration::from_secs(30)).await;
+    let ctx = Ctx {
+        addr,
+        restart: restart.map(conformance::restart_command),
+    };
+    let outcomes = conformance::run(&ctx, &cases, Duration::from_secs(60)).await;
     let mut failed = 0;
     for o in &outcomes {
         let (verdict, detail) = match &o.result {
             Ok(()) => ("pass", String::new()),
+            Err(e) if o.skipped() => ("skip", e.clone()),
             Err(e) => {
                 failed += 1;
                 ("FAIL", e.clone())

@@ -8,7 +8,7 @@ use leasehold_protocol::{
     Hello, KeepAlive, LockMode, Put, Request, Response, Sequencer, SessionId, Welcome, MAGIC,
 };
 
-use super::{Case, Check, Ctx};
+use super::{Case, Check, Ctx, SKIPPED};
 use crate::raw::RawConnection;
 
 /// How late a timed answer may be on a busy machine.
@@ -133,6 +133,22 @@ pub(super) fn all() -> Vec<Case> {
         ),
         case!(&["LOCK-9"], a_grant_nobody_can_hear_is_released),
         case!(&["HS-4"], a_connection_without_hello_is_closed),
+        case!(
+            &["CONN-5"],
+            a_peer_that_stops_reading_is_closed_and_blocks_nobody
+        ),
+        case!(
+            &["FO-1", "STORE-1", "STORE-4"],
+            a_restart_keeps_writes_under_a_greater_epoch
+        ),
+        case!(
+            &["FO-2", "FO-5", "ERR-14"],
+            a_recovered_session_acknowledges_the_failover_first
+        ),
+        case!(
+            &["FO-3", "FO-4"],
+            lock_delay_survives_a_restart_and_dead_waiters_do_not
+        ),
     ]
 }
 
@@ -1314,6 +1330,254 @@ async fn a_connection_without_hello_is_closed(ctx: Ctx) -> Check {
             .is_some_and(|e| e.code == ErrorCode::Malformed),
         "expected Close(Malformed) after {:?}, got {close:?}",
         started.elapsed()
+    );
+    Ok(())
+}
+
+// Failover (a restart of the server, driven by the harness) -----------------
+
+/// Restarts the server and returns a connection to the new one.
+async fn restart(ctx: &Ctx) -> Result<(RawConnection, Welcome), String> {
+    let Some(restart) = &ctx.restart else {
+        return Err(format!("{SKIPPED}needs --restart-cmd"));
+    };
+    restart().await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(stream) = tokio::net::TcpStream::connect(ctx.addr).await {
+            drop(stream);
+            return Ok(open(ctx).await);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the server did not come back within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn a_restart_keeps_writes_under_a_greater_epoch(ctx: Ctx) -> Check {
+    if ctx.restart.is_none() {
+        return Err(format!("{SKIPPED}needs --restart-cmd"));
+    }
+    let (mut conn, before) = open(&ctx).await;
+    let k = key("durable");
+    let index = match conn.call(put(&k, b"kept", None, None)).await {
+        Ok(Response::Written { index }) => index,
+        other => return Err(format!("put: {other:?}")),
+    };
+    let s = session(&mut conn, &before).await?;
+    drop(conn);
+    let (mut conn, after) = restart(&ctx).await?;
+    ensure!(
+        after.epoch > before.epoch,
+        "epoch {} after {}",
+        after.epoch,
+        before.epoch
+    );
+    match conn
+        .call(Request::Get {
+            key: k.clone(),
+            stat_only: false,
+        })
+        .await
+    {
+        Ok(Response::Node { node: Some(n), .. }) => {
+            ensure!(
+                n.contents.as_deref() == Some(&b"kept"[..]),
+                "contents {:?}",
+                n.contents
+            );
+            ensure!(
+                n.stat.modify_index == index,
+                "modify index {} != {index}",
+                n.stat.modify_index
+            );
+        }
+        other => return Err(format!("an acknowledged write is gone: {other:?}")),
+    }
+    let stale = conn.call(keepalive(s, &before, 0, false)).await;
+    ensure!(
+        code(&stale)
+            == Some(ErrorCode::WrongEpoch {
+                current: after.epoch
+            }),
+        "old epoch: {stale:?}"
+    );
+    // Indexes go on rising after the restart.
+    match conn.call(put(&k, b"later", None, None)).await {
+        Ok(Response::Written { index: later }) => {
+            ensure!(later > index, "index {later} after {index}")
+        }
+        other => return Err(format!("put: {other:?}")),
+    }
+    Ok(())
+}
+
+async fn a_recovered_session_acknowledges_the_failover_first(ctx: Ctx) -> Check {
+    if ctx.restart.is_none() {
+        return Err(format!("{SKIPPED}needs --restart-cmd"));
+    }
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("kept-lock");
+    let sequencer = match conn.call(acquire(&k, s, LockMode::Exclusive, None)).await {
+        Ok(Response::Acquired { sequencer, .. }) => sequencer,
+        other => return Err(format!("acquire: {other:?}")),
+    };
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    let gated = conn.call(acquire(&k, s, LockMode::Exclusive, None)).await;
+    ensure!(
+        matches!(code(&gated), Some(ErrorCode::FailoverInProgress { retry_after_ms }) if retry_after_ms > 0),
+        "before the acknowledgement: {gated:?}"
+    );
+    let valid = conn
+        .call(Request::CheckSequencer {
+            sequencer: sequencer.clone(),
+        })
+        .await;
+    ensure!(
+        matches!(valid, Ok(Response::SequencerChecked { valid: true })),
+        "the holding survives: {valid:?}"
+    );
+    let seq = match conn.call(keepalive(s, &w, 0, false)).await {
+        Ok(Response::KeepAlive { events, lease, .. }) => {
+            ensure!(
+                matches!(events.first().map(|e| &e.kind), Some(EventKind::Failover { epoch }) if *epoch == w.epoch),
+                "first event {events:?}"
+            );
+            ensure!(
+                lease.remaining_ms + 10 >= 30_000.min(w.limits.max_lease_ms),
+                "lease {lease:?} after the restart"
+            );
+            events[0].seq
+        }
+        other => return Err(format!("KeepAlive: {other:?}")),
+    };
+    conn.call(keepalive(s, &w, seq, false))
+        .await
+        .map_err(|e| format!("acknowledging: {e}"))?;
+    match conn.call(acquire(&k, s, LockMode::Exclusive, None)).await {
+        Ok(Response::Acquired {
+            sequencer: again, ..
+        }) => {
+            ensure!(again == sequencer, "the holding changed across the restart");
+        }
+        other => return Err(format!("after the acknowledgement: {other:?}")),
+    }
+    Ok(())
+}
+
+async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Check {
+    if ctx.restart.is_none() {
+        return Err(format!("{SKIPPED}needs --restart-cmd"));
+    }
+    let (mut conn, w) = open(&ctx).await;
+    let delay = 5_000.min(w.limits.max_lock_delay_ms);
+    let lease = 30_000.min(w.limits.max_lease_ms);
+    let doomed = create(&mut conn, lease, Some(delay), Behavior::Release, vec![]).await?;
+    let holder = session(&mut conn, &w).await?;
+    let delayed = key("delayed");
+    let queued = key("queued");
+    generation(
+        &conn
+            .call(acquire(&delayed, doomed, LockMode::Exclusive, None))
+            .await,
+    )?;
+    conn.call(Request::DestroySession { session: doomed })
+        .await
+        .map_err(|e| format!("destroy: {e}"))?;
+    generation(
+        &conn
+            .call(acquire(&queued, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut waiting, _) = open(&ctx).await;
+    let waiter = session(&mut waiting, &w).await?;
+    waiting
+        .request(acquire(&queued, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(waiting);
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    let fresh = session(&mut conn, &w).await?;
+    let refused = conn
+        .call(acquire(&delayed, fresh, LockMode::Exclusive, None))
+        .await;
+    ensure!(
+        matches!(code(&refused), Some(ErrorCode::LockDelayed { remaining_ms }) if remaining_ms > 0 && remaining_ms <= delay),
+        "lock-delay after the restart: {refused:?}"
+    );
+    // The holder of `queued` acknowledges the fail-over and releases; the
+    // waiter from before the restart is gone, so the lock is free.
+    let seq = match conn.call(keepalive(holder, &w, 0, false)).await {
+        Ok(Response::KeepAlive { events, .. }) => events.last().map_or(0, |e| e.seq),
+        other => return Err(format!("KeepAlive: {other:?}")),
+    };
+    conn.call(keepalive(holder, &w, seq, false))
+        .await
+        .map_err(|e| format!("ack: {e}"))?;
+    conn.call(Request::Release {
+        key: queued.clone(),
+        session: holder,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    generation(
+        &conn
+            .call(acquire(&queued, fresh, LockMode::Exclusive, None))
+            .await,
+    )
+    .map_err(|e| format!("the lock went to a waiter from before the restart: {e}"))?;
+    Ok(())
+}
+
+async fn a_peer_that_stops_reading_is_closed_and_blocks_nobody(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let k = key("flood");
+    let size = (200 << 10).min(w.limits.max_frame as usize / 2);
+    conn.call(put(&k, &vec![7; size], None, None))
+        .await
+        .map_err(|e| format!("put: {e}"))?;
+    // Far more reply bytes than any socket buffers hold; none is read.
+    let requests = (32 << 20) / size;
+    for _ in 0..requests {
+        conn.request(Request::Get {
+            key: k.clone(),
+            stat_only: false,
+        })
+        .await;
+    }
+    // The server went on reading (our writes got through) and serves
+    // others: well before the write timeout, though after the replies
+    // queued ahead of this one.
+    let (mut bystander, _) = open(&ctx).await;
+    let started = Instant::now();
+    let other = bystander
+        .call(Request::Get {
+            key: k.clone(),
+            stat_only: true,
+        })
+        .await;
+    let waited = started.elapsed();
+    ensure!(
+        other.is_ok() && waited < Duration::from_secs(5),
+        "another connection waited {waited:?}: {other:?}"
+    );
+    // The write timeout (10 s by default) closes the stuck connection.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mut conn = conn.with_patience(Duration::from_secs(10));
+    let mut replies = 0;
+    while let Some(frame) = conn.recv().await {
+        if matches!(frame, leasehold_protocol::ServerFrame::Reply { .. }) {
+            replies += 1;
+        }
+    }
+    ensure!(
+        replies < requests,
+        "all {requests} replies were written: the connection was never closed"
     );
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a case concluded: `Err` says what the server did wrong.
@@ -28,10 +29,51 @@ pub struct Case {
     pub run: CaseFn,
 }
 
+/// Restarts the server under test on the same address and data; resolves
+/// once the restart has been started.
+pub type Restart =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
 /// What a case is given.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Ctx {
     pub addr: SocketAddr,
+    /// How to restart the server, for the failover cases; without it they
+    /// are skipped.
+    pub restart: Option<Restart>,
+}
+
+impl Ctx {
+    /// A context for a server that cannot be restarted.
+    pub fn new(addr: SocketAddr) -> Ctx {
+        Ctx {
+            addr,
+            restart: None,
+        }
+    }
+}
+
+/// A case's result that means "not run", with the reason after it.
+pub const SKIPPED: &str = "skipped: ";
+
+/// A restart that runs `command` with `sh -c`.
+pub fn restart_command(command: String) -> Restart {
+    Arc::new(move || {
+        let command = command.clone();
+        Box::pin(async move {
+            let status = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(&command)
+                .status()
+                .await
+                .map_err(|e| format!("cannot run the restart command: {e}"))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!("the restart command failed: {status}"))
+            }
+        })
+    })
 }
 
 /// The outcome of one case.
@@ -41,6 +83,21 @@ pub struct Outcome {
     pub name: &'static str,
     pub result: Check,
     pub took: Duration,
+}
+
+impl Outcome {
+    /// Whether the case did not run (it needs a restart command).
+    pub fn skipped(&self) -> bool {
+        self.result
+            .as_ref()
+            .err()
+            .is_some_and(|e| e.starts_with(SKIPPED))
+    }
+
+    /// Whether the case ran and found the server wrong.
+    pub fn failed(&self) -> bool {
+        self.result.is_err() && !self.skipped()
+    }
 }
 
 /// SPEC rules a client cannot observe over the wire, and why.
