@@ -62,6 +62,11 @@ impl RawConnection {
             .expect("send bytes");
     }
 
+    /// Half-closes: the server reads end of stream after what was sent.
+    pub async fn finish_writing(&mut self) {
+        let _ = self.framed.get_mut().shutdown().await;
+    }
+
     /// Sends `body` as a request and returns its id.
     pub async fn request(&mut self, body: Request) -> u64 {
         let id = self.next_id;

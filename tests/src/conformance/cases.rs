@@ -54,6 +54,10 @@ pub(super) fn all() -> Vec<Case> {
             &["WIRE-3", "WIRE-4"],
             a_garbage_body_closes_only_its_connection
         ),
+        case!(
+            &["WIRE-3"],
+            unknown_kinds_and_truncated_frames_are_malformed
+        ),
         case!(&["CONN-1"], a_reply_echoes_the_request_id),
         case!(
             &["CONN-2", "CONN-4"],
@@ -1579,5 +1583,40 @@ async fn a_peer_that_stops_reading_is_closed_and_blocks_nobody(ctx: Ctx) -> Chec
         replies < requests,
         "all {requests} replies were written: the connection was never closed"
     );
+    Ok(())
+}
+
+async fn unknown_kinds_and_truncated_frames_are_malformed(ctx: Ctx) -> Check {
+    // A frame whose message kind (the enum's variant index) is unknown.
+    let (mut conn, _) = open(&ctx).await;
+    conn.send_bytes(&[0, 0, 0, 1, 100]).await;
+    let close = conn.closed_with().await;
+    ensure!(
+        close
+            .as_ref()
+            .is_some_and(|e| e.code == ErrorCode::Malformed),
+        "unknown kind: expected Close(Malformed), got {close:?}"
+    );
+    // A frame cut short by the end of the stream: closed, quietly or with
+    // Malformed, and the server goes on serving.
+    let (mut conn, _) = open(&ctx).await;
+    conn.send_bytes(&[0, 0, 0, 100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+        .await;
+    conn.finish_writing().await;
+    let close = conn.closed_with().await;
+    ensure!(
+        close
+            .as_ref()
+            .is_none_or(|e| e.code == ErrorCode::Malformed),
+        "truncated frame: expected the connection closed, got {close:?}"
+    );
+    let (mut fresh, _) = open(&ctx).await;
+    let reply = fresh
+        .call(Request::ListSessions {
+            after: None,
+            limit: 1,
+        })
+        .await;
+    ensure!(reply.is_ok(), "after a truncated frame: {reply:?}");
     Ok(())
 }
