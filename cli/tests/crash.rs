@@ -9,9 +9,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,30 +19,8 @@ use tokio::time::Instant;
 
 /// A master process on a data directory.
 fn serve(dir: &Path, listen: &str) -> (Child, String) {
-    let mut child = Command::new(common::BIN)
-        .args([
-            "serve",
-            "--listen",
-            listen,
-            "--min-lease",
-            "100ms",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start leasehold serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    (child, addr)
+    let dir = dir.to_str().expect("a UTF-8 path");
+    common::spawn_serve(&["--listen", listen, "--data-dir", dir])
 }
 
 #[derive(Default)]

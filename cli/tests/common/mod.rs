@@ -17,6 +17,28 @@ fn path_with_bin() -> std::ffi::OsString {
     std::env::join_paths(paths).expect("a PATH")
 }
 
+/// Starts `leasehold serve` with `args` (and short leases allowed); returns
+/// the process and the address it printed.
+pub fn spawn_serve(args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--min-lease", "100ms"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start leasehold serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
 /// A `leasehold serve` on a free loopback port, killed on drop.
 pub struct Serve {
     pub child: Child,
@@ -25,28 +47,7 @@ pub struct Serve {
 
 impl Serve {
     pub fn start() -> Serve {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--min-lease",
-                "100ms",
-                "--in-memory",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start leasehold serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the listening line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
+        let (child, addr) = spawn_serve(&["--listen", "127.0.0.1:0", "--in-memory"]);
         Serve { child, addr }
     }
 
