@@ -7,6 +7,7 @@
 //!   held (traffic delayed, then delivered) or cut (traffic dropped).
 //! - [`sim`]: the listener and connector that run the real server and client
 //!   over turmoil's simulated network.
+//! - [`states`]: a session's state transitions, recorded.
 //! - [`conformance`]: the protocol conformance harness (the
 //!   `leasehold-conformance` binary runs it against any server).
 
@@ -15,3 +16,4 @@ pub mod proxy;
 pub mod raw;
 pub mod server;
 pub mod sim;
+pub mod states;

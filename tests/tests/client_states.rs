@@ -1,12 +1,12 @@
 //! The client's session states over real loopback TCP, with a relay between
 //! client and master whose link can be held or cut.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{Client, ErrorCode, Session, SessionOptions, SessionState};
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::server::{short_lease_config, start};
+use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_millis(1_000);
@@ -16,19 +16,6 @@ const SLACK: Duration = Duration::from_millis(400);
 /// How far an observed timer may run ahead of another scheduled from the
 /// same instant (timers round to milliseconds; callbacks run when scheduled).
 const TIMER_GRANULARITY: Duration = Duration::from_millis(20);
-
-type Transitions = Arc<Mutex<Vec<(SessionState, Instant)>>>;
-
-fn record(session: &Session) -> Transitions {
-    let seen: Transitions = Arc::default();
-    let sink = seen.clone();
-    session.on_state_change(move |state| sink.lock().unwrap().push((state, Instant::now())));
-    seen
-}
-
-fn states(seen: &Transitions) -> Vec<SessionState> {
-    seen.lock().unwrap().iter().map(|(s, _)| *s).collect()
-}
 
 async fn wait_for(session: &Session, state: SessionState, within: Duration) {
     let mut watch = session.watch_state();
@@ -47,9 +34,9 @@ async fn a_session_with_a_healthy_link_stays_normal_past_many_leases() {
         .create_session(SessionOptions::new("steady").lease(Duration::from_millis(400)))
         .await
         .unwrap();
-    let seen = record(&session);
+    let seen = StateLog::record(&session);
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    assert_eq!(states(&seen), []);
+    assert_eq!(seen.states(), []);
     assert_eq!(session.state(), SessionState::Normal);
     assert!(client.session_info(session.id()).await.is_ok());
 }
@@ -64,17 +51,17 @@ async fn a_cut_link_goes_normal_jeopardy_expired_on_time() {
         .create_session(SessionOptions::new("cut").lease(LEASE).grace(GRACE))
         .await
         .unwrap();
-    let seen = record(&session);
+    let seen = StateLog::record(&session);
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let cut_at = Instant::now();
     proxy.set(Link::Cut);
     wait_for(&session, SessionState::Expired, LEASE + GRACE + SLACK * 2).await;
 
-    let seen = seen.lock().unwrap().clone();
     assert_eq!(
-        seen.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        seen.states(),
         [SessionState::Jeopardy, SessionState::Expired]
     );
+    let seen = seen.timed();
     let (jeopardy_at, expired_at) = (seen[0].1, seen[1].1);
     // The last reply came before the cut and granted at most one lease.
     assert!(
@@ -105,7 +92,7 @@ async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_
         )
         .await
         .unwrap();
-    let seen = record(&session);
+    let seen = StateLog::record(&session);
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.set(Link::Hold);
     // The master answers the held KeepAlive (extending the lease) while the
@@ -116,7 +103,7 @@ async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_
     wait_for(&session, SessionState::Normal, Duration::from_secs(3)).await;
 
     assert_eq!(
-        states(&seen),
+        seen.states(),
         [
             SessionState::Jeopardy,
             SessionState::Safe,
@@ -138,11 +125,11 @@ async fn a_session_destroyed_by_another_client_expires_at_once() {
         .create_session(SessionOptions::new("victim").lease(Duration::from_secs(10)))
         .await
         .unwrap();
-    let seen = record(&session);
+    let seen = StateLog::record(&session);
     let operator = Client::connect(server.addr.to_string()).await.unwrap();
     operator.destroy_session(session.id()).await.unwrap();
     wait_for(&session, SessionState::Expired, Duration::from_secs(2)).await;
-    assert_eq!(states(&seen), [SessionState::Expired]);
+    assert_eq!(seen.states(), [SessionState::Expired]);
 }
 
 // CS-6
@@ -159,7 +146,7 @@ async fn a_session_destroyed_while_in_jeopardy_expires_at_next_contact_not_after
         )
         .await
         .unwrap();
-    let seen = record(&session);
+    let seen = StateLog::record(&session);
     proxy.set(Link::Cut);
     wait_for(&session, SessionState::Jeopardy, LEASE + SLACK).await;
     let operator = Client::connect(server.addr.to_string()).await.unwrap();
@@ -167,7 +154,7 @@ async fn a_session_destroyed_while_in_jeopardy_expires_at_next_contact_not_after
     proxy.set(Link::Pass);
     wait_for(&session, SessionState::Expired, Duration::from_secs(5)).await;
     assert_eq!(
-        states(&seen),
+        seen.states(),
         [SessionState::Jeopardy, SessionState::Expired]
     );
 }
@@ -198,14 +185,14 @@ async fn closing_or_detaching_a_session_makes_every_clone_expired() {
             .await
             .unwrap();
         let clone = session.clone();
-        let seen = record(&clone);
+        let seen = StateLog::record(&clone);
         if detach {
             session.detach().await;
         } else {
             session.close().await.unwrap();
         }
         assert_eq!(clone.state(), SessionState::Expired);
-        assert_eq!(states(&seen), [SessionState::Expired]);
+        assert_eq!(seen.states(), [SessionState::Expired]);
         tokio::time::timeout(Duration::from_secs(1), clone.expired())
             .await
             .expect("the invalidation signal fires");

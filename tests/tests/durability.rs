@@ -9,6 +9,7 @@ use leasehold::{
 };
 use leasehold_server::Config;
 use leasehold_tests::server::{short_lease_config, start, start_on};
+use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
 
 fn data_dir(name: &str) -> PathBuf {
@@ -142,11 +143,7 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
         .try_lock("k", LockOptions::exclusive())
         .await
         .unwrap();
-    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    {
-        let states = states.clone();
-        session.on_state_change(move |s| states.lock().unwrap().push(s));
-    }
+    let states = StateLog::record(&session);
     let mut sub = session
         .subscribe("watched", SubscribeOptions::prefix())
         .await
@@ -174,7 +171,7 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
     tokio::time::sleep(Duration::from_secs(3)).await; // past one lease
     assert_ne!(session.state(), SessionState::Expired);
     assert_eq!(
-        *states.lock().unwrap(),
+        states.states(),
         [SessionState::Failover, SessionState::Normal]
     );
     // The subscription was made again on the new master.
@@ -305,11 +302,7 @@ async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe(
         .try_lock("k", LockOptions::exclusive())
         .await
         .unwrap();
-    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    {
-        let states = states.clone();
-        session.on_state_change(move |s| states.lock().unwrap().push(s));
-    }
+    let states = StateLog::record(&session);
     server.shutdown().await.unwrap();
     let mut watch = session.watch_state();
     tokio::time::timeout(
@@ -328,7 +321,7 @@ async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe(
     .expect("back to normal")
     .unwrap();
     assert_eq!(
-        *states.lock().unwrap(),
+        states.states(),
         [
             SessionState::Jeopardy,
             SessionState::Safe,

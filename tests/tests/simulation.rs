@@ -1,12 +1,12 @@
 //! The real server and client over turmoil's simulated network, in virtual
 //! time: the transport-generic design the partition simulations build on.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{Client, ClientConfig, ErrorCode, SessionOptions, SessionState};
 use leasehold_server::{Config, IdSource};
 use leasehold_tests::sim::{SimConnector, SimListener};
+use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -36,8 +36,6 @@ async fn connect() -> Result<Client, leasehold::ClientError> {
     Client::with_connector(connector, ClientConfig::default()).await
 }
 
-type Transitions = Arc<Mutex<Vec<(SessionState, Instant)>>>;
-
 // CS-2, CS-3
 #[test]
 fn a_partition_longer_than_lease_and_grace_gives_jeopardy_then_expired() {
@@ -47,20 +45,20 @@ fn a_partition_longer_than_lease_and_grace_gives_jeopardy_then_expired() {
         let session = client
             .create_session(SessionOptions::new("sim").lease(LEASE).grace(GRACE))
             .await?;
-        let seen: Transitions = Arc::default();
-        let sink = seen.clone();
-        session.on_state_change(move |s| sink.lock().unwrap().push((s, Instant::now())));
+        let seen = StateLog::record(&session);
 
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert!(seen.lock().unwrap().is_empty(), "normal while connected");
+        assert!(seen.states().is_empty(), "normal while connected");
 
         let cut = Instant::now();
         turmoil::partition("client", "master");
         tokio::time::timeout(Duration::from_secs(30), session.expired()).await?;
 
-        let seen = seen.lock().unwrap().clone();
-        let states: Vec<_> = seen.iter().map(|(s, _)| *s).collect();
-        assert_eq!(states, [SessionState::Jeopardy, SessionState::Expired]);
+        assert_eq!(
+            seen.states(),
+            [SessionState::Jeopardy, SessionState::Expired]
+        );
+        let seen = seen.timed();
         let (jeopardy_at, expired_at) = (seen[0].1, seen[1].1);
         assert!(jeopardy_at > cut && jeopardy_at <= cut + LEASE);
         // Virtual time: the grace period is exact to the timer's millisecond.
@@ -89,9 +87,7 @@ fn a_partition_shorter_than_the_lease_leaves_the_session_normal() {
         let session = client
             .create_session(SessionOptions::new("sim").lease(Duration::from_secs(12)))
             .await?;
-        let seen: Arc<Mutex<Vec<SessionState>>> = Arc::default();
-        let sink = seen.clone();
-        session.on_state_change(move |s| sink.lock().unwrap().push(s));
+        let seen = StateLog::record(&session);
 
         // Partitioned right after a reply, for well under the margin left.
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -100,7 +96,7 @@ fn a_partition_shorter_than_the_lease_leaves_the_session_normal() {
         turmoil::repair("client", "master");
         tokio::time::sleep(Duration::from_secs(40)).await;
 
-        assert_eq!(*seen.lock().unwrap(), []);
+        assert_eq!(seen.states(), []);
         assert_eq!(session.state(), SessionState::Normal);
         Ok(())
     });
