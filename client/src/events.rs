@@ -152,9 +152,8 @@ pub(crate) struct LockSignal {
 struct Route {
     tx: mpsc::Sender<SubscriptionEvent>,
     overflowed: Arc<AtomicBool>,
-    /// Whether it asked for session state events.
-    session_state: bool,
-    /// What it subscribed to, to subscribe again on a new master.
+    /// What it subscribed to (and whether it asked for session states), to
+    /// subscribe again on a new master.
     key: String,
     options: SubscribeOptions,
     /// The master's id, shared with the [`Subscription`].
@@ -249,7 +248,8 @@ impl Dispatch {
     /// Tells the subscriptions that asked of a session state change; on
     /// `Expired` every stream ends after it.
     pub(crate) fn session_state(&mut self, state: SessionState) {
-        for route in self.subscriptions.values().filter(|r| r.session_state) {
+        let asked = |r: &&Route| r.options.mask & event_mask::SESSION_STATE != 0;
+        for route in self.subscriptions.values().filter(asked) {
             route.send(SubscriptionEvent::Session(state));
         }
         if state == SessionState::Expired {
@@ -320,7 +320,6 @@ impl Session {
         let route = Route {
             tx,
             overflowed: overflowed.clone(),
-            session_state: options.mask & event_mask::SESSION_STATE != 0,
             key: key.to_string(),
             options,
             id: shared_id.clone(),
