@@ -229,6 +229,14 @@ fn put(key: &str, contents: &[u8], cas: Option<u64>, ephemeral: Option<SessionId
     })
 }
 
+/// The index a write was acknowledged at; `what` names it in the failure.
+async fn written(conn: &mut RawConnection, request: Request, what: &str) -> Result<u64, String> {
+    match conn.call(request).await {
+        Ok(Response::Written { index }) => Ok(index),
+        other => Err(format!("{what}: {other:?}")),
+    }
+}
+
 fn code(reply: &Result<Response, leasehold_protocol::Error>) -> Option<ErrorCode> {
     reply.as_ref().err().map(|e| e.code)
 }
@@ -630,19 +638,18 @@ async fn bad_keys_and_oversized_contents_are_refused(ctx: Ctx) -> Check {
 async fn puts_count_and_compare_and_set_guards(ctx: Ctx) -> Check {
     let (mut conn, _) = open(&ctx).await;
     let k = key("cas");
-    let first = match conn.call(put(&k, b"a", Some(0), None)).await {
-        Ok(Response::Written { index }) => index,
-        other => return Err(format!("create-only put: {other:?}")),
-    };
+    let first = written(&mut conn, put(&k, b"a", Some(0), None), "create-only put").await?;
     let again = conn.call(put(&k, b"b", Some(0), None)).await;
     ensure!(
         code(&again) == Some(ErrorCode::CasMismatch { current: first }),
         "second create-only put: {again:?}"
     );
-    let second = match conn.call(put(&k, b"b", Some(first), None)).await {
-        Ok(Response::Written { index }) => index,
-        other => return Err(format!("put with the right cas: {other:?}")),
-    };
+    let second = written(
+        &mut conn,
+        put(&k, b"b", Some(first), None),
+        "put with the right cas",
+    )
+    .await?;
     ensure!(second > first, "indexes must rise: {first} then {second}");
     match conn
         .call(Request::Get {
@@ -719,10 +726,7 @@ async fn a_watch_returns_when_its_key_changes(ctx: Ctx) -> Check {
     let (mut watcher, _) = open(&ctx).await;
     let (mut writer, _) = open(&ctx).await;
     let k = key("watch");
-    let index = match writer.call(put(&k, b"1", None, None)).await {
-        Ok(Response::Written { index }) => index,
-        other => return Err(format!("put: {other:?}")),
-    };
+    let index = written(&mut writer, put(&k, b"1", None, None), "put").await?;
     watcher
         .request(Request::Watch {
             key: k.clone(),
@@ -1153,10 +1157,7 @@ async fn a_request_beyond_the_in_flight_limit_is_refused(ctx: Ctx) -> Check {
         "an in-flight limit of {limit} is too large to test"
     );
     let k = key("inflight");
-    let index = match conn.call(put(&k, b"x", None, None)).await {
-        Ok(Response::Written { index }) => index,
-        other => return Err(format!("put: {other:?}")),
-    };
+    let index = written(&mut conn, put(&k, b"x", None, None), "put").await?;
     // Watches that wait: each holds a slot until the key changes.
     for _ in 0..limit {
         conn.request(Request::Watch {
@@ -1366,10 +1367,7 @@ async fn a_restart_keeps_writes_under_a_greater_epoch(ctx: Ctx) -> Check {
     }
     let (mut conn, before) = open(&ctx).await;
     let k = key("durable");
-    let index = match conn.call(put(&k, b"kept", None, None)).await {
-        Ok(Response::Written { index }) => index,
-        other => return Err(format!("put: {other:?}")),
-    };
+    let index = written(&mut conn, put(&k, b"kept", None, None), "put").await?;
     let s = session(&mut conn, &before).await?;
     drop(conn);
     let (mut conn, after) = restart(&ctx).await?;
