@@ -7,7 +7,7 @@
 //! while requests are still waiting for replies, so a KeepAlive held by the
 //! master survives the client switching to a new connection.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,7 +38,7 @@ static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Default)]
 struct PendingRequests {
-    replies: HashMap<u64, (ReplyTx, Option<OwnedSemaphorePermit>)>,
+    replies: BTreeMap<u64, (ReplyTx, Option<OwnedSemaphorePermit>)>,
     /// Set once the connection has failed; later requests fail at once.
     failed: bool,
 }
@@ -222,7 +222,7 @@ async fn read_replies(
 fn fail_all(pending: &Pending, failure: Option<leasehold_protocol::Error>) {
     let mut pending = lock(pending);
     pending.failed = true;
-    for (_, (reply, _permit)) in pending.replies.drain() {
+    for (_, (reply, _permit)) in std::mem::take(&mut pending.replies) {
         let error = match &failure {
             Some(e) => ClientError::Closed(e.clone()),
             None => ClientError::Disconnected,

@@ -1,6 +1,6 @@
 //! Events a session hears of, on its KeepAlive replies (SPEC "Events").
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -163,7 +163,7 @@ struct Route {
 /// Where a session's events go: its subscriptions and its locks.
 #[derive(Debug, Default)]
 pub(crate) struct Dispatch {
-    subscriptions: HashMap<u64, Route>,
+    subscriptions: BTreeMap<u64, Route>,
     orphans: VecDeque<(u64, SubscriptionEvent)>,
     /// Keys this client holds locks on, with their signals; released before
     /// a close destroys the session (`LOCK-11`).
@@ -349,11 +349,8 @@ pub(crate) async fn resubscribe(
     session: SessionId,
     shared: Arc<crate::session::Shared>,
 ) {
-    let routes: Vec<Route> = shared
-        .dispatch()
-        .subscriptions
-        .drain()
-        .map(|(_, route)| route)
+    let routes: Vec<Route> = std::mem::take(&mut shared.dispatch().subscriptions)
+        .into_values()
         .collect();
     for route in routes {
         // Its Subscription was dropped meanwhile: nothing to make again.

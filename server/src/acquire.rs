@@ -2,7 +2,7 @@
 //! acquire waits in line, as it holds a KeepAlive, until the lock is granted,
 //! the session ends, or the wait times out.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_protocol::{Acquire, Error, ErrorCode, Response, Sequencer};
@@ -16,7 +16,7 @@ use crate::state::{Applied, Command};
 /// Acquires waiting in line, by ticket.
 #[derive(Debug, Default)]
 pub(crate) struct Acquires {
-    waiting: HashMap<u64, Waiting>,
+    waiting: BTreeMap<u64, Waiting>,
 }
 
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! fail-over event. What changed comes from the state machine's events; this
 //! module decides who hears of it.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_protocol::{
     event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId,
@@ -41,11 +41,11 @@ struct Queue {
 /// Every subscription and every session's queue.
 #[derive(Debug, Default)]
 pub(crate) struct Events {
-    subscriptions: HashMap<u64, Subscription>,
-    exact: HashMap<String, BTreeSet<u64>>,
-    prefixes: HashMap<String, BTreeSet<u64>>,
-    by_session: HashMap<SessionId, BTreeSet<u64>>,
-    queues: HashMap<SessionId, Queue>,
+    subscriptions: BTreeMap<u64, Subscription>,
+    exact: BTreeMap<String, BTreeSet<u64>>,
+    prefixes: BTreeMap<String, BTreeSet<u64>>,
+    by_session: BTreeMap<SessionId, BTreeSet<u64>>,
+    queues: BTreeMap<SessionId, Queue>,
     next_subscription: u64,
     /// Sessions with new events whose held KeepAlive is still to answer.
     woken: BTreeSet<SessionId>,

@@ -4,7 +4,7 @@
 //! Times are milliseconds on the master's monotonic clock, passed in by the
 //! caller, so this table is deterministic and needs no runtime.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_protocol::SessionId;
@@ -21,7 +21,7 @@ struct Lease {
 /// The lease of every live session.
 #[derive(Debug, Default)]
 pub struct Leases {
-    leases: HashMap<SessionId, Lease>,
+    leases: BTreeMap<SessionId, Lease>,
 }
 
 impl Leases {

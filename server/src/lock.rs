@@ -6,7 +6,7 @@
 //! are granted in the order their commands were applied, which makes the
 //! queue part of the replicated state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
 
@@ -55,8 +55,8 @@ impl LockState {
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Locks {
     locks: BTreeMap<String, LockState>,
-    held_by: HashMap<SessionId, BTreeSet<String>>,
-    waiting_by: HashMap<SessionId, BTreeSet<(String, u64)>>,
+    held_by: BTreeMap<SessionId, BTreeSet<String>>,
+    waiting_by: BTreeMap<SessionId, BTreeSet<(String, u64)>>,
 }
 
 impl Locks {

@@ -6,7 +6,7 @@
 //! task. Expiry and held-KeepAlive answers come from one `DelayQueue`, so the
 //! master never scans all sessions.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -148,9 +148,9 @@ pub(crate) struct Master {
     pub(crate) config: Config,
     pub(crate) state: State,
     pub(crate) leases: Leases,
-    pub(crate) held: HashMap<SessionId, Held>,
+    pub(crate) held: BTreeMap<SessionId, Held>,
     pub(crate) timers: DelayQueue<Timer>,
-    lease_timers: HashMap<SessionId, delay_queue::Key>,
+    lease_timers: BTreeMap<SessionId, delay_queue::Key>,
     pub(crate) watches: Watches,
     pub(crate) acquires: Acquires,
     pub(crate) events: Events,
@@ -169,7 +169,7 @@ pub(crate) struct Master {
     deferred: std::collections::VecDeque<Command>,
     /// Recovered sessions that have not yet acknowledged the fail-over
     /// event; only KeepAlives are served for them (`FO-5`).
-    pub(crate) failover_pending: std::collections::HashSet<SessionId>,
+    pub(crate) failover_pending: std::collections::BTreeSet<SessionId>,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -191,9 +191,9 @@ impl Master {
             ids: Ids::new(config.ids),
             config,
             leases: Leases::default(),
-            held: HashMap::new(),
+            held: BTreeMap::new(),
             timers: DelayQueue::new(),
-            lease_timers: HashMap::new(),
+            lease_timers: BTreeMap::new(),
             watches: Watches::default(),
             acquires: Acquires::default(),
             events: Events::default(),

@@ -3,7 +3,7 @@
 //! The hierarchy is implicit, as in Consul's KV: `a/b` needs no node `a`,
 //! and deleting `a` leaves `a/b` unless the delete is recursive.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use leasehold_protocol::{Error, ErrorCode, SessionId};
@@ -32,8 +32,8 @@ pub struct Put {
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Namespace {
     nodes: BTreeMap<String, Node>,
-    ephemeral: HashMap<SessionId, BTreeSet<String>>,
-    deleted_at: HashMap<String, u64>,
+    ephemeral: BTreeMap<SessionId, BTreeSet<String>>,
+    deleted_at: BTreeMap<String, u64>,
     /// Deletions in order, to forget the oldest; an entry whose key was
     /// deleted again later is stale and forgets nothing.
     deleted_order: VecDeque<(String, u64)>,

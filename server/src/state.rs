@@ -7,7 +7,7 @@
 //! Everything that must survive the master (sessions now; nodes and locks
 //! later) lives here, and is changed only through `apply`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use leasehold_protocol::{Behavior, CheckStatus, Error, ErrorCode, LockMode, Sequencer, SessionId};
@@ -213,7 +213,7 @@ pub struct State {
     bounds: Bounds,
     // BTreeMap: listing order is observable and must not depend on hashing.
     pub(crate) sessions: BTreeMap<SessionId, Session>,
-    ended: HashMap<SessionId, EndCause>,
+    ended: BTreeMap<SessionId, EndCause>,
     ended_order: VecDeque<SessionId>,
     pub(crate) namespace: Namespace,
     pub(crate) locks: Locks,
@@ -234,7 +234,7 @@ impl State {
         State {
             bounds,
             sessions: BTreeMap::new(),
-            ended: HashMap::new(),
+            ended: BTreeMap::new(),
             ended_order: VecDeque::new(),
             namespace: Namespace::default(),
             locks: Locks::default(),

@@ -2,7 +2,7 @@
 //! blocking query of Consul. The master holds the reply, as it holds a
 //! KeepAlive, until a command touches the key or the timeout passes.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_protocol::{Error, ErrorCode, Response};
@@ -15,8 +15,8 @@ use crate::node::check_key;
 /// Watches waiting for their keys to change.
 #[derive(Debug, Default)]
 pub(crate) struct Watches {
-    waiting: HashMap<u64, Waiting>,
-    by_key: HashMap<String, Vec<u64>>,
+    waiting: BTreeMap<u64, Waiting>,
+    by_key: BTreeMap<String, Vec<u64>>,
     next: u64,
 }
 
