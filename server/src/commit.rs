@@ -55,9 +55,7 @@ struct Pending {
 
 /// The master's side of group commit.
 pub(crate) struct Committer {
-    jobs: std_mpsc::Sender<Job>,
-    /// Joined on drop, so a stopped master has finished with its store.
-    writer: Option<std::thread::JoinHandle<()>>,
+    writer: Writer,
     /// Log position of the next record.
     pub(crate) next_seq: u64,
     since_snapshot: u64,
@@ -68,15 +66,34 @@ pub(crate) struct Committer {
     outbox: VecDeque<Pending>,
 }
 
+/// Who writes the log.
+enum Writer {
+    /// A thread, which fsyncs one batch while the master goes on.
+    Thread {
+        jobs: std_mpsc::Sender<Job>,
+        /// Joined on drop, so a stopped master has finished with its store.
+        handle: Option<std::thread::JoinHandle<()>>,
+    },
+    /// The master itself, record by record: for a store in memory, where
+    /// a thread would only make a simulation's timing nondeterministic.
+    Inline {
+        store: Box<dyn Store>,
+        progress: watch::Sender<Durable>,
+        failed: bool,
+    },
+}
+
 impl Drop for Committer {
     /// Lets the writer finish what it was given and waits for it, so the
     /// data directory is free (and its lock released) once the master is
     /// gone.
     fn drop(&mut self) {
-        let (closed, _) = std_mpsc::channel();
-        drop(std::mem::replace(&mut self.jobs, closed));
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+        if let Writer::Thread { jobs, handle } = &mut self.writer {
+            let (closed, _) = std_mpsc::channel();
+            drop(std::mem::replace(jobs, closed));
+            if let Some(handle) = handle.take() {
+                let _ = handle.join();
+            }
         }
     }
 }
@@ -93,11 +110,38 @@ impl std::fmt::Debug for Committer {
 }
 
 impl Committer {
-    /// Starts the writer thread over `store`, whose next record is at
-    /// `next_seq`.
-    pub(crate) fn start(mut store: Box<dyn Store>, next_seq: u64, compact_every: u64) -> Committer {
-        let (jobs, rx) = std_mpsc::channel::<Job>();
+    /// Starts writing to `store`, whose next record is at `next_seq`: from
+    /// a writer thread, or from the master itself when `inline`.
+    pub(crate) fn start(
+        store: Box<dyn Store>,
+        next_seq: u64,
+        compact_every: u64,
+        inline: bool,
+    ) -> Committer {
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
+        let writer = if inline {
+            Writer::Inline {
+                store,
+                progress: progress_tx,
+                failed: false,
+            }
+        } else {
+            Self::spawn_writer(store, progress_tx)
+        };
+        Committer {
+            writer,
+            next_seq,
+            since_snapshot: 0,
+            compact_every: compact_every.max(1),
+            appended: 0,
+            durable: 0,
+            progress,
+            outbox: VecDeque::new(),
+        }
+    }
+
+    fn spawn_writer(mut store: Box<dyn Store>, progress_tx: watch::Sender<Durable>) -> Writer {
+        let (jobs, rx) = std_mpsc::channel::<Job>();
         let writer = std::thread::Builder::new()
             .name("leasehold-commit".into())
             .spawn(move || {
@@ -129,24 +173,49 @@ impl Committer {
                 }
             })
             .expect("spawn the commit thread");
-        Committer {
+        Writer::Thread {
             jobs,
-            writer: Some(writer),
-            next_seq,
-            since_snapshot: 0,
-            compact_every: compact_every.max(1),
-            appended: 0,
-            durable: 0,
-            progress,
-            outbox: VecDeque::new(),
+            handle: Some(writer),
+        }
+    }
+
+    fn write(&mut self, job: Job) {
+        let appended = self.appended;
+        match &mut self.writer {
+            // A closed writer has reported its failure through `progress`.
+            Writer::Thread { jobs, .. } => {
+                let _ = jobs.send(job);
+            }
+            Writer::Inline {
+                store,
+                progress,
+                failed,
+            } => {
+                if *failed {
+                    return;
+                }
+                let outcome = match &job {
+                    Job::Record(r) => store.append(r),
+                    Job::Compact(snapshot) => store.compact(snapshot),
+                };
+                match outcome.and_then(|()| store.sync()) {
+                    Ok(()) => {
+                        let _ = progress.send(Durable::Upto(appended));
+                    }
+                    Err(e) => {
+                        error!(error = %e, "the store failed: no further change is acknowledged");
+                        *failed = true;
+                        let _ = progress.send(Durable::Failed(e.to_string()));
+                    }
+                }
+            }
         }
     }
 
     /// Queues a record for the log.
     pub(crate) fn append(&mut self, record: Record) {
-        // A closed writer has reported its failure through `progress`.
-        let _ = self.jobs.send(Job::Record(record));
         self.appended += 1;
+        self.write(Job::Record(record));
         self.next_seq += 1;
         self.since_snapshot += 1;
     }
@@ -159,7 +228,7 @@ impl Committer {
     /// Has the writer replace the log so far with `snapshot`, taken of the
     /// state as of `next_seq`.
     pub(crate) fn compact(&mut self, snapshot: Snapshot) {
-        let _ = self.jobs.send(Job::Compact(Box::new(snapshot)));
+        self.write(Job::Compact(Box::new(snapshot)));
         self.since_snapshot = 0;
     }
 

@@ -79,6 +79,9 @@ pub struct Config {
     /// Where durable state lives (`STORE-1`); `None` keeps everything in
     /// memory, for tests and benchmarks: a restart then forgets it all.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Durable state held in memory across master restarts within one
+    /// process, for simulations; excludes `data_dir`.
+    pub memory_store: Option<crate::MemoryStore>,
     /// Log records between snapshots taken while serving (`STORE-2`):
     /// recovery replays at most about this many.
     pub compact_every: u64,
@@ -101,6 +104,7 @@ impl Default for Config {
             write_timeout: WRITE_TIMEOUT,
             ids: IdSource::Random,
             data_dir: None,
+            memory_store: None,
             compact_every: DEFAULT_COMPACT_EVERY,
         }
     }
@@ -134,6 +138,11 @@ impl Config {
             return fail(format!(
                 "the maximum frame must lie between {MIN_FRAME} and {MAX_FRAME_CAP} bytes"
             ));
+        }
+        if self.data_dir.is_some() && self.memory_store.is_some() {
+            return fail(
+                "a master keeps its state in a data directory or in memory, not both".into(),
+            );
         }
         if self.max_in_flight == 0 || self.max_sessions == 0 {
             return fail("the in-flight and session limits must be at least 1".into());

@@ -26,15 +26,27 @@ pub(crate) struct Start {
 /// from; `config.epoch` becomes the new epoch.
 pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
     let bounds = Bounds::from(&*config);
-    let Some(dir) = config.data_dir.clone() else {
-        return Ok(Start {
-            state: State::new(bounds),
-            offset: 0,
-            commit: None,
-            recovered: false,
-        });
-    };
-    let (mut store, recovered) = FileStore::open(&dir)?;
+    // A writer thread overlaps fsyncs with serving; a store in memory is
+    // written by the master itself, which keeps simulations deterministic.
+    let (mut store, recovered, inline, place): (Box<dyn Store>, _, _, String) =
+        match (&config.data_dir, &config.memory_store) {
+            (Some(dir), _) => {
+                let (store, recovered) = FileStore::open(dir)?;
+                (Box::new(store), recovered, false, dir.display().to_string())
+            }
+            (None, Some(memory)) => {
+                let recovered = memory.recover()?;
+                (Box::new(memory.clone()), recovered, true, "memory".into())
+            }
+            (None, None) => {
+                return Ok(Start {
+                    state: State::new(bounds),
+                    offset: 0,
+                    commit: None,
+                    recovered: false,
+                })
+            }
+        };
     let (mut state, mut epoch, mut now) = match recovered.snapshot {
         Some(s) => (s.state, s.epoch, s.now),
         None => (State::new(bounds.clone()), 0, 0),
@@ -68,7 +80,7 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
     };
     store.compact(&snapshot)?;
     info!(
-        dir = %dir.display(),
+        store = %place,
         epoch = config.epoch,
         sessions = snapshot.state.sessions().count(),
         index = snapshot.state.index(),
@@ -79,9 +91,10 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
         state: snapshot.state,
         offset: now,
         commit: Some(Committer::start(
-            Box::new(store) as Box<dyn Store>,
+            store,
             recovered.next_seq + 1,
             config.compact_every,
+            inline,
         )),
         recovered: true,
     })

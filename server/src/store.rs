@@ -123,11 +123,11 @@ fn corrupt(path: &Path, reason: impl Into<String>) -> StoreError {
     }
 }
 
-fn encode(value: &impl Serialize) -> Vec<u8> {
+pub(crate) fn encode(value: &impl Serialize) -> Vec<u8> {
     bincode::serde::encode_to_vec(value, store_config()).expect("stored types encode")
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     let (value, read) =
         bincode::serde::decode_from_slice(bytes, store_config()).map_err(|e| e.to_string())?;
     if read != bytes.len() {
