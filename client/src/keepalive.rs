@@ -84,6 +84,10 @@ impl Keeper {
         states: watch::Sender<SessionState>,
         shared: Arc<Shared>,
     ) -> Self {
+        *shared
+            .local_expiry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(local_expiry);
         Keeper {
             client,
             id,
@@ -141,6 +145,8 @@ impl Keeper {
                         // run out proves nothing about now (CS-5).
                         if expiry > Instant::now() {
                             self.local_expiry = self.local_expiry.max(expiry);
+                            *self.shared.local_expiry.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some(self.local_expiry);
                                                         if self.state == SessionState::Jeopardy {
                                 self.enter(SessionState::Safe); // CS-4
                                 self.enter(SessionState::Normal);

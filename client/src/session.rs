@@ -145,6 +145,8 @@ pub(crate) struct Shared {
     pub(crate) callbacks: Mutex<Vec<Callback>>,
     /// Where events go.
     pub(crate) dispatch: Mutex<Dispatch>,
+    /// When the local lease runs out (`LEASE-4`), kept by the keeper.
+    pub(crate) local_expiry: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -268,6 +270,17 @@ impl Session {
     /// The session's state now.
     pub fn state(&self) -> SessionState {
         *self.inner.states.borrow()
+    }
+
+    /// When the local lease (`LEASE-4`) runs out unless a KeepAlive reply
+    /// extends it; in `tokio::time`. Until then the master certainly holds
+    /// the session, so work that must end while this client may act for it
+    /// (a write under a lock) can check how long it has.
+    pub fn local_lease_expiry(&self) -> Instant {
+        let expiry = self.inner.shared.local_expiry.lock();
+        expiry
+            .unwrap_or_else(|e| e.into_inner())
+            .expect("set when the session starts")
     }
 
     /// A channel that always holds the latest state. It may skip the brief
