@@ -1,0 +1,563 @@
+//! The simulated applications: what each client host does with the real
+//! client library, and what it reports to the trace.
+//!
+//! - contenders take a lock, lead an election or hold a semaphore slot, and
+//!   while they believe they hold it, write to the storage host with their
+//!   sequencer;
+//! - writers put and get keys (no session needed);
+//! - the watcher subscribes to the writers' own keys and reports every
+//!   event it receives.
+//!
+//! A correct contender stops believing the moment its session leaves
+//! `Normal` (the local lease is no longer valid) or its lock is lost. The
+//! deliberately broken one (`Settings::ignore_jeopardy`) believes until its
+//! session expires, as a client that ignores jeopardy would.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{
+    Client, ClientConfig, ClientError, Election, LockOptions, PutOptions, Semaphore, Session,
+    SessionOptions, SessionState, SubscribeOptions, SubscriptionEvent,
+};
+use tokio::time::{sleep, timeout, Instant};
+
+use super::net::SimConnector;
+use super::rng::Rng;
+use super::storage::{StorageClient, Written};
+use super::trace::{now_ms, Call, Outcome, Trace, What};
+use super::world::Settings;
+
+/// What a client host does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Contends for the exclusive lock `locks/work`.
+    Locker,
+    /// Campaigns in the election `election/leader`.
+    Elector,
+    /// Takes a slot of the semaphore `sem/pool`.
+    SemaphoreHolder,
+    /// Puts and gets keys.
+    Writer,
+    /// Subscribes to `kv/own/` and reports the events it hears.
+    Watcher,
+}
+
+pub const LOCK: &str = "locks/work";
+pub const ELECTION: &str = "election/leader";
+pub const SEMAPHORE: &str = "sem/pool";
+pub const WATCHED: &str = "kv/own";
+
+/// A client's local lease as the fault schedule sees it, in virtual
+/// milliseconds: hosts' clocks are not comparable, the run's elapsed time
+/// is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaseView {
+    /// When the local lease runs out.
+    pub until: u64,
+    /// When it last moved (a KeepAlive reply arrived about then).
+    pub extended_at: u64,
+}
+
+/// Every client's latest [`LeaseView`].
+#[derive(Debug, Clone, Default)]
+pub struct Leases(Arc<Mutex<BTreeMap<String, LeaseView>>>);
+
+impl Leases {
+    pub fn get(&self, client: &str) -> Option<LeaseView> {
+        self.0.lock().unwrap().get(client).copied()
+    }
+
+    fn set(&self, client: &str, view: LeaseView) {
+        self.0.lock().unwrap().insert(client.to_string(), view);
+    }
+
+    fn forget(&self, client: &str) {
+        self.0.lock().unwrap().remove(client);
+    }
+}
+
+/// What every application gets.
+#[derive(Clone)]
+pub struct Ctx {
+    pub name: String,
+    pub trace: Trace,
+    pub leases: Leases,
+    pub settings: Settings,
+    pub rng: Rng,
+    /// Virtual time at which to stop working (and close the session).
+    pub work_until: u64,
+    /// Virtual time at which the watcher stops listening.
+    pub listen_until: u64,
+    /// Set once the watcher's subscription exists.
+    pub watching: Arc<AtomicBool>,
+    /// Numbers key/value calls across the run.
+    pub ops: Arc<AtomicU64>,
+}
+
+pub async fn run(role: Role, mut ctx: Ctx) -> turmoil::Result {
+    match role {
+        Role::Writer => writer(&mut ctx).await,
+        Role::Watcher => watcher(&mut ctx).await,
+        _ => contender(role, &mut ctx).await,
+    }
+    Ok(())
+}
+
+fn client_config() -> ClientConfig {
+    ClientConfig {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(3),
+        ..ClientConfig::default()
+    }
+}
+
+async fn connect() -> Option<Client> {
+    let connector = SimConnector {
+        host: "master".into(),
+    };
+    Client::with_connector(connector, client_config())
+        .await
+        .ok()
+}
+
+/// What a contender believes it holds, ended by whichever comes first:
+/// the end of its work, the loss of the lock, or its session's state.
+#[derive(Clone)]
+struct Belief {
+    trace: Trace,
+    who: String,
+    held: Arc<Mutex<Option<(String, u64)>>>,
+}
+
+impl Belief {
+    fn start(&self, lock: &str, generation: u64) {
+        *self.held.lock().unwrap() = Some((lock.to_string(), generation));
+        let lock = lock.to_string();
+        self.trace
+            .push(&self.who, What::Holding { lock, generation });
+    }
+
+    fn holds(&self) -> bool {
+        self.held.lock().unwrap().is_some()
+    }
+
+    fn end(&self, why: &str) {
+        if let Some((lock, generation)) = self.held.lock().unwrap().take() {
+            let why = why.to_string();
+            self.trace.push(
+                &self.who,
+                What::Released {
+                    lock,
+                    generation,
+                    why,
+                },
+            );
+        }
+    }
+}
+
+/// A session and the task that publishes its local lease.
+struct Live {
+    session: Session,
+    publisher: tokio::task::JoinHandle<()>,
+}
+
+impl Live {
+    async fn finish(self, ctx: &Ctx) {
+        self.publisher.abort();
+        if self.session.state() != SessionState::Expired {
+            ctx.trace.push(&ctx.name, What::Closing);
+            let _ = timeout(Duration::from_secs(2), self.session.close()).await;
+        }
+    }
+}
+
+async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Option<Live> {
+    while now_ms() < until {
+        if let Some(client) = connect().await {
+            let options = SessionOptions::new(ctx.name.clone())
+                .lease(ctx.settings.lease)
+                .grace(ctx.settings.grace)
+                .lock_delay(ctx.settings.lock_delay);
+            if let Ok(Ok(session)) =
+                timeout(Duration::from_secs(3), client.create_session(options)).await
+            {
+                let id = session.id().to_string();
+                ctx.trace.push(
+                    &ctx.name,
+                    What::SessionStarted {
+                        session: id[..8].to_string(),
+                    },
+                );
+                let (trace, who) = (ctx.trace.clone(), ctx.name.clone());
+                let belief = belief.cloned();
+                let ignore = ctx.settings.ignore_jeopardy;
+                session.on_state_change(move |state| {
+                    trace.push(
+                        &who,
+                        What::State {
+                            state: state.as_str().to_string(),
+                        },
+                    );
+                    if let Some(belief) = &belief {
+                        if state == SessionState::Expired
+                            || (!ignore && state != SessionState::Normal)
+                        {
+                            belief.end(state.as_str());
+                        }
+                    }
+                });
+                let publisher = tokio::spawn(publish_lease(
+                    session.clone(),
+                    ctx.leases.clone(),
+                    ctx.name.clone(),
+                ));
+                return Some(Live { session, publisher });
+            }
+        }
+        sleep(Duration::from_millis(ctx.rng.range(200, 600))).await;
+    }
+    None
+}
+
+async fn publish_lease(session: Session, leases: Leases, name: String) {
+    let mut last = None;
+    let mut extended_at = now_ms();
+    while session.state() != SessionState::Expired {
+        let expiry = session.local_lease_expiry();
+        if last != Some(expiry) {
+            last = Some(expiry);
+            extended_at = now_ms();
+        }
+        let left = expiry.saturating_duration_since(Instant::now()).as_millis() as u64;
+        let until = now_ms() + left;
+        leases.set(&name, LeaseView { until, extended_at });
+        sleep(Duration::from_millis(50)).await;
+    }
+    leases.forget(&name);
+}
+
+async fn contender(role: Role, ctx: &mut Ctx) {
+    let belief = Belief {
+        trace: ctx.trace.clone(),
+        who: ctx.name.clone(),
+        held: Arc::default(),
+    };
+    let mut storage = StorageClient::default();
+    while now_ms() < ctx.work_until {
+        let until = ctx.work_until;
+        let Some(live) = open_session(ctx, Some(&belief), until).await else {
+            break;
+        };
+        while now_ms() < ctx.work_until && live.session.state() != SessionState::Expired {
+            let session = &live.session;
+            match role {
+                Role::Locker => lock_round(ctx, session, &belief, &mut storage).await,
+                Role::Elector => election_round(ctx, session, &belief, &mut storage).await,
+                _ => semaphore_round(ctx, session, &belief).await,
+            }
+            sleep(Duration::from_millis(ctx.rng.range(0, 400))).await;
+        }
+        belief.end("work done");
+        live.finish(ctx).await;
+    }
+}
+
+async fn lock_round(
+    ctx: &mut Ctx,
+    session: &Session,
+    belief: &Belief,
+    storage: &mut StorageClient,
+) {
+    let options = LockOptions::exclusive().timeout(Duration::from_secs(3));
+    let Ok(Ok(guard)) = timeout(Duration::from_secs(5), session.lock(LOCK, options)).await else {
+        return;
+    };
+    let generation = guard.sequencer().lock_generation;
+    let still = || guard.is_held();
+    hold(
+        ctx,
+        session,
+        belief,
+        Some(storage),
+        LOCK,
+        generation,
+        guard.lost(),
+        still,
+    )
+    .await;
+    let _ = timeout(Duration::from_secs(2), guard.release()).await;
+}
+
+async fn election_round(
+    ctx: &mut Ctx,
+    session: &Session,
+    belief: &Belief,
+    storage: &mut StorageClient,
+) {
+    let election = Election::new(session, ELECTION);
+    let Ok(Ok(term)) = timeout(Duration::from_secs(5), election.campaign(ctx.name.clone())).await
+    else {
+        return;
+    };
+    let generation = term.sequencer().lock_generation;
+    let still = || term.is_leader();
+    hold(
+        ctx,
+        session,
+        belief,
+        Some(storage),
+        ELECTION,
+        generation,
+        term.lost(),
+        still,
+    )
+    .await;
+    let _ = timeout(Duration::from_secs(2), term.resign()).await;
+}
+
+async fn semaphore_round(ctx: &mut Ctx, session: &Session, belief: &Belief) {
+    let semaphore = Semaphore::new(session, SEMAPHORE, ctx.settings.semaphore_limit);
+    let acquire = semaphore.acquire(ctx.name.clone(), Some(Duration::from_secs(3)));
+    let Ok(Ok(permit)) = timeout(Duration::from_secs(5), acquire).await else {
+        return;
+    };
+    let still = || permit.is_held();
+    hold(
+        ctx,
+        session,
+        belief,
+        None,
+        SEMAPHORE,
+        0,
+        permit.lost(),
+        still,
+    )
+    .await;
+    let _ = timeout(Duration::from_secs(2), permit.release()).await;
+}
+
+/// Believes in the holding for a while, writing under it when there is a
+/// sequencer to write with, and stops believing as soon as the holding
+/// can no longer be relied on (unless this client is the broken one).
+#[allow(clippy::too_many_arguments)]
+async fn hold(
+    ctx: &mut Ctx,
+    session: &Session,
+    belief: &Belief,
+    mut storage: Option<&mut StorageClient>,
+    lock: &str,
+    generation: u64,
+    lost: impl Future<Output = ()>,
+    still: impl Fn() -> bool,
+) {
+    let ignore = ctx.settings.ignore_jeopardy;
+    // A grant that arrives in jeopardy, or after a loss, proves nothing.
+    if !ignore && (session.state() != SessionState::Normal || !still()) {
+        return;
+    }
+    belief.start(lock, generation);
+    // The broken client holds on like a leader does, for long stretches.
+    let (shortest, longest) = if ignore {
+        (10_000, 20_000)
+    } else {
+        (500, 6_000)
+    };
+    let until = now_ms() + ctx.rng.range(shortest, longest);
+    tokio::pin!(lost);
+    while now_ms() < until && belief.holds() {
+        if let Some(storage) = storage.as_deref_mut() {
+            if storage.write(&ctx.name, lock, generation).await == Written::Stale && !ignore {
+                // Someone newer has written: this holding is over.
+                break;
+            }
+        }
+        let pause = sleep(Duration::from_millis(ctx.rng.range(100, 400)));
+        tokio::select! {
+            () = pause => {}
+            () = &mut lost, if !ignore => break,
+        }
+    }
+    belief.end("released");
+}
+
+async fn writer(ctx: &mut Ctx) {
+    let client = loop {
+        if let Some(client) = connect().await {
+            break client;
+        }
+        if now_ms() >= ctx.work_until {
+            return;
+        }
+        sleep(Duration::from_millis(300)).await;
+    };
+    // Events are checked from the subscription on.
+    let ready_by = now_ms() + 10_000;
+    while !ctx.watching.load(Ordering::Acquire) && now_ms() < ready_by {
+        sleep(Duration::from_millis(50)).await;
+    }
+    let own = [
+        format!("{WATCHED}/{}/a", ctx.name),
+        format!("{WATCHED}/{}/b", ctx.name),
+    ];
+    let shared = ["kv/shared/0".to_string(), "kv/shared/1".to_string()];
+    let mut turn = 0;
+    let mut written = 0;
+    while now_ms() < ctx.work_until {
+        let dice = ctx.rng.range(0, 10);
+        if dice < 7 {
+            let key = if dice < 4 {
+                turn += 1;
+                own[turn % 2].clone()
+            } else {
+                ctx.rng.pick(&shared).clone()
+            };
+            written += 1;
+            let value = format!("{}-{written}", ctx.name);
+            put(ctx, &client, &key, value).await;
+        } else {
+            let key = if ctx.rng.chance(0.5) {
+                ctx.rng.pick(&shared).clone()
+            } else {
+                ctx.rng.pick(&own).clone()
+            };
+            get(ctx, &client, &key).await;
+        }
+        sleep(Duration::from_millis(ctx.rng.range(50, 300))).await;
+    }
+}
+
+fn outcome<T>(
+    result: Result<Result<T, ClientError>, tokio::time::error::Elapsed>,
+    value: impl FnOnce(T) -> Option<String>,
+) -> Outcome {
+    match result {
+        Ok(Ok(v)) => Outcome::Ok { value: value(v) },
+        // The master answered with a refusal, or nothing was sent.
+        Ok(Err(e @ (ClientError::Server(_) | ClientError::Connect { .. }))) => Outcome::Failed {
+            error: e.to_string(),
+        },
+        Ok(Err(e)) => Outcome::Unknown {
+            error: e.to_string(),
+        },
+        Err(_) => Outcome::Unknown {
+            error: "no answer in time".into(),
+        },
+    }
+}
+
+fn invoke(ctx: &Ctx, key: &str, call: Call) -> u64 {
+    let op = ctx.ops.fetch_add(1, Ordering::Relaxed);
+    let key = key.to_string();
+    ctx.trace.push(&ctx.name, What::Invoke { op, key, call });
+    op
+}
+
+async fn put(ctx: &Ctx, client: &Client, key: &str, value: String) {
+    let op = invoke(
+        ctx,
+        key,
+        Call::Put {
+            value: value.clone(),
+        },
+    );
+    let result = timeout(
+        Duration::from_secs(4),
+        client.put(key, value.into_bytes(), PutOptions::new()),
+    )
+    .await;
+    let result = outcome(result, |_| None);
+    ctx.trace.push(&ctx.name, What::Complete { op, result });
+}
+
+/// Reads `key`; returns whether the read succeeded.
+pub async fn get(ctx: &Ctx, client: &Client, key: &str) -> bool {
+    let op = invoke(ctx, key, Call::Get);
+    let result = timeout(Duration::from_secs(4), client.get(key)).await;
+    let result = outcome(result, |node| {
+        node.and_then(|n| n.contents)
+            .map(|c| String::from_utf8_lossy(&c).into_owned())
+    });
+    let ok = matches!(result, Outcome::Ok { .. });
+    ctx.trace.push(&ctx.name, What::Complete { op, result });
+    ok
+}
+
+async fn watcher(ctx: &mut Ctx) {
+    while now_ms() < ctx.listen_until {
+        let until = ctx.listen_until;
+        let Some(live) = open_session(ctx, None, until).await else {
+            break;
+        };
+        let subscribe = live.session.subscribe(WATCHED, SubscribeOptions::prefix());
+        let Ok(Ok(mut events)) = timeout(Duration::from_secs(3), subscribe).await else {
+            live.finish(ctx).await;
+            continue;
+        };
+        ctx.trace.push(
+            &ctx.name,
+            What::Subscribed {
+                prefix: WATCHED.into(),
+            },
+        );
+        ctx.watching.store(true, Ordering::Release);
+        let left = ctx.listen_until.saturating_sub(now_ms());
+        let end = sleep(Duration::from_millis(left));
+        tokio::pin!(end);
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(SubscriptionEvent::Changed { key, change }) => {
+                        let change = format!("{change:?}").to_lowercase();
+                        ctx.trace.push(&ctx.name, What::Event { key, change });
+                    }
+                    Some(SubscriptionEvent::EventsLost) => ctx.trace.push(&ctx.name, What::EventsLost),
+                    Some(SubscriptionEvent::Session(_)) => {}
+                    None => {
+                        ctx.trace.push(&ctx.name, What::Unsubscribed);
+                        break;
+                    }
+                },
+                () = &mut end => break,
+            }
+        }
+        drop(events);
+        live.finish(ctx).await;
+    }
+}
+
+/// Reads every key the run wrote, once the network has healed: the reads
+/// the durability check compares with the acknowledged writes.
+pub async fn final_reads(mut ctx: Ctx) -> turmoil::Result {
+    let left = ctx.listen_until.saturating_sub(now_ms());
+    sleep(Duration::from_millis(left)).await;
+    let mut keys: Vec<String> = ctx
+        .trace
+        .entries()
+        .into_iter()
+        .filter_map(|e| match e.what {
+            What::Invoke { key, .. } => Some(key),
+            _ => None,
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let Some(client) = connect().await else {
+        return Err("the final reader could not reach the master".into());
+    };
+    for key in keys {
+        let mut tries = 0;
+        while !get(&ctx, &client, &key).await {
+            tries += 1;
+            if tries == 10 {
+                return Err(format!("the final read of {key} kept failing").into());
+            }
+            sleep(Duration::from_millis(ctx.rng.range(100, 500))).await;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! No acknowledged write is lost: once the network has healed (and the
+//! master restarted), the final read of each key returns a value written by
+//! a put that no acknowledged put of that key followed in real time.
+
+use std::collections::BTreeMap;
+
+use super::history::{ops, Op};
+use super::Violation;
+use crate::sim::world::Run;
+
+pub const NAME: &str = "durability";
+
+pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+    let all = ops(run);
+    let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for op in &all {
+        by_key.entry(&op.key).or_default().push(op);
+    }
+    let mut violations = Vec::new();
+    let mut acked_total = 0;
+    for (key, ops) in by_key {
+        let acked: Vec<&&Op> = ops
+            .iter()
+            .filter(|o| o.written().is_some() && o.ok())
+            .collect();
+        acked_total += acked.len();
+        let Some(last) = ops.iter().rev().find(|o| o.who == "final" && o.ok()) else {
+            violations.push(Violation {
+                invariant: NAME,
+                at: run.end,
+                detail: format!("{key} was never read at the end"),
+            });
+            continue;
+        };
+        let at = last.invoked;
+        let value = last.read().expect("a successful get");
+        let Some(value) = value else {
+            if let Some(lost) = acked.first() {
+                violations.push(Violation {
+                    invariant: NAME,
+                    at,
+                    detail: format!(
+                        "{key} is missing at the end, though {} wrote {:?} and was acknowledged at {} ms",
+                        lost.who,
+                        lost.written().unwrap_or_default(),
+                        lost.completed.unwrap_or_default()
+                    ),
+                });
+            }
+            continue;
+        };
+        let Some(source) = ops.iter().find(|o| o.written() == Some(value)) else {
+            violations.push(Violation {
+                invariant: NAME,
+                at,
+                detail: format!("{key} holds {value:?} at the end, which nobody wrote"),
+            });
+            continue;
+        };
+        let source_end = source.completed.filter(|_| source.ok()).unwrap_or(u64::MAX);
+        for later in acked.iter().filter(|o| o.invoked > source_end) {
+            violations.push(Violation {
+                invariant: NAME,
+                at,
+                detail: format!(
+                    "{key} holds {value:?} at the end, but {} wrote {:?} after it (from {} ms) and was acknowledged: that write is lost",
+                    later.who,
+                    later.written().unwrap_or_default(),
+                    later.invoked
+                ),
+            });
+        }
+    }
+    (acked_total, violations)
+}

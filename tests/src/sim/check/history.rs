@@ -1,0 +1,80 @@
+//! The key/value calls of a run, each with when it began and ended.
+
+use std::collections::BTreeMap;
+
+use crate::sim::trace::{Call, Outcome, What};
+use crate::sim::world::Run;
+
+/// One key/value call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub id: u64,
+    pub who: String,
+    pub key: String,
+    pub call: Call,
+    pub invoked: u64,
+    /// When it ended; `None` if it never did.
+    pub completed: Option<u64>,
+    pub result: Option<Outcome>,
+}
+
+impl Op {
+    /// Known to have taken effect (a put) or to have read (a get).
+    pub fn ok(&self) -> bool {
+        matches!(self.result, Some(Outcome::Ok { .. }))
+    }
+
+    /// Known not to have taken effect.
+    pub fn failed(&self) -> bool {
+        matches!(self.result, Some(Outcome::Failed { .. }))
+    }
+
+    /// The value a put wrote.
+    pub fn written(&self) -> Option<&str> {
+        match &self.call {
+            Call::Put { value } => Some(value),
+            Call::Get => None,
+        }
+    }
+
+    /// The value a successful get read.
+    pub fn read(&self) -> Option<Option<&str>> {
+        match (&self.call, &self.result) {
+            (Call::Get, Some(Outcome::Ok { value })) => Some(value.as_deref()),
+            _ => None,
+        }
+    }
+}
+
+/// Every call, in the order they began.
+pub fn ops(run: &Run) -> Vec<Op> {
+    let mut ops: BTreeMap<u64, Op> = BTreeMap::new();
+    let mut order = Vec::new();
+    for e in &run.entries {
+        match &e.what {
+            What::Invoke { op, key, call } => {
+                order.push(*op);
+                ops.insert(
+                    *op,
+                    Op {
+                        id: *op,
+                        who: e.who.clone(),
+                        key: key.clone(),
+                        call: call.clone(),
+                        invoked: e.at,
+                        completed: None,
+                        result: None,
+                    },
+                );
+            }
+            What::Complete { op, result } => {
+                if let Some(o) = ops.get_mut(op) {
+                    o.completed = Some(e.at);
+                    o.result = Some(result.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    order.into_iter().filter_map(|id| ops.remove(&id)).collect()
+}

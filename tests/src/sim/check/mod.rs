@@ -1,0 +1,310 @@
+//! The invariants every run is held to, each judged from the trace alone.
+//!
+//! - [`exclusion`]: no two clients believed at the same instant that they
+//!   held the same exclusive lock (nor more than the limit a semaphore's
+//!   slots) while their local lease was valid.
+//! - [`fencing`]: the storage host accepted no write from a superseded
+//!   holder, nor under a sequencer its writer never held.
+//! - [`durability`]: no acknowledged write was lost.
+//! - [`states`]: session states follow the SPEC diagram, and a partition
+//!   shorter than the lease never leaves `Normal`.
+//! - [`events`]: events reach the application in order, with no gap and no
+//!   duplicate.
+//! - [`linearizable`]: the key/value history is linearizable.
+
+pub mod durability;
+pub mod events;
+pub mod exclusion;
+pub mod fencing;
+pub mod history;
+pub mod linearizable;
+pub mod states;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::world::Run;
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    /// Virtual milliseconds into the run.
+    pub at: u64,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {} ms: {}", self.invariant, self.at, self.detail)
+    }
+}
+
+/// What the checks found in one run.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Each invariant with how many things it judged.
+    pub checked: Vec<(&'static str, usize)>,
+    pub violations: Vec<Violation>,
+    /// Session state transitions (`Normal->Jeopardy`, ...) with counts.
+    pub transitions: BTreeMap<String, usize>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The count of judged things under invariant `name`.
+    pub fn count(&self, name: &str) -> usize {
+        self.checked
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, c)| *c)
+    }
+
+    /// Violations of invariant `name`.
+    pub fn of(&self, name: &str) -> Vec<&Violation> {
+        self.violations
+            .iter()
+            .filter(|v| v.invariant == name)
+            .collect()
+    }
+
+    /// A few lines for people.
+    pub fn summary(&self, run: &Run) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "scenario {} seed {}: {} contenders, {} ms of virtual time, {} trace entries",
+            run.scenario,
+            run.seed,
+            run.contenders,
+            run.end,
+            run.entries.len()
+        );
+        for (name, count) in &self.checked {
+            let broken = self.of(name).len();
+            let verdict = if broken == 0 {
+                "ok".to_string()
+            } else {
+                format!("{broken} VIOLATED")
+            };
+            let _ = writeln!(out, "  {name:<14} {verdict:<12} ({count} checked)");
+        }
+        let transitions: Vec<String> = self
+            .transitions
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect();
+        let _ = writeln!(out, "  transitions    {}", transitions.join(", "));
+        for v in self.violations.iter().take(20) {
+            let _ = writeln!(out, "  violation: {v}");
+        }
+        if self.violations.len() > 20 {
+            let _ = writeln!(out, "  ... and {} more", self.violations.len() - 20);
+        }
+        out
+    }
+}
+
+/// Judges `run` against every invariant.
+pub fn all(run: &Run) -> Report {
+    let mut report = Report::default();
+    if let Some(error) = &run.error {
+        report.violations.push(Violation {
+            invariant: "simulation",
+            at: run.end,
+            detail: error.clone(),
+        });
+    }
+    let mut add = |name: &'static str, (count, violations): (usize, Vec<Violation>)| {
+        report.checked.push((name, count));
+        report.violations.extend(violations);
+    };
+    add(exclusion::NAME, exclusion::check(run));
+    add(fencing::NAME, fencing::check(run));
+    add(durability::NAME, durability::check(run));
+    let (count, violations, transitions) = states::check(run);
+    add(states::NAME, (count, violations));
+    add(events::NAME, events::check(run));
+    add(linearizable::NAME, linearizable::check(run));
+    report.transitions = transitions;
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::trace::{Call, Entry, Outcome, What};
+    use crate::sim::world::Settings;
+
+    fn run_of(entries: Vec<(u64, &str, What)>) -> Run {
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .map(|(at, who, what)| Entry {
+                at,
+                who: who.into(),
+                what,
+            })
+            .collect();
+        Run {
+            scenario: "test",
+            seed: 0,
+            settings: Settings::default(),
+            contenders: 0,
+            end: entries.last().map_or(0, |e| e.at + 1),
+            entries,
+            error: None,
+        }
+    }
+
+    fn put(op: u64, at: u64, key: &str, value: &str) -> [(u64, &'static str, What); 2] {
+        let call = Call::Put {
+            value: value.into(),
+        };
+        let key = key.to_string();
+        let ok = Outcome::Ok { value: None };
+        [
+            (at, "w1", What::Invoke { op, key, call }),
+            (at + 2, "w1", What::Complete { op, result: ok }),
+        ]
+    }
+
+    fn read(
+        op: u64,
+        at: u64,
+        who: &'static str,
+        key: &str,
+        value: Option<&str>,
+    ) -> [(u64, &'static str, What); 2] {
+        let key = key.to_string();
+        let value = value.map(str::to_string);
+        [
+            (
+                at,
+                who,
+                What::Invoke {
+                    op,
+                    key,
+                    call: Call::Get,
+                },
+            ),
+            (
+                at + 2,
+                who,
+                What::Complete {
+                    op,
+                    result: Outcome::Ok { value },
+                },
+            ),
+        ]
+    }
+
+    fn event(at: u64, key: &str) -> (u64, &'static str, What) {
+        let change = "modified".to_string();
+        (
+            at,
+            "watch",
+            What::Event {
+                key: key.into(),
+                change,
+            },
+        )
+    }
+
+    fn subscribed(at: u64) -> (u64, &'static str, What) {
+        (
+            at,
+            "watch",
+            What::Subscribed {
+                prefix: "kv/own".into(),
+            },
+        )
+    }
+
+    const A: &str = "kv/own/w1/a";
+    const B: &str = "kv/own/w1/b";
+
+    #[test]
+    fn events_matching_the_writes_in_order_pass() {
+        let mut entries = vec![subscribed(0)];
+        entries.extend(put(1, 10, A, "1"));
+        entries.push(event(13, A));
+        entries.extend(put(2, 20, B, "2"));
+        entries.push(event(23, B));
+        assert!(events::check(&run_of(entries)).1.is_empty());
+    }
+
+    #[test]
+    fn a_missing_event_is_a_gap() {
+        let mut entries = vec![subscribed(0)];
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(put(2, 20, B, "2"));
+        entries.push(event(23, B));
+        assert_eq!(events::check(&run_of(entries)).1.len(), 1);
+    }
+
+    #[test]
+    fn a_repeated_or_reordered_event_is_caught() {
+        let mut twice = vec![subscribed(0)];
+        twice.extend(put(1, 10, A, "1"));
+        twice.push(event(13, A));
+        twice.push(event(14, A));
+        assert_eq!(events::check(&run_of(twice)).1.len(), 1);
+
+        let mut swapped = vec![subscribed(0)];
+        swapped.extend(put(1, 10, A, "1"));
+        swapped.extend(put(2, 20, B, "2"));
+        swapped.push(event(23, B));
+        swapped.push(event(24, A));
+        assert_eq!(events::check(&run_of(swapped)).1.len(), 1);
+    }
+
+    #[test]
+    fn a_gap_the_application_was_told_of_is_allowed() {
+        let mut entries = vec![subscribed(0)];
+        entries.extend(put(1, 10, A, "1"));
+        entries.push((15, "watch", What::EventsLost));
+        entries.extend(put(2, 20, B, "2"));
+        entries.push(event(23, B));
+        assert!(events::check(&run_of(entries)).1.is_empty());
+    }
+
+    #[test]
+    fn a_final_read_older_than_an_acknowledged_write_is_a_loss() {
+        let mut entries = Vec::new();
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(put(2, 20, A, "2"));
+        entries.extend(read(3, 30, "final", A, Some("1")));
+        assert_eq!(durability::check(&run_of(entries)).1.len(), 1);
+
+        let mut kept = Vec::new();
+        kept.extend(put(1, 10, A, "1"));
+        kept.extend(put(2, 20, A, "2"));
+        kept.extend(read(3, 30, "final", A, Some("2")));
+        assert!(durability::check(&run_of(kept)).1.is_empty());
+    }
+
+    #[test]
+    fn a_transition_outside_the_diagram_is_caught() {
+        let state = |s: &str| What::State { state: s.into() };
+        let started = What::SessionStarted {
+            session: "s".into(),
+        };
+        let good = run_of(vec![
+            (0, "c1", started.clone()),
+            (5, "c1", state("jeopardy")),
+            (9, "c1", state("safe")),
+            (9, "c1", state("normal")),
+            (20, "c1", state("expired")),
+        ]);
+        assert!(states::check(&good).1.is_empty());
+        let bad = run_of(vec![
+            (0, "c1", started),
+            (5, "c1", state("jeopardy")),
+            (9, "c1", state("normal")),
+        ]);
+        assert_eq!(states::check(&bad).1.len(), 1);
+    }
+}

@@ -1,0 +1,98 @@
+//! Session states follow the SPEC diagram (`CS-1`..`CS-8`, `FO-6`): Normal
+//! to Jeopardy, Failover or Expired; Jeopardy to Safe or Expired; Safe and
+//! Failover straight back to Normal, at the same instant; nothing after
+//! Expired. A partition that heals while the local lease still covers the
+//! held KeepAlive answer never leaves Normal.
+
+use std::collections::BTreeMap;
+
+use super::Violation;
+use crate::sim::trace::What;
+use crate::sim::world::Run;
+
+pub const NAME: &str = "states";
+
+fn allowed(from: &str, to: &str) -> bool {
+    matches!(
+        (from, to),
+        ("normal", "jeopardy" | "failover" | "expired")
+            | ("jeopardy", "safe" | "expired")
+            | ("safe" | "failover", "normal")
+    )
+}
+
+pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
+    let mut violations = Vec::new();
+    let mut transitions: BTreeMap<String, usize> = BTreeMap::new();
+    // Each client's current state and when it was entered.
+    let mut current: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+    let mut count = 0;
+    for e in &run.entries {
+        match &e.what {
+            What::SessionStarted { .. } => {
+                current.insert(&e.who, ("normal", e.at));
+            }
+            What::State { state } => {
+                count += 1;
+                let Some((from, since)) = current.get(e.who.as_str()).copied() else {
+                    continue;
+                };
+                *transitions.entry(format!("{from}->{state}")).or_default() += 1;
+                if !allowed(from, state) {
+                    violations.push(Violation {
+                        invariant: NAME,
+                        at: e.at,
+                        detail: format!("{} went from {from} to {state}", e.who),
+                    });
+                } else if matches!(from, "safe" | "failover") && e.at != since {
+                    violations.push(Violation {
+                        invariant: NAME,
+                        at: e.at,
+                        detail: format!("{} stayed {from} for {} ms", e.who, e.at - since),
+                    });
+                }
+                current.insert(&e.who, (state, e.at));
+            }
+            _ => {}
+        }
+    }
+    violations.extend(short_partitions_stay_normal(run));
+    (count, violations, transitions)
+}
+
+/// `CS-1`: the clients cut off by a partition marked `expect_normal` see no
+/// transition from the cut until a second after the repair.
+fn short_partitions_stay_normal(run: &Run) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for (i, e) in run.entries.iter().enumerate() {
+        let What::Fault {
+            expect_normal: true,
+            ..
+        } = &e.what
+        else {
+            continue;
+        };
+        let rest = &run.entries[i + 1..];
+        let healed = rest
+            .iter()
+            .find(|r| r.who == e.who && matches!(&r.what, What::Fault { fault, .. } if fault.starts_with("repair") || fault == "release"))
+            .map_or(run.end, |r| r.at);
+        // Until the client closes its session itself.
+        let left = rest
+            .iter()
+            .filter(|r| r.who == e.who)
+            .take_while(|r| !matches!(r.what, What::Closing))
+            .find(|r| r.at <= healed + 1_000 && matches!(r.what, What::State { .. }));
+        if let Some(r) = left {
+            violations.push(Violation {
+                invariant: NAME,
+                at: r.at,
+                detail: format!(
+                    "{} was cut off from {} ms to {healed} ms, inside its lease, yet left Normal: {:?}",
+                    e.who, e.at, r.what
+                ),
+            });
+        }
+    }
+    violations
+}

@@ -1,0 +1,27 @@
+//! Deterministic network-partition simulations of Leasehold.
+//!
+//! A run puts the real master and client library on turmoil's simulated
+//! network, in virtual time: a master host (durable state in a
+//! [`leasehold_server::MemoryStore`], so it can crash and restart), a
+//! storage host that fences writes by sequencer, contending clients, two
+//! key/value writers and a watcher. A [scenario](scenario) schedules faults
+//! from the run's seed; everything that happens goes to a
+//! [trace](trace), and the [checks](check) judge the trace. One seed fixes
+//! the whole run: the same seed gives the same trace, byte for byte.
+//!
+//! `leasehold-sim` runs scenarios, sweeps seeds and draws
+//! [timelines](timeline).
+
+pub mod app;
+pub mod check;
+mod net;
+pub mod rng;
+pub mod scenario;
+pub mod storage;
+pub mod timeline;
+pub mod trace;
+pub mod world;
+
+pub use net::{SimConnector, SimListener, PORT};
+pub use scenario::{find, Scenario, SCENARIOS};
+pub use world::{run, Run, Settings};

@@ -1,0 +1,342 @@
+//! The scenario catalogue: each a named schedule of faults, drawn from the
+//! run's seed, against a set of contending clients plus two writers and a
+//! watcher.
+
+use super::app::Role;
+use super::rng::Rng;
+use super::world::Settings;
+
+/// Which way a partition cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Both,
+    /// Only the client's messages to the master are dropped.
+    ToMaster,
+    /// Only the master's messages to the client are dropped.
+    FromMaster,
+}
+
+/// A fault, as a scenario schedules it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Cut `client` off from the master for `ms`.
+    Partition {
+        client: String,
+        direction: Direction,
+        ms: u64,
+    },
+    /// Cut off whichever contender then holds the lock (or leads, or has a
+    /// slot), else a random one: the case fencing and lock-delay exist for.
+    PartitionHolder { direction: Direction, ms: u64 },
+    /// Cut `client` off from the master and storage for less than its
+    /// local lease has left: the client must stay Normal. Traffic is
+    /// delayed, not lost, as TCP's retransmission makes it.
+    ShortPartition { client: String, expect_normal: bool },
+    /// Hold every message between `client` and the master and storage for
+    /// `ms`, then deliver them all, late.
+    Hold { client: String, ms: u64 },
+    /// Cut and heal `client`'s link in quick succession for `ms`.
+    Flap { client: String, ms: u64 },
+    /// Crash the master and start it again `ms` later.
+    Crash { ms: u64 },
+}
+
+/// What a scenario's plan function gets and fills in.
+pub struct Planner {
+    pub rng: Rng,
+    pub settings: Settings,
+    /// The hosts contending for the lock, election or semaphore.
+    pub contenders: Vec<String>,
+    /// The writers and the watcher.
+    pub bystanders: Vec<String>,
+    pub actions: Vec<(u64, Action)>,
+}
+
+impl Planner {
+    pub fn lease(&self) -> u64 {
+        self.settings.lease.as_millis() as u64
+    }
+
+    pub fn grace(&self) -> u64 {
+        self.settings.grace.as_millis() as u64
+    }
+
+    /// Virtual milliseconds of work; faults end before it does.
+    pub fn work(&self) -> u64 {
+        self.settings.work.as_millis() as u64
+    }
+
+    pub fn add(&mut self, at: u64, action: Action) {
+        self.actions.push((at, action));
+    }
+
+    /// A random start for a fault of `ms` that ends well before the work
+    /// does.
+    fn start_for(&mut self, ms: u64) -> u64 {
+        let latest = self.work().saturating_sub(ms + 3_000).max(3_001);
+        self.rng.range(3_000, latest)
+    }
+
+    /// Cuts each contender with probability `p` (at least one) for a
+    /// duration in `lo..hi`.
+    fn some_partitions(&mut self, p: f64, direction: Direction, lo: u64, hi: u64) {
+        let mut chosen: Vec<String> = Vec::new();
+        for client in self.contenders.clone() {
+            if self.rng.chance(p) {
+                chosen.push(client);
+            }
+        }
+        if chosen.is_empty() {
+            chosen.push(self.rng.pick(&self.contenders).clone());
+        }
+        for client in chosen {
+            let ms = self.rng.range(lo, hi);
+            let at = self.start_for(ms);
+            self.add(
+                at,
+                Action::Partition {
+                    client,
+                    direction,
+                    ms,
+                },
+            );
+        }
+    }
+
+    /// Cuts off the holder of the moment, once, for `lo..hi`.
+    fn holder_partition(&mut self, lo: u64, hi: u64) {
+        let ms = self.rng.range(lo, hi);
+        let at = self.start_for(ms);
+        let direction = Direction::Both;
+        self.add(at, Action::PartitionHolder { direction, ms });
+    }
+
+    /// One client's faults, one after another, of every kind.
+    fn random_faults(&mut self, client: &str) {
+        let (lease, grace) = (self.lease(), self.grace());
+        let mut at = self.rng.range(1_000, 6_000);
+        while at + 4_000 < self.work() {
+            let client = client.to_string();
+            let ms = self.rng.range(300, lease + grace + 3_000);
+            let (action, took) = match self.rng.range(0, 6) {
+                // A connection an earlier fault left stalled may still put
+                // the client in jeopardy: no promise of Normal here.
+                0 => (
+                    Action::ShortPartition {
+                        client,
+                        expect_normal: false,
+                    },
+                    lease,
+                ),
+                1 => (Action::Hold { client, ms }, ms),
+                2 => (Action::Flap { client, ms }, ms),
+                n => {
+                    let direction = [Direction::Both, Direction::ToMaster, Direction::FromMaster]
+                        [n as usize - 3];
+                    let action = Action::Partition {
+                        client,
+                        direction,
+                        ms,
+                    };
+                    (action, ms)
+                }
+            };
+            self.add(at, action);
+            at += took + self.rng.range(1_000, 8_000);
+        }
+    }
+}
+
+/// A named, documented schedule of faults.
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// What the contenders do; `None` mixes locks, elections and semaphores.
+    pub role: Option<Role>,
+    pub contenders: usize,
+    pub plan: fn(&mut Planner),
+}
+
+impl Scenario {
+    /// The role of contender number `i`.
+    pub fn role_of(&self, i: usize) -> Role {
+        self.role
+            .unwrap_or([Role::Locker, Role::Elector, Role::SemaphoreHolder][i % 3])
+    }
+}
+
+pub static SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "short-partition",
+        about: "contenders cut off for less than their local lease has left (traffic delayed, as over TCP): they must stay Normal",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            for client in p.contenders.clone() {
+                let mut at = p.rng.range(2_000, 5_000);
+                while at + 3_000 < p.work() {
+                    let short = Action::ShortPartition {
+                        client: client.clone(),
+                        expect_normal: true,
+                    };
+                    p.add(at, short);
+                    at += p.rng.range(p.lease(), 2 * p.lease());
+                }
+            }
+        },
+    },
+    Scenario {
+        name: "jeopardy-partition",
+        about: "contenders cut off for longer than their local lease but less than the grace period: jeopardy, then safe",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.5, Direction::Both, lease + 500, lease + grace - 1_500);
+            p.holder_partition(lease + 500, lease + grace - 1_500);
+        },
+    },
+    Scenario {
+        name: "long-partition",
+        about: "contenders cut off for longer than lease plus grace: the session expires and the lock passes on",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.4, Direction::Both, lease + grace + 1_000, lease + grace + 4_000);
+            p.holder_partition(lease + grace + 1_000, lease + grace + 4_000);
+        },
+    },
+    Scenario {
+        name: "partition-to-master",
+        about: "one-way partitions: the contender's messages to the master are dropped, the master's still arrive",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.6, Direction::ToMaster, lease / 2, lease + grace + 2_000);
+        },
+    },
+    Scenario {
+        name: "partition-from-master",
+        about: "one-way partitions: the master's messages to the contender are dropped, the contender's still arrive",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.6, Direction::FromMaster, lease / 2, lease + grace + 2_000);
+        },
+    },
+    Scenario {
+        name: "stale-replies",
+        about: "messages between a contender and the master and storage held, then delivered late: stale replies and late writes",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            for client in p.contenders.clone() {
+                for _ in 0..2 {
+                    let ms = p.rng.range(500, lease + grace);
+                    let at = p.start_for(ms);
+                    p.add(at, Action::Hold { client: client.clone(), ms });
+                }
+            }
+        },
+    },
+    Scenario {
+        name: "flapping",
+        about: "a contender's link cut and healed every few hundred milliseconds for several seconds",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            for client in p.contenders.clone().into_iter().take(2) {
+                let ms = p.rng.range(8_000, 15_000);
+                let at = p.start_for(ms);
+                p.add(at, Action::Flap { client, ms });
+            }
+        },
+    },
+    Scenario {
+        name: "master-restart-quick",
+        about: "the master crashes twice and is back within half a lease: sessions and locks survive (Failover)",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let half = p.work() / 2;
+            for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
+                let at = p.rng.range(lo, hi);
+                let ms = p.rng.range(200, p.lease() / 2);
+                p.add(at, Action::Crash { ms });
+            }
+        },
+    },
+    Scenario {
+        name: "master-restart-slow",
+        about: "the master crashes and is down for longer than the lease, within the grace period: jeopardy, then safe",
+        role: Some(Role::Locker),
+        contenders: 4,
+        plan: |p| {
+            let ms = p.lease() + p.rng.range(500, p.grace() - 2_000);
+            let at = p.start_for(ms);
+            p.add(at, Action::Crash { ms });
+        },
+    },
+    Scenario {
+        name: "lock-contention",
+        about: "many contenders for one exclusive lock, some of them cut off for a while",
+        role: Some(Role::Locker),
+        contenders: 8,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
+            p.holder_partition(500, lease + grace + 2_000);
+        },
+    },
+    Scenario {
+        name: "election",
+        about: "many candidates in one election, some of them cut off for a while; leaders fence their writes",
+        role: Some(Role::Elector),
+        contenders: 8,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
+            p.holder_partition(500, lease + grace + 2_000);
+        },
+    },
+    Scenario {
+        name: "semaphore",
+        about: "many contenders for a two-slot semaphore, some of them cut off for a while",
+        role: Some(Role::SemaphoreHolder),
+        contenders: 8,
+        plan: |p| {
+            let (lease, grace) = (p.lease(), p.grace());
+            p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
+            p.holder_partition(500, lease + grace + 2_000);
+        },
+    },
+    Scenario {
+        name: "random",
+        about: "locks, an election and a semaphore at once, under a random mix of every fault, writers and watcher included",
+        role: None,
+        contenders: 6,
+        plan: |p| {
+            for client in p.contenders.clone().iter().chain(p.bystanders.clone().iter()) {
+                p.random_faults(client);
+            }
+            if p.rng.chance(0.5) {
+                let ms = if p.rng.chance(0.5) {
+                    p.rng.range(200, p.lease() / 2)
+                } else {
+                    p.lease() + p.rng.range(500, p.grace() - 2_000)
+                };
+                let at = p.start_for(ms);
+                p.add(at, Action::Crash { ms });
+            }
+        },
+    },
+];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}

@@ -1,0 +1,128 @@
+//! What happened in a run, in virtual time: every fault, session state,
+//! lock holding, fenced write, key/value operation and delivered event.
+//! The checkers read nothing else, and the same seed writes the same bytes.
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+/// One line of the trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    /// Virtual milliseconds since the run began.
+    pub at: u64,
+    /// The host it happened on, or the host a fault targets.
+    pub who: String,
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// A key/value call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum Call {
+    Put { value: String },
+    Get,
+}
+
+/// How a key/value call ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A put was applied, or a get read `value`.
+    Ok { value: Option<String> },
+    /// The master refused it, or it never left the client: not applied.
+    Failed { error: String },
+    /// No answer: it may or may not have been applied.
+    Unknown { error: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum What {
+    /// The network or the master misbehaves from here on (`fault`:
+    /// partition, partition-to, partition-from, hold, crash), or is
+    /// repaired (repair, release, restart). `peer` is the other end.
+    /// `expect_normal` marks a partition that heals while the client's
+    /// local lease still covers the held KeepAlive answer.
+    Fault {
+        fault: String,
+        peer: String,
+        expect_normal: bool,
+    },
+    /// A client has a new session.
+    SessionStarted { session: String },
+    /// The client closes its session (`CS-8`): the `Expired` that follows
+    /// is its own doing.
+    Closing,
+    /// The client's session entered this state (`CS-7`).
+    State { state: String },
+    /// From now on the client believes it holds `lock` with `generation`,
+    /// and acts on it.
+    Holding { lock: String, generation: u64 },
+    /// The client no longer believes it holds `lock`.
+    Released {
+        lock: String,
+        generation: u64,
+        why: String,
+    },
+    /// The storage host received a fenced write from `who`.
+    Write {
+        lock: String,
+        generation: u64,
+        accepted: bool,
+        /// The newest generation the storage host had seen before it.
+        newest: u64,
+    },
+    /// A key/value call began.
+    Invoke { op: u64, key: String, call: Call },
+    /// The call `op` ended.
+    Complete { op: u64, result: Outcome },
+    /// A watcher has a subscription: events from here on must all arrive.
+    Subscribed { prefix: String },
+    /// A watcher's subscription ended with its session.
+    Unsubscribed,
+    /// An event the application received.
+    Event { key: String, change: String },
+    /// The application was told that events were lost (`EV-4`, `FO-6`).
+    EventsLost,
+}
+
+/// The trace of one run, shared by every host.
+#[derive(Debug, Clone, Default)]
+pub struct Trace(Arc<Mutex<Vec<Entry>>>);
+
+impl Trace {
+    /// Records `what` at the current virtual time of the simulation.
+    pub fn push(&self, who: &str, what: What) {
+        let at = turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64;
+        self.push_at(at, who, what);
+    }
+
+    pub fn push_at(&self, at: u64, who: &str, what: What) {
+        self.0.lock().unwrap().push(Entry {
+            at,
+            who: who.to_string(),
+            what,
+        });
+    }
+
+    pub fn entries(&self) -> Vec<Entry> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// The trace as JSON lines, one entry each.
+pub fn to_jsonl(entries: &[Entry]) -> String {
+    let mut out = String::new();
+    for entry in entries {
+        out.push_str(&serde_json::to_string(entry).expect("trace entries serialize"));
+        out.push('\n');
+    }
+    out
+}
+
+/// Milliseconds of virtual time since the run began.
+pub fn now_ms() -> u64 {
+    turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64
+}
