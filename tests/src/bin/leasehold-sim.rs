@@ -101,6 +101,15 @@ enum Command {
     },
 }
 
+/// Prints to standard output; a closed pipe (`| head`) ends the output
+/// quietly instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 fn scenario(name: &str) -> Result<&'static sim::Scenario, ExitCode> {
     sim::find(name).ok_or_else(|| {
         eprintln!("no scenario {name:?}; `leasehold-sim list` names them");
@@ -113,7 +122,7 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::List => {
             for s in SCENARIOS {
-                println!("{:<22} {}", s.name, s.about);
+                say!("{:<22} {}", s.name, s.about);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -142,7 +151,7 @@ fn run(
 ) -> ExitCode {
     let run = sim::run(scenario, seed, knobs.settings());
     let report = check::all(&run);
-    print!("{}", report.summary(&run));
+    say!("{}", report.summary(&run).trim_end());
     let stem = format!("{}-{seed}", scenario.name);
     let written = std::fs::create_dir_all(out)
         .and_then(|()| {
@@ -158,7 +167,7 @@ fn run(
             )
         });
     match written {
-        Ok(()) => println!("  wrote {0}/{stem}.jsonl and {0}/{stem}.svg", out.display()),
+        Ok(()) => say!("  wrote {0}/{stem}.jsonl and {0}/{stem}.svg", out.display()),
         Err(e) => {
             eprintln!("cannot write into {}: {e}", out.display());
             return ExitCode::from(2);
@@ -220,8 +229,8 @@ fn sweep(
     });
     match failure.into_inner().unwrap() {
         Some((seed, summary)) => {
-            print!("{summary}");
-            println!(
+            say!("{}", summary.trim_end());
+            say!(
                 "replay: cargo run -p leasehold-tests --bin leasehold-sim -- run --scenario {} --seed {seed}{}",
                 scenario.name,
                 knobs.flags()
@@ -229,7 +238,7 @@ fn sweep(
             ExitCode::FAILURE
         }
         None => {
-            println!(
+            say!(
                 "{}: {seeds} seeds from {first} passed, every invariant held ({:.1?})",
                 scenario.name,
                 started.elapsed()

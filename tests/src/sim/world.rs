@@ -37,6 +37,8 @@ pub struct Settings {
     /// final reads.
     pub drain: Duration,
     pub max_latency: Duration,
+    /// Virtual time per simulation step: the resolution of every timer.
+    pub tick: Duration,
 }
 
 impl Default for Settings {
@@ -52,6 +54,7 @@ impl Default for Settings {
             work: Duration::from_secs(40),
             drain: Duration::from_secs(8),
             max_latency: Duration::from_millis(10),
+            tick: Duration::from_millis(5),
         }
     }
 }
@@ -136,6 +139,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         .rng_seed(seed)
         .simulation_duration(Duration::from_millis(listen_until + 60_000))
         .max_message_latency(settings.max_latency)
+        .tick_duration(settings.tick)
         .build();
 
     let store = MemoryStore::default();
