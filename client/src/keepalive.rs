@@ -26,7 +26,7 @@ use tracing::debug;
 
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
-use crate::lease::local_expiry;
+use crate::lease::{local_expiry, MAX_GRANT};
 use crate::session::{SessionOptions, SessionState, Shared, Stop};
 
 /// How long a KeepAlive that asks for an immediate answer may take.
@@ -107,6 +107,9 @@ impl Keeper {
         let mut in_flight = FuturesUnordered::<InFlight>::new();
         let mut send_at = Some(Instant::now());
         let mut hold = true;
+        // Whether the KeepAlive in flight asked for an answer at once
+        // because the one before came back late (KA-9).
+        let mut hurried = false;
         let mut failures = 0u32;
         let mut probes = 0u32;
         let mut grace_end: Option<Instant> = None;
@@ -157,7 +160,16 @@ impl Keeper {
                             }
                             in_flight.clear();
                             failures = 0;
-                            hold = true;
+                            // KA-9: a request delayed on its way leaves a
+                            // local lease shorter than the master's by the
+                            // delay, and the master would hold the next
+                            // one until its own expiry less the margin:
+                            // past the local lease. Ask for an answer at
+                            // once instead, but never twice in a row.
+                            let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
+                            let short = expiry < Instant::now() + remaining - remaining / 20;
+                            hurried = short && !hurried;
+                            hold = !hurried;
                             send_at = Some(Instant::now()); // KA-1
                         } else if self.state == SessionState::Normal && in_flight.is_empty() {
                             hold = false;

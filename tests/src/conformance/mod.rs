@@ -108,6 +108,10 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("LEASE-4", "the client's local lease formula"),
     ("LEASE-5", "the client's clock-drift allowance"),
     ("KA-1", "client library: one KeepAlive outstanding"),
+    (
+        "KA-9",
+        "client library: when it asks for an unheld KeepAlive (the short-partition simulation checks it)",
+    ),
     ("LOCK-10", "client library: when a guard counts as lost"),
     (
         "LOCK-11",
