@@ -99,7 +99,8 @@ fn a_partition_inside_the_local_lease_never_leaves_normal() {
         .count();
     assert!(cuts >= 8, "only {cuts} short partitions");
     let left_normal = run.entries.iter().any(|e| {
-        e.who.starts_with('c') && matches!(&e.what, What::State { state } if state == "jeopardy")
+        e.who.starts_with('c')
+            && matches!(&e.what, What::State { state, .. } if state == "jeopardy")
     });
     assert!(!left_normal);
 }

@@ -119,6 +119,13 @@ fn scenario(name: &str) -> Result<&'static sim::Scenario, ExitCode> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // RUST_LOG=debug shows what the master and clients log, for a replay.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match args.command {
         Command::List => {
             for s in SCENARIOS {

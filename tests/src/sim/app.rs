@@ -130,12 +130,14 @@ async fn connect() -> Option<Client> {
 struct Belief {
     trace: Trace,
     who: String,
-    held: Arc<Mutex<Option<(String, u64)>>>,
+    /// The lock, its generation and the session holding it.
+    held: Arc<Mutex<Option<(String, u64, String)>>>,
 }
 
 impl Belief {
-    fn start(&self, lock: &str, generation: u64) {
-        *self.held.lock().unwrap() = Some((lock.to_string(), generation));
+    fn start(&self, session: &Session, lock: &str, generation: u64) {
+        let id = session.id().to_string()[..8].to_string();
+        *self.held.lock().unwrap() = Some((lock.to_string(), generation, id));
         let lock = lock.to_string();
         self.trace
             .push(&self.who, What::Holding { lock, generation });
@@ -145,8 +147,26 @@ impl Belief {
         self.held.lock().unwrap().is_some()
     }
 
+    /// Ends the belief if `session` is the one it rests on: a closing
+    /// session of this client's past must not end a later one's.
+    fn end_of(&self, session: &str, why: &str) {
+        let taken = {
+            let mut held = self.held.lock().unwrap();
+            match held.as_ref() {
+                Some((_, _, s)) if s == session => held.take(),
+                _ => None,
+            }
+        };
+        self.end_taken(why, taken);
+    }
+
     fn end(&self, why: &str) {
-        if let Some((lock, generation)) = self.held.lock().unwrap().take() {
+        let taken = self.held.lock().unwrap().take();
+        self.end_taken(why, taken);
+    }
+
+    fn end_taken(&self, why: &str, taken: Option<(String, u64, String)>) {
+        if let Some((lock, generation, _)) = taken {
             let why = why.to_string();
             self.trace.push(
                 &self.who,
@@ -186,11 +206,11 @@ async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Opt
             if let Ok(Ok(session)) =
                 timeout(Duration::from_secs(3), client.create_session(options)).await
             {
-                let id = session.id().to_string();
+                let id = session.id().to_string()[..8].to_string();
                 ctx.trace.push(
                     &ctx.name,
                     What::SessionStarted {
-                        session: id[..8].to_string(),
+                        session: id.clone(),
                     },
                 );
                 let (trace, who) = (ctx.trace.clone(), ctx.name.clone());
@@ -201,13 +221,14 @@ async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Opt
                         &who,
                         What::State {
                             state: state.as_str().to_string(),
+                            session: id.clone(),
                         },
                     );
                     if let Some(belief) = &belief {
                         if state == SessionState::Expired
                             || (!ignore && state != SessionState::Normal)
                         {
-                            belief.end(state.as_str());
+                            belief.end_of(&id, state.as_str());
                         }
                     }
                 });
@@ -360,7 +381,7 @@ async fn hold(
     if !ignore && (session.state() != SessionState::Normal || !still()) {
         return;
     }
-    belief.start(lock, generation);
+    belief.start(session, lock, generation);
     // The broken client holds on like a leader does, for long stretches.
     let (shortest, longest) = if ignore {
         (10_000, 20_000)

@@ -158,10 +158,16 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The role of contender number `i`.
+    /// The role of contender number `i`. A mix has more semaphore holders
+    /// than slots, so the semaphore can be oversubscribed.
     pub fn role_of(&self, i: usize) -> Role {
-        self.role
-            .unwrap_or([Role::Locker, Role::Elector, Role::SemaphoreHolder][i % 3])
+        let mix = [
+            Role::Locker,
+            Role::SemaphoreHolder,
+            Role::Elector,
+            Role::SemaphoreHolder,
+        ];
+        self.role.unwrap_or(mix[i % mix.len()])
     }
 }
 

@@ -134,7 +134,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
                     band(lane, from, e.at, colour(s));
                 }
             }
-            What::State { state: s } => {
+            What::State { state: s, .. } => {
                 if let Some((old, from)) = state.insert(&e.who, (s.as_str(), e.at)) {
                     band(lane, from, e.at, colour(old));
                 }

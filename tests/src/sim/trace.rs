@@ -55,8 +55,8 @@ pub enum What {
     /// The client closes its session (`CS-8`): the `Expired` that follows
     /// is its own doing.
     Closing,
-    /// The client's session entered this state (`CS-7`).
-    State { state: String },
+    /// The client's session `session` entered this state (`CS-7`).
+    State { state: String, session: String },
     /// From now on the client believes it holds `lock` with `generation`,
     /// and acts on it.
     Holding { lock: String, generation: u64 },

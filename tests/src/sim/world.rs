@@ -73,26 +73,35 @@ pub struct Run {
     pub end: u64,
 }
 
-/// A fault as the driver applies it.
+/// A fault as the driver applies it. A fault that finds its client
+/// already cut off (or held) is skipped whole, and a repair heals only the
+/// fault that scheduled it, so overlapping faults never end each other.
 #[derive(Debug, Clone)]
 enum Step {
     Cut {
         client: String,
         direction: Direction,
+        ms: u64,
         expect_normal: bool,
     },
     Heal {
         client: String,
         direction: Direction,
+        id: u64,
     },
     Hold {
         client: String,
+        ms: u64,
         expect_normal: bool,
     },
-    Release(String),
+    Release {
+        client: String,
+        id: u64,
+    },
     Crash,
     Restart,
-    /// Wait for the moment after a KeepAlive reply, then cut briefly.
+    /// Wait for a moment the client's local lease leaves room for a short
+    /// hold, then hold.
     Short {
         client: String,
         give_up: u64,
@@ -244,9 +253,9 @@ struct Driver {
     trace: Trace,
     leases: Leases,
     settings: Settings,
-    /// Faults in force, by client and kind, so the end of the work can
-    /// repair each of them by name.
-    active: BTreeMap<(String, &'static str), Step>,
+    /// Faults in force, by client and kind ("cut", "hold"): the id of the
+    /// fault, and how to repair it.
+    active: BTreeMap<(String, &'static str), (u64, Step)>,
     master_down: bool,
 }
 
@@ -257,59 +266,41 @@ impl Driver {
     }
 
     fn schedule(&mut self, at: u64, action: Action) {
-        match action {
+        let step = match action {
             Action::Partition {
                 client,
                 direction,
                 ms,
-            } => {
-                let cut = Step::Cut {
-                    client: client.clone(),
-                    direction,
-                    expect_normal: false,
-                };
-                self.push(at, cut);
-                self.push(at + ms, Step::Heal { client, direction });
-            }
+            } => Step::Cut {
+                client,
+                direction,
+                ms,
+                expect_normal: false,
+            },
             Action::ShortPartition {
                 client,
                 expect_normal,
-            } => {
-                let give_up = at + self.settings.lease.as_millis() as u64;
-                let short = Step::Short {
-                    client,
-                    give_up,
-                    expect_normal,
-                };
-                self.push(at, short);
-            }
-            Action::Hold { client, ms } => {
-                let expect_normal = false;
-                let c = client.clone();
-                self.push(
-                    at,
-                    Step::Hold {
-                        client: c,
-                        expect_normal,
-                    },
-                );
-                self.push(at + ms, Step::Release(client));
-            }
-            Action::PartitionHolder { direction, ms } => {
-                self.push(at, Step::CutHolder { direction, ms })
-            }
-            Action::Flap { client, ms } => self.push(
-                at,
-                Step::Flap {
-                    client,
-                    until: at + ms,
-                },
-            ),
+            } => Step::Short {
+                client,
+                give_up: at + self.settings.lease.as_millis() as u64,
+                expect_normal,
+            },
+            Action::Hold { client, ms } => Step::Hold {
+                client,
+                ms,
+                expect_normal: false,
+            },
+            Action::PartitionHolder { direction, ms } => Step::CutHolder { direction, ms },
+            Action::Flap { client, ms } => Step::Flap {
+                client,
+                until: at + ms,
+            },
             Action::Crash { ms } => {
-                self.push(at, Step::Crash);
                 self.push(at + ms, Step::Restart);
+                Step::Crash
             }
-        }
+        };
+        self.push(at, step);
     }
 
     fn fault(&self, at: u64, who: &str, fault: &str, peer: &str, expect_normal: bool) {
@@ -332,7 +323,10 @@ impl Driver {
             if now >= work {
                 self.heal_all(sim, now);
                 // Faults scheduled past the work are dropped.
-                if !matches!(step, Step::Heal { .. } | Step::Release(_) | Step::Restart) {
+                if !matches!(
+                    step,
+                    Step::Heal { .. } | Step::Release { .. } | Step::Restart
+                ) {
                     continue;
                 }
             }
@@ -341,35 +335,32 @@ impl Driver {
     }
 
     fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>, now: u64) {
-        let active: Vec<_> = self
+        let repairs: Vec<Step> = self
             .active
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .values()
+            .map(|(_, repair)| repair.clone())
             .collect();
-        // Each repair takes its fault out of `active`.
-        for ((client, _), step) in active {
-            match step {
-                Step::Cut { direction, .. } => {
-                    self.apply(sim, now, Step::Heal { client, direction })
-                }
-                Step::Hold { .. } => self.apply(sim, now, Step::Release(client)),
-                _ => {}
-            }
+        for repair in repairs {
+            self.apply(sim, now, repair);
         }
         if self.master_down {
             self.apply(sim, now, Step::Restart);
         }
     }
 
+    fn is_cut(&self, client: &str) -> bool {
+        self.active.contains_key(&(client.to_string(), "cut"))
+    }
+
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, step: Step) {
-        match step.clone() {
+        match step {
             Step::Cut {
                 client,
                 direction,
+                ms,
                 expect_normal,
             } => {
-                let key = (client.clone(), "cut");
-                if self.active.contains_key(&key) {
+                if self.is_cut(&client) {
                     return;
                 }
                 match direction {
@@ -378,12 +369,30 @@ impl Driver {
                     Direction::FromMaster => sim.partition_oneway("master", client.as_str()),
                 }
                 self.fault(now, &client, names(direction).0, "master", expect_normal);
-                self.active.insert(key, step);
+                self.seq += 1;
+                let id = self.seq;
+                let heal = Step::Heal {
+                    client: client.clone(),
+                    direction,
+                    id,
+                };
+                self.active.insert((client, "cut"), (id, heal.clone()));
+                self.push(now + ms, heal);
             }
-            Step::Heal { client, direction } => {
-                if self.active.remove(&(client.clone(), "cut")).is_none() {
+            Step::Heal {
+                client,
+                direction,
+                id,
+            } => {
+                let key = (client.clone(), "cut");
+                if self
+                    .active
+                    .get(&key)
+                    .is_none_or(|(active, _)| *active != id)
+                {
                     return;
                 }
+                self.active.remove(&key);
                 match direction {
                     Direction::Both => sim.repair(client.as_str(), "master"),
                     Direction::ToMaster => sim.repair_oneway(client.as_str(), "master"),
@@ -393,6 +402,7 @@ impl Driver {
             }
             Step::Hold {
                 client,
+                ms,
                 expect_normal,
             } => {
                 let key = (client.clone(), "hold");
@@ -402,12 +412,22 @@ impl Driver {
                 sim.hold(client.as_str(), "master");
                 sim.hold(client.as_str(), storage::HOST);
                 self.fault(now, &client, "hold", "master", expect_normal);
-                self.active.insert(key, step);
+                self.seq += 1;
+                let id = self.seq;
+                let release = Step::Release { client, id };
+                self.active.insert(key, (id, release.clone()));
+                self.push(now + ms, release);
             }
-            Step::Release(client) => {
-                if self.active.remove(&(client.clone(), "hold")).is_none() {
+            Step::Release { client, id } => {
+                let key = (client.clone(), "hold");
+                if self
+                    .active
+                    .get(&key)
+                    .is_none_or(|(active, _)| *active != id)
+                {
                     return;
                 }
+                self.active.remove(&key);
                 sim.release(client.as_str(), "master");
                 sim.release(client.as_str(), storage::HOST);
                 self.fault(now, &client, "release", "master", false);
@@ -427,19 +447,25 @@ impl Driver {
                 }
             }
             Step::CutHolder { direction, ms } => {
-                let client = self.holder().unwrap_or_else(|| "c1".to_string());
-                let c = client.clone();
+                // The holder of the moment if it is not cut off already,
+                // else any contender that is not.
+                let free: Vec<String> = (1..=16)
+                    .map(|i| format!("c{i}"))
+                    .filter(|c| self.leases.get(c).is_some() && !self.is_cut(c))
+                    .collect();
+                let client = match self.holder().filter(|h| !self.is_cut(h)) {
+                    Some(holder) => holder,
+                    None if free.is_empty() => return,
+                    None => self.rng.pick(&free).clone(),
+                };
                 let expect_normal = false;
-                self.apply(
-                    sim,
-                    now,
-                    Step::Cut {
-                        client: c,
-                        direction,
-                        expect_normal,
-                    },
-                );
-                self.push(now + ms, Step::Heal { client, direction });
+                let cut = Step::Cut {
+                    client,
+                    direction,
+                    ms,
+                    expect_normal,
+                };
+                self.apply(sim, now, cut);
             }
             Step::Short {
                 client,
@@ -450,29 +476,17 @@ impl Driver {
                 if now + 300 >= until {
                     return;
                 }
-                let cut = self.rng.range(200, 1_500);
+                let ms = self.rng.range(200, 1_500);
                 let healed = self.rng.range(100, 800);
-                let direction = Direction::Both;
-                let expect_normal = false;
                 let c = client.clone();
-                self.apply(
-                    sim,
-                    now,
-                    Step::Cut {
-                        client: c,
-                        direction,
-                        expect_normal,
-                    },
-                );
-                let c = client.clone();
-                self.push(
-                    now + cut,
-                    Step::Heal {
-                        client: c,
-                        direction,
-                    },
-                );
-                self.push(now + cut + healed, Step::Flap { client, until });
+                let cut = Step::Cut {
+                    client: c,
+                    direction: Direction::Both,
+                    ms,
+                    expect_normal: false,
+                };
+                self.apply(sim, now, cut);
+                self.push(now + ms + healed, Step::Flap { client, until });
             }
         }
     }
@@ -507,15 +521,12 @@ impl Driver {
             let heal_by = view.until.saturating_sub(100 + 4 * latency);
             if heal_by > now + 300 {
                 let ms = self.rng.range(200, heal_by - now);
-                let c = client.clone();
-                self.push(
-                    now,
-                    Step::Hold {
-                        client: c,
-                        expect_normal,
-                    },
-                );
-                self.push(now + ms, Step::Release(client));
+                let hold = Step::Hold {
+                    client,
+                    ms,
+                    expect_normal,
+                };
+                self.push(now, hold);
                 return;
             }
         }

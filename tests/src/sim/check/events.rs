@@ -4,12 +4,12 @@
 //! after another, so the events for a writer's keys must be exactly its
 //! writes, in order: every acknowledged one once, a write whose answer was
 //! lost at most once, a refused one never. The only allowed holes are the
-//! ones the application was told of: after `EventsLost`, or while the
-//! watcher had no subscription (its session had expired), writes that
-//! began before the watcher heard of it (plus a resubscription's worth of
-//! time) may be missing.
+//! ones the application was told of: writes that began between the last
+//! event the watcher heard before an `EventsLost` (or before its session
+//! expired) and a resubscription's worth of time after the notice (or after
+//! its new subscription) may be missing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 
 use super::history::{ops, Op};
 use super::Violation;
@@ -19,15 +19,9 @@ use crate::sim::world::Run;
 
 pub const NAME: &str = "events";
 
-/// Writes that began this long after a hole was reported must be heard.
-const RESUBSCRIBE: u64 = 3_000;
-
-#[derive(Debug)]
-struct Heard {
-    key: String,
-    /// A hole was reported just before it, at this instant.
-    hole: Option<u64>,
-}
+/// Writes that began this long after a hole was reported must be heard:
+/// the time a resubscription takes.
+const RESUBSCRIBE: u64 = 1_000;
 
 pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let Some(first) = run
@@ -38,45 +32,68 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     else {
         return (0, Vec::new());
     };
-    // What the watcher heard, split by writer, and whether it still
-    // listened at the end.
-    let mut heard: BTreeMap<String, Vec<Heard>> = BTreeMap::new();
-    // Every hole reported, and how many of them each writer's last event
-    // came after.
-    let mut holes: Vec<u64> = Vec::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let mut listening = false;
+    // What the watcher heard, by writer, and the spans of time whose writes
+    // it was told it may have missed: from the last event it heard before
+    // the notice to a resubscription after it.
+    let mut heard: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    let mut holes: Vec<(u64, u64)> = Vec::new();
+    let mut last_heard = first;
+    let mut gone_since: Option<u64> = None;
+    let mut jeopardy: Option<u64> = None;
+    let lease = run.settings.lease.as_millis() as u64;
+    // The start of the fault cutting the watcher off, if one is in force,
+    // and the instant the master last crashed (or the watcher's cut began,
+    // if earlier): a fail-over loses what the old master had not delivered.
+    let mut watcher_cut: Option<u64> = None;
+    let mut crashed = 0;
     let mut total = 0;
-    for e in run.entries.iter().filter(|e| e.who == "watch") {
+    for e in &run.entries {
+        if let What::Fault { fault, .. } = &e.what {
+            if e.who == "watch" && (fault.starts_with("partition") || fault == "hold") {
+                watcher_cut = Some(e.at);
+            } else if e.who == "watch" {
+                watcher_cut = None;
+            } else if fault == "crash" {
+                crashed = watcher_cut.map_or(e.at, |cut| cut.min(e.at));
+            }
+        }
+        if e.who != "watch" {
+            continue;
+        }
         match &e.what {
             What::Subscribed { .. } => {
-                if listening || e.at != first {
-                    holes.push(e.at);
+                if let Some(since) = gone_since.take() {
+                    holes.push((since, e.at + RESUBSCRIBE));
                 }
-                listening = true;
+                last_heard = e.at;
             }
-            What::EventsLost => holes.push(e.at),
+            What::EventsLost => holes.push((last_heard.min(crashed), e.at + RESUBSCRIBE)),
+            What::State { state, .. } => match state.as_str() {
+                "jeopardy" => jeopardy = Some(e.at),
+                "normal" => jeopardy = None,
+                _ => {}
+            },
+            // The session is gone: the master may have dropped its events
+            // from the last KeepAlive it answered, at most a lease before
+            // the local lease ran out.
             What::Unsubscribed => {
-                listening = false;
-                holes.push(e.at);
+                let ran_out = jeopardy.take().unwrap_or(e.at);
+                gone_since = Some(last_heard.min(ran_out.saturating_sub(lease)));
             }
             What::Event { key, change } => {
                 total += 1;
-                let writer = writer_of(key);
-                if !matches!(change.as_str(), "created" | "modified") {
-                    continue;
+                last_heard = e.at;
+                if matches!(change.as_str(), "created" | "modified") {
+                    let writer = writer_of(key);
+                    heard.entry(writer).or_default().push((key.clone(), e.at));
                 }
-                let before = seen.insert(writer.clone(), holes.len()).unwrap_or(0);
-                let hole = (holes.len() > before).then(|| holes[holes.len() - 1]);
-                heard.entry(writer).or_default().push(Heard {
-                    key: key.clone(),
-                    hole,
-                });
             }
             _ => {}
         }
     }
-
+    if let Some(since) = gone_since {
+        holes.push((since, run.end));
+    }
     let all = ops(run);
     let mut violations = Vec::new();
     let mut writers: BTreeMap<String, Vec<&Op>> = BTreeMap::new();
@@ -90,24 +107,18 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     }
     for (writer, ops) in writers {
         let heard = heard.remove(&writer).unwrap_or_default();
-        let before = seen.get(&writer).copied().unwrap_or(0);
-        let trailing_hole = if !listening {
-            Some(run.end)
-        } else {
-            (holes.len() > before).then(|| holes[holes.len() - 1])
+        // A write took effect somewhere between its start and its answer.
+        let missable = |o: &Op| {
+            let done = o.completed.unwrap_or(u64::MAX);
+            holes
+                .iter()
+                .any(|(from, to)| o.invoked <= *to && done >= *from)
         };
-        let mut matcher = Matcher {
-            heard: &heard,
-            ops: &ops,
-            trailing_hole,
-            memo: HashMap::new(),
-        };
-        if !matcher.matches(0, 0) {
-            let detail = explain(&writer, &heard, &ops);
+        if let Err(why) = follow(&heard, &ops, missable) {
             violations.push(Violation {
                 invariant: NAME,
                 at: run.end,
-                detail,
+                detail: format!("{writer}: {why}; {}", explain(&heard, &ops)),
             });
         }
     }
@@ -122,53 +133,111 @@ fn writer_of(key: &str) -> String {
     rest.split('/').next().unwrap_or_default().to_string()
 }
 
-struct Matcher<'a> {
-    heard: &'a [Heard],
-    ops: &'a [&'a Op],
-    trailing_hole: Option<u64>,
-    memo: HashMap<(usize, usize), bool>,
+/// Follows the events heard for one writer's keys through its writes.
+///
+/// Acknowledged writes happened one after another, so their events must
+/// come in their order, each after its write began; one may be missing only
+/// inside a reported hole. A write whose answer never came may have been
+/// applied at any time after it began (even after later writes, if it was
+/// delayed on its way), or never: it can account for one event of its key
+/// heard after it began. An event nothing accounts for is a duplicate or
+/// out of order.
+fn follow(
+    heard: &[(String, u64)],
+    ops: &[&Op],
+    missable: impl Fn(&Op) -> bool,
+) -> Result<(), String> {
+    let acked: Vec<&Op> = ops.iter().copied().filter(|o| o.ok()).collect();
+    let unknown: Vec<&Op> = ops.iter().copied().filter(|o| !o.ok()).take(64).collect();
+    let mut search = Follow {
+        heard,
+        missable: acked.iter().map(|o| missable(o)).collect(),
+        acked,
+        unknown,
+        failed: HashSet::new(),
+        furthest: (0, None),
+    };
+    if search.from(0, 0, 0) {
+        return Ok(());
+    }
+    let (i, lost) = search.furthest;
+    Err(match (heard.get(i), lost) {
+        (_, Some(lost)) => format!(
+            "no event for the acknowledged write {:?} to {} at {} ms",
+            lost.written().unwrap_or_default(),
+            lost.key,
+            lost.invoked
+        ),
+        (Some((key, at)), None) => format!(
+            "the event for {key} at {at} ms matches no write in order (a duplicate, or a write missed before it)"
+        ),
+        (None, None) => "the events do not match the writes".into(),
+    })
 }
 
-impl Matcher<'_> {
-    /// Whether events `i..` can be matched, in order, to writes `j..`,
-    /// skipping only what may be missed.
-    fn matches(&mut self, i: usize, j: usize) -> bool {
-        if let Some(&known) = self.memo.get(&(i, j)) {
-            return known;
+struct Follow<'a> {
+    heard: &'a [(String, u64)],
+    acked: Vec<&'a Op>,
+    missable: Vec<bool>,
+    unknown: Vec<&'a Op>,
+    /// States (event, next acknowledged write, unknown writes used) known
+    /// to lead nowhere.
+    failed: HashSet<(usize, usize, u64)>,
+    /// The most events matched on any path, and the write found missing
+    /// there, for the report.
+    furthest: (usize, Option<&'a Op>),
+}
+
+impl<'a> Follow<'a> {
+    fn from(&mut self, i: usize, j: usize, used: u64) -> bool {
+        if self.failed.contains(&(i, j, used)) {
+            return false;
         }
-        let result = self.search(i, j);
-        self.memo.insert((i, j), result);
-        result
+        let found = self.search(i, j, used);
+        if !found {
+            self.failed.insert((i, j, used));
+        }
+        found
     }
 
-    /// Whether write `k` may be missing given a hole reported at `hole`.
-    fn may_miss(&self, k: usize, hole: Option<u64>) -> bool {
-        !self.ops[k].ok() || hole.is_some_and(|at| self.ops[k].invoked < at + RESUBSCRIBE)
-    }
-
-    fn search(&mut self, i: usize, j: usize) -> bool {
-        let n = self.ops.len();
-        if i == self.heard.len() {
-            let hole = self.trailing_hole;
-            return (j..n).all(|k| self.may_miss(k, hole));
+    fn search(&mut self, i: usize, j: usize, used: u64) -> bool {
+        if i >= self.furthest.0 {
+            self.furthest = (i, None);
         }
-        let hole = self.heard[i].hole;
-        for k in j..n {
-            if self.ops[k].key == self.heard[i].key && self.matches(i + 1, k + 1) {
+        let Some((key, at)) = self.heard.get(i) else {
+            let lost = (j..self.acked.len()).find(|&k| !self.missable[k]);
+            if let Some(k) = lost {
+                self.furthest = (i, Some(self.acked[k]));
+            }
+            return lost.is_none();
+        };
+        // An acknowledged write of this key, skipping only missable ones.
+        for k in j..self.acked.len() {
+            let op = self.acked[k];
+            if op.key == *key && op.invoked <= *at && self.from(i + 1, k + 1, used) {
                 return true;
             }
-            if !self.may_miss(k, hole) {
-                return false;
+            if !self.missable[k] {
+                break;
             }
         }
-        false
+        // Else a write whose answer never came: of those that fit, the one
+        // begun last, keeping the earlier (more widely fitting) ones.
+        let fits = (0..self.unknown.len())
+            .filter(|&u| used & (1 << u) == 0)
+            .filter(|&u| self.unknown[u].key == *key && self.unknown[u].invoked <= *at)
+            .max_by_key(|&u| self.unknown[u].invoked);
+        match fits {
+            Some(u) => self.from(i + 1, j, used | (1 << u)),
+            None => false,
+        }
     }
 }
 
-fn explain(writer: &str, heard: &[Heard], ops: &[&Op]) -> String {
+fn explain(heard: &[(String, u64)], ops: &[&Op]) -> String {
     let heard: Vec<&str> = heard
         .iter()
-        .map(|h| h.key.rsplit('/').next().unwrap_or(""))
+        .map(|(h, _)| h.rsplit('/').next().unwrap_or(""))
         .collect();
     let wrote: Vec<String> = ops
         .iter()
@@ -179,7 +248,7 @@ fn explain(writer: &str, heard: &[Heard], ops: &[&Op]) -> String {
         })
         .collect();
     format!(
-        "the events for {writer}'s keys do not match its writes in order without gaps or duplicates: heard [{}], wrote [{}] (? = outcome unknown)",
+        "heard [{}], wrote [{}] (? = outcome unknown)",
         heard.join(" "),
         wrote.join(" ")
     )

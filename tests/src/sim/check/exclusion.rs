@@ -24,13 +24,23 @@ pub struct Belief {
 }
 
 /// Every belief in the trace; one still held at the end lasts to the end.
-pub fn beliefs(run: &Run) -> Vec<Belief> {
+/// A second belief in a lock the client already believed it held is a
+/// violation of the trace's own form.
+pub fn beliefs(run: &Run) -> (Vec<Belief>, Vec<Violation>) {
     let mut open: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
     let mut done = Vec::new();
+    let mut malformed = Vec::new();
     for e in &run.entries {
         match &e.what {
             What::Holding { lock, generation } => {
-                open.insert((e.who.clone(), lock.clone()), (e.at, *generation));
+                let key = (e.who.clone(), lock.clone());
+                if open.insert(key, (e.at, *generation)).is_some() {
+                    malformed.push(Violation {
+                        invariant: NAME,
+                        at: e.at,
+                        detail: format!("{} began holding {lock} again without letting go", e.who),
+                    });
+                }
             }
             What::Released { lock, .. } => {
                 if let Some((from, generation)) = open.remove(&(e.who.clone(), lock.clone())) {
@@ -56,16 +66,15 @@ pub fn beliefs(run: &Run) -> Vec<Belief> {
             to,
         });
     }
-    done
+    (done, malformed)
 }
 
 pub fn check(run: &Run) -> (usize, Vec<Violation>) {
-    let all = beliefs(run);
+    let (all, mut violations) = beliefs(run);
     let mut by_lock: BTreeMap<&str, Vec<&Belief>> = BTreeMap::new();
     for b in all.iter().filter(|b| b.to > b.from) {
         by_lock.entry(&b.lock).or_default().push(b);
     }
-    let mut violations = Vec::new();
     for (lock, beliefs) in by_lock {
         let limit = if lock == SEMAPHORE {
             run.settings.semaphore_limit as usize

@@ -1,11 +1,17 @@
-//! Fencing at the storage host: a write is accepted only with a sequencer
-//! at least as new as the newest the host has seen, so no write of a holder
-//! that a newer one superseded is accepted, however late it arrives; and
-//! every accepted write carries a generation its writer was granted.
+//! Fencing: the sequencers the master hands out make it work, and the
+//! storage host applies them.
+//!
+//! - Each holder of an exclusive lock (or leader) got a generation higher
+//!   than every earlier holder's, across expiries and master restarts
+//!   (`LOCK-2`): otherwise a superseded holder's sequencer would pass.
+//! - The storage host accepted no write with a generation older than one it
+//!   had already seen (its writer had been superseded), and none under a
+//!   generation its writer was never granted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Violation;
+use crate::sim::app::SEMAPHORE;
 use crate::sim::trace::What;
 use crate::sim::world::Run;
 
@@ -14,12 +20,28 @@ pub const NAME: &str = "fencing";
 pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let mut newest: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
     let mut granted: BTreeSet<(&str, &str, u64)> = BTreeSet::new();
+    // The highest generation granted so far, and to whom.
+    let mut highest: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
     let mut violations = Vec::new();
     let mut writes = 0;
     for e in &run.entries {
         match &e.what {
-            What::Holding { lock, generation } => {
+            What::Holding { lock, generation } if lock.as_str() != SEMAPHORE => {
                 granted.insert((&e.who, lock, *generation));
+                let (top, by) = highest.get(lock.as_str()).copied().unwrap_or((0, ""));
+                if by != e.who && *generation <= top {
+                    violations.push(Violation {
+                        invariant: NAME,
+                        at: e.at,
+                        detail: format!(
+                            "{} was granted {lock} with generation {generation}, no newer than {by}'s {top}",
+                            e.who
+                        ),
+                    });
+                }
+                if *generation >= top {
+                    highest.insert(lock, (*generation, &e.who));
+                }
             }
             What::Write {
                 lock,

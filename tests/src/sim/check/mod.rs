@@ -288,7 +288,10 @@ mod tests {
 
     #[test]
     fn a_transition_outside_the_diagram_is_caught() {
-        let state = |s: &str| What::State { state: s.into() };
+        let state = |s: &str| What::State {
+            state: s.into(),
+            session: "s".into(),
+        };
         let started = What::SessionStarted {
             session: "s".into(),
         };

@@ -24,17 +24,26 @@ fn allowed(from: &str, to: &str) -> bool {
 pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
     let mut violations = Vec::new();
     let mut transitions: BTreeMap<String, usize> = BTreeMap::new();
-    // Each client's current state and when it was entered.
-    let mut current: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+    // Each session's current state and when it was entered.
+    let mut current: BTreeMap<(&str, &str), (&str, u64)> = BTreeMap::new();
     let mut count = 0;
     for e in &run.entries {
         match &e.what {
-            What::SessionStarted { .. } => {
-                current.insert(&e.who, ("normal", e.at));
+            What::SessionStarted { session } => {
+                current.insert((&e.who, session), ("normal", e.at));
             }
-            What::State { state } => {
+            What::State { state, session } => {
                 count += 1;
-                let Some((from, since)) = current.get(e.who.as_str()).copied() else {
+                let key = (e.who.as_str(), session.as_str());
+                let Some((from, since)) = current.get(&key).copied() else {
+                    violations.push(Violation {
+                        invariant: NAME,
+                        at: e.at,
+                        detail: format!(
+                            "{} reported {state} for session {session}, which never started",
+                            e.who
+                        ),
+                    });
                     continue;
                 };
                 *transitions.entry(format!("{from}->{state}")).or_default() += 1;
@@ -51,7 +60,7 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
                         detail: format!("{} stayed {from} for {} ms", e.who, e.at - since),
                     });
                 }
-                current.insert(&e.who, (state, e.at));
+                current.insert(key, (state, e.at));
             }
             _ => {}
         }
