@@ -168,6 +168,8 @@ pub(crate) struct Dispatch {
     /// Keys this client holds locks on, with their signals; released before
     /// a close destroys the session (`LOCK-11`).
     pub(crate) locks: BTreeMap<String, watch::Sender<LockSignal>>,
+    /// Semaphore contender keys still being deleted (`SEM-4`).
+    pub(crate) leaving: std::collections::BTreeSet<String>,
 }
 
 impl Dispatch {

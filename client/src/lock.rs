@@ -165,6 +165,13 @@ impl LockGuard {
         }
     }
 
+    /// Forgets the lock without a request: its node was deleted, which
+    /// freed it (`LOCK-8`).
+    pub(crate) fn forget(mut self) {
+        self.released = true;
+        self.session.forget_lock(&self.key);
+    }
+
     /// Gives the lock back.
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.released = true;

@@ -31,6 +31,10 @@ use crate::session::{Session, SessionState};
 /// The coordinating key's last segment.
 pub const SEMAPHORE_LOCK: &str = ".lock";
 
+/// Attempts to delete a contender key before leaving it to the session's
+/// end (about 10 s with the backoff).
+const LEAVE_TRIES: u32 = 12;
+
 /// The coordinating key's contents, spelled as the seed spells them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct LockBody {
@@ -182,7 +186,11 @@ impl Semaphore {
         // One slot per session: a second permit would share the first's
         // contender key and entry in Holders, and releasing either would
         // free both.
-        if self.session.dispatch().locks.contains_key(&key) {
+        let busy = {
+            let dispatch = self.session.dispatch();
+            dispatch.locks.contains_key(&key) || dispatch.leaving.contains(&key)
+        };
+        if busy {
             return Err(ClientError::Conflict(format!(
                 "this session already holds (or is still releasing) a slot in {}",
                 self.prefix
@@ -195,16 +203,41 @@ impl Semaphore {
         self.session.try_lock(&key, LockOptions::exclusive()).await
     }
 
-    /// Removes this session's contender key (best effort: its session's end
-    /// removes it anyway).
+    /// Deletes this session's contender key, which frees its lock too
+    /// (`SEM-4`). The delete names the modify index it read, so a copy of it
+    /// delivered late (a request given up on a slow link) cannot remove the
+    /// contender key of this session's next slot; and the next acquire
+    /// waits until it is done, in a task of its own so that a caller who
+    /// gives up leaves nothing half done. Best effort: the session's end
+    /// removes the key anyway.
     async fn leave(&self, contender: LockGuard) {
-        let _ = contender.release().await;
         let key = self.contender_key(self.session.id());
-        let _ = self
-            .session
-            .client()
-            .delete(&key, DeleteOptions::default())
-            .await;
+        self.session.dispatch().leaving.insert(key.clone());
+        let session = self.session.clone();
+        let task = tokio::spawn(async move {
+            let client = session.client();
+            for attempt in 1..=LEAVE_TRIES {
+                let gone = match client.stat(&key).await {
+                    Ok(None) => true,
+                    Ok(Some(stat)) => {
+                        let only_this = DeleteOptions {
+                            cas: Some(stat.modify_index),
+                            recursive: false,
+                        };
+                        client.delete(&key, only_this).await.is_ok()
+                    }
+                    Err(_) => false,
+                };
+                if gone || session.state() == SessionState::Expired {
+                    break;
+                }
+                let pause = Duration::from_millis(50u64 << attempt.min(4));
+                tokio::time::sleep(pause).await;
+            }
+            contender.forget();
+            session.dispatch().leaving.remove(&key);
+        });
+        let _ = task.await;
     }
 
     /// The coordinating key's body with dead holders pruned, and its modify

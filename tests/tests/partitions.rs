@@ -144,3 +144,18 @@ fn a_storage_host_that_ignores_sequencers_accepts_superseded_writes() {
         report.summary(&run)
     );
 }
+
+// SEM-4: seeds on which a contender key's late delete (a release given up
+// on a held link) removed the key of the same session's next slot, so three
+// clients believed they held a two-slot semaphore. Kept as regressions.
+#[test]
+fn a_late_delete_of_a_contender_key_never_costs_the_next_slot() {
+    for (scenario, seed) in [("semaphore", 413), ("random", 193)] {
+        let (run, report) = judged(scenario, seed, Settings::default());
+        assert!(
+            report.of("exclusion").is_empty(),
+            "{}",
+            report.summary(&run)
+        );
+    }
+}
