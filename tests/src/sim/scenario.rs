@@ -292,33 +292,21 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "many contenders for one exclusive lock, some of them cut off for a while",
         role: Some(Role::Locker),
         contenders: 8,
-        plan: |p| {
-            let (lease, grace) = (p.lease(), p.grace());
-            p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
-            p.holder_partition(500, lease + grace + 2_000);
-        },
+        plan: contended,
     },
     Scenario {
         name: "election",
         about: "many candidates in one election, some of them cut off for a while; leaders fence their writes",
         role: Some(Role::Elector),
         contenders: 8,
-        plan: |p| {
-            let (lease, grace) = (p.lease(), p.grace());
-            p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
-            p.holder_partition(500, lease + grace + 2_000);
-        },
+        plan: contended,
     },
     Scenario {
         name: "semaphore",
         about: "many contenders for a two-slot semaphore, some of them cut off for a while",
         role: Some(Role::SemaphoreHolder),
         contenders: 8,
-        plan: |p| {
-            let (lease, grace) = (p.lease(), p.grace());
-            p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
-            p.holder_partition(500, lease + grace + 2_000);
-        },
+        plan: contended,
     },
     Scenario {
         name: "random",
@@ -341,6 +329,14 @@ pub static SCENARIOS: &[Scenario] = &[
         },
     },
 ];
+
+/// Some contenders, and the holder of the moment, cut off for anything
+/// from half a second to past lease plus grace.
+fn contended(p: &mut Planner) {
+    let (lease, grace) = (p.lease(), p.grace());
+    p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
+    p.holder_partition(500, lease + grace + 2_000);
+}
 
 /// The scenario called `name`.
 pub fn find(name: &str) -> Option<&'static Scenario> {

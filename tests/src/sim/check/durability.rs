@@ -2,9 +2,7 @@
 //! master restarted), the final read of each key returns a value written by
 //! a put that no acknowledged put of that key followed in real time.
 
-use std::collections::BTreeMap;
-
-use super::history::{ops, Op};
+use super::history::{by_key, ops, Op};
 use super::Violation;
 use crate::sim::world::Run;
 
@@ -12,13 +10,9 @@ pub const NAME: &str = "durability";
 
 pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let all = ops(run);
-    let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
-    for op in &all {
-        by_key.entry(&op.key).or_default().push(op);
-    }
     let mut violations = Vec::new();
     let mut acked_total = 0;
-    for (key, ops) in by_key {
+    for (key, ops) in by_key(&all) {
         let acked: Vec<&&Op> = ops
             .iter()
             .filter(|o| o.written().is_some() && o.ok())

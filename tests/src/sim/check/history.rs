@@ -46,6 +46,16 @@ impl Op {
     }
 }
 
+/// The calls of each key, in the order they began (linearizability and
+/// durability are judged key by key).
+pub fn by_key(ops: &[Op]) -> BTreeMap<&str, Vec<&Op>> {
+    let mut keys: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        keys.entry(&op.key).or_default().push(op);
+    }
+    keys
+}
+
 /// Every call, in the order they began.
 pub fn ops(run: &Run) -> Vec<Op> {
     let mut ops: BTreeMap<u64, Op> = BTreeMap::new();

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::history::{ops, Op};
+use super::history::{by_key, ops, Op};
 use super::Violation;
 use crate::sim::world::Run;
 
@@ -15,13 +15,9 @@ pub const NAME: &str = "linearizable";
 
 pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let all = ops(run);
-    let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
-    for op in &all {
-        by_key.entry(&op.key).or_default().push(op);
-    }
     let mut violations = Vec::new();
     let mut checked = 0;
-    for (key, ops) in by_key {
+    for (key, ops) in by_key(&all) {
         let history = History::new(&ops);
         checked += history.calls.len();
         if !history.linearizable() {
