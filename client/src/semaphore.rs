@@ -281,7 +281,13 @@ impl Semaphore {
         let (mut body, index) = self.read().await?;
         let me = self.session.id();
         if body.holders.contains(&me) {
-            return Ok(Attempt::Taken);
+            // Still listed from an earlier slot whose give-back failed: the
+            // read alone proves nothing, since another contender may be
+            // pruning this session right now (its contender key was gone
+            // for a moment). Writing the same body by compare-and-set
+            // makes the slot this session's at a known index, or loses the
+            // race and reads again (SEM-2).
+            return self.write(&body, index).await;
         }
         if body.holders.len() >= self.limit as usize {
             return Ok(Attempt::Full);

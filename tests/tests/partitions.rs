@@ -159,3 +159,16 @@ fn a_late_delete_of_a_contender_key_never_costs_the_next_slot() {
         );
     }
 }
+
+// SEM-2: a seed on which a session still listed in Holders (its give-back
+// had failed) took the slot from a stale read while another contender was
+// pruning it: three believed holders of two slots. Kept as a regression.
+#[test]
+fn a_session_still_listed_takes_its_slot_only_by_compare_and_set() {
+    let (run, report) = judged("random", 110, Settings::default());
+    assert!(
+        report.of("exclusion").is_empty(),
+        "{}",
+        report.summary(&run)
+    );
+}
