@@ -62,11 +62,6 @@ impl MemoryStore {
         })
     }
 
-    /// Records appended since the last snapshot.
-    pub fn log_len(&self) -> usize {
-        self.contents().records.len()
-    }
-
     fn contents(&self) -> std::sync::MutexGuard<'_, Contents> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -51,28 +51,19 @@ pub const ELECTION: &str = "election/leader";
 pub const SEMAPHORE: &str = "sem/pool";
 pub const WATCHED: &str = "kv/own";
 
-/// A client's local lease as the fault schedule sees it, in virtual
-/// milliseconds: hosts' clocks are not comparable, the run's elapsed time
-/// is.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LeaseView {
-    /// When the local lease runs out.
-    pub until: u64,
-    /// When it last moved (a KeepAlive reply arrived about then).
-    pub extended_at: u64,
-}
-
-/// Every client's latest [`LeaseView`].
+/// When each client's local lease runs out, as the fault schedule sees
+/// it: in virtual milliseconds since the run began, since hosts' clocks are
+/// not comparable and the run's elapsed time is.
 #[derive(Debug, Clone, Default)]
-pub struct Leases(Arc<Mutex<BTreeMap<String, LeaseView>>>);
+pub struct Leases(Arc<Mutex<BTreeMap<String, u64>>>);
 
 impl Leases {
-    pub fn get(&self, client: &str) -> Option<LeaseView> {
+    pub fn until(&self, client: &str) -> Option<u64> {
         self.0.lock().unwrap().get(client).copied()
     }
 
-    fn set(&self, client: &str, view: LeaseView) {
-        self.0.lock().unwrap().insert(client.to_string(), view);
+    fn set(&self, client: &str, until: u64) {
+        self.0.lock().unwrap().insert(client.to_string(), until);
     }
 
     fn forget(&self, client: &str) {
@@ -246,17 +237,10 @@ async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Opt
 }
 
 async fn publish_lease(session: Session, leases: Leases, name: String) {
-    let mut last = None;
-    let mut extended_at = now_ms();
     while session.state() != SessionState::Expired {
         let expiry = session.local_lease_expiry();
-        if last != Some(expiry) {
-            last = Some(expiry);
-            extended_at = now_ms();
-        }
         let left = expiry.saturating_duration_since(Instant::now()).as_millis() as u64;
-        let until = now_ms() + left;
-        leases.set(&name, LeaseView { until, extended_at });
+        leases.set(&name, now_ms() + left);
         sleep(Duration::from_millis(50)).await;
     }
     leases.forget(&name);

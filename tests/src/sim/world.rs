@@ -451,7 +451,7 @@ impl Driver {
                 // else any contender that is not.
                 let free: Vec<String> = (1..=16)
                     .map(|i| format!("c{i}"))
-                    .filter(|c| self.leases.get(c).is_some() && !self.is_cut(c))
+                    .filter(|c| self.leases.until(c).is_some() && !self.is_cut(c))
                     .collect();
                 let client = match self.holder().filter(|h| !self.is_cut(h)) {
                     Some(holder) => holder,
@@ -515,10 +515,10 @@ impl Driver {
     /// dies silently.
     fn short(&mut self, now: u64, client: String, give_up: u64, expect_normal: bool) {
         let latency = self.settings.max_latency.as_millis() as u64;
-        if let Some(view) = self.leases.get(&client) {
-            // The lease view is sampled every 50 ms; the answer needs a
-            // couple of message latencies to arrive after the heal.
-            let heal_by = view.until.saturating_sub(100 + 4 * latency);
+        if let Some(until) = self.leases.until(&client) {
+            // The lease is sampled every 50 ms; the answer needs a couple
+            // of message latencies to arrive after the heal.
+            let heal_by = until.saturating_sub(100 + 4 * latency);
             if heal_by > now + 300 {
                 let ms = self.rng.range(200, heal_by - now);
                 let hold = Step::Hold {

@@ -55,14 +55,6 @@ impl Report {
         self.violations.is_empty()
     }
 
-    /// The count of judged things under invariant `name`.
-    pub fn count(&self, name: &str) -> usize {
-        self.checked
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(0, |(_, c)| *c)
-    }
-
     /// Violations of invariant `name`.
     pub fn of(&self, name: &str) -> Vec<&Violation> {
         self.violations
