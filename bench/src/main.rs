@@ -1,29 +1,131 @@
-//! Benchmarks that print figures (BENCHMARKS.md records them). Everything
-//! runs on loopback against an in-process master, in a fresh data
-//! directory under the system's temporary directory, and stops by itself.
+//! `leasehold-bench`: scenarios that measure Leasehold, and the same
+//! scenarios against etcd and ZooKeeper through their native Rust clients,
+//! printed side by side with this machine's limits (BENCHMARKS.md records
+//! the figures). Everything runs on loopback, every load loop is bounded in
+//! count and time, and without `--addr` the master is a `leasehold serve`
+//! process of its own on a free port with a fresh data directory.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::bail;
 use clap::{Parser, Subcommand};
-use leasehold::{Client, PutOptions};
-use leasehold_protocol::{Behavior, SessionId};
-use leasehold_server::{Command, Config, FileStore, Put, Record, Store};
+
+mod failover;
+mod fanout;
+mod inprocess;
+mod kv;
+mod latency;
+mod limits;
+mod load;
+mod lock;
+mod master;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod peer_process;
+mod procstat;
+mod progress;
+mod recovery;
+mod report;
+mod sessions;
+mod system;
+mod writes;
+
+#[cfg(feature = "etcd")]
+mod etcd;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
+
+use master::Master;
+use report::{Outcome, Report};
+use system::{Kind, System};
 
 #[derive(Parser)]
-#[command(name = "leasehold-bench", about = "Leasehold benchmarks")]
+#[command(
+    name = "leasehold-bench",
+    about = "Leasehold benchmarks, side by side with etcd and ZooKeeper"
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Bench,
+    scenario: Scenario,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// A Leasehold master to measure; without it one is started as a
+    /// separate process on a free loopback port and stopped after.
+    #[arg(long, global = true)]
+    addr: Option<String>,
+    /// How long each timed phase runs (e.g. `10s`, `500ms`).
+    #[arg(long, global = true, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Print one JSON object instead of the table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Run the same scenario against a peer too (repeatable).
+    #[arg(long = "peer", global = true, value_enum)]
+    peers: Vec<Kind>,
+    /// Run each system this many times and report each figure's median.
+    #[arg(long, global = true, default_value_t = 1)]
+    runs: usize,
+    /// The `leasehold` binary to run as the master.
+    #[arg(long, global = true)]
+    server_bin: Option<PathBuf>,
+    /// Where etcd serves clients.
+    #[arg(long, global = true, default_value = "127.0.0.1:2379")]
+    etcd_addr: String,
+    /// Where ZooKeeper serves clients.
+    #[arg(long, global = true, default_value = "127.0.0.1:2181")]
+    zookeeper_addr: String,
 }
 
 #[derive(Subcommand)]
-enum Bench {
+enum Scenario {
+    /// Hold many sessions over fewer connections: KeepAlive rate, master
+    /// CPU and memory per session, spurious expirations.
+    Sessions {
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 1_000)]
+        connections: usize,
+        /// Lease of every session.
+        #[arg(long, value_parser = parse_duration, default_value = "12s")]
+        lease: Duration,
+    },
+    /// Exclusive lock acquire+release round trips: 1 client on 1 key, 64
+    /// clients on 64 keys, 64 clients on 1 key (or the one shape given).
+    Lock {
+        #[arg(long, requires = "keys")]
+        clients: Option<usize>,
+        #[arg(long, requires = "clients")]
+        keys: Option<usize>,
+    },
+    /// Puts then gets of 32-byte values, with 1 and with 64 clients.
+    Kv {
+        /// Concurrent clients, each on its own connection (repeatable).
+        #[arg(long = "clients", default_values_t = [1, 64])]
+        clients: Vec<usize>,
+    },
+    /// One write, many subscribers: time until the last has the event.
+    Fanout {
+        #[arg(long, default_value_t = 10_000)]
+        subscribers: usize,
+        #[arg(long, default_value_t = 100)]
+        connections: usize,
+    },
+    /// Kill and restart a master holding sessions and nodes: time until
+    /// every session is Normal again and a new lock can be taken.
+    Failover {
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        nodes: u64,
+        #[arg(long, default_value_t = 1_000)]
+        connections: usize,
+    },
     /// Acknowledged (fsynced) writes per second with N concurrent clients,
-    /// and the fsyncs that carried them.
+    /// and the fsyncs that carried them (master in this process).
     Writes {
         /// Concurrent clients, each with its own connection (repeatable).
         #[arg(long = "clients", default_values_t = [1, 64])]
@@ -35,7 +137,8 @@ enum Bench {
         #[arg(long, default_value_t = 2_000_000)]
         max_writes: u64,
     },
-    /// Time for a master to recover a data directory and serve a request.
+    /// Time for a master to recover a data directory and serve a request
+    /// (master in this process).
     Recovery {
         #[arg(long, default_value_t = 100_000)]
         sessions: u64,
@@ -44,187 +147,224 @@ enum Bench {
     },
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("leasehold-bench-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// Starts a master on loopback over `dir`; returns its address and a
-/// sender that stops it.
-async fn serve(
-    dir: &Path,
-) -> anyhow::Result<(
-    String,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let config = Config {
-        data_dir: Some(dir.to_path_buf()),
-        ..Config::default()
+/// `250ms`, `10s`, `2m`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
     };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        if let Err(e) = leasehold_server::run(listener, config, async {
-            let _ = stopped.await;
-        })
-        .await
-        {
-            eprintln!("master: {e}");
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a duration: {text:?} (try 10s or 500ms)"))?;
+    if !value.is_finite() || value < 0.0 || value * scale > 86_400.0 {
+        return Err(format!("out of range: {text:?}"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+impl Common {
+    fn peer_addr(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::Etcd => &self.etcd_addr,
+            Kind::Zookeeper => &self.zookeeper_addr,
+            Kind::Leasehold => self.addr.as_deref().unwrap_or_default(),
         }
-    });
-    Ok((addr, stop, task))
-}
+    }
 
-async fn writes(clients: usize, seconds: u64, max_writes: u64) -> anyhow::Result<()> {
-    let dir = scratch(&format!("writes{clients}"));
-    let (addr, stop, task) = serve(&dir).await?;
-    let done = Arc::new(AtomicU64::new(0));
-    let fsyncs_before = leasehold_server::fsync_count();
-    let started = Instant::now();
-    let until = started + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let client = Client::connect(addr.clone()).await?;
-        let done = done.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut n = 0u64;
-            while Instant::now() < until && done.load(Ordering::Relaxed) < max_writes {
-                n += 1;
-                let sent = Instant::now();
-                client
-                    .put(
-                        &format!("bench/{c}/{}", n % 1000),
-                        "0123456789abcdef",
-                        PutOptions::new(),
-                    )
-                    .await?;
-                latencies.push(sent.elapsed());
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for t in tasks {
-        latencies.extend(t.await??);
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let fsyncs = leasehold_server::fsync_count() - fsyncs_before;
-    let writes = done.load(Ordering::Relaxed);
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];
-    println!(
-        "clients={clients:>3}  writes={writes:>8}  writes/s={:>9.0}  fsyncs/s={:>7.0}  writes/fsync={:>6.1}  p50={:?}  p99={:?}",
-        writes as f64 / elapsed,
-        fsyncs as f64 / elapsed,
-        writes as f64 / fsyncs.max(1) as f64,
-        pct(0.5),
-        pct(0.99),
-    );
-    let _ = stop.send(());
-    let _ = task.await;
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
-}
-
-/// Writes a data directory holding `sessions` sessions and `nodes` nodes as
-/// a log of the commands that made them.
-fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
-    let (mut store, _) = FileStore::open(dir)?;
-    store.append(&Record::Epoch(1))?;
-    for s in 0..sessions {
-        store.append(&Record::Command {
-            now: 1,
-            command: Command::CreateSession {
-                id: SessionId::from_u128(u128::from(s) + 1),
-                name: format!("s{s}"),
-                lease: Some(Duration::from_secs(60)),
-                lock_delay: None,
-                behavior: Behavior::Release,
-                checks: Vec::new(),
-            },
-        })?;
-    }
-    for n in 0..nodes {
-        store.append(&Record::Command {
-            now: 2,
-            command: Command::Put(Put {
-                key: format!("data/{}/{n}", n % 1000),
-                contents: b"0123456789abcdef0123456789abcdef".to_vec(),
-                flags: 0,
-                cas: None,
-                ephemeral: None,
-            }),
-        })?;
-    }
-    store.sync()?;
-    Ok(())
-}
-
-async fn recovery(sessions: u64, nodes: u64) -> anyhow::Result<()> {
-    let dir = scratch("recovery");
-    let built = Instant::now();
-    build(&dir, sessions, nodes).context("building the data directory")?;
-    let log = std::fs::metadata(dir.join("log"))?.len();
-    println!(
-        "built {sessions} sessions and {nodes} nodes as a {:.1} MiB log in {:.1?}",
-        log as f64 / (1 << 20) as f64,
-        built.elapsed()
-    );
-    // First start replays the log (and writes a snapshot); the second
-    // loads that snapshot.
-    for what in ["from the log", "from a snapshot"] {
-        let started = Instant::now();
-        let (addr, stop, task) = serve(&dir).await?;
-        // The handshake waits for recovery; the client gives up on it after
-        // its timeout, so try again until the master answers.
-        let deadline = started + Duration::from_secs(600);
-        let client = loop {
-            match Client::connect(addr.clone()).await {
-                Ok(client) => match client.get("data/0/0").await {
-                    Ok(probe) => {
-                        anyhow::ensure!(probe.is_some(), "a recovered node is missing");
-                        break client;
-                    }
-                    Err(e) if Instant::now() > deadline => return Err(e.into()),
-                    Err(_) => {}
-                },
-                Err(e) if Instant::now() > deadline => return Err(e.into()),
-                Err(_) => {}
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// The system to run against, with the master started for it when
+    /// there is no `--addr`.
+    async fn system(
+        &self,
+        kind: Kind,
+        name: &str,
+        start: bool,
+    ) -> anyhow::Result<(System, Option<Master>)> {
+        if kind == Kind::Leasehold && self.addr.is_none() && start {
+            let bin = master::find_binary(self.server_bin.as_deref())?;
+            let master = Master::start(&bin, name).await?;
+            let system = System {
+                kind,
+                addr: master.addr().to_string(),
+                pid: master.pid(),
+            };
+            return Ok((system, Some(master)));
+        }
+        let addr = self.peer_addr(kind).to_string();
+        let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
+        let system = System {
+            kind,
+            pid: port.and_then(procstat::listening_on),
+            addr,
         };
-        println!(
-            "recovery {what}: first request served after {:.2?}",
-            started.elapsed()
-        );
-        drop(client);
-        let _ = stop.send(());
-        let _ = task.await;
+        Ok((system, None))
     }
-    let snapshot = std::fs::metadata(dir.join("snapshot"))?.len();
-    println!("snapshot: {:.1} MiB", snapshot as f64 / (1 << 20) as f64);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `scenario` on Leasehold and on every peer, `runs` times each, and
+/// prints the figures side by side.
+async fn compare<F, Fut>(
+    common: &Common,
+    name: &str,
+    start_master: bool,
+    parameters: serde_json::Value,
+    scenario: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(System, Option<limits::Limits>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<report::Figure>>>,
+{
+    let limits = limits::measure(&std::env::temp_dir()).await?;
+    let mut outcomes = Vec::new();
+    for kind in std::iter::once(Kind::Leasehold).chain(common.peers.iter().copied()) {
+        let mut runs = Vec::new();
+        for run in 0..common.runs.max(1) {
+            if !common.json {
+                eprintln!(
+                    "{name}: {} run {} of {}",
+                    kind.name(),
+                    run + 1,
+                    common.runs.max(1)
+                );
+            }
+            let (system, master) = common.system(kind, name, start_master).await?;
+            let figures = scenario(system, Some(limits)).await;
+            if let Some(master) = master {
+                master.stop().await;
+            }
+            runs.push(figures?);
+        }
+        outcomes.push(Outcome::median(kind.name(), runs));
+    }
+    let report = Report {
+        scenario: name.to_string(),
+        parameters,
+        limits: Some(limits),
+        outcomes,
+    };
+    if common.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_table());
+    }
     Ok(())
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Bench::Writes {
+    let Cli { scenario, common } = Cli::parse();
+    let timed = |default: u64| common.duration.unwrap_or(Duration::from_secs(default));
+    match scenario {
+        Scenario::Sessions {
+            sessions,
+            connections,
+            lease,
+        } => {
+            let shape = sessions::Shape {
+                sessions,
+                connections,
+                lease,
+                hold: timed(30),
+            };
+            let parameters = serde_json::json!({
+                "sessions": sessions, "connections": connections,
+                "lease_ms": lease.as_millis() as u64, "hold_ms": shape.hold.as_millis() as u64,
+            });
+            compare(
+                &common,
+                "sessions",
+                true,
+                parameters,
+                |system, _| async move { sessions::run(&system, shape).await },
+            )
+            .await
+        }
+        Scenario::Lock { clients, keys } => {
+            let shapes = match (clients, keys) {
+                (Some(clients), Some(keys)) => vec![lock::Shape { clients, keys }],
+                _ => lock::DEFAULT_SHAPES.to_vec(),
+            };
+            let duration = timed(10);
+            let parameters = serde_json::json!({
+                "shapes": shapes.iter().map(|s| [s.clients, s.keys]).collect::<Vec<_>>(),
+                "duration_ms": duration.as_millis() as u64,
+            });
+            compare(&common, "lock", true, parameters, |system, limits| {
+                let shapes = shapes.clone();
+                async move { lock::run(&system, &shapes, duration, limits.as_ref()).await }
+            })
+            .await
+        }
+        Scenario::Kv { clients } => {
+            let duration = timed(10);
+            let parameters = serde_json::json!({
+                "clients": clients, "duration_ms": duration.as_millis() as u64,
+            });
+            compare(&common, "kv", true, parameters, |system, limits| {
+                let clients = clients.clone();
+                async move { kv::run(&system, &clients, duration, limits.as_ref()).await }
+            })
+            .await
+        }
+        Scenario::Fanout {
+            subscribers,
+            connections,
+        } => {
+            let shape = fanout::Shape {
+                subscribers,
+                connections,
+            };
+            let parameters = serde_json::json!({
+                "subscribers": subscribers, "connections": connections,
+            });
+            compare(
+                &common,
+                "fanout",
+                true,
+                parameters,
+                |system, _| async move { fanout::run(&system, shape).await },
+            )
+            .await
+        }
+        Scenario::Failover {
+            sessions,
+            nodes,
+            connections,
+        } => {
+            if common.addr.is_some() {
+                bail!("failover kills and restarts the master: run it without --addr");
+            }
+            let shape = failover::Shape {
+                sessions,
+                nodes,
+                connections,
+            };
+            let parameters = serde_json::json!({
+                "sessions": sessions, "nodes": nodes, "connections": connections,
+            });
+            let bin = master::find_binary(common.server_bin.as_deref())?;
+            compare(&common, "failover", false, parameters, |system, _| {
+                let bin = bin.clone();
+                async move { failover::run(&system, &bin, shape).await }
+            })
+            .await
+        }
+        Scenario::Writes {
             clients,
             seconds,
             max_writes,
         } => {
             for n in clients {
-                writes(n, seconds, max_writes).await?;
+                writes::writes(n, seconds, max_writes).await?;
             }
+            Ok(())
         }
-        Bench::Recovery { sessions, nodes } => recovery(sessions, nodes).await?,
+        Scenario::Recovery { sessions, nodes } => recovery::recovery(sessions, nodes).await,
     }
-    Ok(())
 }

@@ -1,0 +1,111 @@
+//! `fanout`: many subscribers on one key, each with its own session; one
+//! write; how long until the last subscriber has the event.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use leasehold::{Client, SessionOptions, SubscribeOptions, SubscriptionEvent};
+use tokio::sync::Barrier;
+
+use crate::report::Figure;
+use crate::system::{Kind, System};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub subscribers: usize,
+    pub connections: usize,
+}
+
+/// When each subscriber saw the write, measured from just before it was
+/// sent.
+pub struct Arrivals(pub Vec<Duration>);
+
+pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
+    let key = format!("bench-fanout-{}", uuid::Uuid::new_v4().simple());
+    let arrivals = match system.kind {
+        Kind::Leasehold => leasehold(&system.addr, &key, shape).await?,
+        #[cfg(feature = "etcd")]
+        Kind::Etcd => crate::etcd::fanout(&system.addr, &key, shape).await?,
+        #[cfg(feature = "zookeeper")]
+        Kind::Zookeeper => crate::zookeeper::fanout(&system.addr, &key, shape).await?,
+        #[allow(unreachable_patterns)]
+        _ => return Err(system.missing()),
+    };
+    let mut times = arrivals.0;
+    if times.len() != shape.subscribers {
+        bail!(
+            "{} of {} subscribers saw the write",
+            times.len(),
+            shape.subscribers
+        );
+    }
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    Ok(vec![
+        Figure::lower("first subscriber has the event", "ms", ms(times[0])),
+        Figure::lower("median subscriber", "ms", ms(times[times.len() / 2])),
+        Figure::lower(
+            "last subscriber has the event",
+            "ms",
+            ms(*times.last().unwrap()),
+        )
+        .target(100.0),
+    ])
+}
+
+async fn leasehold(addr: &str, key: &str, shape: Shape) -> anyhow::Result<Arrivals> {
+    let clients = crate::load::open(shape.connections, "connecting", |_| {
+        let addr = addr.to_string();
+        async move { anyhow::Ok(Client::connect(addr).await?) }
+    })
+    .await?;
+    let ready = Arc::new(Barrier::new(shape.subscribers + 1));
+    let (start_tx, start) = tokio::sync::watch::channel(None::<Instant>);
+    let bar = crate::progress::bar(shape.subscribers as u64, "subscribing");
+    let mut tasks = Vec::new();
+    for i in 0..shape.subscribers {
+        let client = clients[i % clients.len()].clone();
+        let (key, ready, mut start, bar) =
+            (key.to_string(), ready.clone(), start.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let setup = async {
+                let session = client
+                    .create_session(SessionOptions::new("bench-fanout"))
+                    .await?;
+                let subscription = session.subscribe(&key, SubscribeOptions::exact()).await?;
+                anyhow::Ok((session, subscription))
+            }
+            .await;
+            bar.inc(1);
+            ready.wait().await;
+            let (session, mut subscription) = setup?;
+            let sent = *start.wait_for(|s| s.is_some()).await?;
+            let seen = tokio::time::timeout(Duration::from_secs(60), async {
+                loop {
+                    match subscription.next().await {
+                        Some(SubscriptionEvent::Changed { .. }) => return Ok(Instant::now()),
+                        Some(_) => {}
+                        None => bail!("the subscription ended"),
+                    }
+                }
+            })
+            .await
+            .context("no event within 60 s")??;
+            let _ = session.close().await;
+            anyhow::Ok(seen - sent.expect("set"))
+        }));
+    }
+    ready.wait().await;
+    bar.finish_and_clear();
+    let writer = Client::connect(addr.to_string()).await?;
+    start_tx.send_replace(Some(Instant::now()));
+    writer
+        .put(key, b"x".to_vec(), leasehold::PutOptions::new())
+        .await?;
+    let mut arrivals = Vec::new();
+    for t in tasks {
+        arrivals.push(t.await??);
+    }
+    Ok(Arrivals(arrivals))
+}

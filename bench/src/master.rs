@@ -1,0 +1,167 @@
+//! A Leasehold master run as a separate process (`leasehold serve`) on a
+//! free loopback port with a fresh data directory, so that its CPU and
+//! memory can be measured apart from the load generator's, and so that it
+//! can be killed and restarted.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running `leasehold serve`; stopped when dropped.
+pub struct Master {
+    bin: PathBuf,
+    scratch: PathBuf,
+    listen: String,
+    child: Option<Child>,
+    addr: String,
+}
+
+/// Finds the `leasehold` binary: `explicit`, else `LEASEHOLD_BIN`, else the
+/// one Cargo built beside this benchmark.
+pub fn find_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os("LEASEHOLD_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    // target/<profile>/leasehold-bench, or target/<profile>/deps/<test>.
+    for dir in exe.ancestors().skip(1).take(2) {
+        let candidate = dir.join("leasehold");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "no `leasehold` binary beside {}: build it first (cargo build --release -p leasehold-cli) \
+         or name it with --server-bin",
+        exe.display()
+    )
+}
+
+impl Master {
+    /// Starts `bin serve` on a free loopback port over a fresh data
+    /// directory under the system's temporary directory.
+    pub async fn start(bin: &Path, name: &str) -> anyhow::Result<Master> {
+        Master::start_with(bin, name, |_| Ok(())).await
+    }
+
+    /// Like [`Master::start`], with the data directory first filled by
+    /// `prepare`.
+    pub async fn start_with(
+        bin: &Path,
+        name: &str,
+        prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Master> {
+        let scratch = std::env::temp_dir().join(format!(
+            "leasehold-bench-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(scratch.join("data"))?;
+        let mut master = Master {
+            bin: bin.to_path_buf(),
+            scratch,
+            listen: "127.0.0.1:0".to_string(),
+            child: None,
+            addr: String::new(),
+        };
+        prepare(&master.scratch.join("data"))?;
+        master.spawn().await?;
+        // A restart must come back on the same address.
+        master.listen = master.addr.clone();
+        Ok(master)
+    }
+
+    async fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.scratch.join("master.log"))?;
+        let mut child = Command::new(&self.bin)
+            .arg("serve")
+            .arg("--listen")
+            .arg(&self.listen)
+            .arg("--data-dir")
+            .arg(self.scratch.join("data"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.bin.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        // Recovery of a large data directory comes before the listener.
+        let first = tokio::time::timeout(Duration::from_secs(300), lines.next_line())
+            .await
+            .context("the master did not start within 300 s")??;
+        let Some(addr) = first
+            .as_deref()
+            .and_then(|l| l.strip_prefix("listening on "))
+        else {
+            bail!(
+                "the master did not start: {}",
+                std::fs::read_to_string(self.scratch.join("master.log")).unwrap_or_default()
+            );
+        };
+        self.addr = addr.trim().to_string();
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// `127.0.0.1:PORT` the master serves on.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
+    /// Kills the master with SIGKILL, as a crash would, and waits for it
+    /// to be gone.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts the master again on the same address and data directory.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill().await?;
+        self.spawn().await
+    }
+
+    /// Stops the master with SIGINT (as Ctrl-C would) and removes its data.
+    pub async fn stop(mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                // SAFETY: kill(2) with a pid we spawned and still own.
+                unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            }
+            if tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}

@@ -1,0 +1,122 @@
+//! Every scenario runs end to end in a tiny configuration against a
+//! `leasehold serve` of its own, so the benchmark tool cannot rot. The
+//! figures are not judged (the machines are shared and noisy), only that
+//! each scenario completes and reports what it should.
+//!
+//! The master binary is the `leasehold` Cargo builds beside this one:
+//! `cargo test --workspace` builds it.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run leasehold-bench");
+    assert!(
+        output.status.success(),
+        "leasehold-bench {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("one JSON object on stdout")
+}
+
+/// The Leasehold figure called `name`.
+fn figure(report: &Value, name: &str) -> f64 {
+    let system = &report["systems"][0];
+    assert_eq!(system["system"], "leasehold");
+    system["figures"]
+        .as_array()
+        .expect("figures")
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("no figure {name:?} in {report}"))["value"]
+        .as_f64()
+        .expect("a number")
+}
+
+#[test]
+fn sessions_holds_every_session_without_a_spurious_expiration() {
+    let report = bench(&[
+        "sessions",
+        "--sessions",
+        "40",
+        "--connections",
+        "4",
+        "--lease",
+        "1s",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(report["scenario"], "sessions");
+    assert_eq!(figure(&report, "sessions held"), 40.0);
+    assert_eq!(figure(&report, "spurious expirations"), 0.0);
+    assert!(figure(&report, "KeepAlive replies/s") > 0.0);
+    assert!(figure(&report, "master bytes per session").is_finite());
+}
+
+#[test]
+fn lock_cycles_a_contended_lock() {
+    let report = bench(&[
+        "lock",
+        "--clients",
+        "3",
+        "--keys",
+        "1",
+        "--duration",
+        "300ms",
+    ]);
+    assert!(figure(&report, "cycles/s, 3 client(s), 1 key(s)") > 0.0);
+    assert!(figure(&report, "p99, 3 client(s), 1 key(s)") > 0.0);
+    assert!(report["limits"]["fsync_ms"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn kv_writes_and_reads() {
+    let report = bench(&["kv", "--clients", "2", "--duration", "300ms"]);
+    assert!(figure(&report, "puts/s, 2 client(s)") > 0.0);
+    assert!(figure(&report, "gets/s, 2 client(s)") > 0.0);
+}
+
+#[test]
+fn fanout_reaches_every_subscriber() {
+    let report = bench(&["fanout", "--subscribers", "30", "--connections", "3"]);
+    let first = figure(&report, "first subscriber has the event");
+    let last = figure(&report, "last subscriber has the event");
+    assert!(first > 0.0 && first <= last);
+}
+
+#[test]
+fn failover_brings_every_session_back() {
+    let report = bench(&[
+        "failover",
+        "--sessions",
+        "20",
+        "--nodes",
+        "200",
+        "--connections",
+        "4",
+    ]);
+    assert_eq!(figure(&report, "sessions expired"), 0.0);
+    assert!(figure(&report, "every session Normal again") > 0.0);
+    assert!(figure(&report, "a new lock taken") > 0.0);
+}
+
+#[test]
+fn a_run_without_a_master_binary_says_how_to_get_one() {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args([
+            "kv",
+            "--server-bin",
+            "/nonexistent/leasehold",
+            "--duration",
+            "10ms",
+        ])
+        .output()
+        .expect("run leasehold-bench");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent/leasehold"));
+}
