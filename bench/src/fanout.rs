@@ -54,46 +54,59 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
+/// One session per connection, as ZooKeeper has it and as etcd has one
+/// watch stream per connection; each session carries its share of the
+/// subscriptions, and the master sends each subscription its event.
 async fn leasehold(addr: &str, key: &str, shape: Shape) -> anyhow::Result<Arrivals> {
-    let clients = crate::load::open(shape.connections, "connecting", |_| {
-        let addr = addr.to_string();
-        async move { anyhow::Ok(Client::connect(addr).await?) }
-    })
-    .await?;
-    let ready = Arc::new(Barrier::new(shape.subscribers + 1));
+    let per = shape.subscribers.div_ceil(shape.connections.max(1));
+    let sessions = shape.subscribers.div_ceil(per);
+    let ready = Arc::new(Barrier::new(sessions + 1));
     let (start_tx, start) = tokio::sync::watch::channel(None::<Instant>);
     let bar = crate::progress::bar(shape.subscribers as u64, "subscribing");
     let mut tasks = Vec::new();
-    for i in 0..shape.subscribers {
-        let client = clients[i % clients.len()].clone();
-        let (key, ready, mut start, bar) =
-            (key.to_string(), ready.clone(), start.clone(), bar.clone());
+    let mut remaining = shape.subscribers;
+    for _ in 0..sessions {
+        let n = per.min(remaining);
+        remaining -= n;
+        let (addr, key, ready, mut start, bar) = (
+            addr.to_string(),
+            key.to_string(),
+            ready.clone(),
+            start.clone(),
+            bar.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let setup = async {
+                let client = Client::connect(addr).await?;
                 let session = client
                     .create_session(SessionOptions::new("bench-fanout"))
                     .await?;
-                let subscription = session.subscribe(&key, SubscribeOptions::exact()).await?;
-                anyhow::Ok((session, subscription))
+                let mut subscriptions = Vec::new();
+                for _ in 0..n {
+                    subscriptions.push(session.subscribe(&key, SubscribeOptions::exact()).await?);
+                    bar.inc(1);
+                }
+                anyhow::Ok((session, subscriptions))
             }
             .await;
-            bar.inc(1);
             ready.wait().await;
-            let (session, mut subscription) = setup?;
-            let sent = *start.wait_for(|s| s.is_some()).await?;
-            let seen = tokio::time::timeout(Duration::from_secs(60), async {
-                loop {
-                    match subscription.next().await {
-                        Some(SubscriptionEvent::Changed { .. }) => return Ok(Instant::now()),
-                        Some(_) => {}
-                        None => bail!("the subscription ended"),
+            let (session, subscriptions) = setup?;
+            let sent = start.wait_for(|s| s.is_some()).await?.expect("set");
+            let arrivals =
+                futures::future::try_join_all(subscriptions.into_iter().map(|mut s| async move {
+                    loop {
+                        match s.next().await {
+                            Some(SubscriptionEvent::Changed { .. }) => return Ok(sent.elapsed()),
+                            Some(_) => {}
+                            None => bail!("the subscription ended"),
+                        }
                     }
-                }
-            })
-            .await
-            .context("no event within 60 s")??;
+                }));
+            let arrivals = tokio::time::timeout(Duration::from_secs(60), arrivals)
+                .await
+                .context("no event within 60 s")??;
             let _ = session.close().await;
-            anyhow::Ok(seen - sent.expect("set"))
+            anyhow::Ok(arrivals)
         }));
     }
     ready.wait().await;
@@ -105,7 +118,7 @@ async fn leasehold(addr: &str, key: &str, shape: Shape) -> anyhow::Result<Arriva
         .await?;
     let mut arrivals = Vec::new();
     for t in tasks {
-        arrivals.push(t.await??);
+        arrivals.extend(t.await??);
     }
     Ok(Arrivals(arrivals))
 }

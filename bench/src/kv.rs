@@ -26,6 +26,7 @@ pub async fn run(
         let prefix = format!("bench-kv-{run}-{clients}");
         let p = prefix.clone();
         let puts = load::closed_loop(
+            system.pid,
             &kvs,
             duration,
             50_000_000,
@@ -38,6 +39,7 @@ pub async fn run(
         .await?;
         let p = prefix.clone();
         let gets = load::closed_loop(
+            system.pid,
             &kvs,
             duration,
             50_000_000,

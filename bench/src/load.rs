@@ -7,23 +7,53 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::latency::Latency;
+use crate::procstat::{Meter, Span};
+use crate::report::Figure;
 
 /// What a closed-loop run did.
 pub struct Run {
     pub ops: u64,
     pub elapsed: Duration,
     pub latency: Latency,
+    /// CPU the server process used meanwhile, when it could be read.
+    pub server: Option<Span>,
+    /// CPU this process (the load generator, clients included) used.
+    pub generator: Option<Span>,
 }
 
 impl Run {
     pub fn per_second(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    /// Where the machine's cores went: the server's CPU time and the load
+    /// generator's per operation.
+    pub fn cpu_figures(&self, label: &str) -> Vec<Figure> {
+        let per_op = |span: &Span| span.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64;
+        let mut figures = Vec::new();
+        if let Some(server) = &self.server {
+            figures.push(Figure::lower(
+                format!("server CPU per op, {label}"),
+                "us",
+                per_op(server),
+            ));
+        }
+        if let Some(generator) = &self.generator {
+            figures.push(Figure::neutral(
+                format!("client CPU per op, {label}"),
+                "us",
+                per_op(generator),
+            ));
+        }
+        figures
+    }
 }
 
 /// Runs `op(client, client_index, n)` in a loop on every client at once
-/// for `duration`, stopping early after `max_ops` operations in all.
+/// for `duration`, stopping early after `max_ops` operations in all,
+/// metering the CPU of process `server` meanwhile.
 pub async fn closed_loop<C, F, Fut>(
+    server: Option<u32>,
     clients: &[Arc<C>],
     duration: Duration,
     max_ops: u64,
@@ -37,6 +67,8 @@ where
 {
     let bar = crate::progress::timer(duration, what);
     let done = Arc::new(AtomicU64::new(0));
+    let server_meter = Meter::start(server);
+    let generator_meter = Meter::start(Some(std::process::id()));
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = Vec::new();
@@ -73,6 +105,7 @@ where
         }
     }
     let elapsed = started.elapsed();
+    let (server, generator) = (server_meter.span(), generator_meter.span());
     ticker.abort();
     bar.finish_and_clear();
     if let Some(e) = failure {
@@ -82,6 +115,8 @@ where
         ops: latency.count(),
         elapsed,
         latency,
+        server,
+        generator,
     })
 }
 

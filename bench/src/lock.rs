@@ -62,6 +62,7 @@ pub async fn run(
         let prefix = format!("bench-lock-{run}-{}x{}", shape.clients, shape.keys);
         let keys = shape.keys;
         let result = load::closed_loop(
+            system.pid,
             &lockers,
             duration,
             50_000_000,
@@ -102,6 +103,7 @@ pub async fn run(
             "ms",
             result.latency.ms(0.999),
         ));
+        figures.extend(result.cpu_figures(&label));
     }
     Ok(figures)
 }

@@ -30,6 +30,8 @@ const LINGER: Duration = Duration::from_secs(1);
 const LINGER_BYTES: usize = 64 << 20;
 /// Replies waiting for the writer; when full, reading pauses.
 const WRITE_QUEUE: usize = 256;
+/// Initial read and write buffer of a connection, in bytes.
+const BUFFER: usize = 1024;
 
 type Codec = FrameCodec<ClientFrame, ServerFrame>;
 type Reader<S> = FramedRead<ReadHalf<S>, Codec>;
@@ -46,8 +48,10 @@ pub(crate) async fn serve<S>(
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let mut reader = FramedRead::new(read, Codec::new(config.max_frame));
-    let mut writer = FramedWrite::new(write, Codec::new(config.max_frame));
+    // Small buffers that grow when frames need it: a master holds
+    // thousands of mostly idle connections (tokio-util starts at 8 KiB).
+    let mut reader = FramedRead::with_capacity(read, Codec::new(config.max_frame), BUFFER);
+    let mut writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
     let hello = tokio::select! {
         hello = tokio::time::timeout(config.handshake_timeout, reader.next()) => hello,
         () = shutdown.cancelled() => return,
