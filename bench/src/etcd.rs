@@ -14,7 +14,7 @@ use tokio::sync::{watch, Barrier};
 use tokio::task::JoinHandle;
 
 use crate::failover;
-use crate::fanout::{Arrivals, Shape as FanoutShape};
+use crate::fanout::{Arrivals, Meters, Shape as FanoutShape};
 use crate::report::Figure;
 use crate::sessions::{Phase, Tally};
 use crate::system::System;
@@ -158,7 +158,12 @@ pub async fn hold_sessions(
 
 /// `fanout`: `shape.subscribers` watches of `key`, spread over
 /// `shape.connections` clients (each a watch stream carrying its share).
-pub async fn fanout(addr: &str, key: &str, shape: FanoutShape) -> anyhow::Result<Arrivals> {
+pub async fn fanout(
+    addr: &str,
+    pid: Option<u32>,
+    key: &str,
+    shape: FanoutShape,
+) -> anyhow::Result<Arrivals> {
     let per = shape.subscribers.div_ceil(shape.connections.max(1));
     let streams = shape.subscribers.div_ceil(per);
     let ready = Arc::new(Barrier::new(streams + 1));
@@ -192,7 +197,7 @@ pub async fn fanout(addr: &str, key: &str, shape: FanoutShape) -> anyhow::Result
             }
             .await;
             ready.wait().await;
-            let (_client, mut watches) = setup?;
+            let (client, mut watches) = setup?;
             let sent = start.wait_for(|s| s.is_some()).await?.expect("set");
             let mut arrivals = Vec::new();
             tokio::time::timeout(Duration::from_secs(60), async {
@@ -206,18 +211,25 @@ pub async fn fanout(addr: &str, key: &str, shape: FanoutShape) -> anyhow::Result
             })
             .await
             .context("not every watch saw the write within 60 s")??;
-            anyhow::Ok(arrivals)
+            // Closed after the measurement.
+            anyhow::Ok((arrivals, client, watches))
         }));
     }
     ready.wait().await;
     let mut writer = connect(addr).await?;
+    let meters = Meters::start(pid);
     start_tx.send_replace(Some(Instant::now()));
     writer.put(key, "x", None).await?;
     let mut arrivals = Vec::new();
+    let mut streams = Vec::new();
     for t in tasks {
-        arrivals.extend(t.await??);
+        let (times, client, watches) = t.await??;
+        arrivals.extend(times);
+        streams.push((client, watches));
     }
-    Ok(Arrivals(arrivals))
+    let arrivals = meters.finish(arrivals);
+    drop(streams);
+    Ok(arrivals)
 }
 
 /// `failover` against etcd.

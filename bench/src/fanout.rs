@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use leasehold::{Client, SessionOptions, SubscribeOptions, SubscriptionEvent};
 use tokio::sync::Barrier;
 
+use crate::procstat::{Meter, Span};
 use crate::report::Figure;
 use crate::system::{Kind, System};
 
@@ -18,21 +19,46 @@ pub struct Shape {
 }
 
 /// When each subscriber saw the write, measured from just before it was
-/// sent.
-pub struct Arrivals(pub Vec<Duration>);
+/// sent, and the CPU the server and this process spent until the last did.
+pub struct Arrivals {
+    pub times: Vec<Duration>,
+    pub server: Option<Span>,
+    pub client: Option<Span>,
+}
+
+/// Meters the server and this process from just before the write.
+pub struct Meters(Meter, Meter);
+
+impl Meters {
+    pub fn start(server: Option<u32>) -> Meters {
+        Meters(Meter::start(server), Meter::start(Some(std::process::id())))
+    }
+
+    pub fn finish(self, times: Vec<Duration>) -> Arrivals {
+        Arrivals {
+            times,
+            server: self.0.span(),
+            client: self.1.span(),
+        }
+    }
+}
 
 pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let key = format!("bench-fanout-{}", uuid::Uuid::new_v4().simple());
     let arrivals = match system.kind {
-        Kind::Leasehold => leasehold(&system.addr, &key, shape).await?,
+        Kind::Leasehold => leasehold(&system.addr, system.pid, &key, shape).await?,
         #[cfg(feature = "etcd")]
-        Kind::Etcd => crate::etcd::fanout(&system.addr, &key, shape).await?,
+        Kind::Etcd => crate::etcd::fanout(&system.addr, system.pid, &key, shape).await?,
         #[cfg(feature = "zookeeper")]
-        Kind::Zookeeper => crate::zookeeper::fanout(&system.addr, &key, shape).await?,
+        Kind::Zookeeper => crate::zookeeper::fanout(&system.addr, system.pid, &key, shape).await?,
         #[allow(unreachable_patterns)]
         _ => return Err(system.missing()),
     };
-    let mut times = arrivals.0;
+    let Arrivals {
+        mut times,
+        server,
+        client,
+    } = arrivals;
     if times.len() != shape.subscribers {
         bail!(
             "{} of {} subscribers saw the write",
@@ -42,7 +68,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     }
     times.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    Ok(vec![
+    let mut figures = vec![
         Figure::lower("first subscriber has the event", "ms", ms(times[0])),
         Figure::lower("median subscriber", "ms", ms(times[times.len() / 2])),
         Figure::lower(
@@ -51,13 +77,34 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
             ms(*times.last().unwrap()),
         )
         .target(100.0),
-    ])
+    ];
+    let per_event = |span: Span| span.cpu.as_secs_f64() * 1e6 / shape.subscribers as f64;
+    if let Some(server) = server {
+        figures.push(Figure::lower(
+            "server CPU per subscriber",
+            "us",
+            per_event(server),
+        ));
+    }
+    if let Some(client) = client {
+        figures.push(Figure::neutral(
+            "client CPU per subscriber",
+            "us",
+            per_event(client),
+        ));
+    }
+    Ok(figures)
 }
 
 /// One session per connection, as ZooKeeper has it and as etcd has one
 /// watch stream per connection; each session carries its share of the
 /// subscriptions, and the master sends each subscription its event.
-async fn leasehold(addr: &str, key: &str, shape: Shape) -> anyhow::Result<Arrivals> {
+async fn leasehold(
+    addr: &str,
+    pid: Option<u32>,
+    key: &str,
+    shape: Shape,
+) -> anyhow::Result<Arrivals> {
     let per = shape.subscribers.div_ceil(shape.connections.max(1));
     let sessions = shape.subscribers.div_ceil(per);
     let ready = Arc::new(Barrier::new(sessions + 1));
@@ -90,10 +137,10 @@ async fn leasehold(addr: &str, key: &str, shape: Shape) -> anyhow::Result<Arriva
             }
             .await;
             ready.wait().await;
-            let (session, subscriptions) = setup?;
+            let (session, mut subscriptions) = setup?;
             let sent = start.wait_for(|s| s.is_some()).await?.expect("set");
             let arrivals =
-                futures::future::try_join_all(subscriptions.into_iter().map(|mut s| async move {
+                futures::future::try_join_all(subscriptions.iter_mut().map(|s| async move {
                     loop {
                         match s.next().await {
                             Some(SubscriptionEvent::Changed { .. }) => return Ok(sent.elapsed()),
@@ -105,20 +152,32 @@ async fn leasehold(addr: &str, key: &str, shape: Shape) -> anyhow::Result<Arriva
             let arrivals = tokio::time::timeout(Duration::from_secs(60), arrivals)
                 .await
                 .context("no event within 60 s")??;
-            let _ = session.close().await;
-            anyhow::Ok(arrivals)
+            // Kept to the end: a dropped subscription unsubscribes, and
+            // closing sessions or unsubscribing during the measurement
+            // would delay and bill the deliveries still under way.
+            anyhow::Ok((arrivals, (session, subscriptions)))
         }));
     }
     ready.wait().await;
     bar.finish_and_clear();
     let writer = Client::connect(addr.to_string()).await?;
+    let meters = Meters::start(pid);
     start_tx.send_replace(Some(Instant::now()));
     writer
         .put(key, b"x".to_vec(), leasehold::PutOptions::new())
         .await?;
     let mut arrivals = Vec::new();
+    let mut sessions = Vec::new();
     for t in tasks {
-        arrivals.extend(t.await??);
+        let (times, session) = t.await??;
+        arrivals.extend(times);
+        sessions.push(session);
     }
-    Ok(Arrivals(arrivals))
+    let arrivals = meters.finish(arrivals);
+    futures::future::join_all(sessions.into_iter().map(|(session, subscriptions)| {
+        drop(subscriptions);
+        session.close()
+    }))
+    .await;
+    Ok(arrivals)
 }

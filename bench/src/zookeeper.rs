@@ -16,7 +16,7 @@ use tokio::sync::{watch, Barrier};
 use zookeeper_client as zk;
 
 use crate::failover;
-use crate::fanout::{Arrivals, Shape as FanoutShape};
+use crate::fanout::{Arrivals, Meters, Shape as FanoutShape};
 use crate::report::Figure;
 use crate::sessions::{Phase, Tally};
 use crate::system::System;
@@ -156,7 +156,12 @@ pub async fn hold_sessions(
 /// `fanout`: `shape.subscribers` one-shot watches of the node, spread over
 /// `shape.connections` sessions. ZooKeeper sends one notification per
 /// session and path; the client library hands it to each watcher.
-pub async fn fanout(addr: &str, key: &str, shape: FanoutShape) -> anyhow::Result<Arrivals> {
+pub async fn fanout(
+    addr: &str,
+    pid: Option<u32>,
+    key: &str,
+    shape: FanoutShape,
+) -> anyhow::Result<Arrivals> {
     let path = path(key);
     let setup = connect(addr, Duration::from_secs(12)).await?;
     setup.create(&path, b"", &everyone()).await?;
@@ -183,26 +188,34 @@ pub async fn fanout(addr: &str, key: &str, shape: FanoutShape) -> anyhow::Result
             }
             .await;
             ready.wait().await;
-            let (_client, watchers) = setup?;
+            let (client, watchers) = setup?;
             let sent = start.wait_for(|s| s.is_some()).await?.expect("set");
             let arrivals = futures::future::join_all(watchers.into_iter().map(|w| async move {
                 w.changed().await;
                 sent.elapsed()
             }));
-            tokio::time::timeout(Duration::from_secs(60), arrivals)
+            let arrivals = tokio::time::timeout(Duration::from_secs(60), arrivals)
                 .await
-                .context("not every watch fired within 60 s")
+                .context("not every watch fired within 60 s")?;
+            // Closed after the measurement.
+            anyhow::Ok((arrivals, client))
         }));
     }
     ready.wait().await;
+    let meters = Meters::start(pid);
     start_tx.send_replace(Some(Instant::now()));
     setup.set_data(&path, b"x", None).await?;
     let mut arrivals = Vec::new();
+    let mut clients = Vec::new();
     for t in tasks {
-        arrivals.extend(t.await??);
+        let (times, client) = t.await??;
+        arrivals.extend(times);
+        clients.push(client);
     }
+    let arrivals = meters.finish(arrivals);
+    drop(clients);
     let _ = setup.delete(&path, None).await;
-    Ok(Arrivals(arrivals))
+    Ok(arrivals)
 }
 
 /// `failover` against ZooKeeper.
