@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use futures::stream::FuturesUnordered;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
     ClientFrame, CodecError, Error, ErrorCode, FrameCodec, Hello, Request, ServerFrame, Welcome,
@@ -22,6 +24,7 @@ use tracing::debug;
 
 use crate::config::Config;
 use crate::master::MasterHandle;
+use crate::reply::{Flow, Reply, ReplyTx};
 
 /// How long a closing connection keeps reading (and discarding) what the
 /// peer still sends, so the peer reads our `Close` frame instead of a reset.
@@ -66,13 +69,25 @@ pub(crate) async fn serve<S>(
             if !write_frame(&mut writer, ServerFrame::Welcome(welcome), &config).await {
                 return;
             }
-            let (replies, queue) = mpsc::channel(WRITE_QUEUE);
-            let writing = tokio::spawn(write_replies(writer, queue, config.clone()));
+            let flow = Arc::new(Flow::default());
+            let (replies, queue) = mpsc::unbounded_channel();
+            let done = CancellationToken::new();
+            let writing = tokio::spawn(write_replies(
+                writer,
+                queue,
+                flow.clone(),
+                done.clone(),
+                config.clone(),
+            ));
             let closing = tokio::select! {
-                closing = requests(&mut reader, &replies, &master, &config) => closing,
+                closing = requests(&mut reader, &replies, &flow, &master, &config) => closing,
                 () = shutdown.cancelled() => None,
             };
             drop(replies);
+            // Replies still to come (held KeepAlives) have nobody to read
+            // them: the writer sends what is queued and stops, and the
+            // master then sees the connection closed (`KA-4`).
+            done.cancel();
             match writing.await {
                 Ok(Some(w)) => writer = w,
                 _ => return,
@@ -123,69 +138,98 @@ fn handshake(
     }
 }
 
-/// Reads requests and queues their replies; returns the error to close with,
-/// if the connection ends because of one.
+/// Reads requests and hands each to the master with the way back to this
+/// connection; returns the error to close with, if the connection ends
+/// because of one.
 async fn requests<S: AsyncRead>(
     reader: &mut Reader<S>,
-    replies: &mpsc::Sender<ServerFrame>,
+    replies: &mpsc::UnboundedSender<Reply>,
+    flow: &Arc<Flow>,
     master: &MasterHandle,
     config: &Config,
 ) -> Option<Error> {
-    let mut pending = FuturesUnordered::new();
-    // Requests counted against the in-flight limit. KeepAlives are not:
-    // at most one is held per session, so sessions bound them (`CONN-3`).
-    let mut limited = 0usize;
     loop {
-        tokio::select! {
-            frame = reader.next() => {
-                let (id, request) = match frame? {
-                    Ok(ClientFrame::Request { id, body }) => (id, body),
-                    Ok(ClientFrame::Hello(_)) => {
-                        return Some(Error::new(ErrorCode::Malformed, "Hello sent twice"));
-                    }
-                    Err(CodecError::Io(_)) => return None,
-                    Err(e) => return Some(codec_error(e)),
-                };
-                let counted = !matches!(request, Request::KeepAlive(_));
-                if counted && limited >= config.max_in_flight {
-                    let refusal = Err(Error::new(
-                        ErrorCode::LimitReached,
-                        format!("more than {} requests in flight on one connection", config.max_in_flight),
-                    ));
-                    replies.send(ServerFrame::Reply { id, body: refusal }).await.ok()?;
-                    continue;
-                }
-                limited += usize::from(counted);
-                let reply = master.call(request).await;
-                pending.push(async move { (id, counted, reply.await) });
+        // A peer that does not read its replies is not read either: they
+        // cannot pile up, and it cannot block anyone else (`CONN-5`).
+        while flow.queued.load(Ordering::Acquire) >= WRITE_QUEUE {
+            tokio::select! {
+                () = flow.drained.notified() => {}
+                () = replies.closed() => return None,
             }
+        }
+        let frame = tokio::select! {
+            frame = reader.next() => frame,
             // The writer gave up on the peer: stop serving it, so that no
             // more KeepAlives are answered (and leases extended) for nobody.
             () = replies.closed() => return None,
-            Some((id, counted, reply)) = pending.next(), if !pending.is_empty() => {
-                limited -= usize::from(counted);
-                let body = reply.unwrap_or_else(|_| {
-                    Err(Error::new(ErrorCode::Internal, "the master is shutting down"))
-                });
-                replies.send(ServerFrame::Reply { id, body }).await.ok()?;
+        };
+        let (id, request) = match frame? {
+            Ok(ClientFrame::Request { id, body }) => (id, body),
+            Ok(ClientFrame::Hello(_)) => {
+                return Some(Error::new(ErrorCode::Malformed, "Hello sent twice"));
             }
+            Err(CodecError::Io(_)) => return None,
+            Err(e) => return Some(codec_error(e)),
+        };
+        // KeepAlives are not counted against the in-flight limit: at most
+        // one is held per session, so sessions bound them (`CONN-3`).
+        let counted = !matches!(request, Request::KeepAlive(_));
+        if counted && flow.limited.load(Ordering::Acquire) >= config.max_in_flight {
+            let refusal = Err(Error::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "more than {} requests in flight on one connection",
+                    config.max_in_flight
+                ),
+            ));
+            ReplyTx::new(replies.clone(), flow.clone(), id, false)
+                .send(refusal)
+                .ok()?;
+            continue;
         }
+        if counted {
+            flow.limited.fetch_add(1, Ordering::AcqRel);
+        }
+        let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted);
+        master.call(request, reply).await;
     }
 }
 
-/// Writes queued frames until the queue closes; gives the writer back, or
-/// `None` if the peer stopped reading or the connection broke.
+/// Writes replies as they come until the reader is `done`, then what is
+/// already queued; gives the writer back, or `None` if the peer stopped
+/// reading or the connection broke.
 async fn write_replies<S: AsyncWrite>(
     mut writer: Writer<S>,
-    mut queue: mpsc::Receiver<ServerFrame>,
+    mut queue: mpsc::UnboundedReceiver<Reply>,
+    flow: Arc<Flow>,
+    done: CancellationToken,
     config: Config,
 ) -> Option<Writer<S>> {
-    while let Some(frame) = queue.recv().await {
+    let taken = |reply: &Reply| {
+        if reply.limited {
+            flow.limited.fetch_sub(1, Ordering::AcqRel);
+        }
+        flow.queued.fetch_sub(1, Ordering::AcqRel);
+        flow.drained.notify_one();
+    };
+    loop {
+        let reply = tokio::select! {
+            biased;
+            reply = queue.recv() => reply,
+            () = done.cancelled() => queue.try_recv().ok(),
+        };
+        let Some(reply) = reply else {
+            return Some(writer);
+        };
+        taken(&reply);
+        let frame = ServerFrame::Reply {
+            id: reply.id,
+            body: reply.body,
+        };
         if !write_frame(&mut writer, frame, &config).await {
             return None;
         }
     }
-    Some(writer)
 }
 
 /// Writes one frame within the write timeout. A reply too large for a frame

@@ -35,6 +35,7 @@ mod memstore;
 mod namespace;
 mod node;
 mod recovery;
+mod reply;
 mod server;
 mod session;
 mod state;

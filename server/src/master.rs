@@ -1,9 +1,9 @@
 //! The master task: the single owner of the state machine, the leases, the
 //! held KeepAlives and the timers that drive them.
 //!
-//! Connections send [`Call`]s over a channel and await a oneshot reply, so
-//! no lock is ever held and a held KeepAlive costs one channel slot, not a
-//! task. Expiry and held-KeepAlive answers come from one `DelayQueue`, so the
+//! Connections send [`Call`]s over a channel, each with the way back to
+//! its connection (`reply.rs`), so no lock is ever held and a held
+//! KeepAlive costs a few dozen bytes, not a task. Expiry and held-KeepAlive answers come from one `DelayQueue`, so the
 //! master never scans all sessions.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use futures::StreamExt;
 use leasehold_protocol::{
     Error, ErrorCode, LeaseGrant, NodeView, Request, Response, Sequencer, SessionId, SessionInfo,
 };
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info};
@@ -97,8 +97,7 @@ pub(crate) fn mismatch(applied: Applied) -> Error {
     )
 }
 
-/// Where a reply goes.
-pub(crate) type ReplyTx = oneshot::Sender<Result<Response, Error>>;
+pub(crate) use crate::reply::ReplyTx;
 
 /// A request from a connection, with the channel its reply goes to.
 #[derive(Debug)]
@@ -114,16 +113,12 @@ pub struct MasterHandle {
 }
 
 impl MasterHandle {
-    /// Sends `request` to the master; the receiver yields its reply. A
+    /// Sends `request` to the master, which answers through `reply`. A
     /// KeepAlive's reply may come much later (it is held).
-    pub(crate) async fn call(
-        &self,
-        request: Request,
-    ) -> oneshot::Receiver<Result<Response, Error>> {
-        let (reply, rx) = oneshot::channel();
-        // A closed master drops `reply`; the receiver then reports it.
+    pub(crate) async fn call(&self, request: Request, reply: ReplyTx) {
+        // A closed master drops the call, and `reply` then answers that
+        // it is shutting down.
         let _ = self.calls.send(Call { request, reply }).await;
-        rx
     }
 }
 
@@ -714,9 +709,9 @@ mod tests {
     use leasehold_protocol::{Behavior, CreateSession, KeepAlive};
 
     fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
-        let (reply, mut rx) = oneshot::channel();
+        let (reply, mut rx) = crate::reply::channel(1);
         master.handle(Call { request, reply });
-        rx.try_recv().expect("answered at once")
+        rx.try_recv().expect("answered at once").body
     }
 
     // SES-6, KA-7
