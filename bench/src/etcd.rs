@@ -70,6 +70,23 @@ async fn keep_alive(client: Client, id: i64, ttl: i64, mut renewed: impl FnMut(b
     }
 }
 
+/// Grants a lease of `ttl` seconds. etcd refuses requests while its
+/// applied index lags its committed one by 5,000 ("too many requests"), as
+/// it does under a burst of grants: those are tried again shortly.
+async fn grant(mut client: Client, ttl: i64) -> anyhow::Result<i64> {
+    let mut tries = 0;
+    loop {
+        match client.lease_grant(ttl, None).await {
+            Ok(granted) => return Ok(granted.id()),
+            Err(e) if tries < 100 && e.to_string().contains("too many requests") => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// A client with a lease, kept alive in the background, taking locks
 /// bound to it.
 pub struct Locker {
@@ -116,11 +133,8 @@ pub async fn hold_sessions(
 ) -> anyhow::Result<()> {
     let client = connect(addr).await?;
     let ids: Vec<i64> = stream::iter(0..n)
-        .map(|_| {
-            let mut client = client.clone();
-            async move { anyhow::Ok(client.lease_grant(ttl(lease), None).await?.id()) }
-        })
-        .buffer_unordered(32)
+        .map(|_| grant(client.clone(), ttl(lease)))
+        .buffer_unordered(4)
         .try_collect()
         .await?;
     let mut keepers = Vec::new();
@@ -296,10 +310,10 @@ impl failover::Peer for Failover {
         let bar = crate::progress::bar(shape.sessions as u64, "granting leases");
         let leases: Vec<(Client, i64)> = stream::iter(0..shape.sessions)
             .map(|i| {
-                let mut client = clients[i % clients.len()].clone();
+                let client = clients[i % clients.len()].clone();
                 let bar = bar.clone();
                 async move {
-                    let id = client.lease_grant(12, None).await?.id();
+                    let id = grant(client.clone(), 12).await?;
                     bar.inc(1);
                     anyhow::Ok((client, id))
                 }

@@ -49,6 +49,9 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     })
     .await?;
     let addr = master.addr().to_string();
+    // The handshake waits for recovery, which a million nodes make longer
+    // than a client's connect timeout.
+    serving(&addr).await?;
     let clients = crate::load::open(shape.connections, "connecting", |_| {
         let addr = addr.clone();
         async move { anyhow::Ok(Client::connect(addr).await?) }
@@ -155,6 +158,21 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
         Figure::lower("sessions expired", "", expired as f64).target(0.0),
     ])
+}
+
+/// Waits until the master at `addr` answers a request.
+async fn serving(addr: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let probe = async { Client::connect(addr.to_string()).await?.epoch().await };
+        match probe.await {
+            Ok(_) => return Ok(()),
+            Err(e) if started.elapsed() > Duration::from_secs(300) => {
+                return Err(anyhow::Error::new(e).context("the master did not serve within 300 s"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
 
 /// What the failover scenario needs of a peer.

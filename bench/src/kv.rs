@@ -83,6 +83,8 @@ pub async fn run(
             "ms",
             gets.latency.ms(0.99),
         ));
+        figures.extend(puts.cpu_figures(&format!("put, {label}")));
+        figures.extend(gets.cpu_figures(&format!("get, {label}")));
     }
     Ok(figures)
 }

@@ -72,6 +72,9 @@ pub(crate) async fn serve<S>(
             let flow = Arc::new(Flow::default());
             let (replies, queue) = mpsc::unbounded_channel();
             let done = CancellationToken::new();
+            // Also if this future is dropped half way: the writer must not
+            // outlive the connection while the master holds reply handles.
+            let _done_on_drop = done.clone().drop_guard();
             let writing = tokio::spawn(write_replies(
                 writer,
                 queue,
@@ -212,11 +215,20 @@ async fn write_replies<S: AsyncWrite>(
         flow.queued.fetch_sub(1, Ordering::AcqRel);
         flow.drained.notify_one();
     };
+    let mut closing = false;
     loop {
         let reply = tokio::select! {
             biased;
             reply = queue.recv() => reply,
-            () = done.cancelled() => queue.try_recv().ok(),
+            () = done.cancelled(), if !closing => {
+                // From now on a reply cannot be queued: the master sees the
+                // connection closed, so it extends no lease for nobody
+                // (`KA-4`) and undoes a grant nobody heard of (`LOCK-9`).
+                // What is queued already is still written.
+                queue.close();
+                closing = true;
+                continue;
+            }
         };
         let Some(reply) = reply else {
             return Some(writer);
