@@ -1,6 +1,7 @@
 //! [`Client`]: a handle to one Leasehold master, shared by every session and
 //! call made through it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +58,10 @@ struct Inner {
     connector: Box<dyn Connector>,
     config: ClientConfig,
     current: Mutex<Option<Connection>>,
+    /// Held while a connection is being opened: one attempt at a time.
+    connecting: tokio::sync::Mutex<Option<std::io::ErrorKind>>,
+    /// Connection attempts finished so far.
+    attempts: AtomicU64,
 }
 
 impl std::fmt::Debug for Client {
@@ -84,6 +89,8 @@ impl Client {
                 connector: Box::new(connector),
                 config,
                 current: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(None),
+                attempts: AtomicU64::new(0),
             }),
         };
         client.connection().await?;
@@ -95,11 +102,39 @@ impl Client {
         if let Some(conn) = self.current().clone() {
             return Ok(conn);
         }
-        // Connect without holding the lock, so abandoning a connection never
-        // waits for a slow connect; concurrent callers may each open one, and
-        // the first to finish is kept.
-        let timeout = self.inner.config.connect_timeout;
+        // One attempt at a time, shared: when a connection carrying many
+        // sessions breaks, each of them asks for a new one at once, and a
+        // connect apiece would have the master face a storm of connections
+        // as it comes back. Callers that waited for an attempt share its
+        // connection, or its failure. The lock on `current` is not held
+        // meanwhile, so abandoning a connection never waits for a connect.
+        let seen = self.inner.attempts.load(Ordering::Acquire);
+        let mut connecting = self.inner.connecting.lock().await;
         let addr = self.inner.connector.addr();
+        if let Some(conn) = self.current().clone() {
+            return Ok(conn);
+        }
+        if self.inner.attempts.load(Ordering::Acquire) != seen {
+            if let Some(kind) = *connecting {
+                return Err(ClientError::Connect {
+                    addr,
+                    source: std::io::Error::new(kind, "the connection attempt under way failed"),
+                });
+            }
+        }
+        let outcome = self.open(&addr).await;
+        *connecting = outcome.as_ref().err().map(|e| match e {
+            ClientError::Connect { source, .. } => source.kind(),
+            _ => std::io::ErrorKind::ConnectionAborted,
+        });
+        self.inner.attempts.fetch_add(1, Ordering::AcqRel);
+        let conn = outcome?;
+        Ok(self.current().get_or_insert(conn).clone())
+    }
+
+    async fn open(&self, addr: &str) -> Result<Connection, ClientError> {
+        let timeout = self.inner.config.connect_timeout;
+        let addr = addr.to_string();
         let open =
             async {
                 let transport = self.inner.connector.connect().await.map_err(|source| {
@@ -117,7 +152,7 @@ impl Client {
                     addr: addr.clone(),
                     source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
                 })??;
-        Ok(self.current().get_or_insert(conn).clone())
+        Ok(conn)
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Connection>> {
