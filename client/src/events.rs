@@ -146,6 +146,9 @@ pub(crate) struct LockSignal {
     pub(crate) lost: bool,
     /// The latest session waiting for it.
     pub(crate) conflict: Option<SessionId>,
+    /// How many times the session has entered jeopardy while holding it:
+    /// counted, so a jeopardy over before anyone looked is still seen.
+    pub(crate) jeopardies: u64,
 }
 
 #[derive(Debug)]
@@ -250,6 +253,11 @@ impl Dispatch {
     /// Tells the subscriptions that asked of a session state change; on
     /// `Expired` every stream ends after it.
     pub(crate) fn session_state(&mut self, state: SessionState) {
+        if state == SessionState::Jeopardy {
+            for signal in self.locks.values() {
+                signal.send_modify(|s| s.jeopardies += 1);
+            }
+        }
         let asked = |r: &&Route| r.options.mask & event_mask::SESSION_STATE != 0;
         for route in self.subscriptions.values().filter(asked) {
             route.send(SubscriptionEvent::Session(state));

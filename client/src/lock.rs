@@ -109,11 +109,14 @@ impl LockGuard {
     /// already; expired: it has), or the master took it away (its node was
     /// deleted) (`LOCK-10`). Stop acting as the holder then.
     pub async fn lost(&self) {
-        let mut states = self.session.watch_state();
         let mut signal = self.signal.clone();
+        // The state channel keeps only the latest state, which may already
+        // be `Normal` again after a brief jeopardy: jeopardies are counted.
+        let seen = signal.borrow().jeopardies;
+        let mut states = self.session.watch_state();
         tokio::select! {
             _ = states.wait_for(|s| matches!(s, SessionState::Jeopardy | SessionState::Expired)) => {}
-            _ = signal.wait_for(|s| s.lost) => {}
+            _ = signal.wait_for(|s| s.lost || s.jeopardies > seen) => {}
         }
     }
 

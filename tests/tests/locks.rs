@@ -232,6 +232,49 @@ async fn a_guard_reports_the_lock_lost_when_its_session_enters_jeopardy() {
     assert_ne!(holder.state(), SessionState::Normal);
 }
 
+// LOCK-10: the session's state channel keeps only the latest state, so a
+// jeopardy over before the waiting task ran must still be reported.
+#[tokio::test]
+async fn a_guard_reports_a_jeopardy_that_ended_before_its_waiter_looked() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let holder = client
+        .create_session(SessionOptions::new("holder").lease(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    // Polled once, as a task waiting on it would be, then left alone.
+    tokio::select! {
+        biased;
+        () = &mut lost => panic!("lost while the session is normal"),
+        () = std::future::ready(()) => {}
+    }
+    let mut states = holder.watch_state();
+    proxy.set(Link::Hold);
+    states
+        .wait_for(|s| *s == SessionState::Jeopardy)
+        .await
+        .unwrap();
+    proxy.set(Link::Pass);
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        states.wait_for(|s| *s == SessionState::Normal),
+    )
+    .await
+    .expect("the session comes back")
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), lost)
+        .await
+        .expect("the jeopardy is reported although it is over");
+    assert!(guard.is_held(), "the session kept its lock");
+}
+
 // LOCK-9
 #[tokio::test]
 async fn dropping_a_guard_releases_the_lock() {
