@@ -222,6 +222,7 @@ where
 {
     let limits = limits::measure(&std::env::temp_dir()).await?;
     let mut outcomes = Vec::new();
+    let mut failures = Vec::new();
     for kind in std::iter::once(Kind::Leasehold).chain(common.peers.iter().copied()) {
         let mut runs = Vec::new();
         for run in 0..common.runs.max(1) {
@@ -238,15 +239,28 @@ where
             if let Some(master) = master {
                 master.stop().await;
             }
-            runs.push(figures?);
+            match figures {
+                Ok(figures) => runs.push(figures),
+                // A peer that fails the scenario is reported as failing it;
+                // Leasehold failing it fails the run.
+                Err(e) if kind != Kind::Leasehold => {
+                    eprintln!("{name}: {} failed: {e:#}", kind.name());
+                    failures.push(format!("{}: {e:#}", kind.name()));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        outcomes.push(Outcome::median(kind.name(), runs));
+        if !runs.is_empty() {
+            outcomes.push(Outcome::median(kind.name(), runs));
+        }
     }
     let report = Report {
         scenario: name.to_string(),
         parameters,
         limits: Some(limits),
         outcomes,
+        failures,
     };
     if common.json {
         println!("{}", report.to_json());

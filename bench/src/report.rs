@@ -120,6 +120,8 @@ pub struct Report {
     pub parameters: serde_json::Value,
     pub limits: Option<Limits>,
     pub outcomes: Vec<Outcome>,
+    /// Peers that failed the scenario, and why.
+    pub failures: Vec<String>,
 }
 
 impl Report {
@@ -129,6 +131,7 @@ impl Report {
             "parameters": self.parameters,
             "limits": self.limits,
             "systems": self.outcomes,
+            "failed": self.failures,
         })
     }
 
@@ -224,6 +227,9 @@ impl Report {
         }
         if ours.runs > 1 {
             out.push_str(&format!("median of {} runs per system\n", ours.runs));
+        }
+        for failure in &self.failures {
+            out.push_str(&format!("failed: {failure}\n"));
         }
         out
     }
