@@ -36,6 +36,22 @@ pub async fn run(system: &System, bin: &Path, shape: Shape) -> anyhow::Result<Ve
     }
 }
 
+/// The scenario's figures, times measured from the kill.
+fn figures(
+    listening: Duration,
+    all_back: Duration,
+    lock_taken: Duration,
+    expired: u64,
+) -> Vec<Figure> {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    vec![
+        Figure::lower("restarted master listening", "ms", ms(listening)),
+        Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
+        Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
+        Figure::lower("sessions expired", "", expired as f64).target(0.0),
+    ]
+}
+
 /// How long a failover is given before the run fails.
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -151,13 +167,7 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let expired = expired.load(Ordering::SeqCst);
     drop(sessions);
     master.stop().await;
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    Ok(vec![
-        Figure::lower("restarted master listening", "ms", ms(listening)),
-        Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
-        Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
-        Figure::lower("sessions expired", "", expired as f64).target(0.0),
-    ])
+    Ok(figures(listening, all_back, lock_taken, expired))
 }
 
 /// Waits until the master at `addr` answers a request.
@@ -263,11 +273,5 @@ pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Re
     let (lock_taken, all_back) = (lock_taken?, all_back?);
     let expired = tally.expired.load(Ordering::SeqCst);
     drop(sessions);
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    Ok(vec![
-        Figure::lower("restarted master listening", "ms", ms(listening)),
-        Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
-        Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
-        Figure::lower("sessions expired", "", expired as f64).target(0.0),
-    ])
+    Ok(figures(listening, all_back, lock_taken, expired))
 }
