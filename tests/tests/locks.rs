@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use leasehold::{Client, ErrorCode, LockMode, LockOptions, Session, SessionOptions, SessionState};
+use leasehold::{
+    Client, ErrorCode, LockGuard, LockMode, LockOptions, Session, SessionOptions, SessionState,
+};
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::server::{short_lease_config, start, TestServer};
 use tokio::time::Instant;
@@ -209,9 +211,9 @@ async fn a_destroyed_session_leaves_its_locks_in_lock_delay() {
     ));
 }
 
-// LOCK-10
-#[tokio::test]
-async fn a_guard_reports_the_lock_lost_when_its_session_enters_jeopardy() {
+/// A session with a 500 ms lease holding "k", connected through a proxy
+/// that can hold or cut its link.
+async fn held_through_a_proxy() -> (TestServer, Proxy, Session, LockGuard) {
     let server = start(short_lease_config()).await;
     let proxy = Proxy::start(server.addr).await;
     let client = Client::connect(proxy.addr.to_string()).await.unwrap();
@@ -223,6 +225,13 @@ async fn a_guard_reports_the_lock_lost_when_its_session_enters_jeopardy() {
         .try_lock("k", LockOptions::exclusive())
         .await
         .unwrap();
+    (server, proxy, holder, guard)
+}
+
+// LOCK-10
+#[tokio::test]
+async fn a_guard_reports_the_lock_lost_when_its_session_enters_jeopardy() {
+    let (_server, proxy, holder, guard) = held_through_a_proxy().await;
     assert!(guard.is_held());
     proxy.set(Link::Cut);
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
@@ -236,17 +245,7 @@ async fn a_guard_reports_the_lock_lost_when_its_session_enters_jeopardy() {
 // jeopardy over before the waiting task ran must still be reported.
 #[tokio::test]
 async fn a_guard_reports_a_jeopardy_that_ended_before_its_waiter_looked() {
-    let server = start(short_lease_config()).await;
-    let proxy = Proxy::start(server.addr).await;
-    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
-    let holder = client
-        .create_session(SessionOptions::new("holder").lease(Duration::from_millis(500)))
-        .await
-        .unwrap();
-    let guard = holder
-        .try_lock("k", LockOptions::exclusive())
-        .await
-        .unwrap();
+    let (_server, proxy, holder, guard) = held_through_a_proxy().await;
     let lost = guard.lost();
     tokio::pin!(lost);
     // Polled once, as a task waiting on it would be, then left alone.
