@@ -169,6 +169,20 @@ impl Client {
         }
     }
 
+    /// Abandons connection `id` (as [`Client::abandon`]) unless it has
+    /// delivered a frame within `window`: one that is delivering replies is
+    /// slow, not dead. Says whether it was abandoned.
+    pub(crate) fn abandon_if_silent(&self, id: u64, window: Duration) -> bool {
+        let mut current = self.current();
+        let silent = current.as_ref().is_some_and(|c| {
+            c.id() == id && c.heard().latest() + window <= tokio::time::Instant::now()
+        });
+        if silent {
+            *current = None;
+        }
+        silent
+    }
+
     /// Sends `request` on `conn`, abandoning the connection if it broke.
     pub(crate) async fn call_on(
         &self,

@@ -16,6 +16,7 @@ use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{ClientFrame, FrameCodec, Hello, Request, Response, ServerFrame, Welcome};
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::error::ClientError;
@@ -52,6 +53,36 @@ pub(crate) struct Connection {
     /// requests wait here instead of being refused with `LimitReached`.
     in_flight: Arc<Semaphore>,
     welcome: Welcome,
+    heard: Heard,
+}
+
+/// When a connection last delivered a frame. A connection that is
+/// delivering replies is alive however slow its answers are, and opening
+/// another to the same master would only add to that master's load.
+#[derive(Debug, Clone)]
+pub(crate) struct Heard {
+    opened: Instant,
+    /// Milliseconds from `opened` to the latest frame.
+    latest_ms: Arc<AtomicU64>,
+}
+
+impl Heard {
+    fn new() -> Self {
+        Heard {
+            opened: Instant::now(),
+            latest_ms: Arc::default(),
+        }
+    }
+
+    fn now(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64;
+        self.latest_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// When the latest frame arrived (the opening, before any).
+    pub(crate) fn latest(&self) -> Instant {
+        self.opened + Duration::from_millis(self.latest_ms.load(Ordering::Relaxed))
+    }
 }
 
 impl Connection {
@@ -85,9 +116,15 @@ impl Connection {
             .await
             .map_err(|_| ClientError::Timeout(handshake_timeout))??;
         let pending: Pending = Arc::default();
+        let heard = Heard::new();
         let (requests, queue) = mpsc::channel(256);
         let (reader_done, reader_stopped) = oneshot::channel();
-        let reading = tokio::spawn(read_replies(reader, pending.clone(), reader_done));
+        let reading = tokio::spawn(read_replies(
+            reader,
+            pending.clone(),
+            heard.clone(),
+            reader_done,
+        ));
         tokio::spawn(write_requests(
             writer,
             queue,
@@ -101,6 +138,7 @@ impl Connection {
             requests,
             in_flight: Arc::new(Semaphore::new(permits)),
             welcome,
+            heard,
         })
     }
 
@@ -110,6 +148,10 @@ impl Connection {
 
     pub(crate) fn welcome(&self) -> &Welcome {
         &self.welcome
+    }
+
+    pub(crate) fn heard(&self) -> &Heard {
+        &self.heard
     }
 
     /// Sends `request` and waits for its reply.
@@ -202,10 +244,13 @@ async fn write_requests(
 async fn read_replies(
     mut reader: FramedRead<ReadHalf<BoxTransport>, Codec>,
     pending: Pending,
+    heard: Heard,
     done: oneshot::Sender<()>,
 ) {
     let failure = loop {
-        match reader.next().await {
+        let frame = reader.next().await;
+        heard.now();
+        match frame {
             Some(Ok(ServerFrame::Reply { id, body })) => {
                 if let Some((reply, _permit)) = lock(&pending).replies.remove(&id) {
                     let _ = reply.send(body.map_err(ClientError::Server));

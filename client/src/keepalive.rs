@@ -5,8 +5,11 @@
 //! its reply renews the local lease and the next one goes out at once. When
 //! the local lease runs out the session is in jeopardy: the held request is
 //! left in flight (the link may only be slow) while probes that the master
-//! answers at once go out over fresh connections, with backoff, until one
-//! succeeds (safe, then normal) or the grace period ends (expired).
+//! answers at once go out one at a time, with backoff, until one succeeds
+//! (safe, then normal) or the grace period ends (expired). A connection
+//! is given up only once it has gone silent: after a fail-over, a master
+//! catching up on many sessions answers slowly, and probes that time out
+//! and multiply would bury it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,14 +32,16 @@ use crate::error::ClientError;
 use crate::lease::{local_expiry, MAX_GRANT};
 use crate::session::{SessionOptions, SessionState, Shared, Stop};
 
-/// How long a KeepAlive that asks for an immediate answer may take.
+/// How long a KeepAlive that asks for an immediate answer waits while its
+/// connection delivers nothing at all.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time allowed for the DestroySession sent on close.
 const DESTROY_TIMEOUT: Duration = Duration::from_secs(2);
 /// KeepAlives in flight at most; timeouts keep them draining.
 const MAX_IN_FLIGHT: usize = 8;
 
-type Reply = (Instant, Result<Response, ClientError>);
+/// When a KeepAlive was sent, whether it asked to be held, and its outcome.
+type Reply = (Instant, bool, Result<Response, ClientError>);
 type InFlight = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
 pub(crate) struct Keeper {
@@ -105,6 +110,11 @@ impl Keeper {
 
     pub(crate) async fn run(mut self, mut close: oneshot::Receiver<Stop>) {
         let mut in_flight = FuturesUnordered::<InFlight>::new();
+        // KeepAlives in flight that asked for an answer at once. In
+        // jeopardy one is enough: a master that is merely slow answers it
+        // in the end, and more would only add to what it has to catch up
+        // on.
+        let mut unheld = 0usize;
         let mut send_at = Some(Instant::now());
         let mut hold = true;
         // Whether the KeepAlive in flight asked for an answer at once
@@ -131,7 +141,11 @@ impl Keeper {
                     }
                     return;
                 }
-                Some((sent, result)) = in_flight.next() => match result.and_then(keepalive_reply) {
+                Some((sent, held, result)) = in_flight.next() => {
+                    if !held {
+                        unheld -= 1;
+                    }
+                    match result.and_then(keepalive_reply) {
                                                             // A late reply from a master older than the one already
                     // heard from proves nothing and carries stale events.
                     Ok((epoch, ..)) if epoch < self.epoch => {}
@@ -159,6 +173,7 @@ impl Keeper {
                                 self.enter(SessionState::Normal);
                             }
                             in_flight.clear();
+                            unheld = 0;
                             failures = 0;
                             // KA-9: a request delayed on its way leaves a
                             // local lease shorter than the master's by the
@@ -200,14 +215,19 @@ impl Keeper {
                             }
                         }
                     },
+                    }
                 },
                 () = sleep_until(self.local_expiry), if self.state == SessionState::Normal => {
                     self.enter(SessionState::Jeopardy); // CS-2
                     grace_end = Some(self.local_expiry + self.grace);
                     // The connection may be dead: new requests go out on a
-                    // new one, while the held request stays in flight.
-                    self.client
-                        .abandon(self.last_connection.load(Ordering::Relaxed));
+                    // new one, while the held request stays in flight. One
+                    // that delivered a frame within the last probe timeout
+                    // is alive, its master only slow; it is kept.
+                    self.client.abandon_if_silent(
+                        self.last_connection.load(Ordering::Relaxed),
+                        PROBE_TIMEOUT,
+                    );
                     hold = false;
                     probes = 0;
                     send_at = Some(Instant::now());
@@ -218,7 +238,11 @@ impl Keeper {
                 }
                 () = sleep_until(send_at.unwrap_or(far)), if send_at.is_some() => {
                     send_at = None;
-                    if in_flight.len() < MAX_IN_FLIGHT {
+                    let probing = self.state == SessionState::Jeopardy && unheld > 0;
+                    if in_flight.len() < MAX_IN_FLIGHT && !probing {
+                        if !hold {
+                            unheld += 1;
+                        }
                         in_flight.push(self.send(hold));
                     }
                     if self.state == SessionState::Jeopardy {
@@ -258,17 +282,13 @@ impl Keeper {
         failover
     }
 
-    /// Sends one KeepAlive; `hold = false` asks for an immediate answer and
-    /// gives up after [`PROBE_TIMEOUT`].
+    /// Sends one KeepAlive. One with `hold = false` asks for an immediate
+    /// answer, and is given up once its connection has delivered nothing
+    /// for [`PROBE_TIMEOUT`]; the connection is then abandoned.
     fn send(&self, hold: bool) -> InFlight {
         let client = self.client.clone();
         let last_connection = self.last_connection.clone();
-        let request = Request::KeepAlive(KeepAlive {
-            session: self.id,
-            epoch: self.epoch,
-            acked_seq: self.delivered,
-            hold,
-        });
+        let (session, known_epoch, delivered) = (self.id, self.epoch, self.delivered);
         Box::pin(async move {
             // Taken before connecting: the earliest the master can have seen
             // the request, so the local lease stays conservative.
@@ -276,22 +296,44 @@ impl Keeper {
             let attempt = async {
                 let conn = client.connection().await?;
                 last_connection.store(conn.id(), Ordering::Relaxed);
-                client.call_on(&conn, request).await
-            };
-            let result = if hold {
-                attempt.await
-            } else {
-                match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
-                    Ok(result) => result,
-                    Err(_) => {
-                        // Whatever it was waiting on (connect or reply), the
-                        // next probe starts afresh.
-                        client.abandon(last_connection.load(Ordering::Relaxed));
-                        Err(ClientError::Timeout(PROBE_TIMEOUT))
+                // A newer master announces its epoch in the Welcome: naming
+                // it at once saves the round trip of a `WrongEpoch`
+                // refusal (`KA-6`). That master numbers its events afresh,
+                // so none of them is acknowledged yet (`FO-6`).
+                let announced = conn.welcome().epoch;
+                let (epoch, acked_seq) = if announced > known_epoch {
+                    (announced, 0)
+                } else {
+                    (known_epoch, delivered)
+                };
+                let request = Request::KeepAlive(KeepAlive {
+                    session,
+                    epoch,
+                    acked_seq,
+                    hold,
+                });
+                let reply = client.call_on(&conn, request);
+                if hold {
+                    return reply.await;
+                }
+                tokio::pin!(reply);
+                let mut deadline = Instant::now() + PROBE_TIMEOUT;
+                loop {
+                    tokio::select! {
+                        result = &mut reply => return result,
+                        () = sleep_until(deadline) => {
+                            let alive_until = conn.heard().latest() + PROBE_TIMEOUT;
+                            if alive_until > Instant::now() {
+                                deadline = alive_until;
+                                continue;
+                            }
+                            client.abandon(conn.id());
+                            return Err(ClientError::Timeout(PROBE_TIMEOUT));
+                        }
                     }
                 }
             };
-            (sent, result)
+            (sent, hold, attempt.await)
         })
     }
 

@@ -8,12 +8,14 @@
 //! - [`sim`]: the listener and connector that run the real server and client
 //!   over turmoil's simulated network.
 //! - [`states`]: a session's state transitions, recorded.
+//! - [`scripted`]: a master whose answers the test writes by hand.
 //! - [`conformance`]: the protocol conformance harness (the
 //!   `leasehold-conformance` binary runs it against any server).
 
 pub mod conformance;
 pub mod proxy;
 pub mod raw;
+pub mod scripted;
 pub mod server;
 pub mod sim;
 pub mod states;

@@ -3,11 +3,16 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
 use leasehold::{Client, ErrorCode, Session, SessionOptions, SessionState};
+use leasehold_protocol::{Event, EventKind, LeaseGrant, Request, Response, SessionId};
 use leasehold_tests::proxy::{Link, Proxy};
+use leasehold_tests::scripted::{grant, ScriptedConnection, ScriptedMaster};
 use leasehold_tests::server::{short_lease_config, start};
 use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
+use uuid::Uuid;
 
 const LEASE: Duration = Duration::from_millis(1_000);
 const GRACE: Duration = Duration::from_millis(1_000);
@@ -252,4 +257,164 @@ async fn a_session_keeper_reuses_the_live_session_and_replaces_an_expired_one() 
     assert_ne!(second.id(), first.id());
     keeper.close().await.unwrap();
     assert!(client.session_info(second.id()).await.is_err());
+}
+
+/// Answers each KeepAlive of `busy` on a 50 ms tick, so the connection
+/// keeps delivering frames, and holds every KeepAlive of `quiet` but its
+/// first probe, which it answers `probe_delay` after it arrived. Stops
+/// `after` the probe is answered; returns how many probes `quiet` sent.
+async fn serve_a_slow_probe(
+    conn: &mut ScriptedConnection,
+    (quiet, busy): (SessionId, SessionId),
+    probe_delay: Duration,
+    after: Duration,
+) -> usize {
+    let mut probes = 0;
+    let mut probe: Option<(u64, Instant)> = None;
+    let mut busy_waiting = Vec::new();
+    let mut stop_at: Option<Instant> = None;
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while stop_at.is_none_or(|at| Instant::now() < at) && Instant::now() < give_up {
+        match conn.request(Duration::from_millis(50)).await {
+            Some((id, Request::KeepAlive(ka))) if ka.session == busy => busy_waiting.push(id),
+            Some((id, Request::KeepAlive(ka))) if ka.session == quiet && !ka.hold => {
+                probes += 1;
+                probe.get_or_insert((id, Instant::now()));
+            }
+            Some((_, Request::KeepAlive(_))) => {}
+            Some((_, other)) => panic!("unexpected request {other:?}"),
+            None => {}
+        }
+        for id in busy_waiting.drain(..) {
+            let reply = Response::KeepAlive {
+                epoch: 1,
+                lease: grant(LEASE),
+                events: vec![],
+            };
+            conn.reply(id, Ok(reply)).await;
+        }
+        if let Some((id, arrived)) = probe.filter(|(_, at)| at.elapsed() >= probe_delay) {
+            if stop_at.is_none() {
+                let lease = LeaseGrant {
+                    remaining_ms: LEASE.as_millis() as u64,
+                    held_ms: arrived.elapsed().as_millis() as u64,
+                };
+                let reply = Response::KeepAlive {
+                    epoch: 1,
+                    lease,
+                    events: vec![],
+                };
+                conn.reply(id, Ok(reply)).await;
+                stop_at = Some(Instant::now() + after);
+            }
+        }
+    }
+    probes
+}
+
+// CS-2: a master that is slow, not gone, answers in the end; abandoning
+// its connection or sending more probes would only add to its backlog.
+#[tokio::test]
+async fn in_jeopardy_one_probe_waits_as_long_as_its_connection_delivers_frames() {
+    let master = ScriptedMaster::bind().await;
+    let (client, mut conn) =
+        tokio::join!(Client::connect(master.addr.to_string()), master.accept(1));
+    let client = client.unwrap();
+    let (quiet_id, busy_id) = (Uuid::from_u128(1), Uuid::from_u128(2));
+    let options = |name: &str| {
+        SessionOptions::new(name)
+            .lease(LEASE)
+            .grace(Duration::from_secs(20))
+    };
+    let (quiet, ()) = tokio::join!(
+        client.create_session(options("quiet")),
+        conn.create_session(1, quiet_id, LEASE)
+    );
+    let (busy, ()) = tokio::join!(
+        client.create_session(options("busy")),
+        conn.create_session(1, busy_id, LEASE)
+    );
+    let (quiet, _busy) = (quiet.unwrap(), busy.unwrap());
+    let log = StateLog::record(&quiet);
+    let accepted = master.count_the_rest();
+
+    let probe_delay = 3 * LEASE;
+    let probes = serve_a_slow_probe(
+        &mut conn,
+        (quiet_id, busy_id),
+        probe_delay,
+        Duration::from_millis(200),
+    )
+    .await;
+
+    assert_eq!(
+        log.states(),
+        [
+            SessionState::Jeopardy,
+            SessionState::Safe,
+            SessionState::Normal
+        ]
+    );
+    assert_eq!(probes, 1, "one probe at a time");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "no second connection");
+}
+
+// KA-6, FO-6: the Welcome of a newer master names its epoch, which saves
+// the round trip of a `WrongEpoch` refusal.
+#[tokio::test]
+async fn after_reconnecting_to_a_newer_master_the_first_keepalive_names_its_epoch_and_acknowledges_nothing(
+) {
+    let master = ScriptedMaster::bind().await;
+    let (client, mut conn) =
+        tokio::join!(Client::connect(master.addr.to_string()), master.accept(1));
+    let client = client.unwrap();
+    let id = Uuid::from_u128(1);
+    let lease = Duration::from_secs(5);
+    let (session, ()) = tokio::join!(
+        client.create_session(SessionOptions::new("moving").lease(lease)),
+        conn.create_session(1, id, lease)
+    );
+    let session = session.unwrap();
+    let log = StateLog::record(&session);
+    // An event of the first master, so there is something to acknowledge.
+    let Some((first, Request::KeepAlive(_))) = conn.request(Duration::from_secs(5)).await else {
+        panic!("expected a KeepAlive");
+    };
+    let events = vec![Event {
+        seq: 7,
+        kind: EventKind::EventsLost,
+    }];
+    let reply = Response::KeepAlive {
+        epoch: 1,
+        lease: grant(lease),
+        events,
+    };
+    conn.reply(first, Ok(reply)).await;
+    match conn.request(Duration::from_secs(5)).await {
+        Some((_, Request::KeepAlive(ka))) => assert_eq!((ka.epoch, ka.acked_seq), (1, 7)),
+        other => panic!("expected a KeepAlive, got {other:?}"),
+    }
+    drop(conn);
+
+    let mut conn = master.accept(2).await;
+    let Some((reconnected, Request::KeepAlive(ka))) = conn.request(Duration::from_secs(5)).await
+    else {
+        panic!("expected a KeepAlive");
+    };
+    assert_eq!((ka.epoch, ka.acked_seq), (2, 0));
+    let events = vec![Event {
+        seq: 1,
+        kind: EventKind::Failover { epoch: 2 },
+    }];
+    let reply = Response::KeepAlive {
+        epoch: 2,
+        lease: grant(lease),
+        events,
+    };
+    conn.reply(reconnected, Ok(reply)).await;
+    match conn.request(Duration::from_secs(5)).await {
+        Some((_, Request::KeepAlive(ka))) => assert_eq!((ka.epoch, ka.acked_seq), (2, 1)),
+        other => panic!("expected a KeepAlive, got {other:?}"),
+    }
+    assert_eq!(log.states(), [SessionState::Failover, SessionState::Normal]);
 }
