@@ -29,6 +29,9 @@ type Outgoing = (Request, ReplyTx, Option<OwnedSemaphorePermit>);
 type Codec = FrameCodec<ServerFrame, ClientFrame>;
 type Pending = Arc<Mutex<PendingRequests>>;
 
+/// Requests written before a flush at most; the codec also flushes on its
+/// own whenever its buffer fills.
+const WRITE_BATCH: usize = 64;
 /// How often a connection with no handles left looks for abandoned requests.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
 /// How long a closing connection waits for its last write and for the server
@@ -194,25 +197,36 @@ async fn write_requests(
     let mut handles_gone = false;
     let mut reader_ended = false;
     let mut prune = tokio::time::interval(PRUNE_EVERY);
-    loop {
+    'writing: loop {
         tokio::select! {
             _ = &mut reader_stopped => {
                 reader_ended = true;
                 break;
             }
             outgoing = queue.recv(), if !handles_gone => match outgoing {
-                Some((body, reply, permit)) => {
-                    let id = next_id;
-                    next_id += 1;
-                    {
-                        let mut pending = lock(&pending);
-                        if pending.failed {
-                            let _ = reply.send(Err(ClientError::Disconnected));
-                            continue;
+                Some(first) => {
+                    // Requests queued behind this one go out in the same
+                    // write: under load, one system call carries many.
+                    let mut next = Some(first);
+                    let mut batch = 0;
+                    while let Some((body, reply, permit)) = next {
+                        let id = next_id;
+                        next_id += 1;
+                        {
+                            let mut pending = lock(&pending);
+                            if pending.failed {
+                                let _ = reply.send(Err(ClientError::Disconnected));
+                                break;
+                            }
+                            pending.replies.insert(id, (reply, permit));
                         }
-                        pending.replies.insert(id, (reply, permit));
+                        if writer.feed(ClientFrame::Request { id, body }).await.is_err() {
+                            break 'writing;
+                        }
+                        batch += 1;
+                        next = if batch < WRITE_BATCH { queue.try_recv().ok() } else { None };
                     }
-                    if writer.send(ClientFrame::Request { id, body }).await.is_err() {
+                    if writer.flush().await.is_err() {
                         break;
                     }
                 }

@@ -66,7 +66,14 @@ pub(crate) async fn serve<S>(
     let closing = match welcome {
         Err(error) => Some(error),
         Ok(welcome) => {
-            if !write_frame(&mut writer, ServerFrame::Welcome(welcome), &config).await {
+            if !write_frame(
+                &mut writer,
+                ServerFrame::Welcome(welcome),
+                &config,
+                Flushing::Now,
+            )
+            .await
+            {
                 return;
             }
             let flow = Arc::new(Flow::default());
@@ -100,7 +107,14 @@ pub(crate) async fn serve<S>(
     };
     if let Some(error) = closing {
         debug!(%error, "closing connection");
-        if write_frame(&mut writer, ServerFrame::Close(error), &config).await {
+        if write_frame(
+            &mut writer,
+            ServerFrame::Close(error),
+            &config,
+            Flushing::Now,
+        )
+        .await
+        {
             linger(reader.into_inner().unsplit(writer.into_inner())).await;
         }
     }
@@ -233,13 +247,52 @@ async fn write_replies<S: AsyncWrite>(
         let Some(reply) = reply else {
             return Some(writer);
         };
-        taken(&reply);
-        let frame = ServerFrame::Reply {
-            id: reply.id,
-            body: reply.body,
-        };
-        if !write_frame(&mut writer, frame, &config).await {
+        // Replies queued behind this one go out in the same write: under
+        // load, one system call carries many of them.
+        let mut next = Some(reply);
+        let mut batch = 0;
+        while let Some(reply) = next {
+            taken(&reply);
+            let frame = ServerFrame::Reply {
+                id: reply.id,
+                body: reply.body,
+            };
+            if !write_frame(&mut writer, frame, &config, Flushing::Later).await {
+                return None;
+            }
+            batch += 1;
+            next = if batch < WRITE_BATCH {
+                queue.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        if !flush(&mut writer, &config).await {
             return None;
+        }
+    }
+}
+
+/// Replies written before a flush at most; the codec also flushes on its
+/// own whenever its buffer fills.
+const WRITE_BATCH: usize = 64;
+
+/// Whether a frame is flushed to the socket at once or left in the
+/// writer's buffer for the next flush.
+#[derive(Clone, Copy)]
+enum Flushing {
+    Now,
+    Later,
+}
+
+/// Flushes what the writer has buffered, within the write timeout.
+async fn flush<S: AsyncWrite>(writer: &mut Writer<S>, config: &Config) -> bool {
+    match tokio::time::timeout(config.write_timeout, SinkExt::flush(writer)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            debug!("peer stopped reading; closing the connection");
+            false
         }
     }
 }
@@ -250,12 +303,13 @@ async fn write_frame<S: AsyncWrite>(
     writer: &mut Writer<S>,
     frame: ServerFrame,
     config: &Config,
+    flushing: Flushing,
 ) -> bool {
     let id = match &frame {
         ServerFrame::Reply { id, .. } => Some(*id),
         _ => None,
     };
-    let frame = match (try_write(writer, frame, config).await, id) {
+    let frame = match (try_write(writer, frame, config, flushing).await, id) {
         (Written::Done, _) => return true,
         (Written::Failed, _) | (Written::TooLarge { .. }, None) => return false,
         (Written::TooLarge { len, max }, Some(id)) => ServerFrame::Reply {
@@ -267,7 +321,10 @@ async fn write_frame<S: AsyncWrite>(
         },
     };
     // The replacement is tried once; if even it does not fit, give up.
-    matches!(try_write(writer, frame, config).await, Written::Done)
+    matches!(
+        try_write(writer, frame, config, flushing).await,
+        Written::Done
+    )
 }
 
 enum Written {
@@ -280,8 +337,15 @@ async fn try_write<S: AsyncWrite>(
     writer: &mut Writer<S>,
     frame: ServerFrame,
     config: &Config,
+    flushing: Flushing,
 ) -> Written {
-    match tokio::time::timeout(config.write_timeout, writer.send(frame)).await {
+    let written = async {
+        match flushing {
+            Flushing::Now => writer.send(frame).await,
+            Flushing::Later => writer.feed(frame).await,
+        }
+    };
+    match tokio::time::timeout(config.write_timeout, written).await {
         Ok(Ok(())) => Written::Done,
         Ok(Err(CodecError::FrameTooLarge { len, max })) => Written::TooLarge { len, max },
         Ok(Err(_)) => Written::Failed,
@@ -331,7 +395,7 @@ mod tests {
             max_frame,
             ..Config::default()
         };
-        let written = write_frame(&mut writer, reply, &config).await;
+        let written = write_frame(&mut writer, reply, &config, Flushing::Now).await;
         drop(writer);
         let mut peer =
             FramedRead::new(theirs, FrameCodec::<ServerFrame, ClientFrame>::new(1 << 16));
