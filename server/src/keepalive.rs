@@ -34,6 +34,7 @@ impl Master {
             self.deliver(reply, Err(self.state.missing_session(id))); // KA-7
             return;
         }
+        self.unheard.remove(&id);
         self.events.acknowledge(id, ka.acked_seq); // EV-2
         if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
             self.failover_pending.remove(&id); // FO-5

@@ -165,6 +165,10 @@ pub(crate) struct Master {
     /// Recovered sessions that have not yet acknowledged the fail-over
     /// event; only KeepAlives are served for them (`FO-5`).
     pub(crate) failover_pending: std::collections::BTreeSet<SessionId>,
+    /// Recovered sessions no KeepAlive has named yet (`FO-2`).
+    pub(crate) unheard: std::collections::BTreeSet<SessionId>,
+    /// Requests waiting for the master when the latest timer fired.
+    waiting: usize,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -199,6 +203,8 @@ impl Master {
             depth: 0,
             deferred: Default::default(),
             failover_pending: Default::default(),
+            unheard: Default::default(),
+            waiting: 0,
         };
         if start.recovered {
             master.resume();
@@ -220,6 +226,7 @@ impl Master {
             self.arm_lease_timer(id, expires);
             self.events.push_failover(id, self.config.epoch);
             self.failover_pending.insert(id);
+            self.unheard.insert(id);
         }
         let mut cancels = Vec::new();
         let mut delays = Vec::new();
@@ -249,7 +256,10 @@ impl Master {
                 // Timers first: a lease that has run out ends before any
                 // request can see it (`SES-6`).
                 biased;
-                                Some(fired) = self.timers.next() => self.on_timer(fired.into_inner()),
+                Some(fired) = self.timers.next() => {
+                    self.waiting = calls.len();
+                    self.on_timer(fired.into_inner());
+                }
                 Ok(()) = durable(&mut self.commit) => self.on_durable(),
                 call = calls.recv() => match call {
                     Some(call) => self.handle(call),
@@ -594,6 +604,7 @@ impl Master {
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
                 self.failover_pending.remove(&id);
+                self.unheard.remove(&id);
                 self.leases.remove(id);
                 if let Some(key) = self.lease_timers.remove(&id) {
                     self.timers.remove(&key);
@@ -614,6 +625,14 @@ impl Master {
                 // early; a lease never ends before its expiry.
                 if let Some(expires) = self.leases.expires_at(id).filter(|e| *e > now) {
                     self.arm_lease_timer(id, expires);
+                } else if self.waiting > 0 && self.unheard.remove(&id) {
+                    // A master catching up after a restart may not yet have
+                    // read this session's KeepAlive: one more lease, once
+                    // (`FO-2`).
+                    if let Some(expires) = self.leases.extend(id, now) {
+                        debug!(session = %id, waiting = self.waiting, "recovered session unheard from while requests wait: one more lease");
+                        self.arm_lease_timer(id, expires);
+                    }
                 } else {
                     self.end_if_ran_out(id, now);
                 }
@@ -711,6 +730,8 @@ mod tests {
     fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
         let (reply, mut rx) = crate::reply::channel(1);
         master.handle(Call { request, reply });
+        // A change is answered once the store has it.
+        master.on_durable();
         rx.try_recv().expect("answered at once").body
     }
 
@@ -749,6 +770,81 @@ mod tests {
             }),
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
+        assert!(master.state.session(session).is_none());
+    }
+
+    const LEASE: Duration = Duration::from_millis(1_000);
+
+    /// A master restarted on a store holding one session, which no
+    /// KeepAlive has named since.
+    fn restarted_with_a_session() -> (Master, SessionId) {
+        let mut config = Config {
+            min_lease: Duration::from_millis(100),
+            memory_store: Some(crate::MemoryStore::default()),
+            ..Config::default()
+        };
+        let start = crate::recovery::open(&mut config).unwrap();
+        let mut first = Master::new(config.clone(), start);
+        let created = call(
+            &mut first,
+            Request::CreateSession(CreateSession {
+                name: "recovered".into(),
+                lease_ms: Some(LEASE.as_millis() as u64),
+                lock_delay_ms: None,
+                behavior: Behavior::Release,
+                checks: Vec::new(),
+            }),
+        );
+        let Ok(Response::SessionCreated { session, .. }) = created else {
+            panic!("expected a session, got {created:?}");
+        };
+        drop(first);
+        let start = crate::recovery::open(&mut config).unwrap();
+        (Master::new(config, start), session)
+    }
+
+    // FO-2
+    #[tokio::test(start_paused = true)]
+    async fn a_recovered_session_unheard_from_gets_one_more_lease_while_requests_wait() {
+        let (mut master, session) = restarted_with_a_session();
+        master.waiting = 5;
+        tokio::time::advance(LEASE).await;
+        master.on_timer(Timer::LeaseEnd(session));
+        assert!(master.state.session(session).is_some(), "one more lease");
+        tokio::time::advance(LEASE).await;
+        master.on_timer(Timer::LeaseEnd(session));
+        assert!(master.state.session(session).is_none(), "only once");
+    }
+
+    // FO-2
+    #[tokio::test(start_paused = true)]
+    async fn a_recovered_session_unheard_from_ends_with_its_lease_when_no_request_waits() {
+        let (mut master, session) = restarted_with_a_session();
+        master.waiting = 0;
+        tokio::time::advance(LEASE).await;
+        master.on_timer(Timer::LeaseEnd(session));
+        assert!(master.state.session(session).is_none());
+    }
+
+    // FO-2
+    #[tokio::test(start_paused = true)]
+    async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_while_requests_wait(
+    ) {
+        let (mut master, session) = restarted_with_a_session();
+        let epoch = master.config.epoch;
+        let reply = call(
+            &mut master,
+            Request::KeepAlive(KeepAlive {
+                session,
+                epoch,
+                acked_seq: 0,
+                hold: false,
+            }),
+        );
+        assert!(reply.is_ok(), "{reply:?}");
+        master.waiting = 5;
+        tokio::time::advance(LEASE).await;
+        master.on_timer(Timer::LeaseEnd(session));
         assert!(master.state.session(session).is_none());
     }
 }
