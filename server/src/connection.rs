@@ -255,7 +255,7 @@ async fn write_replies<S: AsyncWrite>(
             taken(&reply);
             let frame = ServerFrame::Reply {
                 id: reply.id,
-                body: reply.body,
+                body: *reply.body,
             };
             if !write_frame(&mut writer, frame, &config, Flushing::Later).await {
                 return None;
@@ -370,7 +370,9 @@ fn codec_error(e: CodecError) -> Error {
 async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     let _ = stream.shutdown().await;
     let drain = async {
-        let mut buf = [0u8; 8192];
+        // On the heap: in place it would sit in every connection's task
+        // for its whole life, though only a closing one uses it.
+        let mut buf = vec![0u8; 8192];
         let mut total = 0;
         while total < LINGER_BYTES {
             match stream.read(&mut buf).await {

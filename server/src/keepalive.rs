@@ -8,17 +8,17 @@
 //! stuck behind a request on a dead connection.
 
 use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
-use tokio_util::time::delay_queue;
 
 use crate::lease::Millis;
-use crate::master::{Master, ReplyTx, Timer};
+use crate::master::{Master, ReplyTx};
 
-/// A KeepAlive waiting for its answer.
+/// A KeepAlive waiting for its answer. The session's one timer is set for
+/// `answer_at` while it waits (see `Master::on_timer`).
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) reply: ReplyTx,
     pub(crate) received_at: Millis,
-    pub(crate) timer: Option<delay_queue::Key>,
+    pub(crate) answer_at: Millis,
 }
 
 impl Master {
@@ -42,36 +42,26 @@ impl Master {
         if let Some(previous) = self.take_held(id) {
             self.answer(id, previous, now); // KA-5
         }
-        let held = Held {
+        let held = |answer_at| Held {
             reply,
             received_at: now,
-            timer: None,
+            answer_at,
         };
         match self.leases.answer_held_at(id, self.config.keepalive_margin) {
             // Events waiting: answer at once to deliver them (EV-3).
             Some(at) if ka.hold && at > now && !self.events.has_pending(id) => {
-                let key = self
-                    .timers
-                    .insert_at(Timer::AnswerHeld(id), self.instant(at));
-                self.held.insert(
-                    id,
-                    Held {
-                        timer: Some(key),
-                        ..held
-                    },
-                );
+                self.held.insert(id, held(at));
+                self.arm_session_timer(id, at);
             }
-            _ => self.answer(id, held, now), // KA-3
+            _ => self.answer(id, held(now), now), // KA-3
         }
     }
 
-    /// Removes the held KeepAlive of `id`, cancelling its timer.
+    /// Removes the held KeepAlive of `id`. The session's timer, set for
+    /// its answer, stays: answering re-arms it, and if nothing does, it
+    /// finds no KeepAlive held when it fires and moves to the lease's end.
     pub(crate) fn take_held(&mut self, id: SessionId) -> Option<Held> {
-        let held = self.held.remove(&id)?;
-        if let Some(key) = &held.timer {
-            self.timers.remove(key);
-        }
-        Some(held)
+        self.held.remove(&id)
     }
 
     /// Extends the lease and answers a KeepAlive.
@@ -89,7 +79,7 @@ impl Master {
             self.deliver(held.reply, Err(self.state.missing_session(id)));
             return;
         };
-        self.arm_lease_timer(id, expires);
+        self.arm_session_timer(id, expires);
         self.deliver(
             held.reply,
             Ok(Response::KeepAlive {

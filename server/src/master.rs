@@ -132,8 +132,9 @@ async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::Rec
 
 #[derive(Debug, Clone)]
 pub(crate) enum Timer {
-    LeaseEnd(SessionId),
-    AnswerHeld(SessionId),
+    /// A session's one timer: when its held KeepAlive is due an answer, or
+    /// else when its lease ends.
+    Session(SessionId),
     WatchTimeout(u64),
     AcquireTimeout(u64),
     LockDelayEnd(String),
@@ -145,7 +146,7 @@ pub(crate) struct Master {
     pub(crate) leases: Leases,
     pub(crate) held: BTreeMap<SessionId, Held>,
     pub(crate) timers: DelayQueue<Timer>,
-    lease_timers: BTreeMap<SessionId, delay_queue::Key>,
+    session_timers: BTreeMap<SessionId, delay_queue::Key>,
     pub(crate) watches: Watches,
     pub(crate) acquires: Acquires,
     pub(crate) events: Events,
@@ -192,7 +193,7 @@ impl Master {
             leases: Leases::default(),
             held: BTreeMap::new(),
             timers: DelayQueue::new(),
-            lease_timers: BTreeMap::new(),
+            session_timers: BTreeMap::new(),
             watches: Watches::default(),
             acquires: Acquires::default(),
             events: Events::default(),
@@ -223,7 +224,7 @@ impl Master {
             self.state.sessions().map(|s| (s.id, s.lease)).collect();
         for (id, lease) in sessions {
             let expires = self.leases.start(id, lease, now);
-            self.arm_lease_timer(id, expires);
+            self.arm_session_timer(id, expires);
             self.events.push_failover(id, self.config.epoch);
             self.failover_pending.insert(id);
             self.unheard.insert(id);
@@ -578,10 +579,7 @@ impl Master {
                 };
                 info!(session = %id, name = %session.name, lease = ?session.lease, "session created");
                 let expires = self.leases.start(id, session.lease, now);
-                let key = self
-                    .timers
-                    .insert_at(Timer::LeaseEnd(id), self.instant(expires));
-                self.lease_timers.insert(id, key);
+                self.arm_session_timer(id, expires);
             }
             // Heard of through `publish` alone.
             StateEvent::LockAcquired { .. }
@@ -606,7 +604,7 @@ impl Master {
                 self.failover_pending.remove(&id);
                 self.unheard.remove(&id);
                 self.leases.remove(id);
-                if let Some(key) = self.lease_timers.remove(&id) {
+                if let Some(key) = self.session_timers.remove(&id) {
                     self.timers.remove(&key);
                 }
                 if let Some(held) = self.take_held(id) {
@@ -619,37 +617,47 @@ impl Master {
     fn on_timer(&mut self, timer: Timer) {
         let now = self.now();
         match timer {
-            Timer::LeaseEnd(id) => {
-                self.lease_timers.remove(&id);
-                // The timer rounds to milliseconds and may fire a tick
-                // early; a lease never ends before its expiry.
-                if let Some(expires) = self.leases.expires_at(id).filter(|e| *e > now) {
-                    self.arm_lease_timer(id, expires);
-                } else if self.waiting > 0 && self.unheard.remove(&id) {
-                    // A master catching up after a restart may not yet have
-                    // read this session's KeepAlive: one more lease, once
-                    // (`FO-2`).
-                    if let Some(expires) = self.leases.extend(id, now) {
-                        debug!(session = %id, waiting = self.waiting, "recovered session unheard from while requests wait: one more lease");
-                        self.arm_lease_timer(id, expires);
-                    }
-                } else {
-                    self.end_if_ran_out(id, now);
-                }
-            }
+            Timer::Session(id) => self.session_timer_fired(id, now),
             Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
             Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
             Timer::LockDelayEnd(key) => {
                 let _ = self.apply(Command::GrantWaiters { key }, now);
             }
-            Timer::AnswerHeld(id) => {
-                // The timer has fired, so its key is spent: forget it before
-                // answering.
-                if let Some(mut held) = self.held.remove(&id) {
-                    held.timer = None;
-                    self.answer(id, held, now);
+        }
+    }
+
+    /// A session's timer: answers its held KeepAlive if that is due, then
+    /// sets the timer for what comes next, or ends the session if its
+    /// lease has run out. The timer rounds to milliseconds and may fire a
+    /// tick early: nothing happens before its time.
+    fn session_timer_fired(&mut self, id: SessionId, now: Millis) {
+        self.session_timers.remove(&id);
+        if self.held.get(&id).is_some_and(|h| h.answer_at <= now) {
+            let held = self.held.remove(&id).expect("checked");
+            self.answer(id, held, now);
+        }
+        if self.session_timers.contains_key(&id) || self.state.session(id).is_none() {
+            return;
+        }
+        let due = match self.held.get(&id) {
+            Some(held) => Some(held.answer_at),
+            None => self.leases.expires_at(id),
+        };
+        match due {
+            Some(due) if due > now => self.arm_session_timer(id, due),
+            Some(_) if self.waiting > 0 && self.unheard.remove(&id) => {
+                // A master catching up after a restart may not yet have
+                // read this session's KeepAlive: one more lease, once
+                // (`FO-2`).
+                if let Some(expires) = self.leases.extend(id, now) {
+                    debug!(session = %id, waiting = self.waiting, "recovered session unheard from while requests wait: one more lease");
+                    self.arm_session_timer(id, expires);
                 }
             }
+            Some(_) => {
+                self.end_if_ran_out(id, now);
+            }
+            None => {}
         }
     }
 
@@ -669,14 +677,14 @@ impl Master {
         false
     }
 
-    /// Moves the lease-end timer of `id` to `expires`.
-    pub(crate) fn arm_lease_timer(&mut self, id: SessionId, expires: Millis) {
-        let at = self.instant(expires);
-        match self.lease_timers.get(&id) {
+    /// Sets the timer of session `id` for `due`.
+    pub(crate) fn arm_session_timer(&mut self, id: SessionId, due: Millis) {
+        let at = self.instant(due);
+        match self.session_timers.get(&id) {
             Some(key) => self.timers.reset_at(key, at),
             None => {
-                let key = self.timers.insert_at(Timer::LeaseEnd(id), at);
-                self.lease_timers.insert(id, key);
+                let key = self.timers.insert_at(Timer::Session(id), at);
+                self.session_timers.insert(id, key);
             }
         }
     }
@@ -732,7 +740,7 @@ mod tests {
         master.handle(Call { request, reply });
         // A change is answered once the store has it.
         master.on_durable();
-        rx.try_recv().expect("answered at once").body
+        *rx.try_recv().expect("answered at once").body
     }
 
     // SES-6, KA-7
@@ -809,10 +817,10 @@ mod tests {
         let (mut master, session) = restarted_with_a_session();
         master.waiting = 5;
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::LeaseEnd(session));
+        master.on_timer(Timer::Session(session));
         assert!(master.state.session(session).is_some(), "one more lease");
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::LeaseEnd(session));
+        master.on_timer(Timer::Session(session));
         assert!(master.state.session(session).is_none(), "only once");
     }
 
@@ -822,7 +830,7 @@ mod tests {
         let (mut master, session) = restarted_with_a_session();
         master.waiting = 0;
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::LeaseEnd(session));
+        master.on_timer(Timer::Session(session));
         assert!(master.state.session(session).is_none());
     }
 
@@ -844,7 +852,7 @@ mod tests {
         assert!(reply.is_ok(), "{reply:?}");
         master.waiting = 5;
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::LeaseEnd(session));
+        master.on_timer(Timer::Session(session));
         assert!(master.state.session(session).is_none());
     }
 }

@@ -18,7 +18,10 @@ use tokio::sync::{mpsc, Notify};
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) id: u64,
-    pub(crate) body: Result<Response, Error>,
+    /// Boxed: a connection's queue keeps a block of slots allocated for
+    /// as long as it is open, and a reply in place would make each slot,
+    /// hence each idle connection, several kilobytes larger.
+    pub(crate) body: Box<Result<Response, Error>>,
     /// Counted against the connection's in-flight limit (`CONN-3`).
     pub(crate) limited: bool,
 }
@@ -80,7 +83,7 @@ impl ReplyTx {
         self.flow.queued.fetch_add(1, Ordering::AcqRel);
         let reply = Reply {
             id: self.id,
-            body,
+            body: Box::new(body),
             limited: self.limited,
         };
         to.send(reply).map_err(|_| {
