@@ -42,6 +42,9 @@ pub(crate) enum Durable {
     Failed(String),
 }
 
+/// Outbox slots kept once it empties after a burst.
+const OUTBOX_KEPT: usize = 1024;
+
 /// A reply waiting for the log.
 #[derive(Debug)]
 struct Pending {
@@ -278,6 +281,11 @@ impl Committer {
             if pending.reply.send(pending.result).is_err() {
                 undelivered.extend(pending.undelivered);
             }
+        }
+        // A burst (a hundred thousand sessions created at once) grows the
+        // outbox to megabytes it would otherwise keep for good.
+        if self.outbox.is_empty() && self.outbox.capacity() > OUTBOX_KEPT {
+            self.outbox.shrink_to(OUTBOX_KEPT);
         }
         Ok(undelivered)
     }

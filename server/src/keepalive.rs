@@ -12,13 +12,13 @@ use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
 use crate::lease::Millis;
 use crate::master::{Master, ReplyTx};
 
-/// A KeepAlive waiting for its answer. The session's one timer is set for
-/// `answer_at` while it waits (see `Master::on_timer`).
+/// A KeepAlive waiting for its answer, kept in its session's lease. The
+/// session's one timer is set for its answer while it waits
+/// (`Leases::answer_held_at`; see `Master::session_timer_fired`).
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) reply: ReplyTx,
     pub(crate) received_at: Millis,
-    pub(crate) answer_at: Millis,
 }
 
 impl Master {
@@ -42,18 +42,17 @@ impl Master {
         if let Some(previous) = self.take_held(id) {
             self.answer(id, previous, now); // KA-5
         }
-        let held = |answer_at| Held {
+        let held = Held {
             reply,
             received_at: now,
-            answer_at,
         };
         match self.leases.answer_held_at(id, self.config.keepalive_margin) {
             // Events waiting: answer at once to deliver them (EV-3).
             Some(at) if ka.hold && at > now && !self.events.has_pending(id) => {
-                self.held.insert(id, held(at));
+                self.leases.hold(id, held);
                 self.arm_session_timer(id, at);
             }
-            _ => self.answer(id, held(now), now), // KA-3
+            _ => self.answer(id, held, now), // KA-3
         }
     }
 
@@ -61,7 +60,7 @@ impl Master {
     /// its answer, stays: answering re-arms it, and if nothing does, it
     /// finds no KeepAlive held when it fires and moves to the lease's end.
     pub(crate) fn take_held(&mut self, id: SessionId) -> Option<Held> {
-        self.held.remove(&id)
+        self.leases.take_held(id)
     }
 
     /// Extends the lease and answers a KeepAlive.

@@ -1,10 +1,19 @@
 //! Leases: the master's soft state. They are never stored or replicated; a
 //! new master rebuilds them from the sessions it recovers (SPEC "Leases").
 //!
+//! Each lease also carries its session's held KeepAlive, if one is held
+//! (`H`, which the master defines), and its session's one timer: when the
+//! held KeepAlive is due an answer, or else when the lease ends
+//! (`LEASE-3`). A master holds one of each for every live session, so they
+//! share one entry, and the timer is a time in it plus an ordered entry of
+//! 24 bytes, where a slot in a timer wheel with its links and handle costs
+//! several times that. Arming is O(log n) and nothing is ever scanned, so
+//! idle sessions cost no time.
+//!
 //! Times are milliseconds on the master's monotonic clock, passed in by the
 //! caller, so this table is deterministic and needs no runtime.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use leasehold_protocol::SessionId;
@@ -12,30 +21,50 @@ use leasehold_protocol::SessionId;
 /// Milliseconds on the master's monotonic clock.
 pub type Millis = u64;
 
-#[derive(Debug, Clone, Copy)]
-struct Lease {
+/// A timer that is not set.
+const UNARMED: Millis = Millis::MAX;
+
+#[derive(Debug)]
+struct Lease<H> {
     expires_at: Millis,
     duration: Millis,
+    /// When the session's timer is due; [`UNARMED`] if it is not set.
+    timer: Millis,
+    held: Option<H>,
 }
 
-/// The lease of every live session.
-#[derive(Debug, Default)]
-pub struct Leases {
-    leases: BTreeMap<SessionId, Lease>,
+/// The lease, the held KeepAlive and the timer of every live session.
+#[derive(Debug)]
+pub struct Leases<H = ()> {
+    leases: BTreeMap<SessionId, Lease<H>>,
+    /// Every armed timer, earliest first.
+    timers: BTreeSet<(Millis, SessionId)>,
 }
 
-impl Leases {
-    /// Starts the lease of a new session at `now` (`LEASE-1`).
+impl<H> Default for Leases<H> {
+    fn default() -> Self {
+        Leases {
+            leases: BTreeMap::new(),
+            timers: BTreeSet::new(),
+        }
+    }
+}
+
+impl<H> Leases<H> {
+    /// Starts the lease of a new session at `now` (`LEASE-1`). Its timer is
+    /// not set.
     pub fn start(&mut self, id: SessionId, duration: Duration, now: Millis) -> Millis {
         let duration = duration.as_millis() as Millis;
         let expires_at = now + duration;
-        self.leases.insert(
-            id,
-            Lease {
-                expires_at,
-                duration,
-            },
-        );
+        let lease = Lease {
+            expires_at,
+            duration,
+            timer: UNARMED,
+            held: None,
+        };
+        if let Some(previous) = self.leases.insert(id, lease) {
+            self.timers.remove(&(previous.timer, id));
+        }
         expires_at
     }
 
@@ -69,9 +98,61 @@ impl Leases {
         Some(lease.expires_at.saturating_sub(margin))
     }
 
-    /// Forgets the lease of an ended session.
-    pub fn remove(&mut self, id: SessionId) {
-        self.leases.remove(&id);
+    /// Forgets the lease of an ended session and its timer; returns its
+    /// held KeepAlive.
+    pub fn remove(&mut self, id: SessionId) -> Option<H> {
+        let lease = self.leases.remove(&id)?;
+        self.timers.remove(&(lease.timer, id));
+        lease.held
+    }
+
+    /// Holds `held` for `id`; a session without a lease holds nothing.
+    /// Returns what was held before.
+    pub fn hold(&mut self, id: SessionId, held: H) -> Option<H> {
+        self.leases.get_mut(&id)?.held.replace(held)
+    }
+
+    /// The KeepAlive held for `id`.
+    pub fn held(&self, id: SessionId) -> Option<&H> {
+        self.leases.get(&id)?.held.as_ref()
+    }
+
+    /// Takes the KeepAlive held for `id` out of its lease.
+    pub fn take_held(&mut self, id: SessionId) -> Option<H> {
+        self.leases.get_mut(&id)?.held.take()
+    }
+
+    /// Sets the timer of `id` for `due`, replacing the one it had.
+    pub fn arm(&mut self, id: SessionId, due: Millis) {
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return;
+        };
+        self.timers.remove(&(lease.timer, id));
+        lease.timer = due;
+        self.timers.insert((due, id));
+    }
+
+    /// Whether the timer of `id` is set.
+    pub fn is_armed(&self, id: SessionId) -> bool {
+        self.leases.get(&id).is_some_and(|l| l.timer != UNARMED)
+    }
+
+    /// When the earliest timer is due.
+    pub fn next_due(&self) -> Option<Millis> {
+        self.timers.first().map(|(due, _)| *due)
+    }
+
+    /// Unsets and returns a timer due at `now`, earliest first.
+    pub fn pop_due(&mut self, now: Millis) -> Option<SessionId> {
+        let (due, id) = *self.timers.first()?;
+        if due > now {
+            return None;
+        }
+        self.timers.pop_first();
+        if let Some(lease) = self.leases.get_mut(&id) {
+            lease.timer = UNARMED;
+        }
+        Some(id)
     }
 }
 
@@ -83,10 +164,55 @@ mod tests {
         SessionId::from_u128(1)
     }
 
+    fn leases_of(n: u128) -> Leases {
+        let mut leases: Leases = Leases::default();
+        for i in 1..=n {
+            leases.start(SessionId::from_u128(i), Duration::from_secs(12), 0);
+        }
+        leases
+    }
+
+    // LEASE-3
+    #[test]
+    fn timers_come_due_earliest_first_and_only_once_their_time_has_come() {
+        let mut leases = leases_of(3);
+        let id = SessionId::from_u128;
+        leases.arm(id(1), 30);
+        leases.arm(id(2), 10);
+        leases.arm(id(3), 20);
+        assert_eq!(leases.next_due(), Some(10));
+        assert_eq!(leases.pop_due(9), None);
+        assert_eq!(leases.pop_due(25), Some(id(2)));
+        assert_eq!(leases.pop_due(25), Some(id(3)));
+        assert_eq!(leases.pop_due(25), None);
+        assert_eq!(leases.next_due(), Some(30));
+    }
+
+    // LEASE-3
+    #[test]
+    fn arming_again_replaces_the_previous_time() {
+        let mut leases = leases_of(1);
+        leases.arm(id(), 10);
+        leases.arm(id(), 50);
+        assert_eq!(leases.pop_due(20), None);
+        assert_eq!(leases.pop_due(50), Some(id()));
+        assert!(!leases.is_armed(id()));
+    }
+
+    // LEASE-3
+    #[test]
+    fn the_timer_of_an_ended_session_never_comes_due() {
+        let mut leases = leases_of(1);
+        leases.arm(id(), 10);
+        leases.remove(id());
+        assert_eq!(leases.next_due(), None);
+        assert_eq!(leases.pop_due(100), None);
+    }
+
     // LEASE-1
     #[test]
     fn a_new_lease_runs_one_duration_from_its_start() {
-        let mut leases = Leases::default();
+        let mut leases: Leases = Leases::default();
         assert_eq!(leases.start(id(), Duration::from_secs(12), 1_000), 13_000);
         assert_eq!(leases.remaining(id(), 4_000), Some(9_000));
     }
@@ -94,7 +220,7 @@ mod tests {
     // LEASE-2
     #[test]
     fn extending_never_moves_a_lease_backward() {
-        let mut leases = Leases::default();
+        let mut leases: Leases = Leases::default();
         leases.start(id(), Duration::from_secs(10), 5_000);
         assert_eq!(leases.extend(id(), 1_000), Some(15_000));
         assert_eq!(leases.extend(id(), 8_000), Some(18_000));
@@ -103,7 +229,7 @@ mod tests {
     // KA-2
     #[test]
     fn a_held_keepalive_is_answered_a_margin_before_expiry() {
-        let mut leases = Leases::default();
+        let mut leases: Leases = Leases::default();
         leases.start(id(), Duration::from_secs(12), 0);
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),
@@ -114,7 +240,7 @@ mod tests {
     // KA-2, LEASE-5
     #[test]
     fn the_margin_is_at_least_a_twentieth_of_a_long_lease() {
-        let mut leases = Leases::default();
+        let mut leases: Leases = Leases::default();
         leases.start(id(), Duration::from_secs(60), 0);
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_millis(100)),
@@ -125,7 +251,7 @@ mod tests {
     // KA-2
     #[test]
     fn the_margin_is_at_most_a_quarter_of_a_short_lease() {
-        let mut leases = Leases::default();
+        let mut leases: Leases = Leases::default();
         leases.start(id(), Duration::from_millis(1_000), 0);
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),

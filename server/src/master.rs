@@ -6,7 +6,6 @@
 //! KeepAlive costs a few dozen bytes, not a task. Expiry and held-KeepAlive answers come from one `DelayQueue`, so the
 //! master never scans all sessions.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,7 +14,7 @@ use leasehold_protocol::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tokio_util::time::{delay_queue, DelayQueue};
+use tokio_util::time::DelayQueue;
 use tracing::{debug, info};
 
 use crate::acquire::Acquires;
@@ -132,9 +131,6 @@ async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::Rec
 
 #[derive(Debug, Clone)]
 pub(crate) enum Timer {
-    /// A session's one timer: when its held KeepAlive is due an answer, or
-    /// else when its lease ends.
-    Session(SessionId),
     WatchTimeout(u64),
     AcquireTimeout(u64),
     LockDelayEnd(String),
@@ -143,10 +139,8 @@ pub(crate) enum Timer {
 pub(crate) struct Master {
     pub(crate) config: Config,
     pub(crate) state: State,
-    pub(crate) leases: Leases,
-    pub(crate) held: BTreeMap<SessionId, Held>,
+    pub(crate) leases: Leases<Held>,
     pub(crate) timers: DelayQueue<Timer>,
-    session_timers: BTreeMap<SessionId, delay_queue::Key>,
     pub(crate) watches: Watches,
     pub(crate) acquires: Acquires,
     pub(crate) events: Events,
@@ -191,9 +185,7 @@ impl Master {
             ids: Ids::new(config.ids),
             config,
             leases: Leases::default(),
-            held: BTreeMap::new(),
             timers: DelayQueue::new(),
-            session_timers: BTreeMap::new(),
             watches: Watches::default(),
             acquires: Acquires::default(),
             events: Events::default(),
@@ -252,11 +244,27 @@ impl Master {
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        let session_timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(session_timer);
+        let mut armed: Option<Millis> = None;
         loop {
+            let next = self.leases.next_due();
+            if next != armed {
+                if let Some(due) = next {
+                    session_timer.as_mut().reset(self.instant(due));
+                }
+                armed = next;
+            }
             tokio::select! {
                 // Timers first: a lease that has run out ends before any
                 // request can see it (`SES-6`).
                 biased;
+                () = &mut session_timer, if armed.is_some() => {
+                    self.waiting = calls.len();
+                    self.fire_session_timers();
+                    // Fired: set it again even if the earliest is the same.
+                    armed = None;
+                }
                 Some(fired) = self.timers.next() => {
                     self.waiting = calls.len();
                     self.on_timer(fired.into_inner());
@@ -603,11 +611,8 @@ impl Master {
                 info!(session = %id, "session ended: {}", cause.as_str());
                 self.failover_pending.remove(&id);
                 self.unheard.remove(&id);
-                self.leases.remove(id);
-                if let Some(key) = self.session_timers.remove(&id) {
-                    self.timers.remove(&key);
-                }
-                if let Some(held) = self.take_held(id) {
+                // A KeepAlive held for it is answered at once (`KA-7`).
+                if let Some(held) = self.leases.remove(id) {
                     self.deliver(held.reply, Err(self.state.missing_session(id)));
                 }
             }
@@ -617,7 +622,6 @@ impl Master {
     fn on_timer(&mut self, timer: Timer) {
         let now = self.now();
         match timer {
-            Timer::Session(id) => self.session_timer_fired(id, now),
             Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
             Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
             Timer::LockDelayEnd(key) => {
@@ -631,16 +635,17 @@ impl Master {
     /// lease has run out. The timer rounds to milliseconds and may fire a
     /// tick early: nothing happens before its time.
     fn session_timer_fired(&mut self, id: SessionId, now: Millis) {
-        self.session_timers.remove(&id);
-        if self.held.get(&id).is_some_and(|h| h.answer_at <= now) {
-            let held = self.held.remove(&id).expect("checked");
+        let answer_at = self.leases.answer_held_at(id, self.config.keepalive_margin);
+        let held_due = self.leases.held(id).is_some() && answer_at.is_some_and(|at| at <= now);
+        if held_due {
+            let held = self.leases.take_held(id).expect("checked");
             self.answer(id, held, now);
         }
-        if self.session_timers.contains_key(&id) || self.state.session(id).is_none() {
+        if self.leases.is_armed(id) || self.state.session(id).is_none() {
             return;
         }
-        let due = match self.held.get(&id) {
-            Some(held) => Some(held.answer_at),
+        let due = match self.leases.held(id) {
+            Some(_) => self.leases.answer_held_at(id, self.config.keepalive_margin),
             None => self.leases.expires_at(id),
         };
         match due {
@@ -679,13 +684,14 @@ impl Master {
 
     /// Sets the timer of session `id` for `due`.
     pub(crate) fn arm_session_timer(&mut self, id: SessionId, due: Millis) {
-        let at = self.instant(due);
-        match self.session_timers.get(&id) {
-            Some(key) => self.timers.reset_at(key, at),
-            None => {
-                let key = self.timers.insert_at(Timer::Session(id), at);
-                self.session_timers.insert(id, key);
-            }
+        self.leases.arm(id, due);
+    }
+
+    /// Handles every session timer due by now.
+    fn fire_session_timers(&mut self) {
+        let now = self.now();
+        while let Some(id) = self.leases.pop_due(now) {
+            self.session_timer_fired(id, now);
         }
     }
 
@@ -707,13 +713,13 @@ impl Master {
         let s = self.state.session(id)?;
         Some(SessionInfo {
             session: s.id,
-            name: s.name.clone(),
+            name: s.name.to_string(),
             lease_ms: s.lease.as_millis() as u64,
             lock_delay_ms: s.lock_delay.as_millis() as u64,
             behavior: s.behavior,
             lease_remaining_ms: self.leases.remaining(id, now).unwrap_or(0),
-            keepalive_held: self.held.get(&id).is_some_and(|h| !h.reply.is_closed()),
-            checks: s.checks.clone(),
+            keepalive_held: self.leases.held(id).is_some_and(|h| !h.reply.is_closed()),
+            checks: s.checks.to_vec(),
         })
     }
 
@@ -817,10 +823,10 @@ mod tests {
         let (mut master, session) = restarted_with_a_session();
         master.waiting = 5;
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::Session(session));
+        master.fire_session_timers();
         assert!(master.state.session(session).is_some(), "one more lease");
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::Session(session));
+        master.fire_session_timers();
         assert!(master.state.session(session).is_none(), "only once");
     }
 
@@ -830,7 +836,7 @@ mod tests {
         let (mut master, session) = restarted_with_a_session();
         master.waiting = 0;
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::Session(session));
+        master.fire_session_timers();
         assert!(master.state.session(session).is_none());
     }
 
@@ -852,7 +858,7 @@ mod tests {
         assert!(reply.is_ok(), "{reply:?}");
         master.waiting = 5;
         tokio::time::advance(LEASE).await;
-        master.on_timer(Timer::Session(session));
+        master.fire_session_timers();
         assert!(master.state.session(session).is_none());
     }
 }

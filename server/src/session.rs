@@ -30,12 +30,16 @@ impl EndCause {
 
 /// The durable part of a session.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+///
+/// A master holds one for every live session: the name and the checks are
+/// boxed rather than growable, which keeps each entry 16 bytes smaller
+/// (they are written to the store exactly as a `String` and a `Vec` are).
 pub struct Session {
     pub id: SessionId,
-    pub name: String,
+    pub name: Box<str>,
     pub lease: Duration,
     pub lock_delay: Duration,
     pub behavior: Behavior,
     /// Health checks it is bound to (`CHK-2`).
-    pub checks: Vec<String>,
+    pub checks: Box<[String]>,
 }

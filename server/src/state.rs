@@ -360,11 +360,11 @@ impl State {
         self.checks.bind(id, &checks);
         let session = Session {
             id,
-            name,
+            name: name.into_boxed_str(),
             lease,
             lock_delay,
             behavior,
-            checks,
+            checks: checks.into_boxed_slice(),
         };
         self.sessions.insert(id, session.clone());
         events.push(StateEvent::SessionCreated { id });
