@@ -3,8 +3,10 @@
 //!
 //! Connections send [`Call`]s over a channel, each with the way back to
 //! its connection (`reply.rs`), so no lock is ever held and a held
-//! KeepAlive costs a few dozen bytes, not a task. Expiry and held-KeepAlive answers come from one `DelayQueue`, so the
-//! master never scans all sessions.
+//! KeepAlive costs a few dozen bytes, not a task. Each session has one
+//! timer, kept in its lease (`lease.rs`), for its held KeepAlive's answer
+//! or its lease's end; other timers (watches, waits, lock-delay) are in a
+//! `DelayQueue`. Neither is ever scanned.
 
 use std::time::Duration;
 
