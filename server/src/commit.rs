@@ -3,6 +3,13 @@
 //! durable. Replies wait in an outbox until everything applied before them
 //! is durable, so no client ever sees (or is told of) a change a crash
 //! could take back (`STORE-1`).
+//!
+//! The writer fsyncs only when a reply waits for it. A record nobody waits
+//! for (a request joining a lock's line, a lease running out) rides along
+//! with the next fsync: until then nothing anyone has seen depends on it,
+//! and the log loses only a suffix in a crash, so losing it takes back
+//! nothing anyone was told. It costs the hand-off after it no fsync of its
+//! own to wait behind.
 
 use std::collections::VecDeque;
 use std::sync::mpsc as std_mpsc;
@@ -29,6 +36,8 @@ pub fn fsync_count() -> u64 {
 /// Work for the writer thread, in log order.
 enum Job {
     Record(Record),
+    /// A reply waits for every record sent before this.
+    Sync,
     /// Everything before the snapshot's position is in it.
     Compact(Box<Snapshot>),
 }
@@ -64,6 +73,8 @@ pub(crate) struct Committer {
     since_snapshot: u64,
     compact_every: u64,
     appended: u64,
+    /// Records the writer has been asked to make durable.
+    requested: u64,
     durable: u64,
     pub(crate) progress: watch::Receiver<Durable>,
     outbox: VecDeque<Pending>,
@@ -137,6 +148,7 @@ impl Committer {
             since_snapshot: 0,
             compact_every: compact_every.max(1),
             appended: 0,
+            requested: 0,
             durable: 0,
             progress,
             outbox: VecDeque::new(),
@@ -148,31 +160,54 @@ impl Committer {
         let writer = std::thread::Builder::new()
             .name("leasehold-commit".into())
             .spawn(move || {
-                let mut written = 0u64;
+                let fail = |e: crate::store::StoreError| {
+                    error!(error = %e, "the store failed: no further change is acknowledged");
+                    let _ = progress_tx.send(Durable::Failed(e.to_string()));
+                };
+                let mut appended = 0u64;
+                let mut synced = 0u64;
                 // Ends when the master drops its sender.
                 while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(rx.try_iter());
-                    let mut records = 0u64;
-                    let outcome = batch.iter().try_for_each(|job| match job {
-                        Job::Record(r) => {
-                            records += 1;
-                            store.append(r)
+                    let mut wanted = false;
+                    let mut outcome = Ok(());
+                    for job in std::iter::once(first).chain(rx.try_iter()) {
+                        outcome = match job {
+                            Job::Record(r) => {
+                                appended += 1;
+                                store.append(&r)
+                            }
+                            Job::Sync => {
+                                wanted = true;
+                                Ok(())
+                            }
+                            Job::Compact(snapshot) => store.sync().and_then(|()| {
+                                FSYNCS.fetch_add(1, Ordering::Relaxed);
+                                synced = appended;
+                                store.compact(&snapshot)
+                            }),
+                        };
+                        if outcome.is_err() {
+                            break;
                         }
-                        Job::Compact(snapshot) => store.sync().and_then(|()| {
-                            FSYNCS.fetch_add(1, Ordering::Relaxed);
-                            store.compact(snapshot)
-                        }),
-                    });
-                    let outcome = outcome.and_then(|()| store.sync());
+                    }
+                    if outcome.is_ok() && wanted && appended > synced {
+                        outcome = store.sync();
+                        FSYNCS.fetch_add(1, Ordering::Relaxed);
+                        synced = appended;
+                    }
                     if let Err(e) = outcome {
-                        error!(error = %e, "the store failed: no further change is acknowledged");
-                        let _ = progress_tx.send(Durable::Failed(e.to_string()));
+                        fail(e);
                         return;
                     }
-                    FSYNCS.fetch_add(1, Ordering::Relaxed);
-                    written += records;
-                    let _ = progress_tx.send(Durable::Upto(written));
+                    if wanted {
+                        let _ = progress_tx.send(Durable::Upto(synced));
+                    }
+                }
+                // The master is gone: what it appended is made durable too.
+                if appended > synced {
+                    if let Err(e) = store.sync() {
+                        fail(e);
+                    }
                 }
             })
             .expect("spawn the commit thread");
@@ -199,6 +234,8 @@ impl Committer {
                 }
                 let outcome = match &job {
                     Job::Record(r) => store.append(r),
+                    // Every record is synced as it comes.
+                    Job::Sync => return,
                     Job::Compact(snapshot) => store.compact(snapshot),
                 };
                 match outcome.and_then(|()| store.sync()) {
@@ -255,6 +292,10 @@ impl Committer {
             result,
             undelivered,
         });
+        if self.appended > self.requested {
+            self.requested = self.appended;
+            self.write(Job::Sync);
+        }
         None
     }
 
@@ -288,5 +329,83 @@ impl Committer {
             self.outbox.shrink_to(OUTBOX_KEPT);
         }
         Ok(undelivered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A store that only notes what was asked of it.
+    #[derive(Clone, Default)]
+    struct Noting(Arc<Mutex<Vec<&'static str>>>);
+
+    impl Noting {
+        fn calls(&self) -> Vec<&'static str> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    impl Store for Noting {
+        fn append(&mut self, _: &Record) -> Result<(), crate::store::StoreError> {
+            self.0.lock().unwrap().push("append");
+            Ok(())
+        }
+        fn sync(&mut self) -> Result<(), crate::store::StoreError> {
+            self.0.lock().unwrap().push("sync");
+            Ok(())
+        }
+        fn compact(&mut self, _: &Snapshot) -> Result<(), crate::store::StoreError> {
+            self.0.lock().unwrap().push("compact");
+            Ok(())
+        }
+    }
+
+    async fn until_durable(commit: &mut Committer, upto: u64) {
+        let wait = commit
+            .progress
+            .wait_for(|d| matches!(d, Durable::Upto(n) if *n >= upto));
+        tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .expect("durable in time")
+            .expect("writer alive");
+    }
+
+    // STORE-1
+    #[tokio::test]
+    async fn a_record_no_reply_waits_for_is_not_fsynced_on_its_own() {
+        let store = Noting::default();
+        let mut commit = Committer::start(Box::new(store.clone()), 0, u64::MAX, false);
+        commit.append(Record::Epoch(7));
+        let appended = async {
+            while store.calls().is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), appended)
+            .await
+            .expect("appended in time");
+        // Time for the fsync this test says must not come.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(store.calls(), ["append"]);
+    }
+
+    // STORE-1
+    #[tokio::test]
+    async fn a_reply_waits_for_an_fsync_of_every_record_before_it() {
+        let store = Noting::default();
+        let mut commit = Committer::start(Box::new(store.clone()), 0, u64::MAX, false);
+        commit.append(Record::Epoch(7));
+        commit.append(Record::Epoch(8));
+        let (reply, mut replies) = crate::reply::channel(1);
+        assert!(commit.reply(reply, Ok(Response::Destroyed), None).is_none());
+        assert!(replies.try_recv().is_err(), "not before the fsync");
+        until_durable(&mut commit, 2).await;
+        commit.advance().unwrap();
+        assert!(replies.try_recv().is_ok());
+        assert_eq!(store.calls(), ["append", "append", "sync"]);
     }
 }
