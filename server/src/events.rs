@@ -330,6 +330,16 @@ impl Master {
                     let change = Change::LockAcquired { holder: *session };
                     deliveries.push((s, node(id, key, change)));
                 }
+                // Granted with others still in line: the new holder hears
+                // of the head of it at once, in the grant's own commit.
+                let head = self.state.locks().get(key).and_then(|l| l.waiters.front());
+                if let Some(head) = head {
+                    let kind = EventKind::LockConflict {
+                        key: key.clone(),
+                        waiter: head.session,
+                    };
+                    deliveries.push((*session, kind));
+                }
             }
             StateEvent::LockReleased {
                 key,
@@ -345,7 +355,11 @@ impl Master {
                 }
             }
             StateEvent::LockWaiting { key, waiter } => {
-                if let Some(lock) = self.state.locks().get(key) {
+                // Only the first in line is news to the holders: the rest
+                // would each cost them an early KeepAlive answer (and the
+                // master an fsync, `STORE-1`) to say the same thing again.
+                let first = |l: &&crate::lock::LockState| l.waiters.len() == 1;
+                if let Some(lock) = self.state.locks().get(key).filter(first) {
                     for holder in lock.holders.keys() {
                         let kind = EventKind::LockConflict {
                             key: key.clone(),

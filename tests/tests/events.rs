@@ -255,3 +255,97 @@ async fn a_subscription_needs_a_live_session_and_a_sensible_mask() {
     let error = conn.call(unknown).await.unwrap_err();
     assert_eq!(error.code, leasehold_protocol::ErrorCode::UnknownSession);
 }
+
+fn exclusive(session: leasehold_protocol::SessionId, wait_ms: Option<u64>) -> Request {
+    Request::Acquire(Acquire {
+        key: "k".into(),
+        session,
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms,
+    })
+}
+
+fn conflict(waiter: leasehold_protocol::SessionId) -> EventKind {
+    EventKind::LockConflict {
+        key: "k".into(),
+        waiter,
+    }
+}
+
+// EV-6
+#[tokio::test]
+async fn a_second_waiter_in_line_is_not_news_to_the_holder() {
+    let server = start(short_lease_config()).await;
+    let (mut holder, _) = RawConnection::open(server.addr).await;
+    let (mut first, _) = RawConnection::open(server.addr).await;
+    let (mut second, _) = RawConnection::open(server.addr).await;
+    let a = holder.create_session(LONG).await;
+    let b = first.create_session(LONG).await;
+    let c = second.create_session(LONG).await;
+    assert!(matches!(
+        holder.call(exclusive(a, None)).await,
+        Ok(Response::Acquired { .. })
+    ));
+    holder.keepalive(a, true).await;
+    first.request(exclusive(b, Some(10_000))).await;
+    let told = events(&mut holder).await;
+    assert_eq!(
+        told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+        [conflict(b)]
+    );
+    holder.keepalive_acking(a, true, told[0].seq).await;
+    second.request(exclusive(c, Some(10_000))).await;
+    // Nothing new to say, so the held KeepAlive stays held.
+    let answered = tokio::time::timeout(Duration::from_millis(500), holder.reply()).await;
+    assert!(answered.is_err(), "answered early: {answered:?}");
+}
+
+// EV-6
+#[tokio::test]
+async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_line() {
+    let server = start(short_lease_config()).await;
+    let (mut holder, _) = RawConnection::open(server.addr).await;
+    let (mut first, _) = RawConnection::open(server.addr).await;
+    let (mut second, _) = RawConnection::open(server.addr).await;
+    let a = holder.create_session(LONG).await;
+    let b = first.create_session(LONG).await;
+    let c = second.create_session(LONG).await;
+    assert!(matches!(
+        holder.call(exclusive(a, None)).await,
+        Ok(Response::Acquired { .. })
+    ));
+    holder.keepalive(a, true).await;
+    first.keepalive(b, true).await;
+    let acquire = first.request(exclusive(b, Some(10_000))).await;
+    // In line first: the holder hears of it.
+    let told = events(&mut holder).await;
+    assert_eq!(
+        told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+        [conflict(b)]
+    );
+    // One connection's requests are applied in order, so `c` is in line
+    // before the release.
+    second.request(exclusive(c, Some(10_000))).await;
+    let release = Request::Release {
+        key: "k".into(),
+        session: a,
+    };
+    assert!(second.call(release).await.is_ok());
+    // The grant and the event come on the same connection, in either order.
+    let mut granted = false;
+    let mut told = Vec::new();
+    for _ in 0..2 {
+        let (id, reply) = first.reply().await;
+        if id == acquire {
+            granted = matches!(reply, Ok(Response::Acquired { .. }));
+        } else {
+            told = keepalive_events(reply);
+        }
+    }
+    assert!(granted);
+    assert_eq!(
+        told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+        [conflict(c)]
+    );
+}
