@@ -273,41 +273,25 @@ fn conflict(waiter: leasehold_protocol::SessionId) -> EventKind {
     }
 }
 
-// EV-6
-#[tokio::test]
-async fn a_second_waiter_in_line_is_not_news_to_the_holder() {
-    let server = start(short_lease_config()).await;
-    let (mut holder, _) = RawConnection::open(server.addr).await;
-    let (mut first, _) = RawConnection::open(server.addr).await;
-    let (mut second, _) = RawConnection::open(server.addr).await;
-    let a = holder.create_session(LONG).await;
-    let b = first.create_session(LONG).await;
-    let c = second.create_session(LONG).await;
-    assert!(matches!(
-        holder.call(exclusive(a, None)).await,
-        Ok(Response::Acquired { .. })
-    ));
-    holder.keepalive(a, true).await;
-    first.request(exclusive(b, Some(10_000))).await;
-    let told = events(&mut holder).await;
-    assert_eq!(
-        told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
-        [conflict(b)]
-    );
-    holder.keepalive_acking(a, true, told[0].seq).await;
-    second.request(exclusive(c, Some(10_000))).await;
-    // Nothing new to say, so the held KeepAlive stays held.
-    let answered = tokio::time::timeout(Duration::from_millis(500), holder.reply()).await;
-    assert!(answered.is_err(), "answered early: {answered:?}");
+/// A lock with a holder and one waiter, each with a held KeepAlive, and a
+/// third session yet to ask for it.
+struct Line {
+    holder: RawConnection,
+    first: RawConnection,
+    second: RawConnection,
+    a: leasehold_protocol::SessionId,
+    c: leasehold_protocol::SessionId,
+    /// The waiter's Acquire.
+    acquire: u64,
+    /// The holder's event about the waiter.
+    told: Event,
 }
 
-// EV-6
-#[tokio::test]
-async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_line() {
-    let server = start(short_lease_config()).await;
-    let (mut holder, _) = RawConnection::open(server.addr).await;
-    let (mut first, _) = RawConnection::open(server.addr).await;
-    let (mut second, _) = RawConnection::open(server.addr).await;
+/// `a` holds "k"; `b` joins the empty line, and `a` is told (EV-6).
+async fn a_holder_and_one_waiter(addr: std::net::SocketAddr) -> Line {
+    let (mut holder, _) = RawConnection::open(addr).await;
+    let (mut first, _) = RawConnection::open(addr).await;
+    let (mut second, _) = RawConnection::open(addr).await;
     let a = holder.create_session(LONG).await;
     let b = first.create_session(LONG).await;
     let c = second.create_session(LONG).await;
@@ -318,26 +302,55 @@ async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_lin
     holder.keepalive(a, true).await;
     first.keepalive(b, true).await;
     let acquire = first.request(exclusive(b, Some(10_000))).await;
-    // In line first: the holder hears of it.
-    let told = events(&mut holder).await;
+    let mut told = events(&mut holder).await;
     assert_eq!(
         told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
         [conflict(b)]
     );
+    Line {
+        holder,
+        first,
+        second,
+        a,
+        c,
+        acquire,
+        told: told.remove(0),
+    }
+}
+
+// EV-6
+#[tokio::test]
+async fn a_second_waiter_in_line_is_not_news_to_the_holder() {
+    let server = start(short_lease_config()).await;
+    let mut line = a_holder_and_one_waiter(server.addr).await;
+    line.holder
+        .keepalive_acking(line.a, true, line.told.seq)
+        .await;
+    line.second.request(exclusive(line.c, Some(10_000))).await;
+    // Nothing new to say, so the held KeepAlive stays held.
+    let answered = tokio::time::timeout(Duration::from_millis(500), line.holder.reply()).await;
+    assert!(answered.is_err(), "answered early: {answered:?}");
+}
+
+// EV-6
+#[tokio::test]
+async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_line() {
+    let server = start(short_lease_config()).await;
+    let mut line = a_holder_and_one_waiter(server.addr).await;
     // One connection's requests are applied in order, so `c` is in line
     // before the release.
-    second.request(exclusive(c, Some(10_000))).await;
+    line.second.request(exclusive(line.c, Some(10_000))).await;
     let release = Request::Release {
         key: "k".into(),
-        session: a,
+        session: line.a,
     };
-    assert!(second.call(release).await.is_ok());
+    assert!(line.second.call(release).await.is_ok());
     // The grant and the event come on the same connection, in either order.
     let mut granted = false;
     let mut told = Vec::new();
     for _ in 0..2 {
-        let (id, reply) = first.reply().await;
-        if id == acquire {
+        let (id, reply) = line.first.reply().await;
+        if id == line.acquire {
             granted = matches!(reply, Ok(Response::Acquired { .. }));
         } else {
             told = keepalive_events(reply);
@@ -346,6 +359,6 @@ async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_lin
     assert!(granted);
     assert_eq!(
         told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
-        [conflict(c)]
+        [conflict(line.c)]
     );
 }
