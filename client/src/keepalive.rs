@@ -146,75 +146,75 @@ impl Keeper {
                         unheld -= 1;
                     }
                     match result.and_then(keepalive_reply) {
-                                                            // A late reply from a master older than the one already
-                    // heard from proves nothing and carries stale events.
-                    Ok((epoch, ..)) if epoch < self.epoch => {}
-                    Ok((epoch, lease, events)) => {
-                        // A new master numbers its events afresh.
-                        if epoch != self.epoch {
-                            self.delivered = 0;
-                        }
-                        self.epoch = epoch;
-                        // Events are news whether or not the lease is.
-                        let failover = self.deliver(events);
-                        let expiry = local_expiry(sent, lease, self.drift);
-                        // A reply that arrives after the lease it granted has
-                        // run out proves nothing about now (CS-5).
-                        if expiry > Instant::now() {
-                            self.local_expiry = self.local_expiry.max(expiry);
-                            *self.shared.local_expiry.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(self.local_expiry);
-                                                        if self.state == SessionState::Jeopardy {
-                                self.enter(SessionState::Safe); // CS-4
-                                self.enter(SessionState::Normal);
-                                grace_end = None;
-                            } else if failover && self.state == SessionState::Normal {
-                                self.enter(SessionState::Failover); // FO-6
-                                self.enter(SessionState::Normal);
+                        // A late reply from a master older than the one already
+                        // heard from proves nothing and carries stale events.
+                        Ok((epoch, ..)) if epoch < self.epoch => {}
+                        Ok((epoch, lease, events)) => {
+                            // A new master numbers its events afresh.
+                            if epoch != self.epoch {
+                                self.delivered = 0;
                             }
-                            in_flight.clear();
-                            unheld = 0;
-                            failures = 0;
-                            // KA-9: a request delayed on its way leaves a
-                            // local lease shorter than the master's by the
-                            // delay, and the master would hold the next
-                            // one until its own expiry less the margin:
-                            // past the local lease. Ask for an answer at
-                            // once instead, but never twice in a row.
-                            let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
-                            let short = expiry < Instant::now() + remaining - remaining / 20;
-                            hurried = short && !hurried;
-                            hold = !hurried;
-                            send_at = Some(Instant::now()); // KA-1
-                        } else if self.state == SessionState::Normal && in_flight.is_empty() {
-                            hold = false;
-                            send_at = Some(Instant::now());
-                        }
-                    }
-                    Err(e) => match e.code() {
-                        Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
-                            self.enter(SessionState::Expired); // CS-6
-                            return;
-                        }
-                                                Some(ErrorCode::WrongEpoch { current }) => {
-                            self.epoch = current;
-                            self.delivered = 0;
-                            hold = false;
-                            send_at = Some(Instant::now());
-                        }
-                        _ => {
-                            debug!(session = %self.id, error = %e, "KeepAlive failed");
-                            hold = false;
-                            // In jeopardy, probes go out on their own schedule.
-                            if self.state == SessionState::Normal
-                                && send_at.is_none()
-                                && in_flight.is_empty()
-                            {
-                                failures += 1;
-                                send_at = Some(Instant::now() + backoff(failures));
+                            self.epoch = epoch;
+                            // Events are news whether or not the lease is.
+                            let failover = self.deliver(events);
+                            let expiry = local_expiry(sent, lease, self.drift);
+                            // A reply that arrives after the lease it granted has
+                            // run out proves nothing about now (CS-5).
+                            if expiry > Instant::now() {
+                                self.local_expiry = self.local_expiry.max(expiry);
+                                *self.shared.local_expiry.lock().unwrap_or_else(|e| e.into_inner()) =
+                                    Some(self.local_expiry);
+                                if self.state == SessionState::Jeopardy {
+                                    self.enter(SessionState::Safe); // CS-4
+                                    self.enter(SessionState::Normal);
+                                    grace_end = None;
+                                } else if failover && self.state == SessionState::Normal {
+                                    self.enter(SessionState::Failover); // FO-6
+                                    self.enter(SessionState::Normal);
+                                }
+                                in_flight.clear();
+                                unheld = 0;
+                                failures = 0;
+                                // KA-9: a request delayed on its way leaves a
+                                // local lease shorter than the master's by the
+                                // delay, and the master would hold the next
+                                // one until its own expiry less the margin:
+                                // past the local lease. Ask for an answer at
+                                // once instead, but never twice in a row.
+                                let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
+                                let short = expiry < Instant::now() + remaining - remaining / 20;
+                                hurried = short && !hurried;
+                                hold = !hurried;
+                                send_at = Some(Instant::now()); // KA-1
+                            } else if self.state == SessionState::Normal && in_flight.is_empty() {
+                                hold = false;
+                                send_at = Some(Instant::now());
                             }
                         }
-                    },
+                        Err(e) => match e.code() {
+                            Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
+                                self.enter(SessionState::Expired); // CS-6
+                                return;
+                            }
+                            Some(ErrorCode::WrongEpoch { current }) => {
+                                self.epoch = current;
+                                self.delivered = 0;
+                                hold = false;
+                                send_at = Some(Instant::now());
+                            }
+                            _ => {
+                                debug!(session = %self.id, error = %e, "KeepAlive failed");
+                                hold = false;
+                                // In jeopardy, probes go out on their own schedule.
+                                if self.state == SessionState::Normal
+                                    && send_at.is_none()
+                                    && in_flight.is_empty()
+                                {
+                                    failures += 1;
+                                    send_at = Some(Instant::now() + backoff(failures));
+                                }
+                            }
+                        },
                     }
                 },
                 () = sleep_until(self.local_expiry), if self.state == SessionState::Normal => {
