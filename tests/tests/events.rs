@@ -159,28 +159,16 @@ async fn a_holder_hears_of_a_conflicting_request_and_of_losing_its_lock() {
     let (mut other, _) = RawConnection::open(server.addr).await;
     let a = holder.create_session(LONG).await;
     let b = other.create_session(LONG).await;
-    let acquire = |session, wait_ms| {
-        Request::Acquire(Acquire {
-            key: "k".into(),
-            session,
-            mode: LockMode::Exclusive,
-            contents: None,
-            wait_ms,
-        })
-    };
     assert!(matches!(
-        holder.call(acquire(a, None)).await,
+        holder.call(exclusive(a, None)).await,
         Ok(Response::Acquired { .. })
     ));
     holder.keepalive(a, true).await;
-    other.request(acquire(b, Some(10_000))).await;
-    let conflict = events(&mut holder).await;
+    other.request(exclusive(b, Some(10_000))).await;
+    let told = events(&mut holder).await;
     assert_eq!(
-        conflict.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
-        [EventKind::LockConflict {
-            key: "k".into(),
-            waiter: b
-        }]
+        told.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+        [conflict(b)]
     );
     holder.keepalive_acking(a, true, 1).await;
     let deleted = Request::Delete {
