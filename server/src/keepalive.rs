@@ -50,7 +50,7 @@ impl Master {
             // Events waiting: answer at once to deliver them (EV-3).
             Some(at) if ka.hold && at > now && !self.events.has_pending(id) => {
                 self.leases.hold(id, held);
-                self.arm_session_timer(id, at);
+                self.leases.arm(id, at);
             }
             _ => self.answer(id, held, now), // KA-3
         }
@@ -78,7 +78,7 @@ impl Master {
             self.deliver(held.reply, Err(self.state.missing_session(id)));
             return;
         };
-        self.arm_session_timer(id, expires);
+        self.leases.arm(id, expires);
         self.deliver(
             held.reply,
             Ok(Response::KeepAlive {

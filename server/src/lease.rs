@@ -98,6 +98,15 @@ impl<H> Leases<H> {
         Some(lease.expires_at.saturating_sub(margin))
     }
 
+    /// When the timer of `id` is due: the answer of its held KeepAlive if
+    /// one is held, else the end of its lease.
+    pub fn due(&self, id: SessionId, margin: Duration) -> Option<Millis> {
+        match self.held(id) {
+            Some(_) => self.answer_held_at(id, margin),
+            None => self.expires_at(id),
+        }
+    }
+
     /// Forgets the lease of an ended session and its timer; returns its
     /// held KeepAlive.
     pub fn remove(&mut self, id: SessionId) -> Option<H> {

@@ -218,7 +218,7 @@ impl Master {
             self.state.sessions().map(|s| (s.id, s.lease)).collect();
         for (id, lease) in sessions {
             let expires = self.leases.start(id, lease, now);
-            self.arm_session_timer(id, expires);
+            self.leases.arm(id, expires);
             self.events.push_failover(id, self.config.epoch);
             self.failover_pending.insert(id);
             self.unheard.insert(id);
@@ -589,7 +589,7 @@ impl Master {
                 };
                 info!(session = %id, name = %session.name, lease = ?session.lease, "session created");
                 let expires = self.leases.start(id, session.lease, now);
-                self.arm_session_timer(id, expires);
+                self.leases.arm(id, expires);
             }
             // Heard of through `publish` alone.
             StateEvent::LockAcquired { .. }
@@ -637,28 +637,23 @@ impl Master {
     /// lease has run out. The timer rounds to milliseconds and may fire a
     /// tick early: nothing happens before its time.
     fn session_timer_fired(&mut self, id: SessionId, now: Millis) {
-        let answer_at = self.leases.answer_held_at(id, self.config.keepalive_margin);
-        let held_due = self.leases.held(id).is_some() && answer_at.is_some_and(|at| at <= now);
-        if held_due {
+        let margin = self.config.keepalive_margin;
+        if self.leases.held(id).is_some() && self.leases.due(id, margin).is_some_and(|d| d <= now) {
             let held = self.leases.take_held(id).expect("checked");
             self.answer(id, held, now);
         }
         if self.leases.is_armed(id) || self.state.session(id).is_none() {
             return;
         }
-        let due = match self.leases.held(id) {
-            Some(_) => self.leases.answer_held_at(id, self.config.keepalive_margin),
-            None => self.leases.expires_at(id),
-        };
-        match due {
-            Some(due) if due > now => self.arm_session_timer(id, due),
+        match self.leases.due(id, margin) {
+            Some(due) if due > now => self.leases.arm(id, due),
             Some(_) if self.waiting > 0 && self.unheard.remove(&id) => {
                 // A master catching up after a restart may not yet have
                 // read this session's KeepAlive: one more lease, once
                 // (`FO-2`).
                 if let Some(expires) = self.leases.extend(id, now) {
                     debug!(session = %id, waiting = self.waiting, "recovered session unheard from while requests wait: one more lease");
-                    self.arm_session_timer(id, expires);
+                    self.leases.arm(id, expires);
                 }
             }
             Some(_) => {
@@ -682,11 +677,6 @@ impl Master {
             return true;
         }
         false
-    }
-
-    /// Sets the timer of session `id` for `due`.
-    pub(crate) fn arm_session_timer(&mut self, id: SessionId, due: Millis) {
-        self.leases.arm(id, due);
     }
 
     /// Handles every session timer due by now.
