@@ -21,6 +21,7 @@ pub fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
             now: 1,
             command: Command::CreateSession {
                 id: SessionId::from_u128(u128::from(s) + 1),
+                secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
                 name: format!("s{s}"),
                 lease: Some(Duration::from_secs(60)),
                 lock_delay: None,

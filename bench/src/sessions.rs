@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
-    Behavior, ClientFrame, CreateSession, ErrorCode, FrameCodec, Hello, KeepAlive, Request,
-    Response, ServerFrame, SessionId, DEFAULT_MAX_FRAME,
+    Authority, Behavior, ClientFrame, CreateSession, ErrorCode, FrameCodec, Hello, KeepAlive,
+    Request, Response, ServerFrame, SessionId, SessionSecret, SessionToken, DEFAULT_MAX_FRAME,
 };
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -230,10 +230,24 @@ async fn hold_leasehold(
             .await?;
     }
     framed.flush().await?;
-    let mut sessions = vec![SessionId::nil(); n];
+    let nobody = SessionToken {
+        id: SessionId::nil(),
+        secret: SessionSecret::from_bytes([0; 16]),
+    };
+    let mut sessions = vec![nobody; n];
     for _ in 0..n {
         match reply(&mut framed).await? {
-            (id, Ok(Response::SessionCreated { session, .. })) => sessions[id as usize] = session,
+            (
+                id,
+                Ok(Response::SessionCreated {
+                    session, secret, ..
+                }),
+            ) => {
+                sessions[id as usize] = SessionToken {
+                    id: session,
+                    secret,
+                }
+            }
             (_, other) => bail!("CreateSession failed: {other:?}"),
         }
     }
@@ -298,7 +312,10 @@ async fn hold_leasehold(
         framed
             .feed(ClientFrame::Request {
                 id: base + i as u64,
-                body: Request::DestroySession { session: *s },
+                body: Request::DestroySession {
+                    session: s.id,
+                    authority: Authority::Session(*s),
+                },
             })
             .await?;
     }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use leasehold::{CheckStatus, Client, ErrorCode, SessionId};
+use leasehold::{CheckStatus, ErrorCode, SessionId};
 use serde_json::json;
 
 use crate::{CheckCommand, NOT_FOUND};
@@ -30,7 +30,7 @@ pub(crate) async fn check(
     json: bool,
     command: CheckCommand,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     match command {
         CheckCommand::Set { name, status, note } => {
             let ended = client.set_check(&name, status.into(), &note).await?;

@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
-use leasehold::{Client, DeleteOptions, NodeView, PutOptions, Sequencer};
+use leasehold::{DeleteOptions, NodeView, PutOptions, Sequencer};
 use serde_json::json;
 
 use crate::{Command, NOT_FOUND};
 
 pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     match command {
         Command::Get { key, stat } => {
             let Some(node) = (if stat {
@@ -49,7 +49,14 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
             recursive,
         } => {
             let deleted = client
-                .delete(&key, DeleteOptions { cas, recursive })
+                .delete(
+                    &key,
+                    DeleteOptions {
+                        cas,
+                        recursive,
+                        ..DeleteOptions::default()
+                    },
+                )
                 .await?;
             print_keys(&deleted, json);
         }

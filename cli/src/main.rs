@@ -8,11 +8,12 @@ mod run;
 mod session;
 
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use leasehold::{ClientError, SessionId};
+use leasehold::{Client, ClientConfig, ClientError};
 
 use run::RunArgs;
 use session::SessionArgs;
@@ -35,6 +36,16 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// A file holding the operator token. `serve` then lets only a
+    /// session's owner or a request with this token destroy the session or
+    /// delete a node another session has locked; other commands present it.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_OPERATOR_TOKEN_FILE",
+        value_name = "PATH"
+    )]
+    operator_token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -195,20 +206,36 @@ struct ServeArgs {
 
 #[derive(Subcommand)]
 enum SessionCommand {
-    /// Create a session and print its id. It stays on the master until its
-    /// lease runs out, unless something keeps it alive.
+    /// Create a session and print its token (`<id>:<secret>`): what another
+    /// process needs to act for it (`session keep --attach`, `session
+    /// destroy`). It stays on the master until its lease runs out, unless
+    /// something keeps it alive.
     Create(SessionArgs),
     /// Show a session.
-    Info { id: SessionId },
+    Info {
+        /// The session's id (or its token).
+        #[arg(value_name = "ID")]
+        target: String,
+    },
     /// List live sessions.
     List,
-    /// Destroy a session (any session: operators may need to).
-    Destroy { id: SessionId },
-    /// Create a session, keep it alive, and print each state it enters
-    /// (normal, jeopardy, safe, expired) until interrupted.
+    /// Destroy a session: given its token, as its owner; given only its id,
+    /// as the operator (with --operator-token-file when the master has one).
+    Destroy {
+        /// The session's token, or its id.
+        #[arg(value_name = "TOKEN|ID")]
+        target: String,
+    },
+    /// Create a session (or take over one with --attach), keep it alive,
+    /// and print each state it enters (normal, jeopardy, safe, expired)
+    /// until interrupted, then destroy it.
     Keep {
         #[command(flatten)]
         session: SessionArgs,
+        /// Keep alive the session with this token (as `session create`
+        /// printed it) instead of creating one.
+        #[arg(long, value_name = "TOKEN")]
+        attach: Option<leasehold::SessionToken>,
         /// Grace period after jeopardy before the session is taken as expired.
         #[arg(long, value_parser = duration::parse, default_value = "45s")]
         grace: Duration,
@@ -219,6 +246,32 @@ enum SessionCommand {
 pub(crate) const NOT_FOUND: u8 = 1;
 /// Exit status for "the master could not be reached".
 const UNREACHABLE: u8 = 2;
+
+/// The operator token this process presents, read once from
+/// `--operator-token-file`.
+static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
+
+/// Reads an operator token: the file's contents without surrounding
+/// whitespace, so a trailing newline from `echo` does not count.
+fn read_operator_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the operator token file {}", path.display()))?;
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        anyhow::bail!("the operator token file {} is empty", path.display());
+    }
+    Ok(token)
+}
+
+/// A client of the master at `addr`, presenting the operator token if one
+/// was given.
+pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
+    let config = ClientConfig {
+        operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
+        ..ClientConfig::default()
+    };
+    Client::connect_with(addr, config).await
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -237,6 +290,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let token = match cli.operator_token_file.as_deref().map(read_operator_token) {
+        None => None,
+        Some(Ok(token)) => Some(token),
+        Some(Err(e)) => {
+            eprintln!("leasehold: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = OPERATOR_TOKEN.set(token);
     runtime.block_on(async {
         let result = match cli.command {
             Command::Serve(args) => serve(args).await,
@@ -291,6 +353,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         keepalive_margin: args.keepalive_margin,
         max_frame: args.max_frame,
         data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
+        operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()
     };
     config.validate()?;
@@ -303,6 +366,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     match &config.data_dir {
         Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
+    }
+    if config.operator_token.is_none() {
+        tracing::warn!(
+            "no --operator-token-file: any client may destroy any session and delete locked \
+             nodes; give the master an operator token to allow that to owners and the operator only"
+        );
     }
     leasehold_server::run(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;

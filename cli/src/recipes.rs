@@ -34,7 +34,7 @@ pub(crate) async fn lock(
     session_args: SessionArgs,
     run: RunArgs,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     let session = open(&client, &session_args, &run).await?;
     let mut options = if shared {
         LockOptions::shared()
@@ -62,7 +62,7 @@ pub(crate) async fn elect(
     session_args: SessionArgs,
     run: RunArgs,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     let session = open(&client, &session_args, &run).await?;
     let term = Election::new(&session, &key).campaign(value).await?;
     eprintln!("leasehold: leading {key}");
@@ -84,7 +84,7 @@ pub(crate) async fn semaphore(
     session_args: SessionArgs,
     run: RunArgs,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     let session = open(&client, &session_args, &run).await?;
     let permit = Semaphore::new(&session, &prefix, limit)
         .acquire(value, None)
@@ -100,7 +100,7 @@ pub(crate) async fn semaphore(
 
 /// `leasehold leader KEY`: the leader's value; none is exit status 1.
 pub(crate) async fn leader(addr: &str, json: bool, key: String) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     let Some(leader) = client.leader(&key).await? else {
         eprintln!("leasehold: {key} has no leader");
         return Ok(ExitCode::from(NOT_FOUND));
@@ -130,7 +130,7 @@ pub(crate) async fn watch(
     prefix: String,
     session_args: SessionArgs,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     let session = client.create_session(session_args.options()).await?;
     let options = SubscribeOptions::prefix().mask(event_mask::ALL);
     let mut events = session.subscribe(&prefix, options).await?;

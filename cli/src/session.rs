@@ -4,7 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use leasehold::{Behavior, Client, ClientError, ErrorCode, SessionInfo, SessionOptions};
+use leasehold::{
+    Behavior, Client, ClientError, ErrorCode, SessionId, SessionInfo, SessionOptions, SessionToken,
+};
 use serde_json::json;
 
 use crate::{duration, SessionCommand, NOT_FOUND};
@@ -52,17 +54,20 @@ pub(crate) async fn session(
     json: bool,
     command: SessionCommand,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(addr).await?;
+    let client = crate::connect(addr).await?;
     match command {
         SessionCommand::Create(args) => {
-            let id = client.create_session(args.options()).await?.detach().await;
+            let token = client.create_session(args.options()).await?.detach().await;
             if json {
-                println!("{}", json!({ "session": id }));
+                println!(
+                    "{}",
+                    json!({ "session": token.id, "token": token.to_string() })
+                );
             } else {
-                println!("{id}");
+                println!("{token}");
             }
         }
-        SessionCommand::Info { id } => match client.session_info(id).await {
+        SessionCommand::Info { target } => match client.session_info(session_id(&target)?).await {
             Ok(info) => print_info(&info, json),
             Err(e) => return missing(e),
         },
@@ -71,17 +76,43 @@ pub(crate) async fn session(
                 print_info(&info, json);
             }
         }
-        SessionCommand::Destroy { id } => match client.destroy_session(id).await {
-            Ok(()) => {
-                if json {
-                    println!("{}", json!({ "session": id, "destroyed": true }));
+        SessionCommand::Destroy { target } => {
+            let (id, destroyed) = match target.parse::<SessionToken>() {
+                Ok(token) => (token.id, client.destroy_session_by_token(token).await),
+                Err(_) => {
+                    let id = session_id(&target)?;
+                    (id, client.destroy_session(id).await)
                 }
+            };
+            match destroyed {
+                Ok(()) => {
+                    if json {
+                        println!("{}", json!({ "session": id, "destroyed": true }));
+                    }
+                }
+                Err(e) => return missing(e),
             }
-            Err(e) => return missing(e),
-        },
-        SessionCommand::Keep { session, grace } => return keep(client, session, grace, json).await,
+        }
+        SessionCommand::Keep {
+            session,
+            attach,
+            grace,
+        } => return keep(client, session, attach, grace, json).await,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The session `text` names: its id, or the id in its token.
+fn session_id(text: &str) -> anyhow::Result<SessionId> {
+    if let Ok(token) = text.parse::<SessionToken>() {
+        return Ok(token.id);
+    }
+    text.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "'{}' is neither a session id nor a session token",
+            text.escape_debug()
+        )
+    })
 }
 
 /// A session that does not exist is a message and exit status 1.
@@ -136,10 +167,18 @@ fn print_info(info: &SessionInfo, json: bool) {
 async fn keep(
     client: Client,
     args: SessionArgs,
+    attach: Option<SessionToken>,
     grace: Duration,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let session = client.create_session(args.options().grace(grace)).await?;
+    let options = args.options().grace(grace);
+    let session = match attach {
+        Some(token) => match client.attach_session(token, options).await {
+            Ok(session) => session,
+            Err(e) => return missing(e),
+        },
+        None => client.create_session(options).await?,
+    };
     let (tx, mut states) = tokio::sync::mpsc::unbounded_channel();
     session.on_state_change(move |state| {
         let _ = tx.send(state);

@@ -15,8 +15,12 @@ fn a_created_session_lives_until_its_lease_runs_out() {
         "session", "create", "--name", "cli-test", "--lease", "500ms",
     ]);
     assert!(created.status.success());
-    let id = stdout(&created);
-    assert_eq!(id.len(), 36, "a UUID: {id}");
+    // AUTH-1: the token, `<id>:<secret>`, is what another process needs.
+    let token = stdout(&created);
+    let (id, secret) = token.split_once(':').expect("a token");
+    assert_eq!(id.len(), 36, "a UUID: {token}");
+    assert_eq!(secret.len(), 32, "128 bits in hex: {token}");
+    let id = id.to_string();
 
     let info = serve.run(&["--json", "session", "info", &id]);
     assert!(info.status.success());
@@ -193,18 +197,76 @@ fn a_critical_check_set_from_the_cli_ends_the_sessions_bound_to_it() {
         .success());
     let created = serve.run(&["session", "create", "--lease", "30s", "--check", "disk"]);
     assert!(created.status.success(), "{created:?}");
-    let id = stdout(&created);
+    let token = stdout(&created);
+    let id = token.split(':').next().unwrap();
     let listed = stdout(&serve.run(&["check", "list"]));
     assert!(listed.contains("disk  passing  sessions=1  ok"), "{listed}");
 
     let set = serve.run(&["check", "set", "disk", "critical"]);
     assert!(set.status.success());
     assert_eq!(stdout(&set), format!("ended session {id}"));
-    let gone = serve.run(&["session", "info", &id]);
+    let gone = serve.run(&["session", "info", id]);
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("health check"));
 
     let refused = serve.run(&["session", "create", "--check", "disk"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("critical"));
+}
+
+// AUTH-3
+#[test]
+fn with_an_operator_token_a_session_is_destroyed_by_its_token_or_the_operator() {
+    let token_file = std::env::temp_dir().join(format!("leasehold-op-{}", std::process::id()));
+    std::fs::write(&token_file, "a-long-enough-operator-token\n").unwrap();
+    let token_path = token_file.to_str().unwrap();
+    let (child, addr) = common::spawn_serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--in-memory",
+        "--operator-token-file",
+        token_path,
+    ]);
+    let serve = Serve { child, addr };
+    let first = stdout(&serve.run(&["session", "create"]));
+    let first_id = first.split(':').next().unwrap().to_string();
+    let refused = serve.run(&["session", "destroy", &first_id]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("operator token"),
+        "{refused:?}"
+    );
+    assert!(serve.run(&["session", "destroy", &first]).status.success());
+
+    let second = stdout(&serve.run(&["session", "create"]));
+    let second_id = second.split(':').next().unwrap();
+    let by_operator = serve.run(&[
+        "--operator-token-file",
+        token_path,
+        "session",
+        "destroy",
+        second_id,
+    ]);
+    assert!(by_operator.status.success(), "{by_operator:?}");
+    let _ = std::fs::remove_file(&token_file);
+}
+
+// AUTH-1, SES-9: another process keeps a created session alive by its token.
+#[test]
+fn a_created_session_is_kept_alive_by_another_process_with_its_token() {
+    let serve = Serve::start();
+    let token = stdout(&serve.run(&["session", "create", "--lease", "500ms"]));
+    let id = token.split(':').next().unwrap().to_string();
+    let keeper = common::Running::start(&serve.addr, &["session", "keep", "--attach", &token]);
+    assert_eq!(keeper.stdout_line(Duration::from_secs(10)), "normal");
+    // Three leases later it is still there, kept by the second process.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(serve.run(&["session", "info", &id]).status.success());
+    let forged = format!("{id}:{}", "0".repeat(32));
+    let refused = serve.run(&["session", "keep", "--attach", &forged]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("secret does not match"),
+        "{refused:?}"
+    );
 }

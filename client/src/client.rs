@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    CreateSession, ErrorCode, Request, Response, SessionId, SessionInfo, DEFAULT_MAX_FRAME,
+    Authority, CreateSession, ErrorCode, KeepAlive, Request, Response, SessionId, SessionInfo,
+    SessionToken, DEFAULT_MAX_FRAME,
 };
 
 use crate::connection::Connection;
@@ -15,7 +16,7 @@ use crate::session::{Session, SessionOptions};
 use crate::transport::{Connector, TcpConnector};
 
 /// Settings of a [`Client`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Largest frame body accepted from the server.
     pub max_frame: usize,
@@ -24,6 +25,9 @@ pub struct ClientConfig {
     /// Time allowed for a reply to any request but a KeepAlive (whose reply
     /// the master holds on purpose).
     pub request_timeout: Duration,
+    /// The master's operator token (`AUTH-3`): with it, this client may
+    /// destroy any session and delete nodes other sessions have locked.
+    pub operator_token: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -32,7 +36,23 @@ impl Default for ClientConfig {
             max_frame: DEFAULT_MAX_FRAME,
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            operator_token: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The operator token is a secret: a log line shows only its presence.
+        f.debug_struct("ClientConfig")
+            .field("max_frame", &self.max_frame)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field(
+                "operator_token",
+                &self.operator_token.as_ref().map(|_| ".."),
+            )
+            .finish()
     }
 }
 
@@ -77,6 +97,15 @@ impl Client {
     /// if it cannot be reached.
     pub async fn connect(addr: impl Into<String>) -> Result<Client, ClientError> {
         Client::with_connector(TcpConnector::new(addr), ClientConfig::default()).await
+    }
+
+    /// Connects to the master at `addr` (`host:port`) over TCP with
+    /// `config`.
+    pub async fn connect_with(
+        addr: impl Into<String>,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        Client::with_connector(TcpConnector::new(addr), config).await
     }
 
     /// Connects through any [`Connector`], such as a simulated network's.
@@ -264,17 +293,86 @@ impl Client {
         match self.call(request).await? {
             Response::SessionCreated {
                 session,
+                secret,
                 epoch,
                 lease,
             } => Ok(Session::start(
                 self.clone(),
-                session,
+                SessionToken {
+                    id: session,
+                    secret,
+                },
                 epoch,
                 sent,
                 lease,
                 options,
             )),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Takes over keeping alive a session created elsewhere, given its
+    /// token (what [`Session::detach`] returns and `leasehold session
+    /// create` prints). From then on it behaves as a session this client
+    /// created; of `options` only the grace period and the clock drift
+    /// apply, since the master fixed the rest when it was created.
+    ///
+    /// ```no_run
+    /// use leasehold::{Client, SessionOptions, SessionToken};
+    ///
+    /// # async fn example(token: SessionToken) -> Result<(), leasehold::ClientError> {
+    /// let client = Client::connect("127.0.0.1:7171").await?;
+    /// let session = client.attach_session(token, SessionOptions::new("cli")).await?;
+    /// session.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn attach_session(
+        &self,
+        token: SessionToken,
+        options: SessionOptions,
+    ) -> Result<Session, ClientError> {
+        let mut epoch = self.epoch().await?;
+        for _ in 0..2 {
+            let request = Request::KeepAlive(KeepAlive {
+                session: token,
+                epoch,
+                acked_seq: 0,
+                hold: false,
+            });
+            let sent = tokio::time::Instant::now();
+            match self.call(request).await {
+                Ok(Response::KeepAlive { epoch, lease, .. }) => {
+                    // The reply's events are not acknowledged, so the
+                    // session's next KeepAlive brings them again and they
+                    // are delivered then.
+                    return Ok(Session::start(
+                        self.clone(),
+                        token,
+                        epoch,
+                        sent,
+                        lease,
+                        options,
+                    ));
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => match e.code() {
+                    Some(ErrorCode::WrongEpoch { current }) => epoch = current,
+                    _ => return Err(e),
+                },
+            }
+        }
+        Err(ClientError::Protocol(
+            "the master's epoch changed twice while attaching".into(),
+        ))
+    }
+
+    /// The authority this client's requests claim when they end or take
+    /// away what belongs to a session: the operator's, if configured.
+    pub(crate) fn authority(&self) -> Authority {
+        match &self.inner.config.operator_token {
+            Some(token) => Authority::Operator(token.clone()),
+            None => Authority::Anonymous,
         }
     }
 
@@ -305,10 +403,29 @@ impl Client {
         }
     }
 
-    /// Destroys any session, not only one of this client's (as an operator
-    /// may need to).
+    /// Destroys a session by id, as an operator may need to. A master with
+    /// an operator token refuses it with `PermissionDenied` unless this
+    /// client was configured with that token
+    /// ([`ClientConfig::operator_token`]); a session's owner closes it
+    /// with [`Session::close`] or [`Client::destroy_session_by_token`].
     pub async fn destroy_session(&self, session: SessionId) -> Result<(), ClientError> {
-        match self.call(Request::DestroySession { session }).await? {
+        let authority = self.authority();
+        match self
+            .call(Request::DestroySession { session, authority })
+            .await?
+        {
+            Response::Destroyed => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Destroys the session `token` proves, as its owner (`AUTH-3`).
+    pub async fn destroy_session_by_token(&self, token: SessionToken) -> Result<(), ClientError> {
+        let request = Request::DestroySession {
+            session: token.id,
+            authority: Authority::Session(token),
+        };
+        match self.call(request).await? {
             Response::Destroyed => Ok(()),
             other => Err(unexpected(other)),
         }

@@ -130,7 +130,7 @@ impl Drop for Subscription {
 
 async fn unsubscribe(session: &Session, subscription: u64) -> Result<(), ClientError> {
     let request = Request::Unsubscribe {
-        session: session.id(),
+        session: session.token(),
         subscription,
     };
     match session.client().call(request).await? {
@@ -301,7 +301,7 @@ impl Session {
         options: SubscribeOptions,
     ) -> Result<Subscription, ClientError> {
         let request = Request::Subscribe {
-            session: self.id(),
+            session: self.token(),
             key: key.to_string(),
             prefix: options.prefix,
             mask: options.mask,
@@ -356,7 +356,7 @@ impl Session {
 /// cannot be made again ends its stream.
 pub(crate) async fn resubscribe(
     client: crate::client::Client,
-    session: SessionId,
+    session: leasehold_protocol::SessionToken,
     shared: Arc<crate::session::Shared>,
 ) {
     let routes: Vec<Route> = std::mem::take(&mut shared.dispatch().subscriptions)

@@ -20,7 +20,8 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use leasehold_protocol::{
-    ErrorCode, Event, EventKind, KeepAlive, LeaseGrant, Request, Response, SessionId,
+    Authority, ErrorCode, Event, EventKind, KeepAlive, LeaseGrant, Request, Response, SessionId,
+    SessionToken,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -47,6 +48,8 @@ type InFlight = Pin<Box<dyn Future<Output = Reply> + Send>>;
 pub(crate) struct Keeper {
     client: Client,
     id: SessionId,
+    /// What proves this client's right to act for the session (`AUTH-2`).
+    token: SessionToken,
     epoch: u64,
     grace: Duration,
     drift: f64,
@@ -82,7 +85,7 @@ fn backoff(attempt: u32) -> Duration {
 impl Keeper {
     pub(crate) fn new(
         client: Client,
-        id: SessionId,
+        token: SessionToken,
         epoch: u64,
         local_expiry: Instant,
         options: &SessionOptions,
@@ -95,7 +98,8 @@ impl Keeper {
             .unwrap_or_else(|e| e.into_inner()) = Some(local_expiry);
         Keeper {
             client,
-            id,
+            id: token.id,
+            token,
             epoch,
             grace: options.grace,
             drift: options.clock_drift,
@@ -275,7 +279,7 @@ impl Keeper {
         if failover {
             tokio::spawn(crate::events::resubscribe(
                 self.client.clone(),
-                self.id,
+                self.token,
                 self.shared.clone(),
             ));
         }
@@ -288,7 +292,7 @@ impl Keeper {
     fn send(&self, hold: bool) -> InFlight {
         let client = self.client.clone();
         let last_connection = self.last_connection.clone();
-        let (session, known_epoch, delivered) = (self.id, self.epoch, self.delivered);
+        let (session, known_epoch, delivered) = (self.token, self.epoch, self.delivered);
         Box::pin(async move {
             // Taken before connecting: the earliest the master can have seen
             // the request, so the local lease stays conservative.
@@ -354,7 +358,7 @@ impl Keeper {
         // A new master serves the releases only once its fail-over event
         // is acknowledged (`FO-5`): acknowledge what was delivered first.
         let ack = Request::KeepAlive(KeepAlive {
-            session: self.id,
+            session: self.token,
             epoch: self.epoch,
             acked_seq: self.delivered,
             hold: false,
@@ -375,11 +379,14 @@ impl Keeper {
         for key in held {
             let release = Request::Release {
                 key,
-                session: self.id,
+                session: self.token,
             };
             let _ = tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(release)).await;
         }
-        let request = Request::DestroySession { session: self.id };
+        let request = Request::DestroySession {
+            session: self.id,
+            authority: Authority::Session(self.token),
+        };
         match tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(request)).await {
             Err(_) => Err(ClientError::Timeout(DESTROY_TIMEOUT)),
             Ok(Ok(_)) => Ok(()),

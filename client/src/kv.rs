@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{NodeStat, NodeView, Put, Request, Response, SessionId};
+use leasehold_protocol::{Authority, NodeStat, NodeView, Put, Request, Response, SessionToken};
 
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
@@ -23,7 +23,7 @@ pub struct PutOptions {
     /// Write only if the node's modify index is this; 0 means create only.
     pub cas: Option<u64>,
     /// Bind a new node to this session: deleted when the session ends.
-    pub ephemeral: Option<SessionId>,
+    pub ephemeral: Option<SessionToken>,
 }
 
 impl PutOptions {
@@ -46,7 +46,7 @@ impl PutOptions {
 
     /// Binds a new node to `session`, which deletes it when it ends.
     pub fn ephemeral(mut self, session: &Session) -> Self {
-        self.ephemeral = Some(session.id());
+        self.ephemeral = Some(session.token());
         self
     }
 }
@@ -58,6 +58,19 @@ pub struct DeleteOptions {
     pub cas: Option<u64>,
     /// Delete every node below the key too.
     pub recursive: bool,
+    /// Delete on this session's authority: a node whose lock it alone
+    /// holds may then be deleted even on a master with an operator token
+    /// (`AUTH-4`). Without it, a client configured with the operator token
+    /// claims the operator's authority.
+    pub holder: Option<SessionToken>,
+}
+
+impl DeleteOptions {
+    /// Deletes as `session`, the holder of the locks the delete takes away.
+    pub fn as_holder(mut self, session: &Session) -> Self {
+        self.holder = Some(session.token());
+        self
+    }
 }
 
 /// What a watch saw.
@@ -145,6 +158,10 @@ impl Client {
             key: key.to_string(),
             cas: options.cas,
             recursive: options.recursive,
+            authority: match options.holder {
+                Some(token) => Authority::Session(token),
+                None => self.authority(),
+            },
         };
         match self.call(request).await? {
             Response::Deleted { keys, .. } => Ok(keys),

@@ -62,6 +62,7 @@ pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, PutOptions, Watched};
 pub use leasehold_protocol::{event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer};
 pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
+pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};
 pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};

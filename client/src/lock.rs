@@ -148,7 +148,7 @@ impl LockGuard {
         }
         let request = Request::Acquire(Acquire {
             key: self.key.clone(),
-            session: self.session.id(),
+            session: self.session.token(),
             mode: self.sequencer.mode,
             contents: Some(contents.into()),
             wait_ms: None,
@@ -202,7 +202,7 @@ impl Drop for LockGuard {
 async fn release(client: &Client, key: &str, session: &Session) -> Result<(), ClientError> {
     let request = Request::Release {
         key: key.to_string(),
-        session: session.id(),
+        session: session.token(),
     };
     match client.call(request).await? {
         Response::Released { .. } => Ok(()),
@@ -254,7 +254,7 @@ impl Session {
     ) -> Result<LockGuard, ClientError> {
         let request = Request::Acquire(Acquire {
             key: key.to_string(),
-            session: self.id(),
+            session: self.token(),
             mode: options.mode,
             contents: options.contents,
             wait_ms,

@@ -222,8 +222,9 @@ impl Semaphore {
                     Ok(Some(stat)) => {
                         let only_this = DeleteOptions {
                             cas: Some(stat.modify_index),
-                            recursive: false,
-                        };
+                            ..DeleteOptions::default()
+                        }
+                        .as_holder(&session);
                         client.delete(&key, only_this).await.is_ok()
                     }
                     Err(_) => false,

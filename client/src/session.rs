@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_protocol::{Behavior, LeaseGrant, SessionId};
+use leasehold_protocol::{Behavior, LeaseGrant, SessionId, SessionToken};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
@@ -177,7 +177,7 @@ pub struct Session {
 }
 
 struct Inner {
-    id: SessionId,
+    token: SessionToken,
     client: Client,
     states: watch::Receiver<SessionState>,
     shared: Arc<Shared>,
@@ -199,7 +199,7 @@ impl Drop for Inner {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("id", &self.inner.id)
+            .field("id", &self.inner.token.id)
             .field("state", &self.state())
             .finish()
     }
@@ -208,7 +208,7 @@ impl std::fmt::Debug for Session {
 impl Session {
     pub(crate) fn start(
         client: Client,
-        id: SessionId,
+        token: SessionToken,
         epoch: u64,
         sent: Instant,
         lease: LeaseGrant,
@@ -219,7 +219,7 @@ impl Session {
         let (close, close_rx) = oneshot::channel();
         let keeper = Keeper::new(
             client.clone(),
-            id,
+            token,
             epoch,
             local_expiry(sent, lease, options.clock_drift),
             &options,
@@ -229,7 +229,7 @@ impl Session {
         tokio::spawn(keeper.run(close_rx));
         Session {
             inner: Arc::new(Inner {
-                id,
+                token,
                 client,
                 states,
                 shared,
@@ -238,9 +238,17 @@ impl Session {
         }
     }
 
-    /// The session's id.
+    /// The session's id: public, as `ListSessions` and lock holders show
+    /// it. Knowing it gives no right to act for the session.
     pub fn id(&self) -> SessionId {
-        self.inner.id
+        self.inner.token.id
+    }
+
+    /// The session's id with its secret: the right to act for it
+    /// (`AUTH-2`). Give it only to a process that may keep the session
+    /// alive, release its locks or destroy it ([`Client::attach_session`]).
+    pub fn token(&self) -> SessionToken {
+        self.inner.token
     }
 
     /// The client the session was created through.
@@ -313,13 +321,14 @@ impl Session {
     }
 
     /// Stops keeping the session alive but leaves it on the master, where it
-    /// lives until its lease runs out unless something else keeps it alive
-    /// (by its id). Returns the id. For this client the session is over: it,
-    /// and every clone of it, is `Expired` afterwards.
-    pub async fn detach(self) -> SessionId {
-        let id = self.id();
+    /// lives until its lease runs out unless a holder of its token keeps it
+    /// alive ([`Client::attach_session`]). Returns the token. For this
+    /// client the session is over: it, and every clone of it, is `Expired`
+    /// afterwards.
+    pub async fn detach(self) -> SessionToken {
+        let token = self.token();
         let _ = self.stop(false).await;
-        id
+        token
     }
 
     async fn stop(self, destroy: bool) -> Result<(), ClientError> {

@@ -56,6 +56,10 @@ pub enum ErrorCode {
         /// When a retry is likely to succeed.
         retry_after_ms: u64,
     },
+    /// The request acts for a session without its secret, or ends what
+    /// belongs to another session without the operator token (`ERR-15`,
+    /// `AUTH-2`..`AUTH-4`).
+    PermissionDenied,
 }
 
 /// An error code with a human-readable message.

@@ -12,6 +12,8 @@
 //! - [`message`]: every frame and message.
 //! - [`error`]: the typed error codes a request can be answered with.
 //! - [`sequencer`]: fencing tokens for locks.
+//! - [`auth`]: session secrets and tokens, and the authority a request
+//!   claims.
 //!
 //! # Example
 //! ```
@@ -27,11 +29,13 @@
 //! assert_eq!(frame, ClientFrame::Hello(Hello::current()));
 //! ```
 
+pub mod auth;
 pub mod codec;
 pub mod error;
 pub mod message;
 pub mod sequencer;
 
+pub use auth::{Authority, SessionSecret, SessionToken, TokenParseError};
 pub use codec::{CodecError, FrameCodec, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
 pub use error::{Error, ErrorCode};
 pub use message::*;

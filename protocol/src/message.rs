@@ -6,13 +6,14 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::auth::{Authority, SessionSecret, SessionToken};
 use crate::error::Error;
 
 /// The first eight bytes of every handshake (`HS-1`).
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -128,8 +129,11 @@ pub enum LockMode {
 pub enum Request {
     CreateSession(CreateSession),
     KeepAlive(KeepAlive),
+    /// End a session; with an operator token configured, only its owner
+    /// or the operator may (`AUTH-3`).
     DestroySession {
         session: SessionId,
+        authority: Authority,
     },
     SessionInfo {
         session: SessionId,
@@ -153,10 +157,13 @@ pub enum Request {
     /// Write a node (`NS-6`).
     Put(Put),
     /// Delete a node, and optionally every node below it (`NS-7`).
+    /// With an operator token configured, a locked node is deleted only
+    /// on the authority of its sole holder or of the operator (`AUTH-4`).
     Delete {
         key: String,
         cas: Option<u64>,
         recursive: bool,
+        authority: Authority,
     },
     /// Answer when the node's index exceeds `after_index` (it was created,
     /// written or deleted), or after `timeout_ms` (`NS-8`).
@@ -170,12 +177,12 @@ pub enum Request {
     /// Give a lock back (`LOCK-4`).
     Release {
         key: String,
-        session: SessionId,
+        session: SessionToken,
     },
     /// The sequencer of a lock the session holds (`LOCK-7`).
     GetSequencer {
         key: String,
-        session: SessionId,
+        session: SessionToken,
     },
     /// Whether a sequencer still names a current holding (`LOCK-7`).
     CheckSequencer {
@@ -185,14 +192,14 @@ pub enum Request {
     /// below it (`prefix` and an empty key: everything), as events on the
     /// session's KeepAlive replies (`EV-5`).
     Subscribe {
-        session: SessionId,
+        session: SessionToken,
         key: String,
         prefix: bool,
         mask: u32,
     },
     /// Stop a subscription.
     Unsubscribe {
-        session: SessionId,
+        session: SessionToken,
         subscription: u64,
     },
     /// Create or update a named health check (`CHK-1`); `Critical` ends
@@ -218,7 +225,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Acquire {
     pub key: String,
-    pub session: SessionId,
+    pub session: SessionToken,
     pub mode: LockMode,
     /// Contents to write in the same step as the acquisition, as Consul's
     /// `acquire=` does (the leader's address into the leader key).
@@ -239,7 +246,7 @@ pub struct Put {
     /// only.
     pub cas: Option<u64>,
     /// Bind a new node to this session: it is deleted when the session ends.
-    pub ephemeral: Option<SessionId>,
+    pub ephemeral: Option<SessionToken>,
 }
 
 /// Create a session (`SES-1`..`SES-4`).
@@ -259,7 +266,7 @@ pub struct CreateSession {
 /// Keep a session alive (`KA-1`..`KA-7`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeepAlive {
-    pub session: SessionId,
+    pub session: SessionToken,
     /// The epoch the client believes the master has.
     pub epoch: u64,
     /// The highest event sequence number the client has received.
@@ -272,8 +279,11 @@ pub struct KeepAlive {
 /// A successful answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
+    /// `secret` is the right to act for the session (`AUTH-1`): this reply
+    /// is the only place the master ever shows it.
     SessionCreated {
         session: SessionId,
+        secret: SessionSecret,
         epoch: u64,
         lease: LeaseGrant,
     },

@@ -30,7 +30,7 @@ impl Master {
     pub(crate) fn acquire(&mut self, acquire: Acquire, reply: ReplyTx, now: Millis) {
         let command = Command::Acquire {
             key: acquire.key.clone(),
-            session: acquire.session,
+            session: acquire.session.id,
             mode: acquire.mode,
             contents: acquire.contents,
             wait: acquire.wait_ms.is_some(),

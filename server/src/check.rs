@@ -227,6 +227,7 @@ mod tests {
     fn create(s: &mut State, n: u128, checks: &[&str]) -> Result<Applied, Error> {
         let command = Command::CreateSession {
             id: id(n),
+            secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
             name: format!("s{n}"),
             lease: None,
             lock_delay: Some(Duration::from_secs(5)),

@@ -85,6 +85,10 @@ pub struct Config {
     /// Log records between snapshots taken while serving (`STORE-2`):
     /// recovery replays at most about this many.
     pub compact_every: u64,
+    /// The operator's token (`AUTH-3`): with one, only a session's owner or
+    /// a request carrying this token may destroy the session or delete a
+    /// node another session has locked; without one, anyone may.
+    pub operator_token: Option<String>,
 }
 
 impl Default for Config {
@@ -106,6 +110,7 @@ impl Default for Config {
             data_dir: None,
             memory_store: None,
             compact_every: DEFAULT_COMPACT_EVERY,
+            operator_token: None,
         }
     }
 }
@@ -143,6 +148,9 @@ impl Config {
             return fail(
                 "a master keeps its state in a data directory or in memory, not both".into(),
             );
+        }
+        if self.operator_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return fail("an operator token must be at least 16 bytes long".into());
         }
         if self.max_in_flight == 0 || self.max_sessions == 0 {
             return fail("the in-flight and session limits must be at least 1".into());

@@ -1,6 +1,7 @@
-//! Session id generation, injectable so simulations replay exactly.
+//! Session id and secret generation, injectable so simulations replay
+//! exactly.
 
-use leasehold_protocol::SessionId;
+use leasehold_protocol::{SessionId, SessionSecret};
 
 use crate::config::IdSource;
 
@@ -28,6 +29,26 @@ impl Ids {
                 SessionId::from_u128(((hi as u128) << 64) | lo as u128)
             }
         }
+    }
+}
+
+impl Ids {
+    /// A session's secret (`AUTH-1`): 128 bits from the operating system's
+    /// generator, which nobody can predict from the ids or earlier secrets.
+    /// A seeded source makes them from its seed, for simulations only.
+    pub(crate) fn next_secret(&mut self) -> SessionSecret {
+        let mut bytes = [0u8; 16];
+        match self {
+            Ids::Random => {
+                // The OS generator failing leaves no safe secret to hand out.
+                getrandom::fill(&mut bytes).expect("the OS random number generator failed");
+            }
+            Ids::Seeded(state) => {
+                bytes[..8].copy_from_slice(&splitmix64(state).to_be_bytes());
+                bytes[8..].copy_from_slice(&splitmix64(state).to_be_bytes());
+            }
+        }
+        SessionSecret::from_bytes(bytes)
     }
 }
 

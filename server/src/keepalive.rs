@@ -23,7 +23,7 @@ pub(crate) struct Held {
 
 impl Master {
     pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
-        let id = ka.session;
+        let id = ka.session.id;
         if ka.epoch != self.config.epoch {
             self.deliver(reply, Err(self.wrong_epoch(ka.epoch))); // KA-6
             return;

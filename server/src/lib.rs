@@ -21,6 +21,7 @@
 //! - `connection.rs`: one client connection; `server.rs`: accepting them.
 
 mod acquire;
+mod auth;
 mod check;
 mod commit;
 mod config;
@@ -52,5 +53,5 @@ pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use server::{run, Listener, ServerError};
 pub use session::{EndCause, Session};
-pub use state::{Applied, Bounds, Command, State, StateEvent};
+pub use state::{Applied, Bounds, Command, LockedNodes, State, StateEvent};
 pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError};

@@ -78,6 +78,22 @@ impl Locks {
             .unwrap_or_default()
     }
 
+    /// Locks with holders at `key`, and with `recursive` below it.
+    pub(crate) fn held_at_or_below<'a>(
+        &'a self,
+        key: &'a str,
+        recursive: bool,
+    ) -> impl Iterator<Item = (&'a str, &'a LockState)> + 'a {
+        self.locks
+            .range::<str, _>((std::ops::Bound::Included(key), std::ops::Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(key))
+            .filter(move |(k, lock)| {
+                let below = k.len() > key.len() && k.as_bytes()[key.len()] == b'/';
+                (k.as_str() == key || (recursive && below)) && !lock.holders.is_empty()
+            })
+            .map(|(k, lock)| (k.as_str(), lock))
+    }
+
     fn remove_holder(&mut self, key: &str, session: SessionId) -> bool {
         let Some(lock) = self.locks.get_mut(key) else {
             return false;
@@ -466,6 +482,7 @@ mod tests {
             let (reply, _) = s.apply(
                 Command::CreateSession {
                     id: id(n),
+                    secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
                     name: format!("s{n}"),
                     lease: None,
                     lock_delay: Some(Duration::from_millis(delay)),
@@ -763,6 +780,7 @@ mod tests {
                 key: "k".into(),
                 cas: None,
                 recursive: false,
+                locked: crate::state::LockedNodes::Any,
             },
             0,
         );
@@ -786,6 +804,7 @@ mod tests {
                 key: "k".into(),
                 cas: None,
                 recursive: false,
+                locked: crate::state::LockedNodes::Any,
             },
             0,
         );

@@ -72,12 +72,12 @@ const FAILOVER_RETRY_MS: u64 = 100;
 /// session's fail-over acknowledgement (`FO-5`).
 fn acting_for(request: &Request) -> Option<SessionId> {
     match request {
-        Request::Acquire(a) => Some(a.session),
+        Request::Acquire(a) => Some(a.session.id),
         Request::Release { session, .. }
         | Request::GetSequencer { session, .. }
         | Request::Subscribe { session, .. }
-        | Request::Unsubscribe { session, .. } => Some(*session),
-        Request::Put(put) => put.ephemeral,
+        | Request::Unsubscribe { session, .. } => Some(session.id),
+        Request::Put(put) => put.ephemeral.map(|t| t.id),
         _ => None,
     }
 }
@@ -346,6 +346,9 @@ impl Master {
 
     fn handle(&mut self, call: Call) {
         let now = self.now();
+        if let Err(refused) = self.authorize(&call.request) {
+            return self.deliver(call.reply, Err(refused)); // AUTH-2
+        }
         if let Some(session) = acting_for(&call.request) {
             if self.failover_pending.contains(&session) {
                 let error = Error::new(
@@ -372,20 +375,26 @@ impl Master {
                 key,
                 prefix,
                 mask,
-            } => self.subscribe(session, key, prefix, mask),
+            } => self.subscribe(session.id, key, prefix, mask),
             Request::Unsubscribe {
                 session,
                 subscription,
-            } => self.unsubscribe(session, subscription),
+            } => self.unsubscribe(session.id, subscription),
             Request::Release { key, session } => self
-                .apply(Command::Release { key, session }, now)
+                .apply(
+                    Command::Release {
+                        key,
+                        session: session.id,
+                    },
+                    now,
+                )
                 .and_then(|applied| match applied {
                     Applied::Released { index } => Ok(Response::Released { index }),
                     other => Err(mismatch(other)),
                 }),
             Request::GetSequencer { key, session } => self
                 .state
-                .sequencer_of(&key, session)
+                .sequencer_of(&key, session.id)
                 .map(|s| Response::Sequencer {
                     sequencer: s.to_bytes(),
                 })
@@ -425,7 +434,7 @@ impl Master {
                         contents: put.contents,
                         flags: put.flags,
                         cas: put.cas,
-                        ephemeral: put.ephemeral,
+                        ephemeral: put.ephemeral.map(|t| t.id),
                     }),
                     now,
                 )
@@ -437,15 +446,20 @@ impl Master {
                 key,
                 cas,
                 recursive,
+                authority,
             } => self
-                .apply(
-                    Command::Delete {
-                        key,
-                        cas,
-                        recursive,
-                    },
-                    now,
-                )
+                .locked_nodes(&authority)
+                .and_then(|locked| {
+                    self.apply(
+                        Command::Delete {
+                            key,
+                            cas,
+                            recursive,
+                            locked,
+                        },
+                        now,
+                    )
+                })
                 .and_then(|applied| match applied {
                     Applied::Deleted { index, mut keys } => {
                         // Bounded, so the reply fits a frame however many
@@ -464,6 +478,7 @@ impl Master {
                 let id = self.ids.next_id();
                 let command = Command::CreateSession {
                     id,
+                    secret: self.ids.next_secret(),
                     name: c.name,
                     lease: c.lease_ms.map(Duration::from_millis),
                     lock_delay: c.lock_delay_ms.map(Duration::from_millis),
@@ -473,20 +488,24 @@ impl Master {
                 self.apply(command, now).and_then(|applied| match applied {
                     Applied::SessionCreated(s) => Ok(Response::SessionCreated {
                         session: s.id,
+                        secret: s.secret,
                         epoch: self.config.epoch,
                         lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
                     }),
                     other => Err(mismatch(other)),
                 })
             }
-            Request::DestroySession { session } => self
-                .apply(
-                    Command::EndSession {
-                        id: session,
-                        cause: EndCause::Destroyed,
-                    },
-                    now,
-                )
+            Request::DestroySession { session, authority } => self
+                .may_destroy(session, &authority)
+                .and_then(|()| {
+                    self.apply(
+                        Command::EndSession {
+                            id: session,
+                            cause: EndCause::Destroyed,
+                        },
+                        now,
+                    )
+                })
                 .map(|_| Response::Destroyed),
             Request::SessionInfo { session } => self
                 .info(session, now)
@@ -731,7 +750,7 @@ impl Master {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_protocol::{Behavior, CreateSession, KeepAlive};
+    use leasehold_protocol::{Behavior, CreateSession, KeepAlive, SessionToken};
 
     fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
         let (reply, mut rx) = crate::reply::channel(1);
@@ -760,7 +779,10 @@ mod tests {
                 checks: Vec::new(),
             }),
         );
-        let Ok(Response::SessionCreated { session, .. }) = created else {
+        let Ok(Response::SessionCreated {
+            session, secret, ..
+        }) = created
+        else {
             panic!("expected a session, got {created:?}");
         };
         // The master loop is not running, so the lease-end timer has not
@@ -769,7 +791,10 @@ mod tests {
         let reply = call(
             &mut master,
             Request::KeepAlive(KeepAlive {
-                session,
+                session: SessionToken {
+                    id: session,
+                    secret,
+                },
                 epoch: 1,
                 acked_seq: 0,
                 hold: false,
@@ -783,7 +808,7 @@ mod tests {
 
     /// A master restarted on a store holding one session, which no
     /// KeepAlive has named since.
-    fn restarted_with_a_session() -> (Master, SessionId) {
+    fn restarted_with_a_session() -> (Master, SessionToken) {
         let mut config = Config {
             min_lease: Duration::from_millis(100),
             memory_store: Some(crate::MemoryStore::default()),
@@ -801,12 +826,19 @@ mod tests {
                 checks: Vec::new(),
             }),
         );
-        let Ok(Response::SessionCreated { session, .. }) = created else {
+        let Ok(Response::SessionCreated {
+            session, secret, ..
+        }) = created
+        else {
             panic!("expected a session, got {created:?}");
         };
         drop(first);
         let start = crate::recovery::open(&mut config).unwrap();
-        (Master::new(config, start), session)
+        let token = SessionToken {
+            id: session,
+            secret,
+        };
+        (Master::new(config, start), token)
     }
 
     // FO-2
@@ -816,10 +848,10 @@ mod tests {
         master.waiting = 5;
         tokio::time::advance(LEASE).await;
         master.fire_session_timers();
-        assert!(master.state.session(session).is_some(), "one more lease");
+        assert!(master.state.session(session.id).is_some(), "one more lease");
         tokio::time::advance(LEASE).await;
         master.fire_session_timers();
-        assert!(master.state.session(session).is_none(), "only once");
+        assert!(master.state.session(session.id).is_none(), "only once");
     }
 
     // FO-2
@@ -829,7 +861,7 @@ mod tests {
         master.waiting = 0;
         tokio::time::advance(LEASE).await;
         master.fire_session_timers();
-        assert!(master.state.session(session).is_none());
+        assert!(master.state.session(session.id).is_none());
     }
 
     // FO-2
@@ -851,6 +883,6 @@ mod tests {
         master.waiting = 5;
         tokio::time::advance(LEASE).await;
         master.fire_session_timers();
-        assert!(master.state.session(session).is_none());
+        assert!(master.state.session(session.id).is_none());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Behavior, SessionId};
+use leasehold_protocol::{Behavior, SessionId, SessionSecret};
 
 /// Why a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -42,4 +42,6 @@ pub struct Session {
     pub behavior: Behavior,
     /// Health checks it is bound to (`CHK-2`).
     pub checks: Box<[String]>,
+    /// The right to act for it, known to its creator alone (`AUTH-1`).
+    pub secret: SessionSecret,
 }

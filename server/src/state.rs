@@ -10,7 +10,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use leasehold_protocol::{Behavior, CheckStatus, Error, ErrorCode, LockMode, Sequencer, SessionId};
+use leasehold_protocol::{
+    Behavior, CheckStatus, Error, ErrorCode, LockMode, Sequencer, SessionId, SessionSecret,
+};
 
 use crate::check::Checks;
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
@@ -27,6 +29,9 @@ pub enum Command {
     /// that applying it is deterministic.
     CreateSession {
         id: SessionId,
+        /// Chosen with the id; durable, so the owner keeps its right to act
+        /// for the session across restarts (`AUTH-1`).
+        secret: SessionSecret,
         name: String,
         lease: Option<Duration>,
         lock_delay: Option<Duration>,
@@ -43,6 +48,9 @@ pub enum Command {
         key: String,
         cas: Option<u64>,
         recursive: bool,
+        /// Which locked nodes it may remove, as the request's authority
+        /// allows (`AUTH-4`).
+        locked: LockedNodes,
     },
     /// Take, or wait in line for, a node's lock. A waiter's ticket is the
     /// index of this command.
@@ -68,6 +76,18 @@ pub enum Command {
     },
     /// Remove a health check.
     DeleteCheck { name: String },
+}
+
+/// Which locked nodes a `Delete` may remove (`AUTH-4`). The master decides
+/// it from the request's authority, which it checks before logging: the
+/// secret and the operator token never reach the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LockedNodes {
+    /// Any: the operator asked, or the master has no operator token.
+    Any,
+    /// Only those whose lock this session, proven by its secret, holds
+    /// alone; `None`: no locked node at all.
+    HeldOnlyBy(Option<SessionId>),
 }
 
 /// What a successfully applied command produced.
@@ -257,12 +277,22 @@ impl State {
         let reply = match command {
             Command::CreateSession {
                 id,
+                secret,
                 name,
                 lease,
                 lock_delay,
                 behavior,
                 checks,
-            } => self.create_session(id, name, lease, lock_delay, behavior, checks, &mut events),
+            } => self.create_session(
+                id,
+                secret,
+                name,
+                lease,
+                lock_delay,
+                behavior,
+                checks,
+                &mut events,
+            ),
             Command::EndSession { id, cause } => {
                 self.end_session(id, cause, index, now, &mut events)
             }
@@ -271,7 +301,8 @@ impl State {
                 key,
                 cas,
                 recursive,
-            } => self.delete(&key, cas, recursive, index, now, &mut events),
+                locked,
+            } => self.delete(&key, cas, recursive, locked, index, now, &mut events),
             Command::Acquire {
                 key,
                 session,
@@ -303,6 +334,7 @@ impl State {
     fn create_session(
         &mut self,
         id: SessionId,
+        secret: SessionSecret,
         name: String,
         lease: Option<Duration>,
         lock_delay: Option<Duration>,
@@ -365,6 +397,7 @@ impl State {
             lock_delay,
             behavior,
             checks: checks.into_boxed_slice(),
+            secret,
         };
         self.sessions.insert(id, session.clone());
         events.push(StateEvent::SessionCreated { id });
@@ -411,15 +444,20 @@ impl State {
         Ok(Applied::Written { index })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn delete(
         &mut self,
         key: &str,
         cas: Option<u64>,
         recursive: bool,
+        locked: LockedNodes,
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
+        if let LockedNodes::HeldOnlyBy(by) = locked {
+            self.check_may_delete_locked(key, recursive, by)?;
+        }
         let keys = self.namespace.delete(key, cas, recursive, index)?;
         for key in &keys {
             events.push(StateEvent::NodeDeleted { key: key.clone() });
@@ -430,6 +468,32 @@ impl State {
             self.locks.tidy(key, now);
         }
         Ok(Applied::Deleted { index, keys })
+    }
+
+    /// Refuses a delete that would take a lock from a session other than
+    /// `by` (`AUTH-4`): locks are advisory for writes, but deleting a node
+    /// takes its lock away (`LOCK-8`), which is another session's to give.
+    fn check_may_delete_locked(
+        &self,
+        key: &str,
+        recursive: bool,
+        by: Option<SessionId>,
+    ) -> Result<(), Error> {
+        for (locked, lock) in self.locks.held_at_or_below(key, recursive) {
+            if self.namespace.get(locked).is_none() {
+                continue;
+            }
+            if let Some(other) = lock.holders.keys().find(|h| Some(**h) != by) {
+                return Err(Error::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "'{locked}' is locked by session {other}: deleting it takes the lock \
+                         away, which needs the holder's session token or the operator token"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn check_contents(&self, contents: Option<&[u8]>) -> Result<(), Error> {
@@ -511,6 +575,7 @@ mod tests {
     fn create(id: u128, lease: Option<u64>, lock_delay: Option<u64>) -> Command {
         Command::CreateSession {
             id: SessionId::from_u128(id),
+            secret: SessionSecret::from_bytes([id as u8; 16]),
             name: "test".into(),
             lease: lease.map(Duration::from_millis),
             lock_delay: lock_delay.map(Duration::from_millis),
@@ -571,6 +636,7 @@ mod tests {
         let (reply, _) = s.apply(
             Command::CreateSession {
                 id: SessionId::from_u128(1),
+                secret: SessionSecret::from_bytes([1; 16]),
                 name: "x".repeat(MAX_NAME_LEN + 1),
                 lease: None,
                 lock_delay: None,

@@ -29,7 +29,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::lease::Millis;
 use crate::state::{Command, State};
 
-const FORMAT: &str = "leasehold-data 1\n";
+const FORMAT: &str = "leasehold-data 2\n";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP01";
 const LOG_MAGIC: &[u8; 8] = b"LHLOG001";
 /// A record's body may not claim more than this; bigger means corruption.
@@ -152,6 +152,15 @@ impl FileStore {
         let format = dir.join("FORMAT");
         match fs::read_to_string(&format) {
             Ok(text) if text == FORMAT => {}
+            // Format 1 kept sessions without secrets (`AUTH-1`): no owner
+            // could prove itself, so such a directory is not taken over.
+            Ok(text) if text == "leasehold-data 1\n" => {
+                return Err(corrupt(
+                    dir,
+                    "it was written by an earlier Leasehold (format 1, whose sessions have no \
+                     secret); this master reads format 2: start it on a new directory",
+                ))
+            }
             Ok(text) => {
                 return Err(corrupt(
                     dir,
@@ -421,6 +430,7 @@ mod tests {
             now: n as Millis,
             command: Command::CreateSession {
                 id: SessionId::from_u128(n),
+                secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
                 name: format!("s{n}"),
                 lease: Some(Duration::from_secs(10)),
                 lock_delay: None,
@@ -547,6 +557,18 @@ mod tests {
         let (_store, _) = FileStore::open(&dir).unwrap();
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("another master"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-2, AUTH-1
+    #[test]
+    fn a_directory_of_format_1_is_refused_with_the_reason() {
+        let dir = dir("format-1");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("FORMAT"), "leasehold-data 1\n").unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("format 1"), "{err}");
+        assert!(err.to_string().contains("no secret"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 

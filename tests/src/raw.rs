@@ -7,7 +7,7 @@ use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{Behavior, Error, Welcome};
 use leasehold_protocol::{
     ClientFrame, CodecError, CreateSession, FrameCodec, Hello, KeepAlive, Request, Response,
-    ServerFrame, SessionId, DEFAULT_MAX_FRAME,
+    ServerFrame, SessionToken, DEFAULT_MAX_FRAME,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -102,8 +102,8 @@ impl RawConnection {
         reply
     }
 
-    /// Creates a session with `lease` and returns its id.
-    pub async fn create_session(&mut self, lease: Duration) -> SessionId {
+    /// Creates a session with `lease` and returns its token.
+    pub async fn create_session(&mut self, lease: Duration) -> SessionToken {
         match self
             .call(Request::CreateSession(CreateSession {
                 name: "raw".into(),
@@ -114,13 +114,18 @@ impl RawConnection {
             }))
             .await
         {
-            Ok(Response::SessionCreated { session, .. }) => session,
+            Ok(Response::SessionCreated {
+                session, secret, ..
+            }) => SessionToken {
+                id: session,
+                secret,
+            },
             other => panic!("expected a created session, got {other:?}"),
         }
     }
 
     /// Sends a KeepAlive for `session` in epoch 1 and returns its request id.
-    pub async fn keepalive(&mut self, session: SessionId, hold: bool) -> u64 {
+    pub async fn keepalive(&mut self, session: SessionToken, hold: bool) -> u64 {
         self.request(Request::KeepAlive(KeepAlive {
             session,
             epoch: 1,
@@ -131,7 +136,7 @@ impl RawConnection {
     }
 
     /// Sends a KeepAlive that acknowledges events up to `acked`.
-    pub async fn keepalive_acking(&mut self, session: SessionId, hold: bool, acked: u64) -> u64 {
+    pub async fn keepalive_acking(&mut self, session: SessionToken, hold: bool, acked: u64) -> u64 {
         self.request(Request::KeepAlive(KeepAlive {
             session,
             epoch: 1,
@@ -144,7 +149,7 @@ impl RawConnection {
     /// Subscribes `session` and returns the subscription id.
     pub async fn subscribe(
         &mut self,
-        session: SessionId,
+        session: SessionToken,
         key: &str,
         prefix: bool,
         mask: u32,

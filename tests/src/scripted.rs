@@ -106,6 +106,7 @@ impl ScriptedConnection {
             Some((id, Request::CreateSession(_))) => {
                 let created = Response::SessionCreated {
                     session,
+                    secret: leasehold_protocol::SessionSecret::from_bytes([1; 16]),
                     epoch,
                     lease: grant(lease),
                 };

@@ -9,7 +9,7 @@ use leasehold_tests::server::{short_lease_config, start};
 /// A session on its own connection, with a KeepAlive held for it.
 async fn bystander(
     addr: std::net::SocketAddr,
-) -> (RawConnection, leasehold_protocol::SessionId, u64) {
+) -> (RawConnection, leasehold_protocol::SessionToken, u64) {
     let (mut conn, _) = RawConnection::open(addr).await;
     let session = conn.create_session(Duration::from_millis(1_000)).await;
     let held = conn.keepalive(session, true).await;
@@ -19,13 +19,17 @@ async fn bystander(
 /// The bystander's held KeepAlive is answered normally and its session lives.
 async fn assert_unaffected(
     mut conn: RawConnection,
-    session: leasehold_protocol::SessionId,
+    session: leasehold_protocol::SessionToken,
     held: u64,
 ) {
     let (id, reply) = conn.reply().await;
     assert_eq!(id, held);
     assert!(matches!(reply, Ok(Response::KeepAlive { .. })), "{reply:?}");
-    let info = conn.call(Request::SessionInfo { session }).await;
+    let info = conn
+        .call(Request::SessionInfo {
+            session: session.id,
+        })
+        .await;
     assert!(matches!(info, Ok(Response::SessionInfo(_))), "{info:?}");
 }
 

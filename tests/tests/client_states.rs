@@ -234,7 +234,7 @@ async fn a_detached_session_stays_on_the_master_until_its_lease_runs_out() {
         .create_session(SessionOptions::new("detached").lease(Duration::from_millis(500)))
         .await
         .unwrap();
-    let id = session.detach().await;
+    let id = session.detach().await.id;
     assert!(client.session_info(id).await.is_ok());
     tokio::time::sleep(Duration::from_millis(800)).await;
     let error = client.session_info(id).await.unwrap_err();
@@ -276,8 +276,8 @@ async fn serve_a_slow_probe(
     let give_up = Instant::now() + Duration::from_secs(10);
     while stop_at.is_none_or(|at| Instant::now() < at) && Instant::now() < give_up {
         match conn.request(Duration::from_millis(50)).await {
-            Some((id, Request::KeepAlive(ka))) if ka.session == busy => busy_waiting.push(id),
-            Some((id, Request::KeepAlive(ka))) if ka.session == quiet && !ka.hold => {
+            Some((id, Request::KeepAlive(ka))) if ka.session.id == busy => busy_waiting.push(id),
+            Some((id, Request::KeepAlive(ka))) if ka.session.id == quiet && !ka.hold => {
                 probes += 1;
                 probe.get_or_insert((id, Instant::now()));
             }

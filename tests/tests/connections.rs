@@ -126,7 +126,7 @@ async fn listing_pages_through_every_session_in_id_order() {
             .create_session(SessionOptions::new("paged"))
             .await
             .unwrap();
-        ids.push(session.detach().await);
+        ids.push(session.detach().await.id);
     }
     ids.sort();
     let listed: Vec<_> = client

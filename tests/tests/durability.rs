@@ -48,7 +48,7 @@ async fn acknowledged_writes_sessions_and_locks_survive_a_restart_under_a_new_ep
         .await
         .unwrap();
     let sequencer = guard.sequencer_bytes().to_vec();
-    let id = session.detach().await;
+    let id = session.detach().await.id;
     std::mem::forget(guard);
     drop(client);
     server.shutdown().await.unwrap();

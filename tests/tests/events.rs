@@ -175,6 +175,7 @@ async fn a_holder_hears_of_a_conflicting_request_and_of_losing_its_lock() {
         key: "k".into(),
         cas: None,
         recursive: false,
+        authority: leasehold_protocol::Authority::Anonymous,
     };
     let (mut third, _) = RawConnection::open(server.addr).await;
     third.call(deleted).await.unwrap();
@@ -214,8 +215,8 @@ async fn lock_events_reach_subscribers_who_asked_for_them() {
     assert_eq!(
         changes(&events(&mut watcher).await),
         [
-            (1, Change::LockAcquired { holder }),
-            (2, Change::LockReleased { holder })
+            (1, Change::LockAcquired { holder: holder.id }),
+            (2, Change::LockReleased { holder: holder.id })
         ]
     );
 }
@@ -235,7 +236,10 @@ async fn a_subscription_needs_a_live_session_and_a_sensible_mask() {
     let error = conn.call(bad_mask).await.unwrap_err();
     assert_eq!(error.code, leasehold_protocol::ErrorCode::InvalidArgument);
     let unknown = Request::Subscribe {
-        session: uuid::Uuid::from_u128(5),
+        session: leasehold_protocol::SessionToken {
+            id: uuid::Uuid::from_u128(5),
+            secret: leasehold_protocol::SessionSecret::from_bytes([5; 16]),
+        },
         key: "k".into(),
         prefix: false,
         mask: event_mask::ALL,
@@ -244,7 +248,7 @@ async fn a_subscription_needs_a_live_session_and_a_sensible_mask() {
     assert_eq!(error.code, leasehold_protocol::ErrorCode::UnknownSession);
 }
 
-fn exclusive(session: leasehold_protocol::SessionId, wait_ms: Option<u64>) -> Request {
+fn exclusive(session: leasehold_protocol::SessionToken, wait_ms: Option<u64>) -> Request {
     Request::Acquire(Acquire {
         key: "k".into(),
         session,
@@ -254,10 +258,10 @@ fn exclusive(session: leasehold_protocol::SessionId, wait_ms: Option<u64>) -> Re
     })
 }
 
-fn conflict(waiter: leasehold_protocol::SessionId) -> EventKind {
+fn conflict(waiter: leasehold_protocol::SessionToken) -> EventKind {
     EventKind::LockConflict {
         key: "k".into(),
-        waiter,
+        waiter: waiter.id,
     }
 }
 
@@ -267,8 +271,8 @@ struct Line {
     holder: RawConnection,
     first: RawConnection,
     second: RawConnection,
-    a: leasehold_protocol::SessionId,
-    c: leasehold_protocol::SessionId,
+    a: leasehold_protocol::SessionToken,
+    c: leasehold_protocol::SessionToken,
     /// The waiter's Acquire.
     acquire: u64,
     /// The holder's event about the waiter.

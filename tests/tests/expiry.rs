@@ -15,7 +15,9 @@ async fn a_session_without_keepalives_expires_and_says_so() {
     tokio::time::sleep(Duration::from_millis(600)).await;
 
     let info = conn
-        .call(Request::SessionInfo { session })
+        .call(Request::SessionInfo {
+            session: session.id,
+        })
         .await
         .unwrap_err();
     assert_eq!(info.code, ErrorCode::SessionExpired);
@@ -33,7 +35,7 @@ async fn a_session_without_keepalives_expires_and_says_so() {
     else {
         panic!("expected a session list");
     };
-    assert!(sessions.iter().all(|s| s.session != session));
+    assert!(sessions.iter().all(|s| s.session != session.id));
 }
 
 // SES-6
@@ -47,7 +49,12 @@ async fn a_session_kept_alive_outlives_its_lease() {
         let (_, reply) = conn.reply().await;
         assert!(matches!(reply, Ok(Response::KeepAlive { .. })), "{reply:?}");
     }
-    assert!(conn.call(Request::SessionInfo { session }).await.is_ok());
+    assert!(conn
+        .call(Request::SessionInfo {
+            session: session.id
+        })
+        .await
+        .is_ok());
 }
 
 // SES-7, KA-7
@@ -58,7 +65,12 @@ async fn destroying_a_session_answers_its_held_keepalive_with_session_expired() 
     let session = owner.create_session(Duration::from_secs(10)).await;
     owner.keepalive(session, true).await;
     let (mut operator, _) = RawConnection::open(server.addr).await;
-    let destroyed = operator.call(Request::DestroySession { session }).await;
+    let destroyed = operator
+        .call(Request::DestroySession {
+            session: session.id,
+            authority: leasehold_protocol::Authority::Session(session),
+        })
+        .await;
     assert_eq!(destroyed, Ok(Response::Destroyed));
     let (_, reply) = owner.reply().await;
     assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);

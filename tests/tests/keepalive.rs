@@ -63,7 +63,11 @@ async fn a_held_keepalive_does_not_delay_other_requests_on_its_connection() {
             limit: 0,
         })
         .await;
-    let info = conn.request(Request::SessionInfo { session }).await;
+    let info = conn
+        .request(Request::SessionInfo {
+            session: session.id,
+        })
+        .await;
     let (first, _) = conn.reply().await;
     let (second, reply) = conn.reply().await;
     assert_eq!([first, second], [list, info]);
@@ -90,7 +94,11 @@ async fn a_second_keepalive_answers_the_held_one_at_once() {
         panic!("expected the replaced KeepAlive to be answered, got {replaced:?}");
     };
     assert!(lease.held_ms < 5_000, "held for {} ms", lease.held_ms);
-    let info = new.call(Request::SessionInfo { session }).await;
+    let info = new
+        .call(Request::SessionInfo {
+            session: session.id,
+        })
+        .await;
     let Ok(Response::SessionInfo(info)) = info else {
         panic!("expected session info, got {info:?}");
     };

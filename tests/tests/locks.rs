@@ -151,7 +151,7 @@ async fn lock_delay_follows_expiry_is_announced_with_its_remainder_and_is_waited
         .unwrap();
     let guard = dying.try_lock("k", LockOptions::exclusive()).await.unwrap();
     std::mem::forget(guard); // the holder "crashes": no release
-    let id = dying.detach().await;
+    let id = dying.detach().await.id;
     // A KeepAlive still held at the master extends the lease once more, so
     // wait for the end rather than for a fixed time.
     let deadline = Instant::now() + Duration::from_secs(5);

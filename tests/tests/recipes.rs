@@ -244,7 +244,7 @@ async fn a_crashed_holders_slot_goes_to_a_waiter_once_its_session_ends() {
 
     // a crashes: no release, no more KeepAlives.
     std::mem::forget(permit_a);
-    let a_id = a.detach().await;
+    let a_id = a.detach().await.id;
     let permit_c = slots_c
         .acquire("c", Some(Duration::from_secs(10)))
         .await

@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{
-    event_mask, Acquire, Behavior, CheckStatus, ClientFrame, CreateSession, ErrorCode, EventKind,
-    Hello, KeepAlive, LockMode, Put, Request, Response, Sequencer, SessionId, Welcome, MAGIC,
+    event_mask, Acquire, Authority, Behavior, CheckStatus, ClientFrame, CreateSession, ErrorCode,
+    EventKind, Hello, KeepAlive, LockMode, Put, Request, Response, Sequencer, SessionId,
+    SessionSecret, SessionToken, Welcome, MAGIC,
 };
 
 use super::{Case, Check, Ctx, SKIPPED};
@@ -73,7 +74,16 @@ pub(super) fn all() -> Vec<Case> {
             &["SES-6", "LEASE-1", "LEASE-3", "ERR-2"],
             a_session_without_keepalives_expires
         ),
-        case!(&["SES-7"], any_connection_may_destroy_a_session),
+        case!(
+            &["SES-7", "AUTH-3"],
+            the_owner_may_destroy_its_session_from_any_connection
+        ),
+        case!(
+            &["AUTH-1", "AUTH-2", "ERR-15"],
+            acting_for_a_session_needs_its_secret
+        ),
+        case!(&["AUTH-3"], a_false_claim_to_own_a_session_is_refused),
+        case!(&["AUTH-4"], the_only_holder_may_delete_its_locked_node),
         case!(&["SES-10"], a_created_session_is_listed),
         case!(
             &["KA-2"],
@@ -156,6 +166,97 @@ pub(super) fn all() -> Vec<Case> {
     ]
 }
 
+// Ownership -------------------------------------------------------------
+
+/// The session's id with a secret that is not its own.
+fn forged(token: SessionToken) -> SessionToken {
+    let mut bytes = *token.secret.as_bytes();
+    bytes[15] ^= 0x80;
+    SessionToken {
+        id: token.id,
+        secret: SessionSecret::from_bytes(bytes),
+    }
+}
+
+async fn acting_for_a_session_needs_its_secret(ctx: Ctx) -> Check {
+    let (mut owner, w) = open(&ctx).await;
+    let s = session(&mut owner, &w).await?;
+    let k = key("auth");
+    let acquired = owner.call(acquire(&k, s, LockMode::Exclusive, None)).await;
+    ensure!(
+        matches!(acquired, Ok(Response::Acquired { .. })),
+        "acquire with the token: {acquired:?}"
+    );
+    let (mut other, _) = open(&ctx).await;
+    let release = Request::Release {
+        key: k.clone(),
+        session: forged(s),
+    };
+    let refused = other.call(release).await;
+    ensure!(
+        code(&refused) == Some(ErrorCode::PermissionDenied),
+        "Release with a wrong secret: {refused:?}"
+    );
+    let refused = other.call(keepalive(forged(s), &w, 0, false)).await;
+    ensure!(
+        code(&refused) == Some(ErrorCode::PermissionDenied),
+        "KeepAlive with a wrong secret: {refused:?}"
+    );
+    // The secret works from any connection (CONN-4).
+    let kept = other.call(keepalive(s, &w, 0, false)).await;
+    ensure!(
+        matches!(kept, Ok(Response::KeepAlive { .. })),
+        "KeepAlive with the token: {kept:?}"
+    );
+    let release = Request::Release { key: k, session: s };
+    let released = other.call(release).await;
+    ensure!(
+        matches!(released, Ok(Response::Released { .. })),
+        "the lock was not still held: {released:?}"
+    );
+    Ok(())
+}
+
+async fn a_false_claim_to_own_a_session_is_refused(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let claimed = conn
+        .call(Request::DestroySession {
+            session: s.id,
+            authority: Authority::Session(forged(s)),
+        })
+        .await;
+    ensure!(
+        code(&claimed) == Some(ErrorCode::PermissionDenied),
+        "destroy with a wrong secret: {claimed:?}"
+    );
+    let info = conn.call(Request::SessionInfo { session: s.id }).await;
+    ensure!(info.is_ok(), "the session was ended: {info:?}");
+    Ok(())
+}
+
+async fn the_only_holder_may_delete_its_locked_node(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("auth-delete");
+    conn.call(acquire(&k, s, LockMode::Exclusive, None))
+        .await
+        .map_err(|e| format!("acquire: {e:?}"))?;
+    let deleted = conn
+        .call(Request::Delete {
+            key: k.clone(),
+            cas: None,
+            recursive: false,
+            authority: Authority::Session(s),
+        })
+        .await;
+    ensure!(
+        matches!(&deleted, Ok(Response::Deleted { keys, .. }) if keys.len() == 1 && keys[0] == k),
+        "delete by the holder: {deleted:?}"
+    );
+    Ok(())
+}
+
 // Helpers ---------------------------------------------------------------
 
 async fn open(ctx: &Ctx) -> (RawConnection, Welcome) {
@@ -173,7 +274,7 @@ async fn create(
     lock_delay_ms: Option<u64>,
     behavior: Behavior,
     checks: Vec<String>,
-) -> Result<SessionId, String> {
+) -> Result<SessionToken, String> {
     let request = Request::CreateSession(CreateSession {
         name: "conformance".into(),
         lease_ms: Some(lease_ms),
@@ -182,14 +283,19 @@ async fn create(
         checks,
     });
     match conn.call(request).await {
-        Ok(Response::SessionCreated { session, .. }) => Ok(session),
+        Ok(Response::SessionCreated {
+            session, secret, ..
+        }) => Ok(SessionToken {
+            id: session,
+            secret,
+        }),
         other => Err(format!(
             "CreateSession: expected SessionCreated, got {other:?}"
         )),
     }
 }
 
-async fn session(conn: &mut RawConnection, w: &Welcome) -> Result<SessionId, String> {
+async fn session(conn: &mut RawConnection, w: &Welcome) -> Result<SessionToken, String> {
     create(
         conn,
         30_000.min(w.limits.max_lease_ms),
@@ -200,7 +306,7 @@ async fn session(conn: &mut RawConnection, w: &Welcome) -> Result<SessionId, Str
     .await
 }
 
-fn keepalive(session: SessionId, w: &Welcome, acked_seq: u64, hold: bool) -> Request {
+fn keepalive(session: SessionToken, w: &Welcome, acked_seq: u64, hold: bool) -> Request {
     Request::KeepAlive(KeepAlive {
         session,
         epoch: w.epoch,
@@ -209,7 +315,7 @@ fn keepalive(session: SessionId, w: &Welcome, acked_seq: u64, hold: bool) -> Req
     })
 }
 
-fn acquire(key: &str, session: SessionId, mode: LockMode, wait_ms: Option<u64>) -> Request {
+fn acquire(key: &str, session: SessionToken, mode: LockMode, wait_ms: Option<u64>) -> Request {
     Request::Acquire(Acquire {
         key: key.into(),
         session,
@@ -219,7 +325,7 @@ fn acquire(key: &str, session: SessionId, mode: LockMode, wait_ms: Option<u64>) 
     })
 }
 
-fn put(key: &str, contents: &[u8], cas: Option<u64>, ephemeral: Option<SessionId>) -> Request {
+fn put(key: &str, contents: &[u8], cas: Option<u64>, ephemeral: Option<SessionToken>) -> Request {
     Request::Put(Put {
         key: key.into(),
         contents: contents.to_vec(),
@@ -347,7 +453,9 @@ async fn a_garbage_body_closes_only_its_connection(ctx: Ctx) -> Check {
             .is_some_and(|e| e.code == ErrorCode::Malformed),
         "expected Close(Malformed), got {close:?}"
     );
-    let info = bystander.call(Request::SessionInfo { session: id }).await;
+    let info = bystander
+        .call(Request::SessionInfo { session: id.id })
+        .await;
     ensure!(
         matches!(info, Ok(Response::SessionInfo(_))),
         "another connection was affected: {info:?}"
@@ -377,7 +485,7 @@ async fn a_held_keepalive_delays_nothing_and_any_connection_serves_a_session(ctx
     let (mut b, _) = open(&ctx).await;
     let held = b.request(keepalive(id, &w, 0, true)).await;
     let started = Instant::now();
-    let info = b.request(Request::SessionInfo { session: id }).await;
+    let info = b.request(Request::SessionInfo { session: id.id }).await;
     let (got, reply) = b.reply().await;
     ensure!(
         got == info,
@@ -409,6 +517,7 @@ async fn a_session_gets_a_full_lease(ctx: Ctx) -> Check {
     let (id, grant) = match conn.call(request).await {
         Ok(Response::SessionCreated {
             session,
+            secret,
             lease,
             epoch,
         }) => {
@@ -417,7 +526,13 @@ async fn a_session_gets_a_full_lease(ctx: Ctx) -> Check {
                 "SessionCreated names epoch {epoch}, Welcome {}",
                 w.epoch
             );
-            (session, lease)
+            (
+                SessionToken {
+                    id: session,
+                    secret,
+                },
+                lease,
+            )
         }
         other => return Err(format!("expected SessionCreated, got {other:?}")),
     };
@@ -465,9 +580,12 @@ async fn an_ephemeral_node_goes_with_its_session(ctx: Ctx) -> Check {
     conn.call(put(&k, b"x", None, Some(id)))
         .await
         .map_err(|e| format!("ephemeral put: {e}"))?;
-    conn.call(Request::DestroySession { session: id })
-        .await
-        .map_err(|e| format!("destroy: {e}"))?;
+    conn.call(Request::DestroySession {
+        session: id.id,
+        authority: Authority::Session(id),
+    })
+    .await
+    .map_err(|e| format!("destroy: {e}"))?;
     let got = conn
         .call(Request::Get {
             key: k.clone(),
@@ -486,7 +604,7 @@ async fn a_session_without_keepalives_expires(ctx: Ctx) -> Check {
     let lease = short_lease(&w);
     let id = create(&mut conn, lease, None, Behavior::Release, vec![]).await?;
     tokio::time::sleep(Duration::from_millis(lease) + SLACK).await;
-    let info = conn.call(Request::SessionInfo { session: id }).await;
+    let info = conn.call(Request::SessionInfo { session: id.id }).await;
     ensure!(
         code(&info) == Some(ErrorCode::SessionExpired),
         "after its lease: {info:?}"
@@ -494,11 +612,16 @@ async fn a_session_without_keepalives_expires(ctx: Ctx) -> Check {
     Ok(())
 }
 
-async fn any_connection_may_destroy_a_session(ctx: Ctx) -> Check {
+async fn the_owner_may_destroy_its_session_from_any_connection(ctx: Ctx) -> Check {
     let (mut a, w) = open(&ctx).await;
     let id = session(&mut a, &w).await?;
     let (mut b, _) = open(&ctx).await;
-    let destroyed = b.call(Request::DestroySession { session: id }).await;
+    let destroyed = b
+        .call(Request::DestroySession {
+            session: id.id,
+            authority: Authority::Session(id),
+        })
+        .await;
     ensure!(
         matches!(destroyed, Ok(Response::Destroyed)),
         "destroy: {destroyed:?}"
@@ -518,7 +641,7 @@ async fn a_created_session_is_listed(ctx: Ctx) -> Check {
     loop {
         match conn.call(Request::ListSessions { after, limit: 0 }).await {
             Ok(Response::Sessions { sessions, more }) => {
-                if sessions.iter().any(|s| s.session == id) {
+                if sessions.iter().any(|s| s.session == id.id) {
                     return Ok(());
                 }
                 ensure!(
@@ -606,7 +729,15 @@ async fn a_keepalive_naming_another_epoch_is_refused(ctx: Ctx) -> Check {
 async fn a_keepalive_for_an_unknown_session_is_refused(ctx: Ctx) -> Check {
     let (mut conn, w) = open(&ctx).await;
     let reply = conn
-        .call(keepalive(SessionId::from_u128(7), &w, 0, false))
+        .call(keepalive(
+            SessionToken {
+                id: SessionId::from_u128(7),
+                secret: SessionSecret::from_bytes([7; 16]),
+            },
+            &w,
+            0,
+            false,
+        ))
         .await;
     ensure!(code(&reply) == Some(ErrorCode::UnknownSession), "{reply:?}");
     Ok(())
@@ -713,6 +844,7 @@ async fn listing_and_recursive_delete(ctx: Ctx) -> Check {
             key: format!("{root}/a"),
             cas: None,
             recursive: true,
+            authority: Authority::Anonymous,
         })
         .await
     {
@@ -865,9 +997,12 @@ async fn lock_delay_follows_invalidation_not_release(ctx: Ctx) -> Check {
             .call(acquire(&k, holder, LockMode::Exclusive, None))
             .await,
     )?;
-    conn.call(Request::DestroySession { session: holder })
-        .await
-        .map_err(|e| format!("destroy: {e}"))?;
+    conn.call(Request::DestroySession {
+        session: holder.id,
+        authority: Authority::Session(holder),
+    })
+    .await
+    .map_err(|e| format!("destroy: {e}"))?;
     let refused = conn
         .call(acquire(&k, next, LockMode::Exclusive, None))
         .await;
@@ -917,6 +1052,7 @@ async fn a_sequencer_is_valid_only_while_its_holding_lasts(ctx: Ctx) -> Check {
         key: k.clone(),
         cas: None,
         recursive: false,
+        authority: Authority::Anonymous,
     })
     .await
     .map_err(|e| format!("delete: {e}"))?;
@@ -937,7 +1073,7 @@ async fn a_sequencer_is_valid_only_while_its_holding_lasts(ctx: Ctx) -> Check {
 
 async fn subscribe(
     conn: &mut RawConnection,
-    session: SessionId,
+    session: SessionToken,
     key: &str,
     prefix: bool,
     mask: u32,
@@ -1040,7 +1176,7 @@ async fn subscriptions_and_lock_conflicts(ctx: Ctx) -> Check {
             events.iter().any(|e| e.kind
                 == EventKind::LockConflict {
                     key: k.clone(),
-                    waiter
+                    waiter: waiter.id
                 }),
             "no LockConflict for the holder: {events:?}"
         ),
@@ -1098,15 +1234,15 @@ async fn a_critical_check_ends_its_sessions(ctx: Ctx) -> Check {
     ensure!(warned.is_empty(), "a warning ended {warned:?}");
     let ended = set_check(&mut conn, &name, CheckStatus::Critical).await?;
     ensure!(
-        ended == [bound],
+        ended == [bound.id],
         "critical ended {ended:?}, expected [{bound}]"
     );
-    let info = conn.call(Request::SessionInfo { session: bound }).await;
+    let info = conn.call(Request::SessionInfo { session: bound.id }).await;
     ensure!(
         code(&info) == Some(ErrorCode::SessionExpired),
         "bound session: {info:?}"
     );
-    let info = conn.call(Request::SessionInfo { session: free }).await;
+    let info = conn.call(Request::SessionInfo { session: free.id }).await;
     ensure!(info.is_ok(), "unbound session: {info:?}");
     match conn
         .call(Request::ListChecks {
@@ -1140,7 +1276,7 @@ async fn deleting_a_check_ends_its_sessions(ctx: Ctx) -> Check {
     .await?;
     match conn.call(Request::DeleteCheck { name: name.clone() }).await {
         Ok(Response::CheckDeleted { invalidated, .. }) => {
-            ensure!(invalidated == [bound], "ended {invalidated:?}")
+            ensure!(invalidated == [bound.id], "ended {invalidated:?}")
         }
         other => return Err(format!("DeleteCheck: {other:?}")),
     }
@@ -1237,6 +1373,7 @@ async fn a_reply_larger_than_a_frame_is_refused_and_the_connection_stays(ctx: Ct
             key: root,
             cas: None,
             recursive: true,
+            authority: Authority::Anonymous,
         })
         .await
     {
@@ -1487,9 +1624,12 @@ async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Chec
             .call(acquire(&delayed, doomed, LockMode::Exclusive, None))
             .await,
     )?;
-    conn.call(Request::DestroySession { session: doomed })
-        .await
-        .map_err(|e| format!("destroy: {e}"))?;
+    conn.call(Request::DestroySession {
+        session: doomed.id,
+        authority: Authority::Session(doomed),
+    })
+    .await
+    .map_err(|e| format!("destroy: {e}"))?;
     generation(
         &conn
             .call(acquire(&queued, holder, LockMode::Exclusive, None))

@@ -102,6 +102,7 @@ impl Outcome {
 
 /// SPEC rules a client cannot observe over the wire, and why.
 pub const UNOBSERVABLE: &[(&str, &str)] = &[
+    ("AUTH-5", "what the master writes to its log and its log lines"),
     ("CONN-7", "how the client library closes connections"),
     ("SES-8", "client library: destroy on close"),
     ("SES-9", "client library: detach without destroying"),

@@ -1,0 +1,136 @@
+//! Who may act for a session (SPEC "Ownership").
+//!
+//! A session id is public; its secret is not. Requests that act for a
+//! session carry its token, and the master checks the secret before it
+//! dispatches them, so a connection that merely knows an id can neither
+//! keep the session alive, nor release, take or inspect its locks, nor read
+//! its events away. Ending a session, or taking a lock away by deleting its
+//! node, needs the owner's token or, when the master has one, the
+//! operator's token. The checks run on the master, before a command is
+//! logged: secrets and tokens never reach the log.
+
+use leasehold_protocol::{Authority, Error, ErrorCode, Request, SessionId, SessionToken};
+
+use crate::master::Master;
+use crate::state::LockedNodes;
+
+/// Compares two byte strings in time that depends only on their lengths.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn denied(message: String) -> Error {
+    Error::new(ErrorCode::PermissionDenied, message)
+}
+
+/// The token a request presents to act for a session (`AUTH-2`).
+fn presented(request: &Request) -> Option<&SessionToken> {
+    match request {
+        Request::KeepAlive(ka) => Some(&ka.session),
+        Request::Acquire(a) => Some(&a.session),
+        Request::Release { session, .. }
+        | Request::GetSequencer { session, .. }
+        | Request::Subscribe { session, .. }
+        | Request::Unsubscribe { session, .. } => Some(session),
+        Request::Put(put) => put.ephemeral.as_ref(),
+        _ => None,
+    }
+}
+
+impl Master {
+    /// Refuses a request whose session token does not prove its session
+    /// (`AUTH-2`). A token naming a session that is not live passes here:
+    /// the request is then answered as for any such session (`ERR-1`,
+    /// `ERR-2`), which tells the caller nothing `ListSessions` does not.
+    pub(crate) fn authorize(&self, request: &Request) -> Result<(), Error> {
+        match presented(request) {
+            Some(token) => self.check_token(token),
+            None => Ok(()),
+        }
+    }
+
+    fn check_token(&self, token: &SessionToken) -> Result<(), Error> {
+        match self.state.session(token.id) {
+            Some(session) if !session.secret.matches(&token.secret) => Err(denied(format!(
+                "the secret does not match session {}: only its creator may act for it",
+                token.id
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `authority` is the operator: only with the master's operator
+    /// token, when it has one.
+    fn is_operator(&self, authority: &Authority) -> Result<bool, Error> {
+        match (authority, &self.config.operator_token) {
+            (Authority::Operator(given), Some(token)) => {
+                if same_bytes(given.as_bytes(), token.as_bytes()) {
+                    Ok(true)
+                } else {
+                    Err(denied("the operator token is wrong".into()))
+                }
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Refuses to end `session` on `authority` unless it is the owner's or
+    /// the operator's, or the master has no operator token (`AUTH-3`).
+    pub(crate) fn may_destroy(
+        &self,
+        session: SessionId,
+        authority: &Authority,
+    ) -> Result<(), Error> {
+        if self.state.session(session).is_none() {
+            return Err(self.state.missing_session(session)); // SES-7
+        }
+        if self.is_operator(authority)? {
+            return Ok(());
+        }
+        if let Authority::Session(token) = authority {
+            self.check_token(token)?;
+            if token.id == session {
+                return Ok(());
+            }
+        }
+        if self.config.operator_token.is_none() {
+            return Ok(());
+        }
+        Err(denied(format!(
+            "destroying session {session} needs its own session token or the operator token"
+        )))
+    }
+
+    /// Which locked nodes a delete on `authority` may remove (`AUTH-4`).
+    pub(crate) fn locked_nodes(&self, authority: &Authority) -> Result<LockedNodes, Error> {
+        if self.is_operator(authority)? {
+            return Ok(LockedNodes::Any);
+        }
+        let by = match authority {
+            Authority::Session(token) => {
+                if self.state.session(token.id).is_none() {
+                    return Err(self.state.missing_session(token.id));
+                }
+                self.check_token(token)?;
+                Some(token.id)
+            }
+            _ => None,
+        };
+        Ok(match self.config.operator_token {
+            None => LockedNodes::Any,
+            Some(_) => LockedNodes::HeldOnlyBy(by),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_bytes;
+
+    #[test]
+    fn byte_strings_are_the_same_only_when_equal() {
+        assert!(same_bytes(b"operator-token-1", b"operator-token-1"));
+        assert!(!same_bytes(b"operator-token-1", b"operator-token-2"));
+        assert!(!same_bytes(b"operator-token", b"operator-token-1"));
+    }
+}
