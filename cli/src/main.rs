@@ -54,6 +54,11 @@ struct Cli {
 enum Command {
     /// Run a master.
     Serve(ServeArgs),
+    /// Kills the process group it leads when its standard input closes:
+    /// `lock`, `elect` and `semaphore` run it beside CMD, so that CMD dies
+    /// with them.
+    #[command(name = run::GUARD_SUBCOMMAND, hide = true)]
+    SupervisorGuard,
     /// Create, inspect, destroy or keep sessions.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -275,6 +280,9 @@ pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SupervisorGuard = cli.command {
+        return run::guard();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -1,6 +1,14 @@
 //! Running a command while a lock, a term or a slot is held, and stopping
 //! it when the holding may be lost.
 //!
+//! CMD never outlives its supervisor, however the supervisor dies (a
+//! SIGKILL, the OOM killer): a guard process, started first, leads the
+//! process group CMD runs in and holds the read end of a pipe only the
+//! supervisor can write to. When the supervisor dies the kernel closes the
+//! pipe, and the guard kills the whole group. A parent-death signal would
+//! not do: it fires when the spawning *thread* ends, and reaches CMD but
+//! not what CMD started.
+//!
 //! The trade-off of `--stop-on`: in jeopardy the client cannot reach the
 //! master and the master may already have released the lock (its lease may
 //! have run out there), so stopping at jeopardy is the safe default: the
@@ -71,12 +79,93 @@ where
     }
 }
 
+/// The hidden subcommand that runs the guard.
+pub(crate) const GUARD_SUBCOMMAND: &str = "supervisor-guard";
+
+/// The guard's whole life: it ignores the signals a terminal or a service
+/// manager sends (it must outlive the supervisor to do its job), waits
+/// until its standard input, the supervisor's pipe, reaches its end, and
+/// then kills its process group: CMD, whatever CMD started, and itself.
+#[cfg(unix)]
+pub(crate) fn guard() -> ExitCode {
+    use std::io::Read;
+    // SAFETY: signal(2) with SIG_IGN, before this process starts any thread.
+    unsafe {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+    }
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = [0u8; 64];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    // SAFETY: kill(2) with pid 0 signals this process's own group.
+    unsafe {
+        libc::kill(0, libc::SIGKILL);
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(not(unix))]
+pub(crate) fn guard() -> ExitCode {
+    ExitCode::FAILURE
+}
+
+/// CMD's guard, and the write end of its pipe: the guard kills CMD's
+/// process group once this is dropped, or once the process holding it dies.
+#[cfg(unix)]
+struct Guard {
+    process: Child,
+    _pipe: std::io::PipeWriter,
+}
+
+#[cfg(unix)]
+impl Guard {
+    fn spawn() -> anyhow::Result<Guard> {
+        // Both ends are close-on-exec: CMD inherits neither, so only this
+        // process keeps the pipe open.
+        let (reader, writer) = std::io::pipe()?;
+        let exe = std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find this program to start CMD's guard: {e}"))?;
+        let process = Command::new(exe)
+            .arg(GUARD_SUBCOMMAND)
+            .stdin(reader)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start CMD's guard: {e}"))?;
+        Ok(Guard {
+            process,
+            _pipe: writer,
+        })
+    }
+
+    /// The process group CMD joins: the guard's own.
+    fn group(&self) -> Option<u32> {
+        self.process.id()
+    }
+
+    /// Resolves if the guard ends while CMD runs: without it CMD would be
+    /// unsupervised should this process die, so CMD is stopped.
+    async fn ended(&mut self) {
+        let _ = self.process.wait().await;
+    }
+}
+
 /// Runs `args.command` with `LEASEHOLD_SEQUENCER` set (when there is one)
 /// until it exits, or until `lost` resolves, when it gets SIGTERM and, after
 /// the grace, SIGKILL. Exits with the command's status (128 + the signal if
 /// a signal ended it).
-/// CMD runs in a process group of its own, and the signals go to the whole
-/// group, so that what CMD started stops with it.
+/// CMD runs in a process group led by its guard, and the signals go to the
+/// whole group, so that what CMD started stops with it; when this process
+/// ends, however it ends, the guard kills what is left of the group.
 pub(crate) async fn supervise(
     args: &RunArgs,
     what: &str,
@@ -94,7 +183,13 @@ pub(crate) async fn supervise(
     let mut command = Command::new(program);
     command.args(rest).kill_on_drop(true);
     #[cfg(unix)]
-    command.process_group(0);
+    let mut guard = Guard::spawn()?;
+    #[cfg(unix)]
+    let group = guard.group();
+    #[cfg(unix)]
+    command.process_group(group.unwrap_or(0) as i32);
+    #[cfg(not(unix))]
+    let group = None;
     if let Some(sequencer) = &sequencer {
         command.env("LEASEHOLD_SEQUENCER", sequencer);
     }
@@ -102,16 +197,24 @@ pub(crate) async fn supervise(
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot run {program}: {e}"))?;
     let interrupted = stop_requested();
-    tokio::pin!(lost, interrupted);
+    #[cfg(unix)]
+    let guard_ended = guard.ended();
+    #[cfg(not(unix))]
+    let guard_ended = std::future::pending::<()>();
+    tokio::pin!(lost, interrupted, guard_ended);
     let status = tokio::select! {
         status = child.wait() => status?,
         () = &mut lost => {
             eprintln!("leasehold: {what} may be lost: stopping {program}");
-            stop(&mut child, args.kill_grace).await?
+            stop(&mut child, group, args.kill_grace).await?
         }
-                signal = &mut interrupted => {
+        signal = &mut interrupted => {
             eprintln!("leasehold: {signal}: stopping {program}");
-            stop(&mut child, args.kill_grace).await?
+            stop(&mut child, group, args.kill_grace).await?
+        }
+        () = &mut guard_ended => {
+            eprintln!("leasehold: the guard of {program} ended: stopping {program}");
+            stop(&mut child, group, args.kill_grace).await?
         }
     };
     Ok(ExitCode::from(exit_code(status)))
@@ -146,9 +249,11 @@ async fn stop_requested() -> &'static str {
 
 /// SIGTERM, then SIGKILL if the child has not exited within `grace`; both
 /// to its whole process group.
-async fn stop(child: &mut Child, grace: Duration) -> std::io::Result<ExitStatus> {
-    // Taken now: once reaped, the child no longer has an id.
-    let group = child.id();
+async fn stop(
+    child: &mut Child,
+    group: Option<u32>,
+    grace: Duration,
+) -> std::io::Result<ExitStatus> {
     signal_group(group, Signal::Term);
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status?,
@@ -176,8 +281,8 @@ fn signal_group(pid: Option<u32>, signal: Signal) {
             Signal::Term => libc::SIGTERM,
             Signal::Kill => libc::SIGKILL,
         };
-        // SAFETY: kill(2) on the process group CMD leads (process_group(0)
-        // made its pid the group id); no memory is involved.
+        // SAFETY: kill(2) on the process group of CMD and its guard (the
+        // guard's pid is the group id); no memory is involved.
         unsafe {
             libc::kill(-(pid as libc::pid_t), signal);
         }

@@ -273,3 +273,78 @@ fn sigterm_to_leasehold_stops_the_command_and_releases_the_lock() {
     let next = serve.run(&["lock", "k", "--timeout", "1s", "--", "true"]);
     assert!(next.status.success(), "the lock was released: {next:?}");
 }
+
+/// Whether process `pid` is gone: no such process, or a zombie waiting
+/// for a parent that will never read its status.
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// The pids of the command and of the child it started, as it printed them.
+fn pids(line: &str) -> Vec<u32> {
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pids.len(), 2, "{line}");
+    pids
+}
+
+fn all_gone_within(pids: &[u32], within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while !pids.iter().all(|p| gone(*p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command outlived its supervisor: {pids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// The command dies with its supervisor, however the supervisor dies: a
+// SIGKILL leaves it no chance to stop the command, so the command and what
+// it started must go without its help.
+#[test]
+fn a_supervisor_killed_with_sigkill_takes_the_command_and_its_children_with_it() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "sleep 600 & echo $$ $!; wait",
+        ],
+    );
+    let pids = pids(&holder.stdout_line(SOON));
+    assert!(pids.iter().all(|p| !gone(*p)), "running: {pids:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    holder.wait(SOON);
+    all_gone_within(&pids, SOON);
+}
+
+// What the command started in the background does not outlive the holding
+// either: the lock is released when the supervisor exits.
+#[test]
+fn a_command_that_exits_leaves_nothing_it_started_running() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &["lock", "k", "--", "sh", "-c", "sleep 600 & echo $$ $!"],
+    );
+    let pids = pids(&holder.stdout_line(SOON));
+    assert!(holder.wait(SOON).success());
+    all_gone_within(&pids, SOON);
+}
