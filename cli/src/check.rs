@@ -39,7 +39,7 @@ pub(crate) async fn check(
         CheckCommand::Delete { name } => match client.delete_check(&name).await {
             Ok(ended) => print_ended(&name, &ended, json),
             Err(e) if e.code() == Some(ErrorCode::InvalidArgument) => {
-                eprintln!("leasehold: {e}");
+                eprintln!("leasehold: {}", crate::printable(&e.to_string()));
                 return Ok(ExitCode::from(NOT_FOUND));
             }
             Err(e) => return Err(e.into()),

@@ -252,6 +252,58 @@ pub(crate) const NOT_FOUND: u8 = 1;
 /// Exit status for "the master could not be reached".
 const UNREACHABLE: u8 = 2;
 
+/// `text` with its control characters escaped: an error may quote what a
+/// user or another client typed, which must not rewrite the terminal.
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Restores the default action of SIGPIPE, which Rust programs ignore: a
+/// command whose reader went away (`leasehold ls | head -1`) then ends
+/// quietly, as other tools do, instead of panicking on its next line.
+/// Commands that run a master or supervise another command keep ignoring
+/// it: they must never die of a reader's exit.
+#[cfg(unix)]
+fn end_quietly_when_the_reader_exits() {
+    // SAFETY: signal(2) before any thread starts; no memory is involved.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: every client
+/// connection is a descriptor, and the usual soft limit (1024) is far below
+/// what a master serves.
+#[cfg(unix)]
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    let raised = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        let before = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        (before < limit.rlim_max && libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0)
+            .then_some((before, limit.rlim_max))
+    };
+    match raised {
+        Some((from, to)) => tracing::info!(from, to, "raised the open files limit"),
+        None => tracing::info!(limit = limit.rlim_cur, "open files limit"),
+    }
+}
+
 /// The operator token this process presents, read once from
 /// `--operator-token-file`.
 static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
@@ -283,6 +335,16 @@ fn main() -> ExitCode {
     if let Command::SupervisorGuard = cli.command {
         return run::guard();
     }
+    #[cfg(unix)]
+    if !matches!(
+        cli.command,
+        Command::Serve(_)
+            | Command::Lock { .. }
+            | Command::Elect { .. }
+            | Command::Semaphore { .. }
+    ) {
+        end_quietly_when_the_reader_exits();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -302,7 +364,7 @@ fn main() -> ExitCode {
         None => None,
         Some(Ok(token)) => Some(token),
         Some(Err(e)) => {
-            eprintln!("leasehold: {e:#}");
+            eprintln!("leasehold: {}", printable(&format!("{e:#}")));
             return ExitCode::FAILURE;
         }
     };
@@ -346,7 +408,7 @@ fn main() -> ExitCode {
                     Some(ClientError::Connect { .. }) => UNREACHABLE,
                     _ => 1,
                 };
-                eprintln!("leasehold: {e:#}");
+                eprintln!("leasehold: {}", printable(&format!("{e:#}")));
                 ExitCode::from(code)
             }
         }
@@ -354,6 +416,8 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    #[cfg(unix)]
+    raise_open_files_limit();
     let config = leasehold_server::Config {
         default_lease: args.default_lease,
         min_lease: args.min_lease,

@@ -119,7 +119,7 @@ fn session_id(text: &str) -> anyhow::Result<SessionId> {
 pub(crate) fn missing(e: ClientError) -> anyhow::Result<ExitCode> {
     match e.code() {
         Some(ErrorCode::UnknownSession | ErrorCode::SessionExpired) => {
-            eprintln!("leasehold: {e}");
+            eprintln!("leasehold: {}", crate::printable(&e.to_string()));
             Ok(ExitCode::from(NOT_FOUND))
         }
         _ => Err(e.into()),

@@ -270,3 +270,68 @@ fn a_created_session_is_kept_alive_by_another_process_with_its_token() {
         "{refused:?}"
     );
 }
+
+// A reader that exits early (`leasehold watch | head -1`) ends the command
+// quietly, as it ends other tools, without a panic.
+#[test]
+fn a_reader_that_exits_early_ends_the_command_quietly() {
+    let serve = Serve::start();
+    let mut watch = Command::new(BIN)
+        .args(["--addr", &serve.addr, "watch", "k"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(watch.stdout.take().unwrap());
+    assert!(serve.run(&["put", "k", "1"]).status.success());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains('k'), "{line}");
+    drop(out); // the reader exits
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut n = 2;
+    let status = loop {
+        if let Some(status) = watch.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "watch kept running");
+        assert!(serve.run(&["put", "k", &n.to_string()]).status.success());
+        n += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(13), "ended by SIGPIPE: {status:?}");
+}
+
+// A master raises its soft open-files limit to the hard one: every
+// connection is a descriptor.
+#[test]
+fn serve_raises_its_open_files_limit_to_the_hard_limit() {
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            &format!("ulimit -Sn 256 && exec {BIN} serve --listen 127.0.0.1:0 --in-memory"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on"), "{line}");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a limit on open files");
+    let numbers: Vec<&str> = open_files.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers[0], numbers[1], "soft and hard: {open_files}");
+    assert_ne!(numbers[0], "256", "{open_files}");
+}

@@ -50,7 +50,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
         .find(|c| !(c.is_ascii_alphanumeric() || "-_.:/".contains(*c)))
     {
         Some(c) => Err(format!(
-            "check name '{name}' holds {c:?}: only ASCII letters, digits and -_.:/ are allowed"
+            "check name '{}' holds {c:?}: only ASCII letters, digits and -_.:/ are allowed",
+            name.escape_debug()
         )),
         None => Ok(()),
     }
@@ -120,7 +121,7 @@ impl State {
                 None => {
                     return Err(Error::new(
                         ErrorCode::InvalidArgument,
-                        format!("there is no check named '{name}'"),
+                        format!("there is no check named '{}'", name.escape_debug()),
                     ))
                 }
                 Some(c) if c.status == CheckStatus::Critical => {
@@ -186,7 +187,7 @@ impl State {
         if self.checks.checks.remove(name).is_none() {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
-                format!("there is no check named '{name}'"),
+                format!("there is no check named '{}'", name.escape_debug()),
             ));
         }
         let invalidated = self.invalidate_bound(name, index, now, events);

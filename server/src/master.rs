@@ -401,7 +401,7 @@ impl Master {
                 .ok_or_else(|| {
                     Error::new(
                         ErrorCode::LockNotHeld,
-                        format!("the session does not hold '{key}'"),
+                        format!("the session does not hold '{}'", key.escape_debug()),
                     )
                 }),
             Request::CheckSequencer { sequencer } => match Sequencer::from_bytes(&sequencer) {

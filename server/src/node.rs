@@ -23,29 +23,32 @@ pub fn check_key(key: &str) -> Result<(), String> {
             key.len()
         ));
     }
+    // A refused key may hold anything, control characters included: the
+    // messages show it escaped, so it cannot rewrite a terminal or a log.
+    let shown = key.escape_debug();
     let mut depth = 0;
     for segment in key.split('/') {
         depth += 1;
         if segment.is_empty() {
             return Err(format!(
-                "'{key}' has an empty segment (leading, trailing or double '/')"
+                "'{shown}' has an empty segment (leading, trailing or double '/')"
             ));
         }
         if segment == "." || segment == ".." {
-            return Err(format!("'{key}' has a '{segment}' segment"));
+            return Err(format!("'{shown}' has a '{segment}' segment"));
         }
         if let Some(c) = segment
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || "-_.:@".contains(*c)))
         {
             return Err(format!(
-                "'{key}' has the character {c:?}; keys use letters, digits and - _ . : @"
+                "'{shown}' has the character {c:?}; keys use letters, digits and - _ . : @"
             ));
         }
     }
     if depth > MAX_KEY_DEPTH {
         return Err(format!(
-            "'{key}' has {depth} segments; the maximum is {MAX_KEY_DEPTH}"
+            "'{shown}' has {depth} segments; the maximum is {MAX_KEY_DEPTH}"
         ));
     }
     Ok(())
@@ -117,6 +120,16 @@ mod tests {
         for key in ["a", "service/mysql/leader", "v1.2/node-3_x/host:7171@dc1"] {
             assert_eq!(check_key(key), Ok(()), "{key}");
         }
+    }
+
+    // NS-1
+    #[test]
+    fn a_refused_key_is_quoted_without_its_control_characters() {
+        let message = check_key("a/\u{1b}[2J/b").unwrap_err();
+        assert!(!message.chars().any(char::is_control), "{message:?}");
+        assert!(message.contains("\\u{1b}[2J"), "{message}");
+        let message = check_key("a//\r").unwrap_err();
+        assert!(!message.chars().any(char::is_control), "{message:?}");
     }
 
     // NS-1

@@ -46,8 +46,10 @@ const fn store_config() -> StoreConfig {
 /// Why the store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("data directory {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    // Not a `source`: the message already says it, and a report that
+    // walks the chain would say it twice.
+    #[error("data directory {path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
     /// The directory holds something that is not Leasehold's data, or data
     /// that fails its checksums. It is never reset silently.
     #[error("data directory {path} is unusable: {reason}")]
@@ -110,9 +112,9 @@ pub struct FileStore {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
+    move |error| StoreError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -558,6 +560,18 @@ mod tests {
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("another master"), "{err}");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_io_error_is_told_once_along_its_chain() {
+        let error = io_error(Path::new("/data"))(io::Error::from_raw_os_error(28));
+        let mut chain = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            chain.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        assert_eq!(chain.matches("os error 28").count(), 1, "{chain}");
     }
 
     // STORE-2, AUTH-1
