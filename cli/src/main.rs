@@ -207,6 +207,19 @@ struct ServeArgs {
     /// Largest frame accepted, in bytes.
     #[arg(long, default_value_t = leasehold_protocol::DEFAULT_MAX_FRAME)]
     max_frame: usize,
+    /// Connections served at once; more are refused with a reason.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Connections served at once from one peer address.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
+    max_connections_per_peer: usize,
+    /// Bytes of unread replies one connection may hold; past it the master
+    /// serves it nothing but KeepAlives until its peer reads.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_REPLY_BUDGET)]
+    reply_budget: usize,
+    /// How long a connection with no request in flight may stay silent.
+    #[arg(long, value_parser = duration::parse, default_value = "5m")]
+    idle_timeout: Duration,
 }
 
 #[derive(Subcommand)]
@@ -424,6 +437,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_lease: args.max_lease,
         keepalive_margin: args.keepalive_margin,
         max_frame: args.max_frame,
+        max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
+        reply_budget: args.reply_budget,
+        idle_timeout: args.idle_timeout,
         data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()

@@ -240,6 +240,9 @@ impl Client {
     /// A request refused with `FailoverInProgress` is sent again after the
     /// master's hint, until the request timeout: the session acknowledges
     /// the fail-over event on its next KeepAlive, moments later (`FO-5`).
+    /// So is one refused with `Congested`, which the master did not carry
+    /// out because this connection's replies were arriving faster than
+    /// they were read (`CONN-9`).
     pub(crate) async fn call_waiting(
         &self,
         request: Request,
@@ -250,7 +253,10 @@ impl Client {
             let result = self.call_once(request.clone(), held).await;
             let hint = match &result {
                 Err(e) => match e.code() {
-                    Some(ErrorCode::FailoverInProgress { retry_after_ms }) => retry_after_ms,
+                    Some(
+                        ErrorCode::FailoverInProgress { retry_after_ms }
+                        | ErrorCode::Congested { retry_after_ms },
+                    ) => retry_after_ms,
                     _ => return result,
                 },
                 Ok(_) => return result,

@@ -60,6 +60,13 @@ pub enum ErrorCode {
     /// belongs to another session without the operator token (`ERR-15`,
     /// `AUTH-2`..`AUTH-4`).
     PermissionDenied,
+    /// The connection's replies wait unread past its budget: the request
+    /// was not carried out; send it again once they are read (`ERR-16`,
+    /// `CONN-9`).
+    Congested {
+        /// When a retry is likely to succeed.
+        retry_after_ms: u64,
+    },
 }
 
 /// An error code with a human-readable message.

@@ -28,6 +28,21 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time one frame may take to write before the peer is taken as not reading
 /// and the connection is closed (`CONN-5`).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one master serves at once (`CONN-8`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
+/// Connections one peer address may hold at once (`CONN-8`).
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 4_096;
+/// Bytes of replies one connection may have waiting for its peer to read
+/// them before the master stops serving it (`CONN-9`).
+pub const DEFAULT_REPLY_BUDGET: usize = 8 << 20;
+/// Bytes of unread replies all connections together may hold before those
+/// holding more than a frame are served as if over their own budget
+/// (`CONN-9`).
+pub const DEFAULT_ALL_REPLY_BUDGET: usize = 256 << 20;
+/// Time a frame that has started to arrive has to arrive whole (`CONN-10`).
+pub const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a connection with no request in flight may stay silent (`CONN-11`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest session name, in bytes (`SES-1`).
 pub const MAX_NAME_LEN: usize = 256;
 /// Sessions per `ListSessions` page, at most (`SES-10`).
@@ -75,6 +90,19 @@ pub struct Config {
     pub max_in_flight: usize,
     pub handshake_timeout: Duration,
     pub write_timeout: Duration,
+    /// Connections served at once, in all and from one peer address
+    /// (`CONN-8`).
+    pub max_connections: usize,
+    pub max_connections_per_peer: usize,
+    /// Bytes of unread replies one connection may hold (`CONN-9`).
+    pub reply_budget: usize,
+    /// Bytes of unread replies all connections may hold together
+    /// (`CONN-9`).
+    pub all_reply_budget: usize,
+    /// Time a started frame has to arrive whole (`CONN-10`).
+    pub frame_read_timeout: Duration,
+    /// Time a connection with nothing in flight may stay silent (`CONN-11`).
+    pub idle_timeout: Duration,
     pub ids: IdSource,
     /// Where durable state lives (`STORE-1`); `None` keeps everything in
     /// memory, for tests and benchmarks: a restart then forgets it all.
@@ -106,6 +134,12 @@ impl Default for Config {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             write_timeout: WRITE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            reply_budget: DEFAULT_REPLY_BUDGET,
+            all_reply_budget: DEFAULT_ALL_REPLY_BUDGET,
+            frame_read_timeout: FRAME_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             ids: IdSource::Random,
             data_dir: None,
             memory_store: None,
@@ -154,6 +188,21 @@ impl Config {
         }
         if self.max_in_flight == 0 || self.max_sessions == 0 {
             return fail("the in-flight and session limits must be at least 1".into());
+        }
+        if self.max_connections == 0 || self.max_connections_per_peer == 0 {
+            return fail("the connection limits must be at least 1".into());
+        }
+        if self.reply_budget < self.max_frame {
+            return fail(format!(
+                "the reply budget of {} bytes must hold at least one frame of {} bytes",
+                self.reply_budget, self.max_frame
+            ));
+        }
+        if self.all_reply_budget < self.reply_budget {
+            return fail("the reply budget of all connections must hold one connection's".into());
+        }
+        if self.frame_read_timeout.is_zero() || self.idle_timeout.is_zero() {
+            return fail("the frame read and idle timeouts must be more than zero".into());
         }
         Ok(())
     }

@@ -46,6 +46,7 @@ pub(crate) async fn serve<S>(
     stream: S,
     master: MasterHandle,
     config: Config,
+    all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     shutdown: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -76,7 +77,10 @@ pub(crate) async fn serve<S>(
             {
                 return;
             }
-            let flow = Arc::new(Flow::default());
+            let flow = Arc::new(Flow {
+                all_queued_bytes: all_queued_bytes.clone(),
+                ..Flow::default()
+            });
             let (replies, queue) = mpsc::unbounded_channel();
             let done = CancellationToken::new();
             // Also if this future is dropped half way: the writer must not
@@ -117,6 +121,27 @@ pub(crate) async fn serve<S>(
         {
             linger(reader.into_inner().unsplit(writer.into_inner())).await;
         }
+    }
+}
+
+/// Tells a connection the master will not serve it (`CONN-8`): a `Close`
+/// with `LimitReached` and the reason, without waiting for its Hello.
+pub(crate) async fn refuse<S>(stream: S, reason: String, config: Config)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
+    let mut writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
+    let error = Error::new(ErrorCode::LimitReached, reason);
+    if write_frame(
+        &mut writer,
+        ServerFrame::Close(error),
+        &config,
+        Flushing::Now,
+    )
+    .await
+    {
+        linger(read.unsplit(writer.into_inner())).await;
     }
 }
 
@@ -165,10 +190,23 @@ async fn requests<S: AsyncRead>(
     master: &MasterHandle,
     config: &Config,
 ) -> Option<Error> {
+    // Checked once per interval: a frame still incomplete at two checks in
+    // a row, with no frame read between them, took more than the frame
+    // read timeout (`CONN-10`); a connection with nothing in flight and
+    // silent for the idle timeout is closed (`CONN-11`).
+    let interval = config.frame_read_timeout.min(config.idle_timeout);
+    let mut next_check = tokio::time::Instant::now() + interval;
+    let mut incomplete_at_last_check = false;
+    let mut last_frame = tokio::time::Instant::now();
     loop {
         // A peer that does not read its replies is not read either: they
-        // cannot pile up, and it cannot block anyone else (`CONN-5`).
-        while flow.queued.load(Ordering::Acquire) >= WRITE_QUEUE {
+        // cannot pile up, and it cannot block anyone else (`CONN-5`,
+        // `CONN-9`).
+        while flow.queued.load(Ordering::Acquire) >= WRITE_QUEUE
+            || flow.queued_bytes.load(Ordering::Acquire) >= config.reply_budget
+            || (flow.queued_bytes.load(Ordering::Acquire) >= config.max_frame
+                && flow.all_queued_bytes.load(Ordering::Acquire) >= config.all_reply_budget)
+        {
             tokio::select! {
                 () = flow.drained.notified() => {}
                 () = replies.closed() => return None,
@@ -179,7 +217,37 @@ async fn requests<S: AsyncRead>(
             // The writer gave up on the peer: stop serving it, so that no
             // more KeepAlives are answered (and leases extended) for nobody.
             () = replies.closed() => return None,
+            () = tokio::time::sleep_until(next_check) => {
+                let now = tokio::time::Instant::now();
+                next_check = now + interval;
+                let incomplete = !reader.read_buffer().is_empty();
+                if incomplete && incomplete_at_last_check {
+                    return Some(Error::new(
+                        ErrorCode::Malformed,
+                        format!(
+                            "a frame has been incomplete for more than {:?}",
+                            config.frame_read_timeout
+                        ),
+                    ));
+                }
+                incomplete_at_last_check = incomplete;
+                let idle = !incomplete
+                    && flow.unanswered.load(Ordering::Acquire) == 0
+                    && now.duration_since(last_frame) >= config.idle_timeout;
+                if idle {
+                    return Some(Error::new(
+                        ErrorCode::LimitReached,
+                        format!(
+                            "idle for {:?} with no request in flight",
+                            config.idle_timeout
+                        ),
+                    ));
+                }
+                continue;
+            }
         };
+        last_frame = tokio::time::Instant::now();
+        incomplete_at_last_check = false;
         let (id, request) = match frame? {
             Ok(ClientFrame::Request { id, body }) => (id, body),
             Ok(ClientFrame::Hello(_)) => {
@@ -199,11 +267,13 @@ async fn requests<S: AsyncRead>(
                     config.max_in_flight
                 ),
             ));
+            flow.unanswered.fetch_add(1, Ordering::AcqRel);
             ReplyTx::new(replies.clone(), flow.clone(), id, false)
                 .send(refusal)
                 .ok()?;
             continue;
         }
+        flow.unanswered.fetch_add(1, Ordering::AcqRel);
         if counted {
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
@@ -226,6 +296,10 @@ async fn write_replies<S: AsyncWrite>(
         if reply.limited {
             flow.limited.fetch_sub(1, Ordering::AcqRel);
         }
+        flow.queued_bytes.fetch_sub(reply.bytes, Ordering::AcqRel);
+        flow.all_queued_bytes
+            .fetch_sub(reply.bytes, Ordering::AcqRel);
+        flow.unanswered.fetch_sub(1, Ordering::AcqRel);
         flow.queued.fetch_sub(1, Ordering::AcqRel);
         flow.drained.notify_one();
     };

@@ -46,9 +46,12 @@ impl Master {
             reply,
             received_at: now,
         };
+        // Events cannot be delivered to a connection whose peer leaves its
+        // replies unread (`CONN-9`): hold as if there were none.
+        let deliverable = self.events.has_pending(id) && self.may_carry_events(&held.reply);
         match self.leases.answer_held_at(id, self.config.keepalive_margin) {
             // Events waiting: answer at once to deliver them (EV-3).
-            Some(at) if ka.hold && at > now && !self.events.has_pending(id) => {
+            Some(at) if ka.hold && at > now && !deliverable => {
                 self.leases.hold(id, held);
                 self.leases.arm(id, at);
             }
@@ -79,14 +82,21 @@ impl Master {
             return;
         };
         self.leases.arm(id, expires);
+        let congested = !self.may_carry_events(&held.reply);
         self.deliver(
             held.reply,
             Ok(Response::KeepAlive {
                 epoch: self.config.epoch,
                 lease: LeaseGrant::conservative(expires - now, now - held.received_at),
                 // Half a frame, as pages of sessions: the rest of the reply is
-                // small and the smallest frame still carries one event.
-                events: self.events.pending(id, self.config.max_frame / 2),
+                // small and the smallest frame still carries one event. None
+                // while the connection's peer leaves its replies unread: the
+                // lease is extended, and the events wait (`CONN-9`).
+                events: if congested {
+                    Vec::new()
+                } else {
+                    self.events.pending(id, self.config.max_frame / 2)
+                },
             }),
         );
     }

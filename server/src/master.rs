@@ -64,6 +64,9 @@ fn page<T>(
     (taken, items.peek().is_some())
 }
 
+/// The retry hint of `Congested`: a moment for the peer to read.
+const CONGESTED_RETRY_MS: u64 = 20;
+
 /// The retry hint of `FailoverInProgress`: about one KeepAlive round trip.
 const FAILOVER_RETRY_MS: u64 = 100;
 
@@ -348,6 +351,13 @@ impl Master {
         let now = self.now();
         if let Err(refused) = self.authorize(&call.request) {
             return self.deliver(call.reply, Err(refused)); // AUTH-2
+        }
+        // A peer that leaves its replies unread gets nothing more to leave
+        // unread, and nothing is done for it, but its leases are kept
+        // (`CONN-9`).
+        if !matches!(call.request, Request::KeepAlive(_)) && self.congested(&call.reply) {
+            let refusal = self.congested_refusal();
+            return self.deliver(call.reply, Err(refusal));
         }
         if let Some(session) = acting_for(&call.request) {
             if self.failover_pending.contains(&session) {
@@ -732,6 +742,48 @@ impl Master {
             keepalive_held: self.leases.held(id).is_some_and(|h| !h.reply.is_closed()),
             checks: s.checks.to_vec(),
         })
+    }
+
+    /// Whether the connection of `reply` has too many bytes of replies
+    /// unread to be sent more (`CONN-9`).
+    pub(crate) fn congested(&self, reply: &ReplyTx) -> bool {
+        let c = &self.config;
+        reply.congested(c.reply_budget, c.all_reply_budget, c.max_frame)
+    }
+
+    /// Whether events may go on a KeepAlive reply to `reply`'s connection:
+    /// not while it is congested, so pipelined KeepAlives cannot pile events
+    /// up (`CONN-9`, `EV-3`).
+    pub(crate) fn may_carry_events(&self, reply: &ReplyTx) -> bool {
+        !self.congested(reply)
+    }
+
+    /// The refusal for a request on a connection whose unread replies
+    /// have used up its budget (`CONN-9`).
+    pub(crate) fn congested_refusal(&self) -> Error {
+        Error::new(
+            ErrorCode::Congested {
+                retry_after_ms: CONGESTED_RETRY_MS,
+            },
+            format!(
+                "this connection's unread replies exceed its budget of {} bytes: nothing was done; read them, then retry",
+                self.config.reply_budget
+            ),
+        )
+    }
+
+    /// `answer()`, unless the connection of `reply` is congested, which
+    /// gets the refusal instead (`CONN-9`).
+    pub(crate) fn unless_congested(
+        &self,
+        reply: &ReplyTx,
+        answer: impl FnOnce() -> Response,
+    ) -> Result<Response, Error> {
+        if self.congested(reply) {
+            Err(self.congested_refusal())
+        } else {
+            Ok(answer())
+        }
     }
 
     pub(crate) fn wrong_epoch(&self, epoch: u64) -> Error {

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use leasehold_protocol::{Error, ErrorCode, Response};
+use leasehold_protocol::{Error, ErrorCode, Event, EventKind, NodeView, Response, SessionInfo};
 use tokio::sync::{mpsc, Notify};
 
 /// A reply on its way to the connection's writer.
@@ -24,6 +24,67 @@ pub(crate) struct Reply {
     pub(crate) body: Box<Result<Response, Error>>,
     /// Counted against the connection's in-flight limit (`CONN-3`).
     pub(crate) limited: bool,
+    /// What it counts against the connection's reply budget (`CONN-9`).
+    pub(crate) bytes: usize,
+}
+
+/// A bound on what a few fixed fields of any message take on the wire.
+const FIXED: usize = 64;
+
+fn node_len(node: &Option<NodeView>) -> usize {
+    node.as_ref().map_or(0, |n| {
+        n.key.len()
+            + n.contents.as_ref().map_or(0, Vec::len)
+            + n.stat.lock_holders.len() * 24
+            + FIXED
+    })
+}
+
+fn event_len(event: &Event) -> usize {
+    FIXED
+        + match &event.kind {
+            EventKind::Node { key, change, .. } => {
+                key.len()
+                    + match change {
+                        leasehold_protocol::Change::ChildAdded { child }
+                        | leasehold_protocol::Change::ChildRemoved { child }
+                        | leasehold_protocol::Change::ChildModified { child } => child.len(),
+                        _ => 0,
+                    }
+            }
+            EventKind::LockLost { key } | EventKind::LockConflict { key, .. } => key.len(),
+            EventKind::EventsLost | EventKind::Failover { .. } => 0,
+        }
+}
+
+fn info_len(info: &SessionInfo) -> usize {
+    FIXED + info.name.len() + info.checks.iter().map(|c| c.len() + 1).sum::<usize>()
+}
+
+/// About what a reply takes on the wire, cheaply: it is what the reply
+/// costs the connection's budget while it waits to be written, and only
+/// the large parts (contents, keys, lists) matter for that.
+pub(crate) fn approx_len(body: &Result<Response, Error>) -> usize {
+    let strings = |items: &[String]| items.iter().map(|s| s.len() + 2).sum::<usize>();
+    FIXED
+        + match body {
+            Err(e) => e.message.len(),
+            Ok(Response::Node { node, .. }) => node_len(node),
+            Ok(Response::Keys { keys, .. }) | Ok(Response::Deleted { keys, .. }) => strings(keys),
+            Ok(Response::KeepAlive { events, .. }) => events.iter().map(event_len).sum(),
+            Ok(Response::SessionInfo(info)) => info_len(info),
+            Ok(Response::Sessions { sessions, .. }) => sessions.iter().map(info_len).sum(),
+            Ok(Response::Checks { checks, .. }) => checks
+                .iter()
+                .map(|c| FIXED + c.name.len() + c.note.len())
+                .sum(),
+            Ok(Response::CheckSet { invalidated, .. })
+            | Ok(Response::CheckDeleted { invalidated, .. }) => invalidated.len() * 17,
+            Ok(Response::Acquired { sequencer, .. }) | Ok(Response::Sequencer { sequencer }) => {
+                sequencer.len()
+            }
+            Ok(_) => 0,
+        }
 }
 
 /// What a connection's reader and writer share.
@@ -35,6 +96,13 @@ pub(crate) struct Flow {
     /// Requests counted against the in-flight limit whose replies are not
     /// yet written.
     pub(crate) limited: AtomicUsize,
+    /// Bytes of replies queued and not yet written (`CONN-9`).
+    pub(crate) queued_bytes: AtomicUsize,
+    /// The same, summed over every connection of the master.
+    pub(crate) all_queued_bytes: Arc<AtomicUsize>,
+    /// Requests of any kind, held KeepAlives included, whose replies are
+    /// not yet written: a connection with none is idle (`CONN-11`).
+    pub(crate) unanswered: AtomicUsize,
     /// Signalled each time the writer takes a reply off the queue.
     pub(crate) drained: Notify,
 }
@@ -80,16 +148,36 @@ impl ReplyTx {
         to: &mpsc::UnboundedSender<Reply>,
         body: Result<Response, Error>,
     ) -> Result<(), Undelivered> {
+        let bytes = approx_len(&body);
         self.flow.queued.fetch_add(1, Ordering::AcqRel);
+        self.flow.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.flow
+            .all_queued_bytes
+            .fetch_add(bytes, Ordering::AcqRel);
         let reply = Reply {
             id: self.id,
             body: Box::new(body),
             limited: self.limited,
+            bytes,
         };
         to.send(reply).map_err(|_| {
             self.flow.queued.fetch_sub(1, Ordering::AcqRel);
+            self.flow.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.flow
+                .all_queued_bytes
+                .fetch_sub(bytes, Ordering::AcqRel);
             Undelivered
         })
+    }
+
+    /// Whether the connection's unread replies have used up `budget`, or
+    /// those of all connections have used up `all_budget` and this one's
+    /// are more than `share`: its peer does not read them, so it gets
+    /// nothing large until it does (`CONN-9`).
+    pub(crate) fn congested(&self, budget: usize, all_budget: usize, share: usize) -> bool {
+        let own = self.flow.queued_bytes.load(Ordering::Acquire);
+        own >= budget
+            || (own >= share && self.flow.all_queued_bytes.load(Ordering::Acquire) >= all_budget)
     }
 
     /// Whether the connection is gone, so nobody would read a reply.

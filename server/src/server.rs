@@ -1,9 +1,10 @@
 //! Accepting connections, generic over the transport so the same server runs
 //! over TCP and inside a simulated network.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -36,6 +37,9 @@ impl Listener for tokio::net::TcpListener {
         Ok((stream, peer))
     }
 }
+
+/// Connections being told they are refused at once, at most (`CONN-8`).
+const MAX_REFUSING: usize = 64;
 
 /// How long a shutting-down server waits for its connections to close.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -83,6 +87,10 @@ pub async fn run<L: Listener>(
     let mut master_failed = false;
     let connections = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    // Connections served now, by peer address (`CONN-8`).
+    let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+    let mut refusing = JoinSet::new();
+    let all_queued_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::pin!(shutdown);
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -90,13 +98,45 @@ pub async fn run<L: Listener>(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(10);
-                    tracing::debug!(%peer, "connection accepted");
-                    tasks.spawn(connection::serve(
-                        stream,
-                        master.clone(),
-                        config.clone(),
-                        connections.child_token(),
-                    ));
+                    let ip = peer.ip();
+                    let from_peer = per_peer.get(&ip).copied().unwrap_or(0);
+                    let refusal = if tasks.len() >= config.max_connections {
+                        Some(format!(
+                            "the master serves its maximum of {} connections",
+                            config.max_connections
+                        ))
+                    } else if from_peer >= config.max_connections_per_peer {
+                        Some(format!(
+                            "{ip} holds the maximum of {} connections per address",
+                            config.max_connections_per_peer
+                        ))
+                    } else {
+                        None
+                    };
+                    match refusal {
+                        // Refusals are bounded too: past a few at once the
+                        // connection is dropped without a word.
+                        Some(reason) if refusing.len() < MAX_REFUSING => {
+                            tracing::debug!(%peer, %reason, "connection refused");
+                            refusing.spawn(connection::refuse(stream, reason, config.clone()));
+                        }
+                        Some(_) => drop(stream),
+                        None => {
+                            tracing::debug!(%peer, "connection accepted");
+                            *per_peer.entry(ip).or_default() += 1;
+                            let serving = connection::serve(
+                                stream,
+                                master.clone(),
+                                config.clone(),
+                                all_queued_bytes.clone(),
+                                connections.child_token(),
+                            );
+                            tasks.spawn(async move {
+                                serving.await;
+                                ip
+                            });
+                        }
+                    }
                 }
                 Err(error) => {
                     // Typically out of file descriptors: wait for some to be
@@ -107,7 +147,17 @@ pub async fn run<L: Listener>(
                 }
             },
             // Reap finished connections so the set does not grow.
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok(ip) = ended {
+                    if let Some(n) = per_peer.get_mut(&ip) {
+                        *n -= 1;
+                        if *n == 0 {
+                            per_peer.remove(&ip);
+                        }
+                    }
+                }
+            }
+            Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
                         () = &mut shutdown => break,
             // The master stops by itself only when its store failed.
             _ = &mut task => {

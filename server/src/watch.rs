@@ -59,7 +59,8 @@ impl Master {
         for id in ids {
             if let Some(waiting) = self.watches.waiting.remove(&id) {
                 self.timers.remove(&waiting.timer);
-                self.deliver(waiting.reply, Ok(reply.clone()));
+                let answer = self.unless_congested(&waiting.reply, || reply.clone());
+                self.deliver(waiting.reply, answer);
             }
         }
     }
@@ -76,7 +77,8 @@ impl Master {
                 self.watches.by_key.remove(&waiting.key);
             }
         }
-        self.deliver(waiting.reply, Ok(self.watched(&waiting.key)));
+        let answer = self.unless_congested(&waiting.reply, || self.watched(&waiting.key));
+        self.deliver(waiting.reply, answer);
     }
 
     fn watched(&self, key: &str) -> Response {

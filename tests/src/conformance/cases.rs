@@ -84,6 +84,10 @@ pub(super) fn all() -> Vec<Case> {
         ),
         case!(&["AUTH-3"], a_false_claim_to_own_a_session_is_refused),
         case!(&["AUTH-4"], the_only_holder_may_delete_its_locked_node),
+        case!(
+            &["CONN-9", "ERR-16"],
+            a_peer_that_leaves_its_replies_unread_is_refused_not_flooded
+        ),
         case!(&["SES-10"], a_created_session_is_listed),
         case!(
             &["KA-2"],
@@ -164,6 +168,46 @@ pub(super) fn all() -> Vec<Case> {
             lock_delay_survives_a_restart_and_dead_waiters_do_not
         ),
     ]
+}
+
+// Budgets ---------------------------------------------------------------
+
+async fn a_peer_that_leaves_its_replies_unread_is_refused_not_flooded(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let k = key("budget");
+    let size = (64 * 1024).min(w.limits.max_frame as usize / 2);
+    written(&mut conn, put(&k, &vec![b'x'; size], None, None), "Put").await?;
+    let gets = 2_000;
+    for _ in 0..gets {
+        conn.request(Request::Get {
+            key: k.clone(),
+            stat_only: false,
+        })
+        .await;
+    }
+    let (mut served, mut refused) = (0, 0);
+    for _ in 0..gets {
+        match conn.reply().await.1 {
+            Ok(Response::Node { node: Some(_), .. }) => served += 1,
+            Err(e) if matches!(e.code, ErrorCode::Congested { .. }) => refused += 1,
+            other => return Err(format!("unexpected reply {other:?}")),
+        }
+    }
+    ensure!(
+        served > 0 && refused > 0,
+        "{served} served and {refused} refused of {gets} unread Gets of {size} bytes"
+    );
+    let after = conn
+        .call(Request::Get {
+            key: k,
+            stat_only: true,
+        })
+        .await;
+    ensure!(
+        matches!(after, Ok(Response::Node { .. })),
+        "after reading: {after:?}"
+    );
+    Ok(())
 }
 
 // Ownership -------------------------------------------------------------

@@ -103,6 +103,18 @@ impl Outcome {
 /// SPEC rules a client cannot observe over the wire, and why.
 pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("AUTH-5", "what the master writes to its log and its log lines"),
+    (
+        "CONN-8",
+        "needs thousands of connections at the default limits; tests/tests/connection_limits.rs",
+    ),
+    (
+        "CONN-10",
+        "takes 10 to 20 s at the default timeout; tests/tests/connection_limits.rs",
+    ),
+    (
+        "CONN-11",
+        "takes 5 min at the default timeout; tests/tests/connection_limits.rs",
+    ),
     ("CONN-7", "how the client library closes connections"),
     ("SES-8", "client library: destroy on close"),
     ("SES-9", "client library: detach without destroying"),

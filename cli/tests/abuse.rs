@@ -1,0 +1,122 @@
+//! Clients that never read their replies, against a `leasehold serve`
+//! process whose memory is read from outside (`/proc/PID/status`): what
+//! one connection can make the master hold is bounded in bytes (`CONN-9`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::spawn_serve;
+use leasehold_protocol::{event_mask, Request};
+use leasehold_tests::raw::RawConnection;
+
+/// The master's resident memory, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// The most the master's memory reaches over `span`, sampled.
+async fn peak_rss(pid: u32, span: Duration) -> u64 {
+    let until = tokio::time::Instant::now() + span;
+    let mut peak = rss(pid);
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        peak = peak.max(rss(pid));
+    }
+    peak
+}
+
+/// Connections each attack uses.
+const CONNECTIONS: u64 = 8;
+
+/// Growth allowed: each connection's reply budget (8 MiB by default) and
+/// socket buffers, and the master's own bookkeeping; far below what
+/// unbounded queues took (gigabytes).
+const ALLOWED_GROWTH: u64 = CONNECTIONS * (10 << 20) + (32 << 20);
+
+struct Master {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn master() -> Master {
+    let (child, addr) = spawn_serve(&["--listen", "127.0.0.1:0", "--in-memory"]);
+    Master {
+        child,
+        addr: addr.parse().unwrap(),
+    }
+}
+
+// CONN-9
+#[tokio::test]
+async fn pipelined_large_reads_never_read_do_not_grow_the_master_past_its_budget() {
+    let master = master();
+    let (mut writer, _) = RawConnection::open(master.addr).await;
+    writer.put("big", &"x".repeat(256 * 1024)).await;
+    let before = rss(master.child.id());
+    let mut greedy = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let (mut conn, _) = RawConnection::open(master.addr).await;
+        for _ in 0..3_000 {
+            conn.request(Request::Get {
+                key: "big".into(),
+                stat_only: false,
+            })
+            .await;
+        }
+        greedy.push(conn);
+    }
+    let peak = peak_rss(master.child.id(), Duration::from_secs(3)).await;
+    let growth = peak.saturating_sub(before);
+    eprintln!("growth {} MiB", growth >> 20);
+    assert!(
+        growth < ALLOWED_GROWTH,
+        "the master grew by {} MiB",
+        growth >> 20
+    );
+}
+
+// CONN-9, EV-3
+#[tokio::test]
+async fn pipelined_keepalives_never_read_do_not_grow_the_master_past_its_budget() {
+    let master = master();
+    let (mut owner, _) = RawConnection::open(master.addr).await;
+    let session = owner.create_session(Duration::from_secs(60)).await;
+    owner.subscribe(session, "", true, event_mask::ALL).await;
+    // A full queue of events with long keys: every KeepAlive reply would
+    // carry half a frame of them.
+    let long = "k".repeat(400);
+    for i in 0..1_000 {
+        owner.put(&format!("{long}/{i}"), "v").await;
+    }
+    let before = rss(master.child.id());
+    let mut greedy = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let (mut conn, _) = RawConnection::open(master.addr).await;
+        for _ in 0..5_000 {
+            conn.keepalive(session, false).await;
+        }
+        greedy.push(conn);
+    }
+    let peak = peak_rss(master.child.id(), Duration::from_secs(3)).await;
+    let growth = peak.saturating_sub(before);
+    eprintln!("growth {} MiB", growth >> 20);
+    assert!(
+        growth < ALLOWED_GROWTH,
+        "the master grew by {} MiB",
+        growth >> 20
+    );
+}
