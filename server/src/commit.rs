@@ -19,10 +19,44 @@ use tokio::sync::watch;
 use tracing::error;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::master::ReplyTx;
 use crate::state::Command;
-use crate::store::{Record, Snapshot, Store};
+use crate::store::{Record, Snapshot, Store, StoreSizes};
+
+/// How long the writer waits, idle, before it makes the last batch's end
+/// marker durable on its own (`STORE-3`).
+const SEAL_AFTER: Duration = Duration::from_millis(50);
+/// The log may grow to this multiple of the snapshot before the master
+/// snapshots again (`STORE-2`).
+const LOG_TO_SNAPSHOT: u64 = 4;
+
+/// When the master snapshots: after `every` records, or once the log
+/// outgrows both `min_log_bytes` and four times the snapshot (`STORE-2`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Compaction {
+    pub(crate) every: u64,
+    pub(crate) min_log_bytes: u64,
+}
+
+/// What the writer last reported of the store's sizes, and how many
+/// compactions it has done.
+#[derive(Debug, Default)]
+struct Sizes {
+    log_bytes: AtomicU64,
+    snapshot_bytes: AtomicU64,
+    compactions: AtomicU64,
+}
+
+impl Sizes {
+    fn publish(&self, sizes: StoreSizes) {
+        self.log_bytes.store(sizes.log_bytes, Ordering::Release);
+        self.snapshot_bytes
+            .store(sizes.snapshot_bytes, Ordering::Release);
+    }
+}
 
 /// fsyncs of the log by every master in this process, for benchmarks.
 static FSYNCS: AtomicU64 = AtomicU64::new(0);
@@ -71,7 +105,10 @@ pub(crate) struct Committer {
     /// Log position of the next record.
     pub(crate) next_seq: u64,
     since_snapshot: u64,
-    compact_every: u64,
+    compaction: Compaction,
+    sizes: Arc<Sizes>,
+    /// Compactions asked of the writer so far.
+    compactions: u64,
     appended: u64,
     /// Records the writer has been asked to make durable.
     requested: u64,
@@ -129,10 +166,12 @@ impl Committer {
     pub(crate) fn start(
         store: Box<dyn Store>,
         next_seq: u64,
-        compact_every: u64,
+        compaction: Compaction,
         inline: bool,
     ) -> Committer {
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
+        let sizes = Arc::new(Sizes::default());
+        sizes.publish(store.sizes());
         let writer = if inline {
             Writer::Inline {
                 store,
@@ -140,13 +179,18 @@ impl Committer {
                 failed: false,
             }
         } else {
-            Self::spawn_writer(store, progress_tx)
+            Self::spawn_writer(store, progress_tx, sizes.clone())
         };
         Committer {
             writer,
             next_seq,
             since_snapshot: 0,
-            compact_every: compact_every.max(1),
+            compaction: Compaction {
+                every: compaction.every.max(1),
+                ..compaction
+            },
+            sizes,
+            compactions: 0,
             appended: 0,
             requested: 0,
             durable: 0,
@@ -155,7 +199,11 @@ impl Committer {
         }
     }
 
-    fn spawn_writer(mut store: Box<dyn Store>, progress_tx: watch::Sender<Durable>) -> Writer {
+    fn spawn_writer(
+        mut store: Box<dyn Store>,
+        progress_tx: watch::Sender<Durable>,
+        sizes: Arc<Sizes>,
+    ) -> Writer {
         let (jobs, rx) = std_mpsc::channel::<Job>();
         let writer = std::thread::Builder::new()
             .name("leasehold-commit".into())
@@ -166,8 +214,31 @@ impl Committer {
                 };
                 let mut appended = 0u64;
                 let mut synced = 0u64;
+                // The last batch's end marker is written but not yet on
+                // disk: it rides with the next batch, or `seal` makes it
+                // durable once the master has been idle a moment.
+                let mut unsealed = false;
                 // Ends when the master drops its sender.
-                while let Ok(first) = rx.recv() {
+                loop {
+                    let first = if unsealed {
+                        match rx.recv_timeout(SEAL_AFTER) {
+                            Ok(job) => job,
+                            Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                                if let Err(e) = store.seal() {
+                                    fail(e);
+                                    return;
+                                }
+                                unsealed = false;
+                                continue;
+                            }
+                            Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+                        }
+                    } else {
+                        match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    };
                     let mut wanted = false;
                     let mut outcome = Ok(());
                     for job in std::iter::once(first).chain(rx.try_iter()) {
@@ -183,7 +254,11 @@ impl Committer {
                             Job::Compact(snapshot) => store.sync().and_then(|()| {
                                 FSYNCS.fetch_add(1, Ordering::Relaxed);
                                 synced = appended;
-                                store.compact(&snapshot)
+                                // The new log starts empty: nothing to seal.
+                                unsealed = false;
+                                let done = store.compact(&snapshot);
+                                sizes.compactions.fetch_add(1, Ordering::AcqRel);
+                                done
                             }),
                         };
                         if outcome.is_err() {
@@ -194,7 +269,9 @@ impl Committer {
                         outcome = store.sync();
                         FSYNCS.fetch_add(1, Ordering::Relaxed);
                         synced = appended;
+                        unsealed = true;
                     }
+                    sizes.publish(store.sizes());
                     if let Err(e) = outcome {
                         fail(e);
                         return;
@@ -204,8 +281,8 @@ impl Committer {
                     }
                 }
                 // The master is gone: what it appended is made durable too.
-                if appended > synced {
-                    if let Err(e) = store.sync() {
+                if appended > synced || unsealed {
+                    if let Err(e) = store.sync().and_then(|()| store.seal()) {
                         fail(e);
                     }
                 }
@@ -238,7 +315,12 @@ impl Committer {
                     Job::Sync => return,
                     Job::Compact(snapshot) => store.compact(snapshot),
                 };
-                match outcome.and_then(|()| store.sync()) {
+                if matches!(job, Job::Compact(_)) {
+                    self.sizes.compactions.fetch_add(1, Ordering::AcqRel);
+                }
+                let outcome = outcome.and_then(|()| store.sync());
+                self.sizes.publish(store.sizes());
+                match outcome {
                     Ok(()) => {
                         let _ = progress.send(Durable::Upto(appended));
                     }
@@ -260,9 +342,22 @@ impl Committer {
         self.since_snapshot += 1;
     }
 
-    /// Whether the log has grown enough since the last snapshot to take one.
+    /// Whether to snapshot now: after `every` records, or once the log
+    /// outgrows both its minimum and four times the snapshot, so the disk
+    /// holds a bounded multiple of the live state however large the
+    /// records (`STORE-2`). Never while a compaction is on its way.
     pub(crate) fn wants_snapshot(&self) -> bool {
-        self.since_snapshot >= self.compact_every
+        if self.sizes.compactions.load(Ordering::Acquire) < self.compactions {
+            return false;
+        }
+        let log = self.sizes.log_bytes.load(Ordering::Acquire);
+        let snapshot = self.sizes.snapshot_bytes.load(Ordering::Acquire);
+        self.since_snapshot >= self.compaction.every
+            || log
+                >= self
+                    .compaction
+                    .min_log_bytes
+                    .max(LOG_TO_SNAPSHOT * snapshot)
     }
 
     /// Has the writer replace the log so far with `snapshot`, taken of the
@@ -270,6 +365,7 @@ impl Committer {
     pub(crate) fn compact(&mut self, snapshot: Snapshot) {
         self.write(Job::Compact(Box::new(snapshot)));
         self.since_snapshot = 0;
+        self.compactions += 1;
     }
 
     /// Sends `result` now if everything applied so far is durable, else
@@ -340,6 +436,11 @@ mod tests {
     use super::*;
 
     /// A store that only notes what was asked of it.
+    const NEVER: Compaction = Compaction {
+        every: u64::MAX,
+        min_log_bytes: u64::MAX,
+    };
+
     #[derive(Clone, Default)]
     struct Noting(Arc<Mutex<Vec<&'static str>>>);
 
@@ -374,11 +475,47 @@ mod tests {
             .expect("writer alive");
     }
 
+    // STORE-3: once the master is idle, the last acknowledged batch's end
+    // marker reaches the disk, so damage to that batch is refused rather
+    // than taken for a torn write.
+    #[tokio::test]
+    async fn an_idle_writer_makes_the_last_batch_end_durable() {
+        let dir = std::env::temp_dir().join(format!("leasehold-seal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (store, _) = crate::store::FileStore::open(&dir).unwrap();
+        let mut commit = Committer::start(Box::new(store), 0, NEVER, false);
+        commit.append(Record::Epoch(7));
+        let (reply, _replies) = crate::reply::channel(1);
+        commit.reply(reply, Ok(Response::Destroyed), None);
+        until_durable(&mut commit, 1).await;
+        let log = dir.join("log");
+        let acknowledged = std::fs::metadata(&log).unwrap().len();
+        // The marker follows within moments, with no further batch.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::metadata(&log).unwrap().len() == acknowledged {
+            assert!(tokio::time::Instant::now() < deadline, "never sealed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A copy whose acknowledged record is damaged is refused.
+        let copy = dir.with_extension("copy");
+        let _ = std::fs::remove_dir_all(&copy);
+        std::fs::create_dir_all(&copy).unwrap();
+        std::fs::copy(dir.join("FORMAT"), copy.join("FORMAT")).unwrap();
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes[acknowledged as usize - 1] ^= 0xff;
+        std::fs::write(copy.join("log"), bytes).unwrap();
+        let refused = crate::store::FileStore::open(&copy).unwrap_err();
+        assert!(refused.to_string().contains("damaged"), "{refused}");
+        drop(commit);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&copy);
+    }
+
     // STORE-1
     #[tokio::test]
     async fn a_record_no_reply_waits_for_is_not_fsynced_on_its_own() {
         let store = Noting::default();
-        let mut commit = Committer::start(Box::new(store.clone()), 0, u64::MAX, false);
+        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER, false);
         commit.append(Record::Epoch(7));
         let appended = async {
             while store.calls().is_empty() {
@@ -397,7 +534,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_waits_for_an_fsync_of_every_record_before_it() {
         let store = Noting::default();
-        let mut commit = Committer::start(Box::new(store.clone()), 0, u64::MAX, false);
+        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER, false);
         commit.append(Record::Epoch(7));
         commit.append(Record::Epoch(8));
         let (reply, mut replies) = crate::reply::channel(1);

@@ -55,6 +55,9 @@ pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 pub const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(600);
 /// Log records between snapshots taken while serving (`STORE-2`).
 pub const DEFAULT_COMPACT_EVERY: u64 = 1_000_000;
+/// Log bytes below which the log is never compacted for its size
+/// (`STORE-2`).
+pub const DEFAULT_COMPACT_MIN_LOG_BYTES: u64 = 16 << 20;
 /// Smallest maximum frame a server accepts: every reply but a page of
 /// sessions fits in it (`WIRE-2`).
 pub const MIN_FRAME: usize = 1024;
@@ -113,6 +116,9 @@ pub struct Config {
     /// Log records between snapshots taken while serving (`STORE-2`):
     /// recovery replays at most about this many.
     pub compact_every: u64,
+    /// The log is also compacted once it outgrows both this and four times
+    /// the snapshot (`STORE-2`).
+    pub compact_min_log_bytes: u64,
     /// The operator's token (`AUTH-3`): with one, only a session's owner or
     /// a request carrying this token may destroy the session or delete a
     /// node another session has locked; without one, anyone may.
@@ -144,6 +150,7 @@ impl Default for Config {
             data_dir: None,
             memory_store: None,
             compact_every: DEFAULT_COMPACT_EVERY,
+            compact_min_log_bytes: DEFAULT_COMPACT_MIN_LOG_BYTES,
             operator_token: None,
         }
     }

@@ -54,4 +54,4 @@ pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use server::{run, Listener, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, LockedNodes, State, StateEvent};
-pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError};
+pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError, StoreSizes};

@@ -93,7 +93,10 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
         commit: Some(Committer::start(
             store,
             recovered.next_seq + 1,
-            config.compact_every,
+            crate::commit::Compaction {
+                every: config.compact_every,
+                min_log_bytes: config.compact_min_log_bytes,
+            },
             inline,
         )),
         recovered: true,

@@ -9,7 +9,7 @@
 //! master's soft state, rebuilt on recovery (`STORE-4`).
 //!
 //! Files in the data directory:
-//! - `FORMAT`: `leasehold-data 1`, so a foreign directory is never taken
+//! - `FORMAT`: `leasehold-data 2`, so a foreign directory is never taken
 //!   for ours.
 //! - `LOCK`: locked while a master has the directory open.
 //! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`].
@@ -93,13 +93,38 @@ pub struct Recovered {
 
 /// Where durable records go. Appends are buffered until `sync`, which makes
 /// every record appended so far durable before it returns.
+///
+/// Obligations: a record `sync` has returned for survives any crash, and
+/// so does everything before it; a crash loses at most a suffix of the
+/// records appended since the last `sync`; `compact` never loses a record
+/// the snapshot does not include.
 pub trait Store: Send + 'static {
     fn append(&mut self, record: &Record) -> Result<(), StoreError>;
     /// Makes everything appended durable, then marks the batch's end
     /// ([`Record::BatchEnd`], carried to disk by the next batch).
     fn sync(&mut self) -> Result<(), StoreError>;
+    /// Makes the last batch's end marker durable without waiting for the
+    /// next batch: the master calls it when it goes idle, so damage to an
+    /// acknowledged batch is refused rather than taken for a torn write
+    /// (`STORE-3`).
+    fn seal(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Replaces everything before `snapshot.next_seq` with the snapshot.
     fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
+    /// Bytes of log written since the last snapshot, and the snapshot's
+    /// size: the master snapshots when the log outgrows a multiple of it
+    /// (`STORE-2`).
+    fn sizes(&self) -> StoreSizes {
+        StoreSizes::default()
+    }
+}
+
+/// How much a store holds, for deciding when to compact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreSizes {
+    pub log_bytes: u64,
+    pub snapshot_bytes: u64,
 }
 
 /// The store in a data directory.
@@ -107,6 +132,7 @@ pub trait Store: Send + 'static {
 pub struct FileStore {
     dir: PathBuf,
     log: BufWriter<File>,
+    sizes: StoreSizes,
     /// Held (locked) while the store is open: one master per directory.
     _lock: File,
 }
@@ -191,9 +217,24 @@ impl FileStore {
         if lock.try_lock().is_err() {
             return Err(corrupt(dir, "another master is using it (LOCK is held)"));
         }
-        let snapshot = read_snapshot(&dir.join("snapshot"))?;
+        let snapshot_path = dir.join("snapshot");
+        let snapshot = read_snapshot(&snapshot_path)?;
+        let snapshot_bytes = fs::metadata(&snapshot_path).map_or(0, |m| m.len());
         let log_path = dir.join("log");
         let (base, records, valid_len) = read_log(&log_path)?;
+        // A snapshot is always followed by a log (compaction writes the new
+        // log right after it): without one, every change acknowledged since
+        // the snapshot is gone, and serving would hide that.
+        if let (Some(s), None) = (&snapshot, valid_len) {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "the snapshot is followed by no log: the records from {} on, every change \
+                     acknowledged since the snapshot, are missing",
+                    s.next_seq
+                ),
+            ));
+        }
         let from = snapshot.as_ref().map_or(0, |s| s.next_seq);
         let base = base.unwrap_or(from);
         if base > from {
@@ -235,6 +276,10 @@ impl FileStore {
             FileStore {
                 dir: dir.to_path_buf(),
                 log: BufWriter::new(log),
+                sizes: StoreSizes {
+                    log_bytes: valid_len.unwrap_or(16),
+                    snapshot_bytes,
+                },
                 _lock: lock,
             },
             Recovered {
@@ -261,7 +306,21 @@ impl Store for FileStore {
         // The snapshot is durable; a crash from here on finds it and skips
         // the log records it includes.
         self.log = BufWriter::new(new_log(&self.dir, snapshot.next_seq)?);
+        self.sizes = StoreSizes {
+            log_bytes: 16,
+            snapshot_bytes: bytes.len() as u64,
+        };
         Ok(())
+    }
+
+    fn seal(&mut self) -> Result<(), StoreError> {
+        let path = self.dir.join("log");
+        self.log.flush().map_err(io_error(&path))?;
+        self.log.get_ref().sync_data().map_err(io_error(&path))
+    }
+
+    fn sizes(&self) -> StoreSizes {
+        self.sizes
     }
 
     fn append(&mut self, record: &Record) -> Result<(), StoreError> {
@@ -271,7 +330,9 @@ impl Store for FileStore {
         head[..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
         head[4..].copy_from_slice(&crc32fast::hash(&body).to_le_bytes());
         self.log.write_all(&head).map_err(io_error(&path))?;
-        self.log.write_all(&body).map_err(io_error(&path))
+        self.log.write_all(&body).map_err(io_error(&path))?;
+        self.sizes.log_bytes += (head.len() + body.len()) as u64;
+        Ok(())
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -393,6 +454,17 @@ fn read_log(path: &Path) -> Result<(Option<u64>, Vec<Record>, Option<u64>), Stor
                     ),
                 ));
             }
+            // Never silent: what is cut was not acknowledged, but an
+            // operator who sees this after anything but a crash has failing
+            // media.
+            tracing::warn!(
+                log = %path.display(),
+                at,
+                bytes = bytes.len() - at,
+                records_kept = records.len(),
+                "recovery cut the log's tail: a batch whose fsync had not returned \
+                 (a crash while writing); nothing in it was acknowledged"
+            );
             break;
         };
         match record {
@@ -549,6 +621,33 @@ mod tests {
         fs::write(&log, bytes).unwrap();
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("damaged"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-3
+    #[test]
+    fn a_snapshot_without_the_log_after_it_is_refused() {
+        let dir = dir("no-log");
+        let (mut store, _) = FileStore::open(&dir).unwrap();
+        store.append(&create(1)).unwrap();
+        store.sync().unwrap();
+        let snapshot = Snapshot {
+            epoch: 1,
+            now: 1,
+            next_seq: 1,
+            state: State::new(Bounds::from(&Config::default())),
+        };
+        store.compact(&snapshot).unwrap();
+        store.append(&create(2)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        fs::remove_file(dir.join("log")).unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("followed by no log"), "{err}");
+        assert!(
+            !dir.join("log").exists(),
+            "nothing was made up in its place"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 

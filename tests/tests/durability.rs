@@ -420,3 +420,50 @@ async fn every_subscription_is_made_again_after_a_restart() {
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Bytes of every file in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum()
+}
+
+// STORE-2: rewriting one large node many times leaves a directory a small
+// multiple of the live state, not of everything ever written.
+#[tokio::test]
+async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
+    let dir = data_dir("rewrites");
+    let config = Config {
+        compact_min_log_bytes: 256 * 1024,
+        ..durable(&dir)
+    };
+    let server = start(config).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let contents = vec![b'x'; 64 * 1024];
+    for _ in 0..200 {
+        client
+            .put("big", contents.clone(), leasehold::PutOptions::new())
+            .await
+            .unwrap();
+    }
+    drop(client);
+    server.shutdown().await.unwrap();
+    // 12.5 MiB were written; the live state is one 64 KiB node.
+    let on_disk = dir_bytes(&dir);
+    assert!(
+        on_disk < 1024 * 1024,
+        "the directory holds {} KiB",
+        on_disk / 1024
+    );
+    // And nothing was lost to the compactions.
+    let server = start(durable(&dir)).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let node = client.get("big").await.unwrap().expect("the node");
+    assert_eq!(node.stat.content_generation, 200);
+    assert_eq!(node.contents.unwrap(), contents);
+    drop(client);
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
