@@ -37,6 +37,11 @@ pub struct Namespace {
     /// Deletions in order, to forget the oldest; an entry whose key was
     /// deleted again later is stale and forgets nothing.
     deleted_order: VecDeque<(String, u64)>,
+    /// The latest deletion forgotten: a key with no node and no deletion
+    /// remembered was last deleted no later than this, if ever, so this is
+    /// its index (`NS-8`). It only rises, and so no key's index ever moves
+    /// back.
+    forgotten: u64,
 }
 
 impl Namespace {
@@ -46,11 +51,12 @@ impl Namespace {
     }
 
     /// The index of the last change to `key`: its modify index, or the index
-    /// of its deletion if it was deleted recently, else 0 (`NS-8`).
+    /// of its deletion if it was deleted recently, else the latest deletion
+    /// forgotten, 0 before any was (`NS-8`).
     pub fn key_index(&self, key: &str) -> u64 {
         match self.nodes.get(key) {
             Some(node) => node.modify_index,
-            None => self.deleted_at.get(key).copied().unwrap_or(0),
+            None => self.deleted_at.get(key).copied().unwrap_or(self.forgotten),
         }
     }
 
@@ -246,6 +252,7 @@ impl Namespace {
                 if self.deleted_at.get(&oldest) == Some(&at) {
                     self.deleted_at.remove(&oldest);
                 }
+                self.forgotten = self.forgotten.max(at);
             }
         }
         self.deleted_order.push_back((key.to_string(), index));
@@ -311,6 +318,32 @@ mod tests {
             (node.instance, node.content_generation, node.modify_index),
             (5, 2, 9)
         );
+    }
+
+    // NS-8
+    #[test]
+    fn a_deleted_keys_index_never_moves_back_when_its_deletion_is_forgotten() {
+        let mut ns = Namespace::default();
+        let mut index = 0;
+        let mut next = || {
+            index += 1;
+            index
+        };
+        ns.put(put("watched", "x"), next()).unwrap();
+        let deleted_at = next();
+        ns.delete("watched", None, false, deleted_at).unwrap();
+        assert_eq!(ns.key_index("watched"), deleted_at);
+        for n in 0..DELETIONS_REMEMBERED + 10 {
+            let key = format!("other/{n}");
+            ns.put(put(&key, "x"), next()).unwrap();
+            ns.delete(&key, None, false, next()).unwrap();
+        }
+        let now = ns.key_index("watched");
+        assert!(now > deleted_at, "went from {deleted_at} to {now}");
+        // Every key with no remembered history is at the same floor, at
+        // most the latest index.
+        assert_eq!(ns.key_index("never/written"), now);
+        assert!(now < index);
     }
 
     // NS-2

@@ -244,3 +244,50 @@ async fn a_watch_behind_the_current_index_answers_at_once() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(seen.index > index);
 }
+
+// NS-8: once 65,536 later deletions push a key's own deletion out of
+// memory, its index does not fall back; a watch from the index it had
+// answers at once, telling the watcher to re-read.
+#[tokio::test]
+async fn a_watch_from_a_forgotten_deletion_answers_at_once_with_a_newer_index() {
+    let (_server, client) = client().await;
+    client.put("cfg", "v1", PutOptions::new()).await.unwrap();
+    client
+        .delete("cfg", DeleteOptions::default())
+        .await
+        .unwrap();
+    let was = client
+        .watch("cfg", 0, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .index;
+    // 70,000 deletions of other keys, in one recursive delete.
+    let writes = (0..70_000).map(|n| {
+        let client = client.clone();
+        async move {
+            client
+                .put(&format!("bulk/{n}"), "x", PutOptions::new())
+                .await
+                .unwrap()
+        }
+    });
+    futures::future::join_all(writes).await;
+    let recursive = DeleteOptions {
+        recursive: true,
+        ..DeleteOptions::default()
+    };
+    client.delete("bulk", recursive).await.unwrap();
+    let seen = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.watch("cfg", was, Duration::from_secs(300)),
+    )
+    .await
+    .expect("answered at once, not at the watch's timeout")
+    .unwrap();
+    assert_eq!(seen.node, None);
+    assert!(
+        seen.index > was,
+        "the index went from {was} to {}",
+        seen.index
+    );
+}
