@@ -217,6 +217,11 @@ struct ServeArgs {
     /// serves it nothing but KeepAlives until its peer reads.
     #[arg(long, default_value_t = leasehold_server::DEFAULT_REPLY_BUDGET)]
     reply_budget: usize,
+    /// Bytes of disk set aside in the data directory: when the disk fills,
+    /// they let the master finish what it acknowledged and keep ending
+    /// sessions while it refuses writes.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_DISK_RESERVE)]
+    disk_reserve: u64,
     /// How long a connection with no request in flight may stay silent.
     #[arg(long, value_parser = duration::parse, default_value = "5m")]
     idle_timeout: Duration,
@@ -441,6 +446,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_connections_per_peer: args.max_connections_per_peer,
         reply_budget: args.reply_budget,
         idle_timeout: args.idle_timeout,
+        disk_reserve: args.disk_reserve,
         data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()

@@ -282,14 +282,28 @@ fn a_reader_that_exits_early_ends_the_command_quietly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(watch.stdout.take().unwrap());
-    assert!(serve.run(&["put", "k", "1"]).status.success());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.contains('k'), "{line}");
-    drop(out); // the reader exits
+    // A reader that takes one line and exits: `head -1`.
+    let out = watch.stdout.take().unwrap();
+    let (first, first_line) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = first.send(line);
+    });
+    // Writes until the watch has printed its first line: it may not have
+    // subscribed before the first ones.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut n = 2;
+    let mut n = 1;
+    let line = loop {
+        assert!(serve.run(&["put", "k", &n.to_string()]).status.success());
+        n += 1;
+        if let Ok(line) = first_line.recv_timeout(Duration::from_millis(100)) {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "watch printed nothing");
+    };
+    assert!(line.contains('k'), "{line}");
+    let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(status) = watch.try_wait().unwrap() {
             break status;

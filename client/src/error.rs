@@ -44,7 +44,10 @@ impl ClientError {
                 true
             }
             ClientError::Server(e) | ClientError::Closed(e) => {
-                matches!(e.code, ErrorCode::Internal | ErrorCode::WrongEpoch { .. })
+                matches!(
+                    e.code,
+                    ErrorCode::Internal | ErrorCode::WrongEpoch { .. } | ErrorCode::StorageFull
+                )
             }
             ClientError::Protocol(_) | ClientError::SessionExpired | ClientError::Conflict(_) => {
                 false

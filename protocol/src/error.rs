@@ -67,6 +67,10 @@ pub enum ErrorCode {
         /// When a retry is likely to succeed.
         retry_after_ms: u64,
     },
+    /// The master's disk is full: the request, which would have written,
+    /// was not carried out; reads and KeepAlives are still served
+    /// (`ERR-17`, `STORE-5`).
+    StorageFull,
 }
 
 /// An error code with a human-readable message.

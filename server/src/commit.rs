@@ -16,15 +16,15 @@ use std::sync::mpsc as std_mpsc;
 
 use leasehold_protocol::{Error, ErrorCode, Response};
 use tokio::sync::watch;
-use tracing::error;
+use tracing::{error, info, warn};
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::master::ReplyTx;
 use crate::state::Command;
-use crate::store::{Record, Snapshot, Store, StoreSizes};
+use crate::store::{is_disk_full, Record, Snapshot, Store, StoreError, StoreSizes};
 
 /// How long the writer waits, idle, before it makes the last batch's end
 /// marker durable on its own (`STORE-3`).
@@ -41,13 +41,18 @@ pub(crate) struct Compaction {
     pub(crate) min_log_bytes: u64,
 }
 
-/// What the writer last reported of the store's sizes, and how many
-/// compactions it has done.
+/// How often a writer on a full disk tries to set its reserve aside again
+/// (`STORE-5`).
+const RETRY_SPACE: Duration = Duration::from_secs(1);
+
+/// What the writer last reported of the store's sizes, how many
+/// compactions it has done, and whether its disk is full.
 #[derive(Debug, Default)]
 struct Sizes {
     log_bytes: AtomicU64,
     snapshot_bytes: AtomicU64,
     compactions: AtomicU64,
+    disk_full: AtomicBool,
 }
 
 impl Sizes {
@@ -160,6 +165,174 @@ impl std::fmt::Debug for Committer {
     }
 }
 
+/// The commit thread: appends, fsyncs, seals and compacts, in log order,
+/// and rides out a full disk on its reserve (`STORE-5`).
+struct Writing {
+    store: Box<dyn Store>,
+    progress: watch::Sender<Durable>,
+    sizes: Arc<Sizes>,
+    appended: u64,
+    synced: u64,
+    /// The last batch's end marker is written but not yet on disk: it
+    /// rides with the next batch, or `seal` makes it durable once the
+    /// master has been idle a moment.
+    unsealed: bool,
+    /// Records appended since the last fsync, to append again if the disk
+    /// fills half way through them.
+    batch: Vec<Record>,
+}
+
+impl Writing {
+    /// Ends when the master drops its sender, or when the store fails.
+    fn run(mut self, rx: std_mpsc::Receiver<Job>) {
+        loop {
+            let wait = if self.sizes.disk_full.load(Ordering::Acquire) {
+                Some(if self.unsealed {
+                    SEAL_AFTER
+                } else {
+                    RETRY_SPACE
+                })
+            } else if self.unsealed {
+                Some(SEAL_AFTER)
+            } else {
+                None
+            };
+            let first = match wait {
+                Some(wait) => match rx.recv_timeout(wait) {
+                    Ok(job) => job,
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                        if let Err(e) = self.idle() {
+                            return self.fail(e);
+                        }
+                        continue;
+                    }
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
+            };
+            let mut wanted = false;
+            let mut outcome = Ok(());
+            for job in std::iter::once(first).chain(rx.try_iter()) {
+                outcome = match job {
+                    Job::Record(record) => self.append(record),
+                    Job::Sync => {
+                        wanted = true;
+                        Ok(())
+                    }
+                    Job::Compact(snapshot) => self.compact(&snapshot),
+                };
+                if outcome.is_err() {
+                    break;
+                }
+            }
+            if outcome.is_ok() && wanted && self.appended > self.synced {
+                outcome = self.sync();
+            }
+            self.sizes.publish(self.store.sizes());
+            if let Err(e) = outcome {
+                return self.fail(e);
+            }
+            if wanted {
+                let _ = self.progress.send(Durable::Upto(self.synced));
+            }
+        }
+        // The master is gone: what it appended is made durable too.
+        if self.appended > self.synced || self.unsealed {
+            if let Err(e) = self.sync().and_then(|()| self.store.seal()) {
+                self.fail(e);
+            }
+        }
+    }
+
+    fn fail(&self, e: StoreError) {
+        error!(error = %e, "the store failed: no further change is acknowledged");
+        let _ = self.progress.send(Durable::Failed(e.to_string()));
+    }
+
+    /// Nothing to write for a moment: seal the last batch, and on a full
+    /// disk see whether space has come back.
+    fn idle(&mut self) -> Result<(), StoreError> {
+        if self.unsealed {
+            match self.store.seal() {
+                Err(e) if is_disk_full(&e) => self.make_room(e)?,
+                other => other?,
+            }
+            self.unsealed = false;
+        }
+        if self.sizes.disk_full.load(Ordering::Acquire) && self.store.restore_reserve() {
+            self.sizes.disk_full.store(false, Ordering::Release);
+            info!("the data directory's disk has room again: writes are accepted");
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, record: Record) -> Result<(), StoreError> {
+        self.appended += 1;
+        let appended = self.store.append(&record);
+        self.batch.push(record);
+        match appended {
+            Err(e) if is_disk_full(&e) => self.make_room(e),
+            other => other,
+        }
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        match self.store.sync() {
+            Err(e) if is_disk_full(&e) => {
+                self.make_room(e)?;
+                self.store.sync()?;
+            }
+            other => other?,
+        }
+        FSYNCS.fetch_add(1, Ordering::Relaxed);
+        self.synced = self.appended;
+        self.unsealed = true;
+        self.batch.clear();
+        Ok(())
+    }
+
+    /// The disk is full: frees the reserve, has the master refuse writes
+    /// until space returns, and appends the unsynced batch again from its
+    /// start. With no reserve left to free, the store has failed.
+    fn make_room(&mut self, full: StoreError) -> Result<(), StoreError> {
+        if !self.store.release_reserve() {
+            return Err(full);
+        }
+        self.sizes.disk_full.store(true, Ordering::Release);
+        warn!(
+            error = %full,
+            "the data directory's disk is full: writes are refused until space returns; \
+             reads, KeepAlives and expiries go on, on the reserve"
+        );
+        self.store.rewind()?;
+        for record in &self.batch {
+            self.store.append(record)?;
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.sync()?;
+        // The new log starts empty: nothing to seal.
+        self.unsealed = false;
+        let done = self.store.compact(snapshot);
+        self.sizes.compactions.fetch_add(1, Ordering::AcqRel);
+        match done {
+            // A snapshot is an optimisation: without room for one, the log
+            // goes on as it is.
+            Err(e) if is_disk_full(&e) => {
+                warn!(error = %e, "no room for a snapshot: the log goes on uncompacted");
+                self.sizes.disk_full.store(true, Ordering::Release);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
 impl Committer {
     /// Starts writing to `store`, whose next record is at `next_seq`: from
     /// a writer thread, or from the master itself when `inline`.
@@ -200,93 +373,23 @@ impl Committer {
     }
 
     fn spawn_writer(
-        mut store: Box<dyn Store>,
-        progress_tx: watch::Sender<Durable>,
+        store: Box<dyn Store>,
+        progress: watch::Sender<Durable>,
         sizes: Arc<Sizes>,
     ) -> Writer {
         let (jobs, rx) = std_mpsc::channel::<Job>();
+        let writing = Writing {
+            store,
+            progress,
+            sizes,
+            appended: 0,
+            synced: 0,
+            unsealed: false,
+            batch: Vec::new(),
+        };
         let writer = std::thread::Builder::new()
             .name("leasehold-commit".into())
-            .spawn(move || {
-                let fail = |e: crate::store::StoreError| {
-                    error!(error = %e, "the store failed: no further change is acknowledged");
-                    let _ = progress_tx.send(Durable::Failed(e.to_string()));
-                };
-                let mut appended = 0u64;
-                let mut synced = 0u64;
-                // The last batch's end marker is written but not yet on
-                // disk: it rides with the next batch, or `seal` makes it
-                // durable once the master has been idle a moment.
-                let mut unsealed = false;
-                // Ends when the master drops its sender.
-                loop {
-                    let first = if unsealed {
-                        match rx.recv_timeout(SEAL_AFTER) {
-                            Ok(job) => job,
-                            Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                                if let Err(e) = store.seal() {
-                                    fail(e);
-                                    return;
-                                }
-                                unsealed = false;
-                                continue;
-                            }
-                            Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
-                        }
-                    } else {
-                        match rx.recv() {
-                            Ok(job) => job,
-                            Err(_) => break,
-                        }
-                    };
-                    let mut wanted = false;
-                    let mut outcome = Ok(());
-                    for job in std::iter::once(first).chain(rx.try_iter()) {
-                        outcome = match job {
-                            Job::Record(r) => {
-                                appended += 1;
-                                store.append(&r)
-                            }
-                            Job::Sync => {
-                                wanted = true;
-                                Ok(())
-                            }
-                            Job::Compact(snapshot) => store.sync().and_then(|()| {
-                                FSYNCS.fetch_add(1, Ordering::Relaxed);
-                                synced = appended;
-                                // The new log starts empty: nothing to seal.
-                                unsealed = false;
-                                let done = store.compact(&snapshot);
-                                sizes.compactions.fetch_add(1, Ordering::AcqRel);
-                                done
-                            }),
-                        };
-                        if outcome.is_err() {
-                            break;
-                        }
-                    }
-                    if outcome.is_ok() && wanted && appended > synced {
-                        outcome = store.sync();
-                        FSYNCS.fetch_add(1, Ordering::Relaxed);
-                        synced = appended;
-                        unsealed = true;
-                    }
-                    sizes.publish(store.sizes());
-                    if let Err(e) = outcome {
-                        fail(e);
-                        return;
-                    }
-                    if wanted {
-                        let _ = progress_tx.send(Durable::Upto(synced));
-                    }
-                }
-                // The master is gone: what it appended is made durable too.
-                if appended > synced || unsealed {
-                    if let Err(e) = store.sync().and_then(|()| store.seal()) {
-                        fail(e);
-                    }
-                }
-            })
+            .spawn(move || writing.run(rx))
             .expect("spawn the commit thread");
         Writer::Thread {
             jobs,
@@ -342,12 +445,18 @@ impl Committer {
         self.since_snapshot += 1;
     }
 
+    /// Whether the disk is full, so that the master refuses writes until
+    /// it has room again (`STORE-5`).
+    pub(crate) fn disk_full(&self) -> bool {
+        self.sizes.disk_full.load(Ordering::Acquire)
+    }
+
     /// Whether to snapshot now: after `every` records, or once the log
     /// outgrows both its minimum and four times the snapshot, so the disk
     /// holds a bounded multiple of the live state however large the
     /// records (`STORE-2`). Never while a compaction is on its way.
     pub(crate) fn wants_snapshot(&self) -> bool {
-        if self.sizes.compactions.load(Ordering::Acquire) < self.compactions {
+        if self.sizes.compactions.load(Ordering::Acquire) < self.compactions || self.disk_full() {
             return false;
         }
         let log = self.sizes.log_bytes.load(Ordering::Acquire);

@@ -58,6 +58,9 @@ pub const DEFAULT_COMPACT_EVERY: u64 = 1_000_000;
 /// Log bytes below which the log is never compacted for its size
 /// (`STORE-2`).
 pub const DEFAULT_COMPACT_MIN_LOG_BYTES: u64 = 16 << 20;
+/// Disk set aside for a full disk (`STORE-5`): room for about a million
+/// small log records.
+pub const DEFAULT_DISK_RESERVE: u64 = 64 << 20;
 /// Smallest maximum frame a server accepts: every reply but a page of
 /// sessions fits in it (`WIRE-2`).
 pub const MIN_FRAME: usize = 1024;
@@ -119,6 +122,9 @@ pub struct Config {
     /// The log is also compacted once it outgrows both this and four times
     /// the snapshot (`STORE-2`).
     pub compact_min_log_bytes: u64,
+    /// Disk set aside in the data directory for when the disk fills
+    /// (`STORE-5`); 0 sets none aside.
+    pub disk_reserve: u64,
     /// The operator's token (`AUTH-3`): with one, only a session's owner or
     /// a request carrying this token may destroy the session or delete a
     /// node another session has locked; without one, anyone may.
@@ -151,6 +157,7 @@ impl Default for Config {
             memory_store: None,
             compact_every: DEFAULT_COMPACT_EVERY,
             compact_min_log_bytes: DEFAULT_COMPACT_MIN_LOG_BYTES,
+            disk_reserve: DEFAULT_DISK_RESERVE,
             operator_token: None,
         }
     }

@@ -85,6 +85,22 @@ fn acting_for(request: &Request) -> Option<SessionId> {
     }
 }
 
+/// Whether a request changes the durable state, so that a master on a
+/// full disk refuses it (`STORE-5`).
+fn writes(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::CreateSession(_)
+            | Request::DestroySession { .. }
+            | Request::Put(_)
+            | Request::Delete { .. }
+            | Request::Acquire(_)
+            | Request::Release { .. }
+            | Request::SetCheck { .. }
+            | Request::DeleteCheck { .. }
+    )
+}
+
 /// The first 1000 of a check's ended sessions, so the reply fits a frame
 /// however many were bound to it (`CHK-3`).
 fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
@@ -351,6 +367,14 @@ impl Master {
         let now = self.now();
         if let Err(refused) = self.authorize(&call.request) {
             return self.deliver(call.reply, Err(refused)); // AUTH-2
+        }
+        if self.commit.as_ref().is_some_and(|c| c.disk_full()) && writes(&call.request) {
+            let refusal = Error::new(
+                ErrorCode::StorageFull,
+                "the master's disk is full: nothing was written; reads and KeepAlives are \
+                 served, and writes are accepted again once it has room",
+            );
+            return self.deliver(call.reply, Err(refusal)); // STORE-5
         }
         // A peer that leaves its replies unread gets nothing more to leave
         // unread, and nothing is done for it, but its leases are kept

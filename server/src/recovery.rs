@@ -31,7 +31,8 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
     let (mut store, recovered, inline, place): (Box<dyn Store>, _, _, String) =
         match (&config.data_dir, &config.memory_store) {
             (Some(dir), _) => {
-                let (store, recovered) = FileStore::open(dir)?;
+                let (mut store, recovered) = FileStore::open(dir)?;
+                store.set_reserve(config.disk_reserve)?;
                 (Box::new(store), recovered, false, dir.display().to_string())
             }
             (None, Some(memory)) => {

@@ -118,6 +118,26 @@ pub trait Store: Send + 'static {
     fn sizes(&self) -> StoreSizes {
         StoreSizes::default()
     }
+    /// Frees the space set aside for a full disk (`STORE-5`); says whether
+    /// there was any to free.
+    fn release_reserve(&mut self) -> bool {
+        false
+    }
+    /// Sets the reserve aside again; says whether the disk had room.
+    fn restore_reserve(&mut self) -> bool {
+        false
+    }
+    /// Drops whatever was appended since the last successful `sync`, as if
+    /// it had never been: after a failed write, the batch is appended
+    /// again from the start rather than after a half-written record.
+    fn rewind(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Whether a store failed because its disk is full.
+pub(crate) fn is_disk_full(error: &StoreError) -> bool {
+    matches!(error, StoreError::Io { error, .. } if error.kind() == io::ErrorKind::StorageFull)
 }
 
 /// How much a store holds, for deciding when to compact.
@@ -133,6 +153,13 @@ pub struct FileStore {
     dir: PathBuf,
     log: BufWriter<File>,
     sizes: StoreSizes,
+    /// The log's length when the last `sync` returned: what `rewind`
+    /// goes back to.
+    synced_len: u64,
+    /// Bytes set aside in `reserve` for a full disk (`STORE-5`), and
+    /// whether they are set aside now.
+    reserve: u64,
+    reserved: bool,
     /// Held (locked) while the store is open: one master per directory.
     _lock: File,
 }
@@ -280,6 +307,9 @@ impl FileStore {
                     log_bytes: valid_len.unwrap_or(16),
                     snapshot_bytes,
                 },
+                synced_len: valid_len.unwrap_or(16),
+                reserve: 0,
+                reserved: false,
                 _lock: lock,
             },
             Recovered {
@@ -310,6 +340,40 @@ impl Store for FileStore {
             log_bytes: 16,
             snapshot_bytes: bytes.len() as u64,
         };
+        self.synced_len = 16;
+        Ok(())
+    }
+
+    fn release_reserve(&mut self) -> bool {
+        if !self.reserved {
+            return false;
+        }
+        self.reserved = false;
+        fs::remove_file(self.dir.join("reserve")).is_ok()
+    }
+
+    fn restore_reserve(&mut self) -> bool {
+        if self.reserve == 0 {
+            return false;
+        }
+        self.reserved = self.set_reserve_aside().is_ok();
+        self.reserved
+    }
+
+    fn rewind(&mut self) -> Result<(), StoreError> {
+        let path = self.dir.join("log");
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        // The buffer is dropped unwritten: its records are appended again.
+        let old = std::mem::replace(&mut self.log, BufWriter::new(file));
+        let (_, _unwritten) = old.into_parts();
+        self.log
+            .get_ref()
+            .set_len(self.synced_len)
+            .map_err(io_error(&path))?;
+        self.sizes.log_bytes = self.synced_len;
         Ok(())
     }
 
@@ -339,6 +403,7 @@ impl Store for FileStore {
         let path = self.dir.join("log");
         self.log.flush().map_err(io_error(&path))?;
         self.log.get_ref().sync_data().map_err(io_error(&path))?;
+        self.synced_len = self.sizes.log_bytes;
         // Written only now that the batch is on disk, and carried to disk
         // by the next one: a marker proves that everything before it was
         // synced.
@@ -346,13 +411,69 @@ impl Store for FileStore {
     }
 }
 
+impl FileStore {
+    /// Sets `bytes` aside in the file `reserve`, allocated on disk, so that
+    /// a full disk leaves room to finish what was acknowledged and to keep
+    /// ending sessions while writes are refused (`STORE-5`).
+    pub fn set_reserve(&mut self, bytes: u64) -> Result<(), StoreError> {
+        self.reserve = bytes;
+        if bytes == 0 {
+            let _ = fs::remove_file(self.dir.join("reserve"));
+            return Ok(());
+        }
+        self.set_reserve_aside()?;
+        self.reserved = true;
+        Ok(())
+    }
+
+    fn set_reserve_aside(&self) -> Result<(), StoreError> {
+        let path = self.dir.join("reserve");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        allocate(&file, self.reserve).map_err(|e| {
+            let _ = fs::remove_file(&path);
+            io_error(&path)(e)
+        })?;
+        file.sync_all().map_err(io_error(&path))
+    }
+}
+
+/// Allocates `len` bytes of disk for `file`, failing with `StorageFull`
+/// when the disk lacks them (a sparse file would not hold them).
+fn allocate(file: &File, len: u64) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fallocate on an open descriptor; no memory involved.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        file.set_len(len)
+    }
+}
+
 /// Writes `name` in `dir` so that a crash leaves either the old file or the
-/// new one, never a mixture.
+/// new one, never a mixture. A write that fails leaves no temporary file.
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
     let tmp = dir.join(format!("{name}.tmp"));
-    let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
-    file.write_all(bytes).map_err(io_error(&tmp))?;
-    file.sync_all().map_err(io_error(&tmp))?;
+    let written = (|| {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_error(&tmp)(e));
+    }
     let path = dir.join(name);
     fs::rename(&tmp, &path).map_err(io_error(&path))?;
     sync_dir(dir)

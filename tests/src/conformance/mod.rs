@@ -104,6 +104,14 @@ impl Outcome {
 pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("AUTH-5", "what the master writes to its log and its log lines"),
     (
+        "STORE-5",
+        "needs a full disk under the master; cli/tests/full_disk.rs",
+    ),
+    (
+        "ERR-17",
+        "needs a full disk under the master; cli/tests/full_disk.rs",
+    ),
+    (
         "CONN-8",
         "needs thousands of connections at the default limits; tests/tests/connection_limits.rs",
     ),
