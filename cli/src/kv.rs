@@ -58,10 +58,36 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
                     },
                 )
                 .await?;
-            print_keys(&deleted, json);
+            print_keys(&deleted.keys, json);
+            // The reply lists the first 1000 keys; the total says how many
+            // went. On stderr in text, so stdout stays one key a line.
+            let unlisted = deleted.total - deleted.keys.len() as u64;
+            if json {
+                println!("{}", json!({ "deleted_total": deleted.total }));
+            } else if recursive || unlisted > 0 {
+                eprintln!(
+                    "deleted {} key(s){}",
+                    deleted.total,
+                    if unlisted > 0 {
+                        format!(", {unlisted} not listed")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
         }
         Command::Ls { prefix, recursive } => {
-            print_keys(&client.list(&prefix, recursive).await?, json);
+            // Page by page, so a prefix of millions of keys streams out in
+            // bounded memory.
+            let mut after = None;
+            loop {
+                let (keys, more) = client.list_page(&prefix, recursive, after, 0).await?;
+                print_keys(&keys, json);
+                after = keys.last().cloned();
+                if !more || after.is_none() {
+                    break;
+                }
+            }
         }
         Command::CheckSequencer { sequencer } => {
             let Some(parsed) = Sequencer::from_hex(sequencer.trim()) else {

@@ -124,9 +124,11 @@ fn put_get_ls_and_delete_work_on_the_namespace() {
         stdout(&serve.run(&["ls", "--recursive", "svc"])),
         "svc/db/primary\nsvc/web"
     );
+    let deleted = serve.run(&["delete", "--recursive", "svc"]);
+    assert_eq!(stdout(&deleted), "svc/db/primary\nsvc/web");
     assert_eq!(
-        stdout(&serve.run(&["delete", "--recursive", "svc"])),
-        "svc/db/primary\nsvc/web"
+        String::from_utf8_lossy(&deleted.stderr).trim(),
+        "deleted 2 key(s)"
     );
     assert_eq!(stdout(&serve.run(&["ls", "--recursive"])), "");
 }

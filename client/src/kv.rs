@@ -73,6 +73,15 @@ impl DeleteOptions {
     }
 }
 
+/// What a delete removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deleted {
+    /// The first 1000 keys deleted, in key order.
+    pub keys: Vec<String>,
+    /// How many were deleted.
+    pub total: u64,
+}
+
 /// What a watch saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watched {
@@ -113,14 +122,55 @@ impl Client {
     }
 
     /// The children of `prefix` one level down (the root when empty), or
-    /// every key below it when `recursive`.
+    /// every key below it when `recursive`, fetched a page at a time.
     pub async fn list(&self, prefix: &str, recursive: bool) -> Result<Vec<String>, ClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let (keys, more) = self.list_page(prefix, recursive, after, 0).await?;
+            after = keys.last().cloned();
+            all.extend(keys);
+            if !more || after.is_none() {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// One page of [`Client::list`]: the keys after `after`, at most
+    /// `limit` (0: the master's page size, 1000), and whether more follow.
+    /// Pass the last key of a page as `after` to get the next.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// let mut after = None;
+    /// loop {
+    ///     let (keys, more) = client.list_page("jobs", true, after, 0).await?;
+    ///     for key in &keys {
+    ///         println!("{key}");
+    ///     }
+    ///     after = keys.last().cloned();
+    ///     if !more {
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        recursive: bool,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<(Vec<String>, bool), ClientError> {
         let request = Request::List {
             prefix: prefix.to_string(),
             recursive,
+            after,
+            limit,
         };
         match self.call(request).await? {
-            Response::Keys { keys, .. } => Ok(keys),
+            Response::Keys { keys, more, .. } => Ok((keys, more)),
             other => Err(unexpected(other)),
         }
     }
@@ -147,13 +197,9 @@ impl Client {
     }
 
     /// Deletes a node (and everything below it when `recursive`); returns
-    /// the keys deleted (the first 1000), none if there was nothing to
-    /// delete.
-    pub async fn delete(
-        &self,
-        key: &str,
-        options: DeleteOptions,
-    ) -> Result<Vec<String>, ClientError> {
+    /// the keys deleted (the first 1000) and how many were, none if there
+    /// was nothing to delete.
+    pub async fn delete(&self, key: &str, options: DeleteOptions) -> Result<Deleted, ClientError> {
         let request = Request::Delete {
             key: key.to_string(),
             cas: options.cas,
@@ -164,7 +210,14 @@ impl Client {
             },
         };
         match self.call(request).await? {
-            Response::Deleted { keys, .. } => Ok(keys),
+            Response::Deleted {
+                keys,
+                deleted_total,
+                ..
+            } => Ok(Deleted {
+                keys,
+                total: deleted_total,
+            }),
             other => Err(unexpected(other)),
         }
     }

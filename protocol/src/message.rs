@@ -149,10 +149,13 @@ pub enum Request {
         key: String,
         stat_only: bool,
     },
-    /// Keys below a prefix (`NS-5`).
+    /// One page of the keys below a prefix, in key order, starting after
+    /// `after` (`NS-5`). `limit` 0 means the server's page size.
     List {
         prefix: String,
         recursive: bool,
+        after: Option<String>,
+        limit: u32,
     },
     /// Write a node (`NS-6`).
     Put(Put),
@@ -304,10 +307,12 @@ pub enum Response {
         index: u64,
         node: Option<NodeView>,
     },
-    /// Keys, as of global index `index`.
+    /// A page of keys, as of global index `index`; `more` says whether
+    /// keys follow the last one.
     Keys {
         index: u64,
         keys: Vec<String>,
+        more: bool,
     },
     /// A write was applied at global index `index`.
     Written {

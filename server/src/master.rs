@@ -453,14 +453,31 @@ impl Master {
                     index: self.state.namespace().key_index(&key),
                     node: self.node_view(&key, stat_only),
                 }),
-            Request::List { prefix, recursive } => self
-                .state
-                .namespace()
-                .list(&prefix, recursive)
-                .map(|keys| Response::Keys {
-                    index: self.state.index(),
-                    keys,
-                }),
+            Request::List {
+                prefix,
+                recursive,
+                after,
+                limit,
+            } => {
+                let limit = match limit {
+                    0 => MAX_LIST_PAGE,
+                    n => n.min(MAX_LIST_PAGE),
+                } as usize;
+                self.state
+                    .namespace()
+                    .list_page(
+                        &prefix,
+                        recursive,
+                        after.as_deref(),
+                        limit,
+                        self.config.max_frame / 2,
+                    )
+                    .map(|(keys, more)| Response::Keys {
+                        index: self.state.index(),
+                        keys,
+                        more,
+                    })
+            }
             Request::Put(put) => self
                 .apply(
                     Command::Put(Put {

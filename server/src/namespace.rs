@@ -99,6 +99,61 @@ impl Namespace {
         Ok(children.into_iter().collect())
     }
 
+    /// One page of [`Namespace::list`]: the keys after `after`, at most
+    /// `limit`, and past the first no more than `budget` bytes; says
+    /// whether more follow (`NS-5`). A recursive page costs what it
+    /// returns; a page of children costs the number of children.
+    pub fn list_page(
+        &self,
+        prefix: &str,
+        recursive: bool,
+        after: Option<&str>,
+        limit: usize,
+        budget: usize,
+    ) -> Result<(Vec<String>, bool), Error> {
+        check_prefix(prefix).map_err(invalid)?;
+        let base = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        let mut keys: Box<dyn Iterator<Item = String>> = if recursive {
+            let start = match after {
+                Some(after) if after >= base.as_str() => Excluded(after.to_string()),
+                _ => Included(base.clone()),
+            };
+            Box::new(
+                self.nodes
+                    .range::<String, _>((start, Unbounded))
+                    .map(|(k, _)| k)
+                    .take_while(move |k| k.starts_with(&base))
+                    .cloned(),
+            )
+        } else {
+            let children = self.list(prefix, false)?;
+            let after = after.map(str::to_string);
+            Box::new(
+                children
+                    .into_iter()
+                    .filter(move |k| after.as_ref().is_none_or(|a| k > a)),
+            )
+        };
+        let mut page = Vec::new();
+        let mut used = 0;
+        let mut next = keys.next();
+        while let Some(key) = next.take() {
+            let size = key.len() + 2;
+            if page.len() >= limit || (!page.is_empty() && used + size > budget) {
+                next = Some(key);
+                break;
+            }
+            used += size;
+            page.push(key);
+            next = keys.next();
+        }
+        Ok((page, next.is_some()))
+    }
+
     /// Keys of the nodes bound to `session`.
     pub fn ephemeral_of(&self, session: SessionId) -> Vec<String> {
         self.ephemeral

@@ -87,15 +87,56 @@ async fn listing_and_recursive_deletion_follow_the_key_hierarchy() {
         ..DeleteOptions::default()
     };
     assert_eq!(
-        client.delete("a/c", recursive).await.unwrap(),
+        client.delete("a/c", recursive).await.unwrap().keys,
         ["a/c/d", "a/c/e"]
     );
     assert_eq!(client.list("", true).await.unwrap(), ["a/b", "ab"]);
-    assert!(client
+    let nothing = client
         .delete("nothing", DeleteOptions::default())
         .await
-        .unwrap()
-        .is_empty());
+        .unwrap();
+    assert_eq!((nothing.keys.len(), nothing.total), (0, 0));
+}
+
+// NS-5: a prefix with more keys than a reply can carry is listed page by
+// page, in key order, with nothing missed or repeated.
+#[tokio::test]
+async fn a_prefix_too_large_for_one_reply_is_listed_page_by_page() {
+    let (_server, client) = client().await;
+    // Keys long enough that 30,000 of them exceed a frame (1 MiB).
+    let stem = "k".repeat(60);
+    let writes = (0..30_000).map(|n| {
+        let client = client.clone();
+        let key = format!("big/{stem}{n:06}");
+        async move { client.put(&key, "x", PutOptions::new()).await.unwrap() }
+    });
+    futures::future::join_all(writes).await;
+    client
+        .put("big/sub/deeper", "x", PutOptions::new())
+        .await
+        .unwrap();
+    let all = client.list("big", true).await.unwrap();
+    assert_eq!(all.len(), 30_001);
+    assert!(
+        all.windows(2).all(|w| w[0] < w[1]),
+        "in key order, once each"
+    );
+    let (first, more) = client.list_page("big", true, None, 0).await.unwrap();
+    assert_eq!((first.len(), more), (1000, true));
+    let children = client.list("big", false).await.unwrap();
+    assert_eq!(children.len(), 30_001, "30,000 nodes and big/sub");
+    assert!(children.contains(&"big/sub".to_string()));
+    let deleted = client
+        .delete(
+            "big",
+            DeleteOptions {
+                recursive: true,
+                ..DeleteOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((deleted.keys.len(), deleted.total), (1000, 30_001));
 }
 
 // NS-4

@@ -449,7 +449,8 @@ async fn a_client_with_the_operator_token_destroys_sessions_and_deletes_locked_n
         operator
             .delete("k", DeleteOptions::default())
             .await
-            .unwrap(),
+            .unwrap()
+            .keys,
         ["k"]
     );
     operator.destroy_session(session.id()).await.unwrap();

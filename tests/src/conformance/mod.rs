@@ -104,6 +104,10 @@ impl Outcome {
 pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("AUTH-5", "what the master writes to its log and its log lines"),
     (
+        "WIRE-5",
+        "no reply outgrows the default frame now that lists are paged; server/src/connection.rs tests",
+    ),
+    (
         "STORE-5",
         "needs a full disk under the master; cli/tests/full_disk.rs",
     ),
