@@ -16,6 +16,8 @@ pub const DEFAULT_LOCK_DELAY: Duration = Duration::from_secs(15);
 pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 /// How long before a lease ends a held KeepAlive is answered, at most (`KA-2`).
 pub const DEFAULT_KEEPALIVE_MARGIN: Duration = Duration::from_secs(2);
+/// Subscriptions one master holds at most, over all sessions (`EV-5`).
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1_000_000;
 /// Sessions one master holds at most (`ERR-6`).
 pub const DEFAULT_MAX_SESSIONS: usize = 1_000_000;
 /// Requests one connection may have outstanding at once (`CONN-3`).
@@ -93,6 +95,8 @@ pub struct Config {
     pub max_lock_delay: Duration,
     pub keepalive_margin: Duration,
     pub max_sessions: usize,
+    /// Subscriptions over all sessions (`EV-5`).
+    pub max_subscriptions: usize,
     pub max_in_flight: usize,
     pub handshake_timeout: Duration,
     pub write_timeout: Duration,
@@ -143,6 +147,7 @@ impl Default for Config {
             max_lock_delay: MAX_LOCK_DELAY,
             keepalive_margin: DEFAULT_KEEPALIVE_MARGIN,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             write_timeout: WRITE_TIMEOUT,

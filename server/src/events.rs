@@ -233,6 +233,15 @@ impl Master {
             ));
         }
         let events = &mut self.events;
+        if events.subscriptions.len() >= self.config.max_subscriptions {
+            return Err(Error::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "the master holds its maximum of {} subscriptions",
+                    self.config.max_subscriptions
+                ),
+            ));
+        }
         let mine = events.by_session.entry(session).or_default();
         if mine.len() >= SUBSCRIPTIONS_PER_SESSION {
             return Err(Error::new(

@@ -193,3 +193,35 @@ async fn the_client_library_rides_out_a_burst_larger_than_its_budget() {
         assert_eq!(node.unwrap().unwrap().contents.unwrap().len(), 32 * 1024);
     }
 }
+
+// EV-5: subscriptions are capped over all sessions, so no number of
+// sessions can make every write walk an unbounded set.
+#[tokio::test]
+async fn subscriptions_past_the_masters_cap_are_refused() {
+    let server = start(Config {
+        max_subscriptions: 3,
+        ..short_lease_config()
+    })
+    .await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let a = conn.create_session(Duration::from_secs(30)).await;
+    let b = conn.create_session(Duration::from_secs(30)).await;
+    conn.subscribe(a, "x", false, 1).await;
+    conn.subscribe(a, "y", false, 1).await;
+    conn.subscribe(b, "x", false, 1).await;
+    let refused = conn
+        .call(Request::Subscribe {
+            session: b,
+            key: "z".into(),
+            prefix: false,
+            mask: 1,
+        })
+        .await;
+    let error = refused.unwrap_err();
+    assert_eq!(error.code, ErrorCode::LimitReached);
+    assert!(
+        error.message.contains("maximum of 3 subscriptions"),
+        "{}",
+        error.message
+    );
+}
