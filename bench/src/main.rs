@@ -20,6 +20,7 @@ mod limits;
 mod load;
 mod lock;
 mod master;
+mod noisy;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod peer_process;
 mod procstat;
@@ -123,6 +124,17 @@ enum Scenario {
         nodes: u64,
         #[arg(long, default_value_t = 1_000)]
         connections: usize,
+    },
+    /// A canary session kept alive while attackers abuse the master, one
+    /// pattern at a time: its worst KeepAlive round trip, whether it left
+    /// Normal, and the master's peak memory (Leasehold only).
+    Noisy {
+        /// Connections each attack uses.
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// The master's memory the run must stay under, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        rss_budget: u64,
     },
     /// Acknowledged (fsynced) writes per second with N concurrent clients,
     /// and the fsyncs that carried them (master in this process).
@@ -366,6 +378,24 @@ async fn main() -> anyhow::Result<()> {
             compare(&common, "failover", false, parameters, |system, _| {
                 let bin = bin.clone();
                 async move { failover::run(&system, &bin, shape).await }
+            })
+            .await
+        }
+        Scenario::Noisy {
+            connections,
+            rss_budget,
+        } => {
+            let shape = noisy::Shape {
+                attack: timed(30),
+                connections,
+                rss_budget_mib: rss_budget,
+            };
+            let parameters = serde_json::json!({
+                "attack_ms": shape.attack.as_millis() as u64, "connections": connections,
+                "rss_budget_mib": rss_budget,
+            });
+            compare(&common, "noisy", true, parameters, |system, _| async move {
+                noisy::run(&system, shape).await
             })
             .await
         }

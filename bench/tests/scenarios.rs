@@ -120,3 +120,24 @@ fn a_run_without_a_master_binary_says_how_to_get_one() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent/leasehold"));
 }
+
+#[test]
+fn noisy_keeps_the_canary_normal_under_every_attack() {
+    let report = bench(&["noisy", "--duration", "1s", "--connections", "2"]);
+    assert_eq!(report["scenario"], "noisy");
+    for pattern in [
+        "unread large reads",
+        "unread KeepAlives with events",
+        "half-sent frames",
+        "connection flood",
+        "prefix subscriptions",
+        "session flood",
+        "health check flood",
+    ] {
+        assert_eq!(
+            figure(&report, &format!("{pattern}: canary left Normal")),
+            0.0
+        );
+        assert!(figure(&report, &format!("{pattern}: master peak RSS")) > 0.0);
+    }
+}

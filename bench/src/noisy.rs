@@ -1,0 +1,429 @@
+//! `noisy`: one client cannot hurt another. A canary session is kept alive
+//! through the client library while attackers, one pattern at a time, abuse
+//! the master as a hostile or careless client would, over raw frames. Per
+//! pattern it reports the canary's worst KeepAlive round trip (an unheld
+//! KeepAlive every 100 ms on a connection of its own), whether its session
+//! ever left `Normal`, and the master's peak resident memory.
+//!
+//! Every attack is bounded in count and in time and stops by itself; all
+//! traffic goes to the master's loopback address.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use futures::{SinkExt, StreamExt};
+use leasehold::{Client, SessionOptions, SessionState};
+use leasehold_protocol::{
+    event_mask, Behavior, CheckStatus, ClientFrame, CreateSession, FrameCodec, Hello, KeepAlive,
+    Put, Request, Response, ServerFrame, SessionToken, DEFAULT_MAX_FRAME,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+use crate::report::Figure;
+use crate::system::{Kind, System};
+
+/// How each attack is sized.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// How long each attack runs.
+    pub attack: Duration,
+    /// Connections each attack uses.
+    pub connections: usize,
+    /// The master's resident memory the run must stay under, in MiB.
+    pub rss_budget_mib: u64,
+}
+
+/// The abuse patterns, in the order they run.
+const PATTERNS: &[&str] = &[
+    "unread large reads",
+    "unread KeepAlives with events",
+    "half-sent frames",
+    "connection flood",
+    "prefix subscriptions",
+    "session flood",
+    "health check flood",
+];
+
+type Raw = Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>;
+
+/// Where the attackers connect from: another loopback address than the
+/// canary's, as another host would, so that per-address limits tell them
+/// apart.
+const ATTACKER: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+
+/// A TCP connection to `addr` from the attackers' address.
+async fn attacker_stream(addr: &str) -> std::io::Result<TcpStream> {
+    let target: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((ATTACKER, 0).into())?;
+    socket.connect(target).await
+}
+
+/// An attacker's connection past its handshake; `None` if the master
+/// refused it.
+async fn connect(addr: &str) -> anyhow::Result<Option<Raw>> {
+    handshake(attacker_stream(addr).await?).await
+}
+
+async fn handshake(stream: TcpStream) -> anyhow::Result<Option<Raw>> {
+    let mut framed = Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME));
+    framed.send(ClientFrame::Hello(Hello::current())).await?;
+    match tokio::time::timeout(Duration::from_secs(10), framed.next()).await {
+        Ok(Some(Ok(ServerFrame::Welcome(_)))) => Ok(Some(framed)),
+        Ok(Some(Ok(ServerFrame::Close(_)))) | Ok(None) => Ok(None),
+        other => bail!("no Welcome: {other:?}"),
+    }
+}
+
+async fn call(conn: &mut Raw, id: u64, body: Request) -> anyhow::Result<Response> {
+    conn.send(ClientFrame::Request { id, body }).await?;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), conn.next()).await {
+            Ok(Some(Ok(ServerFrame::Reply { id: got, body }))) if got == id => {
+                return body.map_err(|e| anyhow::anyhow!("{:?}: {}", e.code, e.message));
+            }
+            Ok(Some(Ok(_))) => continue,
+            other => bail!("no reply: {other:?}"),
+        }
+    }
+}
+
+async fn create_session(conn: &mut Raw, id: u64) -> anyhow::Result<SessionToken> {
+    let request = Request::CreateSession(CreateSession {
+        name: "noisy".into(),
+        lease_ms: Some(60_000),
+        lock_delay_ms: Some(0),
+        behavior: Behavior::Release,
+        checks: Vec::new(),
+    });
+    match call(conn, id, request).await? {
+        Response::SessionCreated {
+            session, secret, ..
+        } => Ok(SessionToken {
+            id: session,
+            secret,
+        }),
+        other => bail!("unexpected {other:?}"),
+    }
+}
+
+fn put(key: String, contents: Vec<u8>) -> Request {
+    Request::Put(Put {
+        key,
+        contents,
+        flags: 0,
+        cas: None,
+        ephemeral: None,
+    })
+}
+
+/// What the canary saw during one attack.
+#[derive(Default)]
+struct Watch {
+    worst_round_trip_us: AtomicU64,
+    peak_rss: AtomicU64,
+    left_normal: AtomicBool,
+}
+
+pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
+    if system.kind != Kind::Leasehold {
+        bail!("the attacks speak Leasehold's wire protocol; there is no peer equivalent");
+    }
+    let addr = system.addr.clone();
+    let client = Client::connect(addr.clone()).await?;
+    let canary = client
+        .create_session(SessionOptions::new("canary").lease(Duration::from_secs(12)))
+        .await?;
+    let left_normal = Arc::new(AtomicBool::new(false));
+    {
+        let left = left_normal.clone();
+        canary.on_state_change(move |state| {
+            if state != SessionState::Normal {
+                left.store(true, Ordering::Release);
+            }
+        });
+    }
+    // The probe's own session, on its own connection from the canary's
+    // address: its round trips measure what any client would see.
+    let mut probe = handshake(TcpStream::connect(&addr).await?)
+        .await?
+        .context("the canary's probe was refused")?;
+    let token = create_session(&mut probe, 1).await?;
+    let mut figures = Vec::new();
+    let mut overall_peak = 0u64;
+    for (n, pattern) in PATTERNS.iter().enumerate() {
+        eprintln!("noisy: {pattern} for {:?}", shape.attack);
+        let watch = Arc::new(Watch::default());
+        left_normal.store(false, Ordering::Release);
+        let stop = Arc::new(AtomicBool::new(false));
+        let attack = tokio::spawn(attack(n, addr.clone(), shape, stop.clone()));
+        let until = Instant::now() + shape.attack;
+        let mut id = 1_000_000 * (n as u64 + 1);
+        while Instant::now() < until {
+            id += 1;
+            let sent = Instant::now();
+            let keepalive = Request::KeepAlive(KeepAlive {
+                session: token,
+                epoch: client.epoch().await?,
+                acked_seq: 0,
+                hold: false,
+            });
+            let answered = call(&mut probe, id, keepalive).await;
+            let took = sent.elapsed().as_micros() as u64;
+            watch.worst_round_trip_us.fetch_max(took, Ordering::AcqRel);
+            if answered.is_err() {
+                watch.left_normal.store(true, Ordering::Release);
+            }
+            if let Some(usage) = system.pid.and_then(crate::procstat::usage) {
+                watch.peak_rss.fetch_max(usage.rss, Ordering::AcqRel);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.store(true, Ordering::Release);
+        let outcome = tokio::time::timeout(Duration::from_secs(60), attack).await;
+        match outcome {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => eprintln!("noisy: {pattern}: the attack ended early: {e:#}"),
+            Ok(Err(e)) => eprintln!("noisy: {pattern}: the attack panicked: {e}"),
+            Err(_) => eprintln!("noisy: {pattern}: the attack did not stop within 60 s"),
+        }
+        let left = left_normal.load(Ordering::Acquire) || watch.left_normal.load(Ordering::Acquire);
+        let peak = watch.peak_rss.load(Ordering::Acquire);
+        overall_peak = overall_peak.max(peak);
+        figures.push(
+            Figure::lower(
+                format!("{pattern}: canary worst KeepAlive"),
+                "ms",
+                watch.worst_round_trip_us.load(Ordering::Acquire) as f64 / 1000.0,
+            )
+            .target(1000.0),
+        );
+        figures.push(
+            Figure::lower(
+                format!("{pattern}: canary left Normal"),
+                "times",
+                f64::from(u8::from(left)),
+            )
+            .target(0.0),
+        );
+        figures.push(
+            Figure::lower(
+                format!("{pattern}: master peak RSS"),
+                "MiB",
+                (peak >> 20) as f64,
+            )
+            .target(shape.rss_budget_mib as f64),
+        );
+    }
+    figures.push(
+        Figure::lower(
+            "master peak RSS, all patterns",
+            "MiB",
+            (overall_peak >> 20) as f64,
+        )
+        .target(shape.rss_budget_mib as f64),
+    );
+    canary.close().await?;
+    Ok(figures)
+}
+
+/// Runs attack number `n` until `stop`, bounded in count too.
+async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let stopped = || stop.load(Ordering::Acquire);
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    match n {
+        // Pipelined 256 KiB reads, never read back.
+        0 => {
+            let mut setup = connect(&addr).await?.context("refused")?;
+            let key = format!("noisy-{tag}/big");
+            call(&mut setup, 1, put(key.clone(), vec![b'x'; 256 * 1024])).await?;
+            let mut conns = Vec::new();
+            for _ in 0..shape.connections {
+                let Some(mut conn) = connect(&addr).await? else {
+                    break;
+                };
+                for id in 0..3_000u64 {
+                    if stopped() {
+                        break;
+                    }
+                    let get = Request::Get {
+                        key: key.clone(),
+                        stat_only: false,
+                    };
+                    // A master that stops reading leaves our writes pending:
+                    // give up on this connection rather than wait.
+                    let sent = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        conn.send(ClientFrame::Request { id, body: get }),
+                    )
+                    .await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                conns.push(conn);
+            }
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // Unheld KeepAlives with a full event queue, never read back.
+        1 => {
+            let mut owner = connect(&addr).await?.context("refused")?;
+            let session = create_session(&mut owner, 1).await?;
+            let subscribe = Request::Subscribe {
+                session,
+                key: format!("noisy-{tag}"),
+                prefix: true,
+                mask: event_mask::ALL,
+            };
+            call(&mut owner, 2, subscribe).await?;
+            let long = "k".repeat(400);
+            for i in 0..1_000u64 {
+                call(
+                    &mut owner,
+                    10 + i,
+                    put(format!("noisy-{tag}/{long}{i}"), b"v".to_vec()),
+                )
+                .await?;
+            }
+            let mut conns = Vec::new();
+            for _ in 0..shape.connections {
+                let Some(mut conn) = connect(&addr).await? else {
+                    break;
+                };
+                for id in 0..20_000u64 {
+                    if stopped() {
+                        break;
+                    }
+                    let keepalive = Request::KeepAlive(KeepAlive {
+                        session,
+                        epoch: 0,
+                        acked_seq: 0,
+                        hold: false,
+                    });
+                    let sent = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        conn.send(ClientFrame::Request {
+                            id,
+                            body: keepalive,
+                        }),
+                    )
+                    .await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                conns.push(conn);
+            }
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // Connections that send half a frame and stall.
+        2 => {
+            let mut conns = Vec::new();
+            for _ in 0..shape.connections * 10 {
+                if stopped() {
+                    break;
+                }
+                let Some(conn) = connect(&addr).await? else {
+                    break;
+                };
+                let mut stream = conn.into_inner();
+                let _ = stream.write_all(&[0, 0, 1, 0, 7, 7, 7]).await;
+                conns.push(stream);
+            }
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // As many idle connections as the master takes, up to 5,000.
+        3 => {
+            let mut conns = Vec::new();
+            for _ in 0..5_000 {
+                if stopped() {
+                    break;
+                }
+                match attacker_stream(&addr).await {
+                    Ok(stream) => conns.push(stream),
+                    Err(_) => break,
+                }
+            }
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // Sessions with 1,024 prefix subscriptions each, and writes under them.
+        4 => {
+            let mut conn = connect(&addr).await?.context("refused")?;
+            let mut id = 1;
+            let mut sessions = Vec::new();
+            for _ in 0..100 {
+                id += 1;
+                sessions.push(create_session(&mut conn, id).await?);
+            }
+            'subscribing: for session in &sessions {
+                for _ in 0..1_024 {
+                    if stopped() {
+                        break 'subscribing;
+                    }
+                    id += 1;
+                    let subscribe = Request::Subscribe {
+                        session: *session,
+                        key: format!("noisy-{tag}"),
+                        prefix: true,
+                        mask: event_mask::CONTENTS,
+                    };
+                    if call(&mut conn, id, subscribe).await.is_err() {
+                        break 'subscribing;
+                    }
+                }
+            }
+            let mut n = 0u64;
+            while !stopped() && n < 100_000 {
+                id += 1;
+                n += 1;
+                let _ = call(&mut conn, id, put(format!("noisy-{tag}/w"), b"v".to_vec())).await;
+            }
+        }
+        // Sessions created as fast as one connection can, up to 200,000.
+        5 => {
+            let mut conn = connect(&addr).await?.context("refused")?;
+            let mut id = 0;
+            while !stopped() && id < 200_000 {
+                id += 1;
+                if create_session(&mut conn, id).await.is_err() {
+                    break;
+                }
+            }
+        }
+        // Health checks created until the master's cap.
+        6 => {
+            let mut conn = connect(&addr).await?.context("refused")?;
+            let mut id = 0;
+            while !stopped() && id < 20_000 {
+                id += 1;
+                let check = Request::SetCheck {
+                    name: format!("noisy-{tag}-{id}"),
+                    status: CheckStatus::Passing,
+                    note: String::new(),
+                };
+                if call(&mut conn, id, check).await.is_err() {
+                    break;
+                }
+            }
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
