@@ -50,6 +50,49 @@ const PATTERNS: &[&str] = &[
 
 type Raw = Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>;
 
+/// The master's epoch, as its last Welcome announced it.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Opens up to `connections` attacker connections and sends `count`
+/// requests on each, made by `request`, without reading a reply; gives up
+/// on a connection whose writes the master no longer takes. Returns the
+/// connections, to hold open.
+async fn pipeline(
+    addr: &str,
+    connections: usize,
+    count: u64,
+    request: impl Fn() -> Request,
+    stopped: impl Fn() -> bool,
+) -> anyhow::Result<Vec<Raw>> {
+    let mut conns = Vec::new();
+    for _ in 0..connections {
+        let Some(mut conn) = connect(addr).await? else {
+            break;
+        };
+        for id in 0..count {
+            if stopped() {
+                break;
+            }
+            let frame = ClientFrame::Request {
+                id,
+                body: request(),
+            };
+            let sent = tokio::time::timeout(Duration::from_secs(1), conn.send(frame)).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                break;
+            }
+        }
+        conns.push(conn);
+    }
+    Ok(conns)
+}
+
+async fn until(stopped: impl Fn() -> bool) {
+    while !stopped() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Where the attackers connect from: another loopback address than the
 /// canary's, as another host would, so that per-address limits tell them
 /// apart.
@@ -75,7 +118,10 @@ async fn handshake(stream: TcpStream) -> anyhow::Result<Option<Raw>> {
     let mut framed = Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME));
     framed.send(ClientFrame::Hello(Hello::current())).await?;
     match tokio::time::timeout(Duration::from_secs(10), framed.next()).await {
-        Ok(Some(Ok(ServerFrame::Welcome(_)))) => Ok(Some(framed)),
+        Ok(Some(Ok(ServerFrame::Welcome(w)))) => {
+            EPOCH.store(w.epoch, Ordering::Release);
+            Ok(Some(framed))
+        }
         Ok(Some(Ok(ServerFrame::Close(_)))) | Ok(None) => Ok(None),
         other => bail!("no Welcome: {other:?}"),
     }
@@ -243,35 +289,12 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             let mut setup = connect(&addr).await?.context("refused")?;
             let key = format!("noisy-{tag}/big");
             call(&mut setup, 1, put(key.clone(), vec![b'x'; 256 * 1024])).await?;
-            let mut conns = Vec::new();
-            for _ in 0..shape.connections {
-                let Some(mut conn) = connect(&addr).await? else {
-                    break;
-                };
-                for id in 0..3_000u64 {
-                    if stopped() {
-                        break;
-                    }
-                    let get = Request::Get {
-                        key: key.clone(),
-                        stat_only: false,
-                    };
-                    // A master that stops reading leaves our writes pending:
-                    // give up on this connection rather than wait.
-                    let sent = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        conn.send(ClientFrame::Request { id, body: get }),
-                    )
-                    .await;
-                    if !matches!(sent, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                conns.push(conn);
-            }
-            while !stopped() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let get = || Request::Get {
+                key: key.clone(),
+                stat_only: false,
+            };
+            let _conns = pipeline(&addr, shape.connections, 3_000, get, stopped).await?;
+            until(stopped).await;
         }
         // Unheld KeepAlives with a full event queue, never read back.
         1 => {
@@ -293,38 +316,16 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
                 )
                 .await?;
             }
-            let mut conns = Vec::new();
-            for _ in 0..shape.connections {
-                let Some(mut conn) = connect(&addr).await? else {
-                    break;
-                };
-                for id in 0..20_000u64 {
-                    if stopped() {
-                        break;
-                    }
-                    let keepalive = Request::KeepAlive(KeepAlive {
-                        session,
-                        epoch: 0,
-                        acked_seq: 0,
-                        hold: false,
-                    });
-                    let sent = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        conn.send(ClientFrame::Request {
-                            id,
-                            body: keepalive,
-                        }),
-                    )
-                    .await;
-                    if !matches!(sent, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                conns.push(conn);
-            }
-            while !stopped() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let keepalive = || {
+                Request::KeepAlive(KeepAlive {
+                    session,
+                    epoch: EPOCH.load(Ordering::Acquire),
+                    acked_seq: 0,
+                    hold: false,
+                })
+            };
+            let _conns = pipeline(&addr, shape.connections, 20_000, keepalive, stopped).await?;
+            until(stopped).await;
         }
         // Connections that send half a frame and stall.
         2 => {
@@ -340,9 +341,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
                 let _ = stream.write_all(&[0, 0, 1, 0, 7, 7, 7]).await;
                 conns.push(stream);
             }
-            while !stopped() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            until(stopped).await;
         }
         // As many idle connections as the master takes, up to 5,000.
         3 => {
@@ -356,9 +355,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
                     Err(_) => break,
                 }
             }
-            while !stopped() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            until(stopped).await;
         }
         // Sessions with 1,024 prefix subscriptions each, and writes under them.
         4 => {
@@ -419,9 +416,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
                     break;
                 }
             }
-            while !stopped() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            until(stopped).await;
         }
         _ => {}
     }

@@ -111,16 +111,25 @@ pub(crate) async fn serve<S>(
     };
     if let Some(error) = closing {
         debug!(%error, "closing connection");
-        if write_frame(
-            &mut writer,
-            ServerFrame::Close(error),
-            &config,
-            Flushing::Now,
-        )
-        .await
-        {
-            linger(reader.into_inner().unsplit(writer.into_inner())).await;
-        }
+        close_with(writer, reader.into_inner(), error, &config).await;
+    }
+}
+
+/// Sends `Close(error)`, then lingers so that the peer reads it rather
+/// than a reset (`WIRE-4`).
+async fn close_with<S>(mut writer: Writer<S>, read: ReadHalf<S>, error: Error, config: &Config)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if write_frame(
+        &mut writer,
+        ServerFrame::Close(error),
+        config,
+        Flushing::Now,
+    )
+    .await
+    {
+        linger(read.unsplit(writer.into_inner())).await;
     }
 }
 
@@ -131,18 +140,9 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let mut writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
+    let writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
     let error = Error::new(ErrorCode::LimitReached, reason);
-    if write_frame(
-        &mut writer,
-        ServerFrame::Close(error),
-        &config,
-        Flushing::Now,
-    )
-    .await
-    {
-        linger(read.unsplit(writer.into_inner())).await;
-    }
+    close_with(writer, read, error, &config).await;
 }
 
 fn handshake(
