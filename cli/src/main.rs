@@ -217,6 +217,9 @@ struct ServeArgs {
     /// serves it nothing but KeepAlives until its peer reads.
     #[arg(long, default_value_t = leasehold_server::DEFAULT_REPLY_BUDGET)]
     reply_budget: usize,
+    /// Health checks one peer address may create.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_CHECKS_PER_PEER)]
+    max_checks_per_peer: usize,
     /// Bytes of disk set aside in the data directory: when the disk fills,
     /// they let the master finish what it acknowledged and keep ending
     /// sessions while it refuses writes.
@@ -447,6 +450,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         reply_budget: args.reply_budget,
         idle_timeout: args.idle_timeout,
         disk_reserve: args.disk_reserve,
+        max_checks_per_peer: args.max_checks_per_peer,
         data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()

@@ -18,6 +18,8 @@ pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 pub const DEFAULT_KEEPALIVE_MARGIN: Duration = Duration::from_secs(2);
 /// Subscriptions one master holds at most, over all sessions (`EV-5`).
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1_000_000;
+/// Health checks one peer address may create (`QUOTA-1`).
+pub const DEFAULT_MAX_CHECKS_PER_PEER: usize = 1_000;
 /// Sessions one master holds at most (`ERR-6`).
 pub const DEFAULT_MAX_SESSIONS: usize = 1_000_000;
 /// Requests one connection may have outstanding at once (`CONN-3`).
@@ -97,6 +99,8 @@ pub struct Config {
     pub max_sessions: usize,
     /// Subscriptions over all sessions (`EV-5`).
     pub max_subscriptions: usize,
+    /// Health checks one peer address may create (`QUOTA-1`).
+    pub max_checks_per_peer: usize,
     pub max_in_flight: usize,
     pub handshake_timeout: Duration,
     pub write_timeout: Duration,
@@ -148,6 +152,7 @@ impl Default for Config {
             keepalive_margin: DEFAULT_KEEPALIVE_MARGIN,
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
+            max_checks_per_peer: DEFAULT_MAX_CHECKS_PER_PEER,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             write_timeout: WRITE_TIMEOUT,
@@ -210,6 +215,9 @@ impl Config {
         }
         if self.max_connections == 0 || self.max_connections_per_peer == 0 {
             return fail("the connection limits must be at least 1".into());
+        }
+        if self.max_checks_per_peer == 0 {
+            return fail("the health check quota must be at least 1".into());
         }
         if self.reply_budget < self.max_frame {
             return fail(format!(

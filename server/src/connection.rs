@@ -47,6 +47,7 @@ pub(crate) async fn serve<S>(
     master: MasterHandle,
     config: Config,
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
+    peer: std::net::IpAddr,
     shutdown: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -94,7 +95,7 @@ pub(crate) async fn serve<S>(
                 config.clone(),
             ));
             let closing = tokio::select! {
-                closing = requests(&mut reader, &replies, &flow, &master, &config) => closing,
+                closing = requests(&mut reader, &replies, &flow, &master, &config, peer) => closing,
                 () = shutdown.cancelled() => None,
             };
             drop(replies);
@@ -189,6 +190,7 @@ async fn requests<S: AsyncRead>(
     flow: &Arc<Flow>,
     master: &MasterHandle,
     config: &Config,
+    peer: std::net::IpAddr,
 ) -> Option<Error> {
     // Checked once per interval: a frame still incomplete at two checks in
     // a row, with no frame read between them, took more than the frame
@@ -278,7 +280,7 @@ async fn requests<S: AsyncRead>(
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
         let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted);
-        master.call(request, reply).await;
+        master.call(request, reply, Some(peer)).await;
     }
 }
 

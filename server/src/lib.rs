@@ -35,6 +35,7 @@ mod master;
 mod memstore;
 mod namespace;
 mod node;
+mod quota;
 mod recovery;
 mod reply;
 mod server;

@@ -124,6 +124,9 @@ pub(crate) use crate::reply::ReplyTx;
 pub(crate) struct Call {
     pub(crate) request: Request,
     pub(crate) reply: ReplyTx,
+    /// The peer address of the connection it came on, for quotas
+    /// (`QUOTA-1`); `None` where there is no connection (tests).
+    pub(crate) peer: Option<std::net::IpAddr>,
 }
 
 /// A cloneable way to send requests to the master task.
@@ -135,10 +138,22 @@ pub struct MasterHandle {
 impl MasterHandle {
     /// Sends `request` to the master, which answers through `reply`. A
     /// KeepAlive's reply may come much later (it is held).
-    pub(crate) async fn call(&self, request: Request, reply: ReplyTx) {
+    pub(crate) async fn call(
+        &self,
+        request: Request,
+        reply: ReplyTx,
+        peer: Option<std::net::IpAddr>,
+    ) {
         // A closed master drops the call, and `reply` then answers that
         // it is shutting down.
-        let _ = self.calls.send(Call { request, reply }).await;
+        let _ = self
+            .calls
+            .send(Call {
+                request,
+                reply,
+                peer,
+            })
+            .await;
     }
 }
 
@@ -174,6 +189,8 @@ pub(crate) struct Master {
     commit: Option<Committer>,
     /// Set when the store failed: the master stops.
     failed: bool,
+    /// What each peer address has taken of shared resources (`QUOTA-1`).
+    quotas: crate::quota::Quotas,
     /// How many `apply` calls are under way (one inside another's events).
     depth: u32,
     /// Commands to apply once the current one is finished.
@@ -214,6 +231,7 @@ impl Master {
             offset: start.offset,
             commit: start.commit,
             failed: false,
+            quotas: Default::default(),
             depth: 0,
             deferred: Default::default(),
             failover_pending: Default::default(),
@@ -582,18 +600,49 @@ impl Master {
                     more,
                 })
             }
-            Request::SetCheck { name, status, note } => self
-                .apply(Command::SetCheck { name, status, note }, now)
-                .and_then(|applied| match applied {
-                    Applied::CheckSet { index, invalidated } => Ok(Response::CheckSet {
-                        index,
-                        invalidated_total: invalidated.len() as u64,
-                        invalidated: capped(invalidated),
-                    }),
-                    other => Err(mismatch(other)),
-                }),
+            Request::SetCheck { name, status, note } => {
+                let creating = self.state.checks.get(&name).is_none();
+                let over_quota = match call.peer {
+                    Some(peer) if creating => {
+                        let limit = self.config.max_checks_per_peer;
+                        (self.quotas.checks_of(peer) >= limit).then(|| {
+                            Error::new(
+                                ErrorCode::LimitReached,
+                                format!("{peer} has created its maximum of {limit} health checks"),
+                            )
+                        })
+                    }
+                    _ => None,
+                };
+                match over_quota {
+                    Some(refusal) => Err(refusal), // QUOTA-1
+                    None => self
+                        .apply(
+                            Command::SetCheck {
+                                name: name.clone(),
+                                status,
+                                note,
+                            },
+                            now,
+                        )
+                        .and_then(|applied| match applied {
+                            Applied::CheckSet { index, invalidated } => {
+                                if let (true, Some(peer)) = (creating, call.peer) {
+                                    self.quotas.check_created(&name, peer);
+                                }
+                                Ok(Response::CheckSet {
+                                    index,
+                                    invalidated_total: invalidated.len() as u64,
+                                    invalidated: capped(invalidated),
+                                })
+                            }
+                            other => Err(mismatch(other)),
+                        }),
+                }
+            }
             Request::DeleteCheck { name } => self
-                .apply(Command::DeleteCheck { name }, now)
+                .apply(Command::DeleteCheck { name: name.clone() }, now)
+                .inspect(|_| self.quotas.check_deleted(&name))
                 .and_then(|applied| match applied {
                     Applied::CheckDeleted { index, invalidated } => Ok(Response::CheckDeleted {
                         index,
@@ -847,7 +896,11 @@ mod tests {
 
     fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
         let (reply, mut rx) = crate::reply::channel(1);
-        master.handle(Call { request, reply });
+        master.handle(Call {
+            request,
+            reply,
+            peer: None,
+        });
         // A change is answered once the store has it.
         master.on_durable();
         *rx.try_recv().expect("answered at once").body

@@ -129,6 +129,7 @@ pub async fn run<L: Listener>(
                                 master.clone(),
                                 config.clone(),
                                 all_queued_bytes.clone(),
+                                ip,
                                 connections.child_token(),
                             );
                             tasks.spawn(async move {

@@ -32,6 +32,30 @@ impl RawConnection {
         }
     }
 
+    /// Connects from local address `from` (another loopback address, as
+    /// another host would) and completes the handshake.
+    pub async fn open_from(addr: SocketAddr, from: std::net::IpAddr) -> (RawConnection, Welcome) {
+        let socket = match from {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .expect("a socket");
+        socket
+            .bind((from, 0).into())
+            .expect("bind the local address");
+        let stream = socket.connect(addr).await.expect("connect");
+        let mut conn = RawConnection {
+            framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
+            next_id: 1,
+            patience: Duration::from_secs(10),
+        };
+        conn.send(ClientFrame::Hello(Hello::current())).await;
+        match conn.recv().await {
+            Some(ServerFrame::Welcome(w)) => (conn, w),
+            other => panic!("expected Welcome, got {other:?}"),
+        }
+    }
+
     /// Waits up to `patience` for each frame (10 s unless set).
     pub fn with_patience(mut self, patience: Duration) -> Self {
         self.patience = patience;

@@ -225,3 +225,43 @@ async fn subscriptions_past_the_masters_cap_are_refused() {
         error.message
     );
 }
+
+fn set_check(name: &str) -> Request {
+    Request::SetCheck {
+        name: name.into(),
+        status: leasehold_protocol::CheckStatus::Passing,
+        note: String::new(),
+    }
+}
+
+// QUOTA-1: one address cannot take every health check; others, the
+// operator among them, still find room.
+#[tokio::test]
+async fn a_peer_address_creates_at_most_its_quota_of_health_checks() {
+    let server = start(Config {
+        max_checks_per_peer: 2,
+        ..short_lease_config()
+    })
+    .await;
+    let (mut greedy, _) = RawConnection::open_from(server.addr, "127.0.0.2".parse().unwrap()).await;
+    greedy.call(set_check("a")).await.unwrap();
+    greedy.call(set_check("b")).await.unwrap();
+    let refused = greedy.call(set_check("c")).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::LimitReached);
+    assert!(
+        refused.message.contains("maximum of 2 health checks"),
+        "{}",
+        refused.message
+    );
+    // Updating its own checks is not creating any.
+    greedy.call(set_check("a")).await.unwrap();
+    // Another address still has room.
+    let (mut other, _) = RawConnection::open(server.addr).await;
+    other.call(set_check("c")).await.unwrap();
+    // Deleting one gives it back.
+    greedy
+        .call(Request::DeleteCheck { name: "b".into() })
+        .await
+        .unwrap();
+    greedy.call(set_check("d")).await.unwrap();
+}
