@@ -46,12 +46,14 @@ impl SessionSecret {
     /// Whether `other` is this secret, in time that does not depend on
     /// where they differ, so a guesser learns nothing from timing.
     pub fn matches(&self, other: &SessionSecret) -> bool {
-        self.0
-            .iter()
-            .zip(other.0.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        same_bytes(&self.0, &other.0)
     }
+}
+
+/// Whether two byte strings are equal, in time that depends only on their
+/// lengths: for comparing secrets and tokens.
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl fmt::Debug for SessionSecret {
@@ -173,6 +175,13 @@ mod tests {
         ] {
             assert!(text.parse::<SessionToken>().is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn byte_strings_are_the_same_only_when_equal() {
+        assert!(same_bytes(b"operator-token-1", b"operator-token-1"));
+        assert!(!same_bytes(b"operator-token-1", b"operator-token-2"));
+        assert!(!same_bytes(b"operator-token", b"operator-token-1"));
     }
 
     #[test]

@@ -9,15 +9,11 @@
 //! operator's token. The checks run on the master, before a command is
 //! logged: secrets and tokens never reach the log.
 
+use leasehold_protocol::auth::same_bytes;
 use leasehold_protocol::{Authority, Error, ErrorCode, Request, SessionId, SessionToken};
 
 use crate::master::Master;
 use crate::state::LockedNodes;
-
-/// Compares two byte strings in time that depends only on their lengths.
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 fn denied(message: String) -> Error {
     Error::new(ErrorCode::PermissionDenied, message)
@@ -120,17 +116,5 @@ impl Master {
             None => LockedNodes::Any,
             Some(_) => LockedNodes::HeldOnlyBy(by),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same_bytes;
-
-    #[test]
-    fn byte_strings_are_the_same_only_when_equal() {
-        assert!(same_bytes(b"operator-token-1", b"operator-token-1"));
-        assert!(!same_bytes(b"operator-token-1", b"operator-token-2"));
-        assert!(!same_bytes(b"operator-token", b"operator-token-1"));
     }
 }
