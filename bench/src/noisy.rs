@@ -357,29 +357,38 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             }
             until(stopped).await;
         }
-        // Sessions with 1,024 prefix subscriptions each, and writes under them.
+        // Sessions subscribed to every ancestor of one deep key (as many
+        // subscriptions as the address's quota allows), each asked for
+        // twice, and writes to that key: every write matches them all.
         4 => {
             let mut conn = connect(&addr).await?.context("refused")?;
             let mut id = 1;
-            let mut sessions = Vec::new();
-            for _ in 0..100 {
+            let segments: Vec<String> = (0..31).map(|i| format!("s{i}")).collect();
+            let deep = format!("noisy-{tag}/{}", segments.join("/"));
+            let ancestors: Vec<String> = std::iter::once(String::new())
+                .chain(deep.match_indices('/').map(|(i, _)| deep[..i].to_string()))
+                .chain(std::iter::once(deep.clone()))
+                .collect();
+            'subscribing: for _ in 0..3_000 {
                 id += 1;
-                sessions.push(create_session(&mut conn, id).await?);
-            }
-            'subscribing: for session in &sessions {
-                for _ in 0..1_024 {
-                    if stopped() {
-                        break 'subscribing;
-                    }
-                    id += 1;
-                    let subscribe = Request::Subscribe {
-                        session: *session,
-                        key: format!("noisy-{tag}"),
-                        prefix: true,
-                        mask: event_mask::CONTENTS,
-                    };
-                    if call(&mut conn, id, subscribe).await.is_err() {
-                        break 'subscribing;
+                let Ok(session) = create_session(&mut conn, id).await else {
+                    break;
+                };
+                for key in &ancestors {
+                    for _ in 0..2 {
+                        if stopped() {
+                            break 'subscribing;
+                        }
+                        id += 1;
+                        let subscribe = Request::Subscribe {
+                            session,
+                            key: key.clone(),
+                            prefix: true,
+                            mask: event_mask::CONTENTS,
+                        };
+                        if call(&mut conn, id, subscribe).await.is_err() {
+                            break 'subscribing;
+                        }
                     }
                 }
             }
@@ -387,7 +396,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             while !stopped() && n < 100_000 {
                 id += 1;
                 n += 1;
-                let _ = call(&mut conn, id, put(format!("noisy-{tag}/w"), b"v".to_vec())).await;
+                let _ = call(&mut conn, id, put(deep.clone(), b"v".to_vec())).await;
             }
         }
         // Sessions created as fast as one connection can, up to 200,000.

@@ -220,6 +220,19 @@ struct ServeArgs {
     /// Health checks one peer address may create.
     #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_CHECKS_PER_PEER)]
     max_checks_per_peer: usize,
+    /// Live sessions one peer address may have created.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_SESSIONS_PER_PEER)]
+    max_sessions_per_peer: usize,
+    /// Subscriptions one peer address may have made.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER)]
+    max_subscriptions_per_peer: usize,
+    /// Acquires one peer address may have waiting in line.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_WAITERS_PER_PEER)]
+    max_waiters_per_peer: usize,
+    /// Bytes of nodes (keys and contents) one peer address may have
+    /// written, counted against whoever wrote each node last.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_BYTES_PER_PEER)]
+    max_bytes_per_peer: usize,
     /// Bytes of disk set aside in the data directory: when the disk fills,
     /// they let the master finish what it acknowledged and keep ending
     /// sessions while it refuses writes.
@@ -451,6 +464,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         idle_timeout: args.idle_timeout,
         disk_reserve: args.disk_reserve,
         max_checks_per_peer: args.max_checks_per_peer,
+        max_sessions_per_peer: args.max_sessions_per_peer,
+        max_subscriptions_per_peer: args.max_subscriptions_per_peer,
+        max_waiters_per_peer: args.max_waiters_per_peer,
+        max_bytes_per_peer: args.max_bytes_per_peer,
         data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()

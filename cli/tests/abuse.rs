@@ -1,6 +1,7 @@
 //! Clients that never read their replies, against a `leasehold serve`
 //! process whose memory is read from outside (`/proc/PID/status`): what
-//! one connection can make the master hold is bounded in bytes (`CONN-9`).
+//! one connection can make the master hold is bounded in bytes (`CONN-9`),
+//! and given back to the system once it leaves (`CONN-12`).
 
 mod common;
 
@@ -93,6 +94,33 @@ async fn assert_bounded_growth(master: &Master, count: usize, request: impl Fn()
         "the master grew by {} MiB",
         growth >> 20
     );
+    // Gone, they leave nothing behind: what they made the master hold is
+    // handed back to the system, not kept for the master's lifetime.
+    drop(greedy);
+    let settled = settled_rss(master.child.id(), before + ALLOWED_RESIDUE).await;
+    assert!(
+        settled <= before + ALLOWED_RESIDUE,
+        "{} MiB of the master's {} MiB peak still held after the attackers left (before: {} MiB)",
+        settled.saturating_sub(before) >> 20,
+        peak >> 20,
+        before >> 20
+    );
+}
+
+/// What may stay after the attackers leave: the allocator's own slack.
+const ALLOWED_RESIDUE: u64 = 16 << 20;
+
+/// The master's memory once it falls to `target`, or after a wait far
+/// longer than the master's trim delay (2 s), whichever comes first.
+async fn settled_rss(pid: u32, target: u64) -> u64 {
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = rss(pid);
+        if now <= target || tokio::time::Instant::now() >= until {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 // CONN-9, EV-3

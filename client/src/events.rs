@@ -78,9 +78,14 @@ impl SubscribeOptions {
 
 /// A stream of events for one subscription. Dropping it unsubscribes (best
 /// effort).
+///
+/// Streams of one session on the same key and kind share one subscription
+/// on the master (`EV-5`); each hears only what its own mask asks for.
 #[derive(Debug)]
 pub struct Subscription {
-    /// The master's id; a new master gives a new one (`FO-6`).
+    /// The master's id; a new master gives a new one (`FO-6`). The
+    /// allocation also tells this stream's route from the others sharing
+    /// the id.
     id: Arc<AtomicU64>,
     session: Session,
     events: mpsc::Receiver<SubscriptionEvent>,
@@ -106,9 +111,8 @@ impl Subscription {
     /// Stops the subscription.
     pub async fn cancel(mut self) -> Result<(), ClientError> {
         self.cancelled = true;
-        let id = self.id();
-        self.session.dispatch().subscriptions.remove(&id);
-        unsubscribe(&self.session, id).await
+        self.session.dispatch().remove_route(&self.id);
+        leave(&self.session, self.id()).await
     }
 }
 
@@ -117,15 +121,26 @@ impl Drop for Subscription {
         if self.cancelled {
             return;
         }
-        let id = self.id();
-        self.session.dispatch().subscriptions.remove(&id);
+        self.session.dispatch().remove_route(&self.id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let session = self.session.clone();
+            let id = self.id();
             runtime.spawn(async move {
-                let _ = unsubscribe(&session, id).await;
+                let _ = leave(&session, id).await;
             });
         }
     }
+}
+
+/// Ends the master's subscription `id` unless another stream still uses
+/// it. Under the session's subscription lock, so that no `Subscribe`
+/// answered with the same id is in flight meanwhile.
+async fn leave(session: &Session, id: u64) -> Result<(), ClientError> {
+    let _changing = session.subscribing().lock().await;
+    if session.dispatch().in_use(id) {
+        return Ok(());
+    }
+    unsubscribe(session, id).await
 }
 
 async fn unsubscribe(session: &Session, subscription: u64) -> Result<(), ClientError> {
@@ -163,11 +178,29 @@ struct Route {
     id: Arc<AtomicU64>,
 }
 
+/// The mask bit that asks for `change` (`EV-5`).
+fn bit_of(change: &Change) -> u32 {
+    match change {
+        Change::Created | Change::Modified | Change::Deleted => event_mask::CONTENTS,
+        Change::ChildAdded { .. } => event_mask::CHILD_ADDED,
+        Change::ChildRemoved { .. } => event_mask::CHILD_REMOVED,
+        Change::ChildModified { .. } => event_mask::CHILD_MODIFIED,
+        Change::LockAcquired { .. } => event_mask::LOCK_ACQUIRED,
+        Change::LockReleased { .. } => event_mask::LOCK_RELEASED,
+    }
+}
+
 /// Where a session's events go: its subscriptions and its locks.
 #[derive(Debug, Default)]
 pub(crate) struct Dispatch {
-    subscriptions: BTreeMap<u64, Route>,
+    /// The streams of each of the master's subscriptions: more than one
+    /// when several asked for the same key and kind.
+    subscriptions: BTreeMap<u64, Vec<Route>>,
     orphans: VecDeque<(u64, SubscriptionEvent)>,
+    /// The key and kind of the `Subscribe` in flight, if any: its answer
+    /// may name a subscription that already has streams, and what that
+    /// subscription hears meanwhile is kept for the new stream too.
+    joining: Option<(String, bool)>,
     /// Keys this client holds locks on, with their signals; released before
     /// a close destroys the session (`LOCK-11`).
     pub(crate) locks: BTreeMap<String, watch::Sender<LockSignal>>,
@@ -184,15 +217,24 @@ impl Dispatch {
                 key,
                 change,
             } => {
+                let bit = bit_of(&change);
                 let event = SubscriptionEvent::Changed { key, change };
-                match self.subscriptions.get(&subscription) {
-                    Some(route) => route.send(event),
-                    None => {
-                        if self.orphans.len() == ORPHANS {
-                            self.orphans.pop_front();
-                        }
-                        self.orphans.push_back((subscription, event));
+                let routes = self.subscriptions.get(&subscription);
+                let joined = routes.and_then(|r| r.first()).is_some_and(|r| {
+                    self.joining
+                        .as_ref()
+                        .is_some_and(|(key, prefix)| r.key == *key && r.options.prefix == *prefix)
+                });
+                for route in routes.into_iter().flatten() {
+                    if route.options.mask & bit != 0 {
+                        route.send(event.clone());
                     }
+                }
+                if routes.is_none() || joined {
+                    if self.orphans.len() == ORPHANS {
+                        self.orphans.pop_front();
+                    }
+                    self.orphans.push_back((subscription, event));
                 }
             }
             EventKind::LockLost { key } => {
@@ -210,14 +252,14 @@ impl Dispatch {
             EventKind::Failover { .. } => {
                 // Into the stream, so a reader waiting on it wakes; only a
                 // full stream falls back on the flag.
-                for route in self.subscriptions.values() {
+                for route in self.routes() {
                     route.send(SubscriptionEvent::EventsLost);
                 }
             }
             EventKind::EventsLost => {
                 // Into the stream, so a reader waiting on it wakes; only a
                 // full stream falls back on the flag.
-                for route in self.subscriptions.values() {
+                for route in self.routes() {
                     route.send(SubscriptionEvent::EventsLost);
                 }
                 // A lost event may have been a lock taken away: assume so.
@@ -227,9 +269,11 @@ impl Dispatch {
             }
         }
     }
-}
 
-impl Dispatch {
+    fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.subscriptions.values().flatten()
+    }
+
     /// Puts `route` under the master's id `id`, first handing it the events
     /// that raced ahead of the `Subscribed` reply. Nothing is installed for
     /// an expired session, whose streams must end.
@@ -242,12 +286,37 @@ impl Dispatch {
             *sub != id
         });
         for event in early {
-            route.send(event);
+            let wanted = match &event {
+                SubscriptionEvent::Changed { change, .. } => {
+                    route.options.mask & bit_of(change) != 0
+                }
+                _ => true,
+            };
+            if wanted {
+                route.send(event);
+            }
         }
         route.id.store(id, Ordering::Release);
         if !expired {
-            self.subscriptions.insert(id, route);
+            self.subscriptions.entry(id).or_default().push(route);
         }
+    }
+
+    /// Takes out the stream whose id is `id`; the master's subscription
+    /// stays until [`leave`] finds it unused.
+    fn remove_route(&mut self, id: &Arc<AtomicU64>) {
+        let master_id = id.load(Ordering::Acquire);
+        if let Some(routes) = self.subscriptions.get_mut(&master_id) {
+            routes.retain(|r| !Arc::ptr_eq(&r.id, id));
+            if routes.is_empty() {
+                self.subscriptions.remove(&master_id);
+            }
+        }
+    }
+
+    /// Whether a stream still uses the master's subscription `id`.
+    fn in_use(&self, id: u64) -> bool {
+        self.subscriptions.contains_key(&id)
     }
 
     /// Tells the subscriptions that asked of a session state change; on
@@ -259,7 +328,7 @@ impl Dispatch {
             }
         }
         let asked = |r: &&Route| r.options.mask & event_mask::SESSION_STATE != 0;
-        for route in self.subscriptions.values().filter(asked) {
+        for route in self.routes().filter(asked) {
             route.send(SubscriptionEvent::Session(state));
         }
         if state == SessionState::Expired {
@@ -300,54 +369,67 @@ impl Session {
         key: &str,
         options: SubscribeOptions,
     ) -> Result<Subscription, ClientError> {
-        let request = Request::Subscribe {
-            session: self.token(),
-            key: key.to_string(),
-            prefix: options.prefix,
-            mask: options.mask,
-        };
-        // The call runs in its own task, so that a caller who gives up
-        // while it is in flight leaves no subscription behind: the task
-        // learns the id anyway and takes it back.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let session = self.clone();
-        tokio::spawn(async move {
-            let outcome = session.client().call(request).await;
-            if let Err(Ok(Response::Subscribed { subscription })) = tx.send(outcome) {
-                let _ = unsubscribe(&session, subscription).await;
-            }
-        });
-        let outcome = rx
-            .await
-            .map_err(|_| ClientError::Protocol("the subscribe task ended".into()))?;
-        let id = match outcome? {
-            Response::Subscribed { subscription } => subscription,
-            other => return Err(unexpected(other)),
-        };
         let (tx, events) = mpsc::channel(SUBSCRIPTION_BUFFER);
         let overflowed = Arc::new(AtomicBool::new(false));
-        let shared_id = Arc::new(AtomicU64::new(id));
+        let id = Arc::new(AtomicU64::new(0));
         let route = Route {
             tx,
             overflowed: overflowed.clone(),
             key: key.to_string(),
             options,
-            id: shared_id.clone(),
+            id: id.clone(),
         };
-        {
-            // Checked under the lock an expiry clears routes under, so a
-            // stream made as the session ends still ends.
-            let mut dispatch = self.dispatch();
-            dispatch.install(id, route, self.state() == SessionState::Expired);
-        }
+        // The call runs in its own task, so that a caller who gives up
+        // while it is in flight leaves no subscription behind: the task
+        // learns the id anyway and takes it back.
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let session = self.clone();
+        let route_id = id.clone();
+        tokio::spawn(async move {
+            let outcome = join(&session, route).await;
+            if let Err(Ok(())) = done.send(outcome) {
+                // Nobody holds the stream: its route goes, and the
+                // master's subscription with it unless another uses it.
+                session.dispatch().remove_route(&route_id);
+                let _ = leave(&session, route_id.load(Ordering::Acquire)).await;
+            }
+        });
+        outcome
+            .await
+            .map_err(|_| ClientError::Protocol("the subscribe task ended".into()))??;
         Ok(Subscription {
-            id: shared_id,
+            id,
             session: self.clone(),
             events,
             overflowed,
             cancelled: false,
         })
     }
+}
+
+/// Subscribes on the master and installs `route` under the answer, under
+/// the session's subscription lock (`EV-5`).
+async fn join(session: &Session, route: Route) -> Result<(), ClientError> {
+    let _changing = session.subscribing().lock().await;
+    let request = Request::Subscribe {
+        session: session.token(),
+        key: route.key.clone(),
+        prefix: route.options.prefix,
+        mask: route.options.mask,
+    };
+    session.dispatch().joining = Some((route.key.clone(), route.options.prefix));
+    let outcome = session.client().call(request).await;
+    let mut dispatch = session.dispatch();
+    dispatch.joining = None;
+    let id = match outcome? {
+        Response::Subscribed { subscription } => subscription,
+        other => return Err(unexpected(other)),
+    };
+    // Checked under the lock an expiry clears routes under, so a
+    // stream made as the session ends still ends.
+    let expired = session.state() == SessionState::Expired;
+    dispatch.install(id, route, expired);
+    Ok(())
 }
 
 /// Makes every subscription of a session again on a new master, which
@@ -359,8 +441,10 @@ pub(crate) async fn resubscribe(
     session: leasehold_protocol::SessionToken,
     shared: Arc<crate::session::Shared>,
 ) {
+    let _changing = shared.subscribing.lock().await;
     let routes: Vec<Route> = std::mem::take(&mut shared.dispatch().subscriptions)
         .into_values()
+        .flatten()
         .collect();
     for route in routes {
         // Its Subscription was dropped meanwhile: nothing to make again.
@@ -373,16 +457,19 @@ pub(crate) async fn resubscribe(
             prefix: route.options.prefix,
             mask: route.options.mask,
         };
-        if let Ok(Response::Subscribed { subscription }) = client.call(request).await {
-            if route.tx.is_closed() {
+        shared.dispatch().joining = Some((route.key.clone(), route.options.prefix));
+        let outcome = client.call(request).await;
+        shared.dispatch().joining = None;
+        if let Ok(Response::Subscribed { subscription }) = outcome {
+            if !route.tx.is_closed() {
+                shared.dispatch().install(subscription, route, false);
+            } else if !shared.dispatch().in_use(subscription) {
                 let request = Request::Unsubscribe {
                     session,
                     subscription,
                 };
                 let _ = client.call(request).await;
-                continue;
             }
-            shared.dispatch().install(subscription, route, false);
         }
     }
 }

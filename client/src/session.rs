@@ -147,6 +147,9 @@ pub(crate) struct Shared {
     pub(crate) dispatch: Mutex<Dispatch>,
     /// When the local lease runs out (`LEASE-4`), kept by the keeper.
     pub(crate) local_expiry: Mutex<Option<Instant>>,
+    /// Held while a subscription is made or ended on the master, since
+    /// streams on the same key share one there (`EV-5`).
+    pub(crate) subscribing: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -273,6 +276,11 @@ impl Session {
 
     pub(crate) fn dispatch(&self) -> std::sync::MutexGuard<'_, Dispatch> {
         self.inner.shared.dispatch()
+    }
+
+    /// Held while a subscription is made or ended on the master (`EV-5`).
+    pub(crate) fn subscribing(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.shared.subscribing
     }
 
     /// The session's state now.

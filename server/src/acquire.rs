@@ -27,7 +27,13 @@ struct Waiting {
 }
 
 impl Master {
-    pub(crate) fn acquire(&mut self, acquire: Acquire, reply: ReplyTx, now: Millis) {
+    pub(crate) fn acquire(
+        &mut self,
+        acquire: Acquire,
+        reply: ReplyTx,
+        peer: Option<std::net::IpAddr>,
+        now: Millis,
+    ) {
         let command = Command::Acquire {
             key: acquire.key.clone(),
             session: acquire.session.id,
@@ -43,6 +49,9 @@ impl Master {
                     Some(ms) => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
                 };
                 let timer = self.timers.insert(Timer::AcquireTimeout(ticket), timeout);
+                if let Some(peer) = peer {
+                    self.quotas.waiters.take(ticket, peer, 1); // QUOTA-4
+                }
                 self.acquires.waiting.insert(
                     ticket,
                     Waiting {
@@ -63,7 +72,7 @@ impl Master {
 
     /// A waiter got the lock.
     pub(crate) fn acquire_granted(&mut self, ticket: u64, index: u64, sequencer: Sequencer) {
-        if let Some(waiting) = self.acquires.waiting.remove(&ticket) {
+        if let Some(waiting) = self.stop_waiting(ticket) {
             self.timers.remove(&waiting.timer);
             self.hand_over(waiting.reply, index, sequencer);
         }
@@ -71,7 +80,7 @@ impl Master {
 
     /// A waiter's session ended while it waited.
     pub(crate) fn acquire_ended(&mut self, ticket: u64) {
-        if let Some(waiting) = self.acquires.waiting.remove(&ticket) {
+        if let Some(waiting) = self.stop_waiting(ticket) {
             self.timers.remove(&waiting.timer);
             self.deliver(
                 waiting.reply,
@@ -86,7 +95,7 @@ impl Master {
     /// A waiter's time is up: it leaves the line, told why it got nothing.
     pub(crate) fn acquire_timed_out(&mut self, ticket: u64) {
         // The timer has fired, so its key is spent: forget the wait first.
-        let Some(waiting) = self.acquires.waiting.remove(&ticket) else {
+        let Some(waiting) = self.stop_waiting(ticket) else {
             return;
         };
         let command = Command::CancelWait {
@@ -99,6 +108,13 @@ impl Master {
             Err(e) => Err(e),
         };
         self.deliver(waiting.reply, answer);
+    }
+
+    /// Takes a wait out of the line's bookkeeping and gives it back to the
+    /// peer that waited (`QUOTA-4`).
+    fn stop_waiting(&mut self, ticket: u64) -> Option<Waiting> {
+        self.quotas.waiters.give_back(&ticket);
+        self.acquires.waiting.remove(&ticket)
     }
 
     /// Tells the acquirer it holds the lock; if it is no longer there to be

@@ -20,6 +20,17 @@ pub const DEFAULT_KEEPALIVE_MARGIN: Duration = Duration::from_secs(2);
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1_000_000;
 /// Health checks one peer address may create (`QUOTA-1`).
 pub const DEFAULT_MAX_CHECKS_PER_PEER: usize = 1_000;
+/// Live sessions one peer address may have created (`QUOTA-2`): a tenth
+/// of the master's cap.
+pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 100_000;
+/// Subscriptions one peer address may have made (`QUOTA-3`): a tenth of
+/// the master's cap.
+pub const DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER: usize = 100_000;
+/// Acquires one peer address may have waiting (`QUOTA-4`).
+pub const DEFAULT_MAX_WAITERS_PER_PEER: usize = 100_000;
+/// Bytes of nodes (keys and contents) one peer address may have written
+/// (`QUOTA-5`).
+pub const DEFAULT_MAX_BYTES_PER_PEER: usize = 256 << 20;
 /// Sessions one master holds at most (`ERR-6`).
 pub const DEFAULT_MAX_SESSIONS: usize = 1_000_000;
 /// Requests one connection may have outstanding at once (`CONN-3`).
@@ -99,8 +110,19 @@ pub struct Config {
     pub max_sessions: usize,
     /// Subscriptions over all sessions (`EV-5`).
     pub max_subscriptions: usize,
+    /// Event deliveries the master may owe before it refuses writes
+    /// (`EV-9`).
+    pub fanout_backlog: usize,
     /// Health checks one peer address may create (`QUOTA-1`).
     pub max_checks_per_peer: usize,
+    /// Live sessions one peer address may have created (`QUOTA-2`).
+    pub max_sessions_per_peer: usize,
+    /// Subscriptions one peer address may have made (`QUOTA-3`).
+    pub max_subscriptions_per_peer: usize,
+    /// Acquires one peer address may have waiting (`QUOTA-4`).
+    pub max_waiters_per_peer: usize,
+    /// Bytes of nodes one peer address may have written (`QUOTA-5`).
+    pub max_bytes_per_peer: usize,
     pub max_in_flight: usize,
     pub handshake_timeout: Duration,
     pub write_timeout: Duration,
@@ -152,7 +174,12 @@ impl Default for Config {
             keepalive_margin: DEFAULT_KEEPALIVE_MARGIN,
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
+            fanout_backlog: crate::events::FANOUT_BACKLOG,
             max_checks_per_peer: DEFAULT_MAX_CHECKS_PER_PEER,
+            max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,
+            max_subscriptions_per_peer: DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER,
+            max_waiters_per_peer: DEFAULT_MAX_WAITERS_PER_PEER,
+            max_bytes_per_peer: DEFAULT_MAX_BYTES_PER_PEER,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             write_timeout: WRITE_TIMEOUT,
@@ -216,8 +243,15 @@ impl Config {
         if self.max_connections == 0 || self.max_connections_per_peer == 0 {
             return fail("the connection limits must be at least 1".into());
         }
-        if self.max_checks_per_peer == 0 {
-            return fail("the health check quota must be at least 1".into());
+        let quotas = [
+            self.max_checks_per_peer,
+            self.max_sessions_per_peer,
+            self.max_subscriptions_per_peer,
+            self.max_waiters_per_peer,
+            self.max_bytes_per_peer,
+        ];
+        if quotas.contains(&0) {
+            return fail("every quota must be at least 1".into());
         }
         if self.reply_budget < self.max_frame {
             return fail(format!(

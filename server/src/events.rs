@@ -22,6 +22,11 @@ pub const EVENT_QUEUE: usize = 1024;
 pub const EVENTS_PER_REPLY: usize = 256;
 /// Subscriptions one session may have (`EV-5`).
 pub const SUBSCRIPTIONS_PER_SESSION: usize = 1024;
+/// Subscriptions the master looks at in one slice of fan-out, between its
+/// timers and requests (`EV-9`): about a millisecond of work.
+pub(crate) const FANOUT_SLICE: usize = 4096;
+/// Deliveries the master may owe before it refuses writes (`EV-9`).
+pub(crate) const FANOUT_BACKLOG: usize = 1 << 18;
 
 #[derive(Debug)]
 struct Subscription {
@@ -38,17 +43,58 @@ struct Queue {
     pending: VecDeque<Event>,
 }
 
+/// Which index a fan-out walks.
+#[derive(Debug, Clone, Copy)]
+enum Index {
+    Exact,
+    Prefix,
+}
+
+/// Events decided but not yet queued (`EV-9`), in the order the changes
+/// were applied, so that each session still hears them in that order.
+#[derive(Debug)]
+enum Pending {
+    /// One event for one session.
+    Direct(SessionId, EventKind),
+    /// One change for every subscription under one index entry.
+    FanOut(FanOut),
+}
+
+/// A change on its way to the subscriptions of one index entry, walked a
+/// slice at a time: `after` is where the walk stands.
+#[derive(Debug)]
+struct FanOut {
+    index: Index,
+    entry: String,
+    /// The bits a subscription must have to hear it.
+    mask: u32,
+    /// The key the event names, and what happened.
+    key: String,
+    change: Change,
+    /// The newest subscription when the change was applied: later ones did
+    /// not exist then and do not hear of it. Ids only grow on a master.
+    upto: u64,
+    after: Option<u64>,
+}
+
 /// Every subscription and every session's queue.
 #[derive(Debug, Default)]
 pub(crate) struct Events {
     subscriptions: BTreeMap<u64, Subscription>,
     exact: BTreeMap<String, BTreeSet<u64>>,
     prefixes: BTreeMap<String, BTreeSet<u64>>,
-    by_session: BTreeMap<SessionId, BTreeSet<u64>>,
+    /// Each session's subscriptions, by what they cover: one per key and
+    /// kind (`EV-5`).
+    by_session: BTreeMap<SessionId, BTreeMap<(String, bool), u64>>,
     queues: BTreeMap<SessionId, Queue>,
     next_subscription: u64,
     /// Sessions with new events whose held KeepAlive is still to answer.
     woken: BTreeSet<SessionId>,
+    /// What is decided and not yet queued, oldest first (`EV-9`).
+    outbox: VecDeque<Pending>,
+    /// About how many deliveries the outbox holds: an upper bound, from
+    /// the size of each index entry when its change was applied.
+    owed: usize,
 }
 
 /// A bound on an event's encoded size: its keys, and a generous allowance
@@ -147,11 +193,27 @@ impl Events {
         queue.next_seq += 1;
     }
 
-    fn forget_session(&mut self, session: SessionId) {
+    /// Ends a session's queue and subscriptions; returns their ids.
+    fn forget_session(&mut self, session: SessionId) -> Vec<u64> {
         self.queues.remove(&session);
-        for id in self.by_session.remove(&session).unwrap_or_default() {
-            self.drop_subscription(id);
+        let ids: Vec<u64> = self
+            .by_session
+            .remove(&session)
+            .unwrap_or_default()
+            .into_values()
+            .collect();
+        for id in &ids {
+            self.drop_subscription(*id);
         }
+        ids
+    }
+
+    /// Whether the session already has a subscription on `key` of this
+    /// kind, which subscribing again widens (`EV-5`).
+    pub(crate) fn subscribed(&self, session: SessionId, key: &str, prefix: bool) -> bool {
+        self.by_session
+            .get(&session)
+            .is_some_and(|mine| mine.contains_key(&(key.to_string(), prefix)))
     }
 
     fn drop_subscription(&mut self, id: u64) -> Option<Subscription> {
@@ -170,42 +232,126 @@ impl Events {
         Some(sub)
     }
 
-    /// Who hears of a change at `key`: exact subscriptions on it, and prefix
-    /// subscriptions on it or any ancestor (the root included).
-    fn covering(&self, key: &str, mask: u32) -> Vec<(u64, SessionId)> {
-        let mut ids: Vec<u64> = self.exact.get(key).into_iter().flatten().copied().collect();
+    /// Sends a change at `key` to the exact subscriptions on it and the
+    /// prefix subscriptions on it or any ancestor (the root included).
+    fn send_covering(&mut self, key: &str, mask: u32, change: Change) {
+        self.fan_out(Index::Exact, key, mask, key, change.clone());
         let mut prefix = Some(key);
         while let Some(p) = prefix {
-            ids.extend(self.prefixes.get(p).into_iter().flatten().copied());
+            self.fan_out(Index::Prefix, p, mask, key, change.clone());
             prefix = if p.is_empty() {
                 None
             } else {
                 Some(p.rfind('/').map_or("", |i| &p[..i]))
             };
         }
-        self.matching(ids, mask)
     }
 
-    /// Exact subscriptions on the parent of `key`, for child events.
-    fn parents_of(&self, key: &str, mask: u32) -> Vec<(u64, SessionId)> {
+    /// Sends a child change to the exact subscriptions on `key`'s parent.
+    fn send_parent(&mut self, key: &str, mask: u32, change: Change) {
         let parent = key.rfind('/').map_or("", |i| &key[..i]);
-        let ids = self
-            .exact
-            .get(parent)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect();
-        self.matching(ids, mask)
+        self.fan_out(Index::Exact, parent, mask, parent, change);
     }
 
-    fn matching(&self, ids: Vec<u64>, mask: u32) -> Vec<(u64, SessionId)> {
-        ids.into_iter()
-            .filter_map(|id| {
-                let sub = self.subscriptions.get(&id)?;
-                (sub.mask & mask != 0).then_some((id, sub.session))
-            })
-            .collect()
+    fn fan_out(&mut self, index: Index, entry: &str, mask: u32, key: &str, change: Change) {
+        let subscribers = match index {
+            Index::Exact => &self.exact,
+            Index::Prefix => &self.prefixes,
+        };
+        let Some(ids) = subscribers.get(entry) else {
+            return;
+        };
+        self.owed += ids.len();
+        let upto = ids.last().copied().unwrap_or(0);
+        self.outbox.push_back(Pending::FanOut(FanOut {
+            index,
+            entry: entry.to_string(),
+            mask,
+            key: key.to_string(),
+            change,
+            upto,
+            after: None,
+        }));
+    }
+
+    fn send_session(&mut self, session: SessionId, kind: EventKind) {
+        self.owed += 1;
+        self.outbox.push_back(Pending::Direct(session, kind));
+    }
+
+    /// Whether fan-out is behind by more than the master lets writes add
+    /// to (`EV-9`).
+    pub(crate) fn backlogged(&self, limit: usize) -> bool {
+        self.owed > limit
+    }
+
+    pub(crate) fn owes(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Queues what the outbox holds, looking at no more than `slice`
+    /// subscriptions, oldest change first. `live` says whether a session
+    /// may still hear anything.
+    fn drain(&mut self, mut slice: usize, live: impl Fn(SessionId) -> bool) {
+        while slice > 0 {
+            let Some(front) = self.outbox.front_mut() else {
+                break;
+            };
+            match front {
+                Pending::Direct(..) => {
+                    let Some(Pending::Direct(session, kind)) = self.outbox.pop_front() else {
+                        unreachable!("the front was a direct event");
+                    };
+                    if live(session) {
+                        self.push(session, kind);
+                        self.woken.insert(session);
+                    }
+                    self.owed = self.owed.saturating_sub(1);
+                    slice -= 1;
+                }
+                Pending::FanOut(job) => {
+                    let index = match job.index {
+                        Index::Exact => &self.exact,
+                        Index::Prefix => &self.prefixes,
+                    };
+                    let lower = match job.after {
+                        Some(after) => std::ops::Bound::Excluded(after),
+                        None => std::ops::Bound::Unbounded,
+                    };
+                    let range = (lower, std::ops::Bound::Included(job.upto));
+                    let ids: Vec<u64> = index
+                        .get(&job.entry)
+                        .map(|ids| ids.range(range).take(slice).copied().collect())
+                        .unwrap_or_default();
+                    let done = ids.len() < slice || ids.last() == Some(&job.upto);
+                    slice -= ids.len();
+                    self.owed = self.owed.saturating_sub(ids.len());
+                    job.after = ids.last().copied().or(job.after);
+                    let (mask, key, change) = (job.mask, job.key.clone(), job.change.clone());
+                    for id in ids {
+                        let Some(sub) = self.subscriptions.get(&id) else {
+                            continue;
+                        };
+                        if sub.mask & mask != 0 {
+                            let session = sub.session;
+                            let kind = EventKind::Node {
+                                subscription: id,
+                                key: key.clone(),
+                                change: change.clone(),
+                            };
+                            self.push(session, kind);
+                            self.woken.insert(session);
+                        }
+                    }
+                    if done {
+                        self.outbox.pop_front();
+                    }
+                }
+            }
+        }
+        if self.outbox.is_empty() {
+            self.owed = 0;
+        }
     }
 }
 
@@ -216,6 +362,7 @@ impl Master {
         key: String,
         prefix: bool,
         mask: u32,
+        peer: Option<std::net::IpAddr>,
     ) -> Result<Response, Error> {
         if self.state.session(session).is_none() {
             return Err(self.state.missing_session(session));
@@ -233,6 +380,22 @@ impl Master {
             ));
         }
         let events = &mut self.events;
+        let mine = events.by_session.entry(session).or_default();
+        if let Some(&id) = mine.get(&(key.clone(), prefix)) {
+            // The same again: one subscription hears what both asked for,
+            // so a client cannot multiply the master's fan-out by
+            // repeating itself.
+            if let Some(sub) = events.subscriptions.get_mut(&id) {
+                sub.mask |= mask;
+            }
+            return Ok(Response::Subscribed { subscription: id });
+        }
+        if mine.len() >= SUBSCRIPTIONS_PER_SESSION {
+            return Err(Error::new(
+                ErrorCode::LimitReached,
+                format!("a session may have at most {SUBSCRIPTIONS_PER_SESSION} subscriptions"),
+            ));
+        }
         if events.subscriptions.len() >= self.config.max_subscriptions {
             return Err(Error::new(
                 ErrorCode::LimitReached,
@@ -242,18 +405,11 @@ impl Master {
                 ),
             ));
         }
-        let mine = events.by_session.entry(session).or_default();
-        if mine.len() >= SUBSCRIPTIONS_PER_SESSION {
-            return Err(Error::new(
-                ErrorCode::LimitReached,
-                format!("a session may have at most {SUBSCRIPTIONS_PER_SESSION} subscriptions"),
-            ));
-        }
         events.next_subscription += 1;
         // Unique across masters too: a client's old ids never name a new
         // master's subscriptions (`FO-6`).
         let id = (self.config.epoch << 32) | events.next_subscription;
-        mine.insert(id);
+        mine.insert((key.clone(), prefix), id);
         let index = if prefix {
             &mut events.prefixes
         } else {
@@ -269,6 +425,9 @@ impl Master {
                 mask,
             },
         );
+        if let Some(peer) = peer {
+            self.quotas.subscriptions.take(id, peer, 1); // QUOTA-3
+        }
         Ok(Response::Subscribed { subscription: id })
     }
 
@@ -284,23 +443,19 @@ impl Master {
                 format!("the session has no subscription {id}"),
             ));
         }
-        events.drop_subscription(id);
-        if let Some(mine) = events.by_session.get_mut(&session) {
-            mine.remove(&id);
+        self.quotas.subscriptions.give_back(&id);
+        if let Some(sub) = events.drop_subscription(id) {
+            if let Some(mine) = events.by_session.get_mut(&session) {
+                mine.remove(&(sub.key, sub.prefix));
+            }
         }
         Ok(Response::Unsubscribed)
     }
 
-    /// Queues the events a state change means for each session, and answers
-    /// the held KeepAlive of every session that got one (`EV-3`).
+    /// Decides who hears of a state change (`EV-5`, `EV-6`). The events go
+    /// to the outbox, which `deliver_events` empties into the queues.
     pub(crate) fn publish(&mut self, event: &StateEvent) {
-        let mut deliveries: Vec<(SessionId, EventKind)> = Vec::new();
-        let node = |id: u64, key: &str, change: Change| EventKind::Node {
-            subscription: id,
-            key: key.to_string(),
-            change,
-        };
-        let ev = &self.events;
+        let ev = &mut self.events;
         match event {
             StateEvent::NodeChanged { key, change } => {
                 let (own, child, child_mask) = match change {
@@ -316,29 +471,17 @@ impl Master {
                         event_mask::CHILD_MODIFIED,
                     ),
                 };
-                for (id, s) in ev.covering(key, event_mask::CONTENTS) {
-                    deliveries.push((s, node(id, key, own.clone())));
-                }
-                for (id, s) in ev.parents_of(key, child_mask) {
-                    let parent = key.rfind('/').map_or("", |i| &key[..i]);
-                    deliveries.push((s, node(id, parent, child.clone())));
-                }
+                ev.send_covering(key, event_mask::CONTENTS, own);
+                ev.send_parent(key, child_mask, child);
             }
             StateEvent::NodeDeleted { key } => {
-                for (id, s) in ev.covering(key, event_mask::CONTENTS) {
-                    deliveries.push((s, node(id, key, Change::Deleted)));
-                }
-                let parent = key.rfind('/').map_or("", |i| &key[..i]);
-                for (id, s) in ev.parents_of(key, event_mask::CHILD_REMOVED) {
-                    let change = Change::ChildRemoved { child: key.clone() };
-                    deliveries.push((s, node(id, parent, change)));
-                }
+                ev.send_covering(key, event_mask::CONTENTS, Change::Deleted);
+                let change = Change::ChildRemoved { child: key.clone() };
+                ev.send_parent(key, event_mask::CHILD_REMOVED, change);
             }
             StateEvent::LockAcquired { key, session, .. } => {
-                for (id, s) in ev.covering(key, event_mask::LOCK_ACQUIRED) {
-                    let change = Change::LockAcquired { holder: *session };
-                    deliveries.push((s, node(id, key, change)));
-                }
+                let change = Change::LockAcquired { holder: *session };
+                ev.send_covering(key, event_mask::LOCK_ACQUIRED, change);
                 // Granted with others still in line: the new holder hears
                 // of the head of it at once, in the grant's own commit.
                 let head = self.state.locks().get(key).and_then(|l| l.waiters.front());
@@ -347,7 +490,7 @@ impl Master {
                         key: key.clone(),
                         waiter: head.session,
                     };
-                    deliveries.push((*session, kind));
+                    ev.send_session(*session, kind);
                 }
             }
             StateEvent::LockReleased {
@@ -355,12 +498,10 @@ impl Master {
                 session,
                 taken,
             } => {
-                for (id, s) in ev.covering(key, event_mask::LOCK_RELEASED) {
-                    let change = Change::LockReleased { holder: *session };
-                    deliveries.push((s, node(id, key, change)));
-                }
+                let change = Change::LockReleased { holder: *session };
+                ev.send_covering(key, event_mask::LOCK_RELEASED, change);
                 if *taken {
-                    deliveries.push((*session, EventKind::LockLost { key: key.clone() }));
+                    ev.send_session(*session, EventKind::LockLost { key: key.clone() });
                 }
             }
             StateEvent::LockWaiting { key, waiter } => {
@@ -374,26 +515,27 @@ impl Master {
                             key: key.clone(),
                             waiter: *waiter,
                         };
-                        deliveries.push((*holder, kind));
+                        ev.send_session(*holder, kind);
                     }
                 }
             }
             StateEvent::SessionEnded { id, .. } => {
-                self.events.forget_session(*id);
-                return;
+                for subscription in ev.forget_session(*id) {
+                    self.quotas.subscriptions.give_back(&subscription);
+                }
             }
-            _ => return,
+            _ => {}
         }
-        for (session, kind) in deliveries {
-            // Only live sessions have queues; one that just ended hears no more.
-            if self.state.session(session).is_some() {
-                self.events.push(session, kind);
-                // Answered once the whole command's events are queued:
-                // answering may end a session, whose events must come
-                // after these (`EV-1`).
-                self.events.woken.insert(session);
-            }
-        }
+    }
+
+    /// Queues a slice of the outbox (`EV-9`) and answers the held
+    /// KeepAlive of every session that got events (`EV-3`). Only live
+    /// sessions have queues: one that ended hears no more.
+    pub(crate) fn deliver_events(&mut self) {
+        let state = &self.state;
+        self.events
+            .drain(FANOUT_SLICE, |session| state.session(session).is_some());
+        self.wake();
     }
 
     /// Answers the held KeepAlives of sessions that got events.

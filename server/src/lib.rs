@@ -32,6 +32,7 @@ mod keepalive;
 mod lease;
 mod lock;
 mod master;
+mod memory;
 mod memstore;
 mod namespace;
 mod node;

@@ -189,8 +189,11 @@ pub(crate) struct Master {
     commit: Option<Committer>,
     /// Set when the store failed: the master stops.
     failed: bool,
-    /// What each peer address has taken of shared resources (`QUOTA-1`).
-    quotas: crate::quota::Quotas,
+    /// What each peer address has taken of shared resources ("Quotas").
+    pub(crate) quotas: crate::quota::Quotas,
+    /// The peer address of the request being handled, which nodes it
+    /// writes are counted against (`QUOTA-5`).
+    acting_peer: Option<std::net::IpAddr>,
     /// How many `apply` calls are under way (one inside another's events).
     depth: u32,
     /// Commands to apply once the current one is finished.
@@ -232,6 +235,7 @@ impl Master {
             commit: start.commit,
             failed: false,
             quotas: Default::default(),
+            acting_peer: None,
             depth: 0,
             deferred: Default::default(),
             failover_pending: Default::default(),
@@ -287,6 +291,9 @@ impl Master {
         tokio::pin!(session_timer);
         let mut armed: Option<Millis> = None;
         loop {
+            if self.events.owes() {
+                self.deliver_events();
+            }
             let next = self.leases.next_due();
             if next != armed {
                 if let Some(due) = next {
@@ -313,7 +320,9 @@ impl Master {
                     Some(call) => self.handle(call),
                     None => break,
                 },
-                                () = &mut shutdown => break,
+                () = &mut shutdown => break,
+                // Fan-out left to do: go round again for its next slice.
+                () = std::future::ready(()), if self.events.owes() => {}
             }
             if self.failed {
                 break;
@@ -394,12 +403,24 @@ impl Master {
             );
             return self.deliver(call.reply, Err(refusal)); // STORE-5
         }
+        if self.events.backlogged(self.config.fanout_backlog) && writes(&call.request) {
+            let refusal = Error::new(
+                ErrorCode::Congested {
+                    retry_after_ms: CONGESTED_RETRY_MS,
+                },
+                "the master is behind telling subscribers of earlier writes: nothing was done; retry",
+            );
+            return self.deliver(call.reply, Err(refusal)); // EV-9
+        }
         // A peer that leaves its replies unread gets nothing more to leave
         // unread, and nothing is done for it, but its leases are kept
         // (`CONN-9`).
         if !matches!(call.request, Request::KeepAlive(_)) && self.congested(&call.reply) {
             let refusal = self.congested_refusal();
             return self.deliver(call.reply, Err(refusal));
+        }
+        if let Some(refusal) = self.over_quota(&call.request, call.peer) {
+            return self.deliver(call.reply, Err(refusal)); // QUOTA-1..QUOTA-5
         }
         if let Some(session) = acting_for(&call.request) {
             if self.failover_pending.contains(&session) {
@@ -414,6 +435,13 @@ impl Master {
                 return self.deliver(call.reply, Err(error));
             }
         }
+        self.acting_peer = call.peer;
+        self.serve(call, now);
+        self.acting_peer = None;
+    }
+
+    /// Carries out a request that passed the checks every request passes.
+    fn serve(&mut self, call: Call, now: Millis) {
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
             Request::Watch {
@@ -421,13 +449,13 @@ impl Master {
                 after_index,
                 timeout_ms,
             } => return self.watch(key, after_index, timeout_ms, call.reply),
-            Request::Acquire(acquire) => return self.acquire(acquire, call.reply, now),
+            Request::Acquire(acquire) => return self.acquire(acquire, call.reply, call.peer, now),
             Request::Subscribe {
                 session,
                 key,
                 prefix,
                 mask,
-            } => self.subscribe(session.id, key, prefix, mask),
+            } => self.subscribe(session.id, key, prefix, mask, call.peer),
             Request::Unsubscribe {
                 session,
                 subscription,
@@ -556,7 +584,7 @@ impl Master {
                 };
                 self.apply(command, now).and_then(|applied| match applied {
                     Applied::SessionCreated(s) => Ok(Response::SessionCreated {
-                        session: s.id,
+                        session: self.counted_session(s.id, call.peer),
                         secret: s.secret,
                         epoch: self.config.epoch,
                         lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
@@ -602,47 +630,31 @@ impl Master {
             }
             Request::SetCheck { name, status, note } => {
                 let creating = self.state.checks.get(&name).is_none();
-                let over_quota = match call.peer {
-                    Some(peer) if creating => {
-                        let limit = self.config.max_checks_per_peer;
-                        (self.quotas.checks_of(peer) >= limit).then(|| {
-                            Error::new(
-                                ErrorCode::LimitReached,
-                                format!("{peer} has created its maximum of {limit} health checks"),
-                            )
+                self.apply(
+                    Command::SetCheck {
+                        name: name.clone(),
+                        status,
+                        note,
+                    },
+                    now,
+                )
+                .and_then(|applied| match applied {
+                    Applied::CheckSet { index, invalidated } => {
+                        if let (true, Some(peer)) = (creating, call.peer) {
+                            self.quotas.checks.take(name, peer, 1);
+                        }
+                        Ok(Response::CheckSet {
+                            index,
+                            invalidated_total: invalidated.len() as u64,
+                            invalidated: capped(invalidated),
                         })
                     }
-                    _ => None,
-                };
-                match over_quota {
-                    Some(refusal) => Err(refusal), // QUOTA-1
-                    None => self
-                        .apply(
-                            Command::SetCheck {
-                                name: name.clone(),
-                                status,
-                                note,
-                            },
-                            now,
-                        )
-                        .and_then(|applied| match applied {
-                            Applied::CheckSet { index, invalidated } => {
-                                if let (true, Some(peer)) = (creating, call.peer) {
-                                    self.quotas.check_created(&name, peer);
-                                }
-                                Ok(Response::CheckSet {
-                                    index,
-                                    invalidated_total: invalidated.len() as u64,
-                                    invalidated: capped(invalidated),
-                                })
-                            }
-                            other => Err(mismatch(other)),
-                        }),
-                }
+                    other => Err(mismatch(other)),
+                })
             }
             Request::DeleteCheck { name } => self
                 .apply(Command::DeleteCheck { name: name.clone() }, now)
-                .inspect(|_| self.quotas.check_deleted(&name))
+                .inspect(|_| self.quotas.checks.give_back(&name))
                 .and_then(|applied| match applied {
                     Applied::CheckDeleted { index, invalidated } => Ok(Response::CheckDeleted {
                         index,
@@ -662,6 +674,79 @@ impl Master {
             }
         };
         self.deliver(call.reply, reply);
+    }
+
+    /// The refusal of a request that would take `peer` past one of its
+    /// quotas (`QUOTA-1`..`QUOTA-5`).
+    fn over_quota(&self, request: &Request, peer: Option<std::net::IpAddr>) -> Option<Error> {
+        use crate::quota::over;
+        let (c, q) = (&self.config, &self.quotas);
+        let node_bytes = |key: &str, contents: usize| (key.len() + contents) as u64;
+        match request {
+            Request::CreateSession(_) => over(
+                peer,
+                |p| q.sessions.used(p) + 1,
+                c.max_sessions_per_peer,
+                "live sessions",
+            ),
+            Request::SetCheck { name, .. } if self.state.checks.get(name).is_none() => over(
+                peer,
+                |p| q.checks.used(p) + 1,
+                c.max_checks_per_peer,
+                "health checks",
+            ),
+            Request::Subscribe {
+                session,
+                key,
+                prefix,
+                ..
+            } if !self.events.subscribed(session.id, key, *prefix) => over(
+                peer,
+                |p| q.subscriptions.used(p) + 1,
+                c.max_subscriptions_per_peer,
+                "subscriptions",
+            ),
+            Request::Put(put) => over(
+                peer,
+                |p| {
+                    q.bytes
+                        .used_with(p, &put.key, node_bytes(&put.key, put.contents.len()))
+                },
+                c.max_bytes_per_peer,
+                "bytes of nodes",
+            ),
+            Request::Acquire(a) => {
+                let waiting = a.wait_ms.is_some().then(|| {
+                    over(
+                        peer,
+                        |p| q.waiters.used(p) + 1,
+                        c.max_waiters_per_peer,
+                        "acquires waiting",
+                    )
+                });
+                let writing = a.contents.as_ref().map(|contents| {
+                    over(
+                        peer,
+                        |p| {
+                            q.bytes
+                                .used_with(p, &a.key, node_bytes(&a.key, contents.len()))
+                        },
+                        c.max_bytes_per_peer,
+                        "bytes of nodes",
+                    )
+                });
+                waiting.flatten().or(writing.flatten())
+            }
+            _ => None,
+        }
+    }
+
+    /// Counts a new session against the peer that created it (`QUOTA-2`).
+    fn counted_session(&mut self, id: SessionId, peer: Option<std::net::IpAddr>) -> SessionId {
+        if let Some(peer) = peer {
+            self.quotas.sessions.take(id, peer, 1);
+        }
+        id
     }
 
     /// Applies a command to the state machine and carries out its events.
@@ -690,8 +775,10 @@ impl Master {
         self.depth -= 1;
         if self.depth == 0 {
             // Work that applies commands of its own waits until this
-            // command's events are all out, so events stay in order.
-            self.wake();
+            // command's events are decided, so events stay in order; a
+            // small fan-out is queued at once, a large one a slice at a
+            // time between timers and requests (`EV-9`).
+            self.deliver_events();
             while let Some(command) = self.deferred.pop_front() {
                 let _ = self.apply(command, self.now());
             }
@@ -714,7 +801,17 @@ impl Master {
             StateEvent::LockAcquired { .. }
             | StateEvent::LockReleased { .. }
             | StateEvent::LockWaiting { .. } => {}
-            StateEvent::NodeChanged { key, .. } | StateEvent::NodeDeleted { key } => {
+            StateEvent::NodeChanged { key, .. } => {
+                if let (Some(peer), Some(node)) =
+                    (self.acting_peer, self.state.namespace().get(&key))
+                {
+                    let bytes = (key.len() + node.contents.len()) as u64;
+                    self.quotas.bytes.take(key.clone(), peer, bytes); // QUOTA-5
+                }
+                self.wake_watchers(&key);
+            }
+            StateEvent::NodeDeleted { key } => {
+                self.quotas.bytes.give_back(&key);
                 self.wake_watchers(&key);
             }
             StateEvent::LockGranted {
@@ -730,6 +827,7 @@ impl Master {
             }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
+                self.quotas.sessions.give_back(&id);
                 self.failover_pending.remove(&id);
                 self.unheard.remove(&id);
                 // A KeepAlive held for it is answered at once (`KA-7`).
@@ -1030,5 +1128,152 @@ mod tests {
         tokio::time::advance(LEASE).await;
         master.fire_session_timers();
         assert!(master.state.session(session.id).is_none());
+    }
+
+    /// A master in memory with `n` sessions, each subscribed to every
+    /// key (a prefix subscription on the root).
+    fn watched_by(n: usize, config: Config) -> (Master, Vec<SessionToken>) {
+        let mut config = config;
+        let start = crate::recovery::open(&mut config).unwrap();
+        let mut master = Master::new(config, start);
+        let sessions = (0..n).map(|_| subscribed(&mut master)).collect();
+        (master, sessions)
+    }
+
+    fn subscribed(master: &mut Master) -> SessionToken {
+        let created = call(
+            master,
+            Request::CreateSession(CreateSession {
+                name: "watcher".into(),
+                lease_ms: None,
+                lock_delay_ms: None,
+                behavior: Behavior::Release,
+                checks: Vec::new(),
+            }),
+        );
+        let Ok(Response::SessionCreated {
+            session, secret, ..
+        }) = created
+        else {
+            panic!("expected a session, got {created:?}");
+        };
+        let token = SessionToken {
+            id: session,
+            secret,
+        };
+        let subscribe = Request::Subscribe {
+            session: token,
+            key: String::new(),
+            prefix: true,
+            mask: leasehold_protocol::event_mask::CONTENTS,
+        };
+        assert!(call(master, subscribe).is_ok());
+        token
+    }
+
+    fn put(key: &str) -> Request {
+        Request::Put(leasehold_protocol::Put {
+            key: key.into(),
+            contents: Vec::new(),
+            flags: 0,
+            cas: None,
+            ephemeral: None,
+        })
+    }
+
+    fn told(master: &Master, sessions: &[SessionToken]) -> usize {
+        sessions
+            .iter()
+            .filter(|s| master.events.has_pending(s.id))
+            .count()
+    }
+
+    fn heard(master: &Master, session: SessionToken) -> Vec<String> {
+        master
+            .events
+            .pending(session.id, usize::MAX)
+            .into_iter()
+            .map(|e| match e.kind {
+                leasehold_protocol::EventKind::Node { key, .. } => key,
+                other => panic!("expected a node event, got {other:?}"),
+            })
+            .collect()
+    }
+
+    // EV-9
+    #[tokio::test]
+    async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
+        let n = crate::events::FANOUT_SLICE + 100;
+        let (mut master, sessions) = watched_by(n, Config::default());
+        assert!(call(&mut master, put("k")).is_ok());
+        assert_eq!(told(&master, &sessions), crate::events::FANOUT_SLICE);
+        assert!(master.events.owes());
+        master.deliver_events();
+        assert_eq!(told(&master, &sessions), n);
+        assert!(!master.events.owes());
+    }
+
+    // EV-1, EV-9
+    #[tokio::test]
+    async fn events_of_a_later_change_come_after_those_still_owed() {
+        let n = crate::events::FANOUT_SLICE + 100;
+        let (mut master, sessions) = watched_by(n, Config::default());
+        let last = sessions[n - 1];
+        assert!(call(&mut master, put("a")).is_ok());
+        assert!(call(&mut master, put("b")).is_ok());
+        while master.events.owes() {
+            master.deliver_events();
+        }
+        assert_eq!(heard(&master, last), ["a", "b"]);
+        assert_eq!(heard(&master, sessions[0]), ["a", "b"]);
+    }
+
+    // EV-9
+    #[tokio::test]
+    async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
+        let n = crate::events::FANOUT_SLICE + 100;
+        let (mut master, _) = watched_by(n, Config::default());
+        assert!(call(&mut master, put("a")).is_ok());
+        assert!(master.events.owes());
+        let late = subscribed(&mut master);
+        while master.events.owes() {
+            master.deliver_events();
+        }
+        assert_eq!(heard(&master, late), Vec::<String>::new());
+    }
+
+    // EV-9, ERR-16
+    #[tokio::test]
+    async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_after() {
+        let config = Config {
+            fanout_backlog: 2 * crate::events::FANOUT_SLICE,
+            ..Config::default()
+        };
+        let (mut master, sessions) = watched_by(crate::events::FANOUT_SLICE + 1_000, config);
+        // Each write adds more than a slice's worth, so the debt grows.
+        let mut refused = None;
+        for n in 0..100 {
+            if let Err(e) = call(&mut master, put(&format!("k{n}"))) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let refused = refused.expect("a write refused once the fan-out fell behind");
+        assert!(
+            matches!(refused.code, ErrorCode::Congested { .. }),
+            "{refused:?}"
+        );
+        // Reads and KeepAlives are still served.
+        let keepalive = Request::KeepAlive(KeepAlive {
+            session: sessions[0],
+            epoch: master.config.epoch,
+            acked_seq: 0,
+            hold: false,
+        });
+        assert!(call(&mut master, keepalive).is_ok());
+        while master.events.owes() {
+            master.deliver_events();
+        }
+        assert!(call(&mut master, put("after")).is_ok());
     }
 }

@@ -93,6 +93,7 @@ pub async fn run<L: Listener>(
     let all_queued_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::pin!(shutdown);
     let mut backoff = Duration::from_millis(10);
+    let mut trim = crate::memory::Trim::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -149,6 +150,7 @@ pub async fn run<L: Listener>(
             },
             // Reap finished connections so the set does not grow.
             Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
+                trim.connection_ended();
                 if let Ok(ip) = ended {
                     if let Some(n) = per_peer.get_mut(&ip) {
                         *n -= 1;
@@ -159,7 +161,8 @@ pub async fn run<L: Listener>(
                 }
             }
             Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
-                        () = &mut shutdown => break,
+            () = trim.due() => trim.run(),
+            () = &mut shutdown => break,
             // The master stops by itself only when its store failed.
             _ = &mut task => {
                 master_failed = true;

@@ -249,7 +249,7 @@ async fn a_peer_address_creates_at_most_its_quota_of_health_checks() {
     let refused = greedy.call(set_check("c")).await.unwrap_err();
     assert_eq!(refused.code, ErrorCode::LimitReached);
     assert!(
-        refused.message.contains("maximum of 2 health checks"),
+        refused.message.contains("quota of 2 health checks"),
         "{}",
         refused.message
     );

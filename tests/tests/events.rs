@@ -354,3 +354,66 @@ async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_lin
         [conflict(line.c)]
     );
 }
+
+// EV-5
+#[tokio::test]
+async fn subscribing_again_to_a_key_widens_the_one_subscription_instead_of_adding_one() {
+    let server = start(short_lease_config()).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    let first = conn
+        .subscribe(session, "cfg", false, event_mask::CONTENTS)
+        .await;
+    // More than a session's cap of 1024: repeats cost the master nothing.
+    for _ in 0..1_500 {
+        let again = conn
+            .subscribe(session, "cfg", false, event_mask::CONTENTS)
+            .await;
+        assert_eq!(again, first);
+    }
+    let widened = conn
+        .subscribe(session, "cfg", false, event_mask::LOCK_ACQUIRED)
+        .await;
+    assert_eq!(widened, first);
+    let below = conn
+        .subscribe(session, "cfg", true, event_mask::CONTENTS)
+        .await;
+    assert_ne!(below, first, "a prefix subscription is another kind");
+    conn.put("cfg", "1").await;
+    let acquire = Request::Acquire(Acquire {
+        key: "cfg".into(),
+        session,
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+    });
+    conn.call(acquire).await.unwrap();
+    conn.keepalive_acking(session, false, 0).await;
+    let heard: Vec<(u64, Change)> = events(&mut conn)
+        .await
+        .into_iter()
+        .map(|e| match e.kind {
+            EventKind::Node {
+                subscription,
+                change,
+                ..
+            } => (subscription, change),
+            other => panic!("expected a node event, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        heard,
+        [
+            (first, Change::Created),
+            (below, Change::Created),
+            (first, Change::LockAcquired { holder: session.id }),
+        ]
+    );
+    // One Unsubscribe ends it, however often it was asked for.
+    let unsubscribe = Request::Unsubscribe {
+        session,
+        subscription: first,
+    };
+    conn.call(unsubscribe.clone()).await.unwrap();
+    assert!(conn.call(unsubscribe).await.is_err());
+}

@@ -242,3 +242,89 @@ async fn events_that_outgrow_a_frame_arrive_over_several_replies() {
         );
     }
 }
+
+// EV-5, EV-7
+#[tokio::test]
+async fn streams_on_the_same_key_share_a_subscription_and_each_hears_its_own_mask() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("w"))
+        .await
+        .unwrap();
+    let mut contents = session
+        .subscribe("cfg", SubscribeOptions::exact().mask(event_mask::CONTENTS))
+        .await
+        .unwrap();
+    let mut locks = session
+        .subscribe(
+            "cfg",
+            SubscribeOptions::exact().mask(event_mask::LOCK_ACQUIRED),
+        )
+        .await
+        .unwrap();
+    assert_eq!(contents.id(), locks.id(), "one subscription on the master");
+    client.put("cfg", "1", PutOptions::new()).await.unwrap();
+    let guard = session.lock("cfg", LockOptions::exclusive()).await.unwrap();
+    assert_eq!(next(&mut contents).await, changed("cfg", Change::Created));
+    assert_eq!(
+        next(&mut locks).await,
+        changed(
+            "cfg",
+            Change::LockAcquired {
+                holder: session.id()
+            }
+        )
+    );
+    guard.release().await.unwrap();
+    client.put("cfg", "2", PutOptions::new()).await.unwrap();
+    // Had `locks` heard the contents change, it would come before this.
+    assert_eq!(next(&mut contents).await, changed("cfg", Change::Modified));
+    drop(locks);
+}
+
+// EV-5
+#[tokio::test]
+async fn ending_one_stream_leaves_another_on_the_same_key_hearing() {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("w"))
+        .await
+        .unwrap();
+    let mut kept = session
+        .subscribe("cfg", SubscribeOptions::exact())
+        .await
+        .unwrap();
+    let cancelled = session
+        .subscribe("cfg", SubscribeOptions::exact())
+        .await
+        .unwrap();
+    cancelled.cancel().await.unwrap();
+    // Dropped and made again at once: the unsubscribe it sends must not
+    // end the new stream's subscription.
+    let dropped = session
+        .subscribe("cfg", SubscribeOptions::exact())
+        .await
+        .unwrap();
+    drop(dropped);
+    let mut again = session
+        .subscribe("cfg", SubscribeOptions::exact())
+        .await
+        .unwrap();
+    client.put("cfg", "1", PutOptions::new()).await.unwrap();
+    assert_eq!(next(&mut kept).await, changed("cfg", Change::Created));
+    assert_eq!(next(&mut again).await, changed("cfg", Change::Created));
+    // The last stream gone, the master's subscription goes too.
+    let id = kept.id();
+    kept.cancel().await.unwrap();
+    again.cancel().await.unwrap();
+    let (mut raw, _) = leasehold_tests::raw::RawConnection::open(server.addr).await;
+    let refused = raw
+        .call(leasehold_protocol::Request::Unsubscribe {
+            session: session.token(),
+            subscription: id,
+        })
+        .await;
+    assert!(refused.is_err(), "still subscribed: {refused:?}");
+}

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{
-    event_mask, Acquire, Authority, Behavior, CheckStatus, ClientFrame, CreateSession, ErrorCode,
-    EventKind, Hello, KeepAlive, LockMode, Put, Request, Response, Sequencer, SessionId,
+    event_mask, Acquire, Authority, Behavior, Change, CheckStatus, ClientFrame, CreateSession,
+    ErrorCode, EventKind, Hello, KeepAlive, LockMode, Put, Request, Response, Sequencer, SessionId,
     SessionSecret, SessionToken, Welcome, MAGIC,
 };
 
@@ -132,6 +132,7 @@ pub(super) fn all() -> Vec<Case> {
         ),
         case!(&["EV-2"], unacknowledged_events_are_sent_again),
         case!(&["EV-5", "EV-6"], subscriptions_and_lock_conflicts),
+        case!(&["EV-5"], a_repeated_subscription_is_the_same_one),
         case!(
             &["CHK-1", "CHK-2", "CHK-3", "CHK-5"],
             a_critical_check_ends_its_sessions
@@ -1225,6 +1226,57 @@ async fn subscriptions_and_lock_conflicts(ctx: Ctx) -> Check {
                     waiter: waiter.id
                 }),
             "no LockConflict for the holder: {events:?}"
+        ),
+        other => return Err(format!("{other:?}")),
+    }
+    Ok(())
+}
+
+async fn a_repeated_subscription_is_the_same_one(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("repeated");
+    let mut ids = Vec::new();
+    for mask in [
+        event_mask::CONTENTS,
+        event_mask::CONTENTS,
+        event_mask::CHILD_ADDED,
+    ] {
+        let subscribe = Request::Subscribe {
+            session: s,
+            key: k.clone(),
+            prefix: false,
+            mask,
+        };
+        match conn.call(subscribe).await {
+            Ok(Response::Subscribed { subscription }) => ids.push(subscription),
+            other => return Err(format!("Subscribe: {other:?}")),
+        }
+    }
+    ensure!(
+        ids.windows(2).all(|w| w[0] == w[1]),
+        "the same key and kind got several subscriptions: {ids:?}"
+    );
+    let child = format!("{k}/c");
+    let put = Request::Put(Put {
+        key: child.clone(),
+        contents: Vec::new(),
+        flags: 0,
+        cas: None,
+        ephemeral: None,
+    });
+    conn.call(put).await.map_err(|e| format!("Put: {e:?}"))?;
+    match conn.call(keepalive(s, &w, 0, false)).await {
+        Ok(Response::KeepAlive { events, .. }) => ensure!(
+            events.iter().any(|e| e.kind
+                == EventKind::Node {
+                    subscription: ids[0],
+                    key: k.clone(),
+                    change: Change::ChildAdded {
+                        child: child.clone()
+                    }
+                }),
+            "the widened mask heard no ChildAdded: {events:?}"
         ),
         other => return Err(format!("{other:?}")),
     }

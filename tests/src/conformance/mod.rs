@@ -102,10 +102,34 @@ impl Outcome {
 
 /// SPEC rules a client cannot observe over the wire, and why.
 pub const UNOBSERVABLE: &[(&str, &str)] = &[
+    (
+        "CONN-12",
+        "the master's memory, read from outside its process; cli/tests/abuse.rs",
+    ),
+    (
+        "EV-9",
+        "the order of the master's own work; server/src/events.rs tests and `leasehold-bench noisy`",
+    ),
     ("AUTH-5", "what the master writes to its log and its log lines"),
     (
         "QUOTA-1",
         "needs a second peer address and a thousand checks; tests/tests/connection_limits.rs",
+    ),
+    (
+        "QUOTA-2",
+        "needs a second peer address and 100,000 sessions; tests/tests/quotas.rs",
+    ),
+    (
+        "QUOTA-3",
+        "needs a second peer address and 100,000 subscriptions; tests/tests/quotas.rs",
+    ),
+    (
+        "QUOTA-4",
+        "needs a second peer address and 100,000 waiting acquires; tests/tests/quotas.rs",
+    ),
+    (
+        "QUOTA-5",
+        "needs a second peer address and 256 MiB of nodes; tests/tests/quotas.rs",
     ),
     (
         "WIRE-5",

@@ -1,0 +1,55 @@
+//! Gives memory freed after a burst back to the operating system.
+//!
+//! glibc's allocator keeps what is freed in its arenas for reuse, so a
+//! master that served a burst (replies queued up to their budgets, many
+//! connections at once) would otherwise keep its peak footprint until it
+//! exits. After connections end, at most once per [`TRIM_DELAY`], the
+//! master asks the allocator to hand free pages back.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long after a connection ends the master gives memory back: closes
+/// come in bursts, and one trim after the burst does for all of them.
+pub(crate) const TRIM_DELAY: Duration = Duration::from_secs(2);
+
+/// When the next trim is due, if one is.
+#[derive(Debug, Default)]
+pub(crate) struct Trim {
+    due: Option<Instant>,
+}
+
+impl Trim {
+    /// A connection ended: what it held is free now.
+    pub(crate) fn connection_ended(&mut self) {
+        self.due.get_or_insert_with(|| Instant::now() + TRIM_DELAY);
+    }
+
+    /// Resolves when a trim is due; never when none is.
+    pub(crate) async fn due(&self) {
+        match self.due {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Gives free memory back, off the async threads, since walking the
+    /// allocator's arenas takes a while on a large heap.
+    pub(crate) fn run(&mut self) {
+        self.due = None;
+        tokio::task::spawn_blocking(give_back_free_memory);
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_back_free_memory() {
+    // SAFETY: malloc_trim only walks the allocator's own structures, under
+    // its locks; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_back_free_memory() {}
