@@ -26,6 +26,11 @@ pub const DEFAULT_MAX_SESSIONS_PER_PEER: usize = 100_000;
 /// Subscriptions one peer address may have made (`QUOTA-3`): a tenth of
 /// the master's cap.
 pub const DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER: usize = 100_000;
+/// Bytes of events that may wait for the sessions one peer address
+/// created (`EV-4`).
+pub const DEFAULT_EVENT_BYTES_PER_PEER: usize = 64 << 20;
+/// Bytes of events that may wait for all sessions (`EV-4`).
+pub const DEFAULT_ALL_EVENT_BYTES: usize = 256 << 20;
 /// Acquires one peer address may have waiting (`QUOTA-4`).
 pub const DEFAULT_MAX_WAITERS_PER_PEER: usize = 100_000;
 /// Bytes of nodes (keys and contents) one peer address may have written
@@ -113,6 +118,10 @@ pub struct Config {
     /// Event deliveries the master may owe before it refuses writes
     /// (`EV-9`).
     pub fanout_backlog: usize,
+    /// Bytes of events that may wait for the sessions one peer address
+    /// created, and for all sessions (`EV-4`).
+    pub event_bytes_per_peer: usize,
+    pub all_event_bytes: usize,
     /// Health checks one peer address may create (`QUOTA-1`).
     pub max_checks_per_peer: usize,
     /// Live sessions one peer address may have created (`QUOTA-2`).
@@ -175,6 +184,8 @@ impl Default for Config {
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             fanout_backlog: crate::events::FANOUT_BACKLOG,
+            event_bytes_per_peer: DEFAULT_EVENT_BYTES_PER_PEER,
+            all_event_bytes: DEFAULT_ALL_EVENT_BYTES,
             max_checks_per_peer: DEFAULT_MAX_CHECKS_PER_PEER,
             max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,
             max_subscriptions_per_peer: DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER,

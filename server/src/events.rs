@@ -5,7 +5,8 @@
 //! fail-over event. What changed comes from the state machine's events; this
 //! module decides who hears of it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::IpAddr;
 
 use leasehold_protocol::{
     event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId,
@@ -23,8 +24,8 @@ pub const EVENTS_PER_REPLY: usize = 256;
 /// Subscriptions one session may have (`EV-5`).
 pub const SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 /// Subscriptions the master looks at in one slice of fan-out, between its
-/// timers and requests (`EV-9`): about a millisecond of work.
-pub(crate) const FANOUT_SLICE: usize = 4096;
+/// timers and requests (`EV-9`): a millisecond or a few of work.
+pub(crate) const FANOUT_SLICE: usize = 1024;
 /// Deliveries the master may owe before it refuses writes (`EV-9`).
 pub(crate) const FANOUT_BACKLOG: usize = 1 << 18;
 
@@ -41,6 +42,28 @@ struct Queue {
     /// Sequence number of the next event; the first is 1 (`EV-1`).
     next_seq: u64,
     pending: VecDeque<Event>,
+    /// The encoded size of `pending`.
+    bytes: usize,
+    /// The peer address that created the session, whose budget the queue
+    /// counts against (`EV-4`).
+    owner: Option<IpAddr>,
+}
+
+/// How many bytes of events may wait, for one peer address's sessions and
+/// for all sessions (`EV-4`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventBudget {
+    pub(crate) per_peer: usize,
+    pub(crate) all: usize,
+}
+
+impl Default for EventBudget {
+    fn default() -> Self {
+        EventBudget {
+            per_peer: usize::MAX,
+            all: usize::MAX,
+        }
+    }
 }
 
 /// Which index a fan-out walks.
@@ -95,12 +118,21 @@ pub(crate) struct Events {
     /// About how many deliveries the outbox holds: an upper bound, from
     /// the size of each index entry when its change was applied.
     owed: usize,
+    /// Bytes of events waiting, in all and by the peer address that
+    /// created their sessions (`EV-4`).
+    queued_bytes: usize,
+    queued_by_peer: HashMap<IpAddr, usize>,
+    pub(crate) budget: EventBudget,
 }
 
 /// A bound on an event's encoded size: its keys, and a generous allowance
 /// for the rest (ids, sequence number, tags).
 fn encoded_size(event: &Event) -> usize {
-    let keys = match &event.kind {
+    encoded_size_of(&event.kind)
+}
+
+fn encoded_size_of(kind: &EventKind) -> usize {
+    let keys = match kind {
         EventKind::Node { key, change, .. } => {
             key.len()
                 + match change {
@@ -120,8 +152,26 @@ impl Events {
     /// Drops what the client has acknowledged (`EV-2`).
     pub(crate) fn acknowledge(&mut self, session: SessionId, acked: u64) {
         if let Some(queue) = self.queues.get_mut(&session) {
+            let mut freed = 0;
             while queue.pending.front().is_some_and(|e| e.seq <= acked) {
-                queue.pending.pop_front();
+                freed += queue.pending.pop_front().map_or(0, |e| encoded_size(&e));
+            }
+            queue.bytes -= freed;
+            let owner = queue.owner;
+            self.release(owner, freed);
+        }
+    }
+
+    /// Gives back `bytes` of queued events to the master's and `owner`'s
+    /// budgets.
+    fn release(&mut self, owner: Option<IpAddr>, bytes: usize) {
+        self.queued_bytes -= bytes;
+        if let Some(peer) = owner {
+            if let Some(used) = self.queued_by_peer.get_mut(&peer) {
+                *used -= bytes;
+                if *used == 0 {
+                    self.queued_by_peer.remove(&peer);
+                }
             }
         }
     }
@@ -155,7 +205,9 @@ impl Events {
     /// Queues the fail-over event a recovered session must acknowledge
     /// before anything but KeepAlives is served for it (`FO-5`).
     pub(crate) fn push_failover(&mut self, session: SessionId, epoch: u64) {
-        self.push(session, EventKind::Failover { epoch });
+        // A recovered session's creator is not known (quotas are soft
+        // state), so its queue counts against the master's budget alone.
+        self.push(session, EventKind::Failover { epoch }, None);
     }
 
     /// Whether the session's fail-over event still waits to be
@@ -168,34 +220,56 @@ impl Events {
         })
     }
 
-    fn push(&mut self, session: SessionId, kind: EventKind) {
+    /// Queues `kind` for `session`, created by `owner`. An event past the
+    /// queue's length, its creator's budget or the master's replaces
+    /// everything queued with one `EventsLost` (`EV-4`).
+    fn push(&mut self, session: SessionId, kind: EventKind, owner: Option<IpAddr>) {
+        let size = encoded_size_of(&kind);
         let queue = self.queues.entry(session).or_insert_with(|| Queue {
             next_seq: 1,
-            pending: VecDeque::new(),
+            owner,
+            ..Queue::default()
         });
-        if queue.pending.len() >= EVENT_QUEUE {
+        let owner = queue.owner;
+        let peer_used = owner.map_or(0, |p| self.queued_by_peer.get(&p).copied().unwrap_or(0));
+        let full = queue.pending.len() >= EVENT_QUEUE
+            || peer_used + size > self.budget.per_peer
+            || self.queued_bytes + size > self.budget.all;
+        let kind = if full {
             // The fail-over event stays: the client must still hear of the
             // new master and acknowledge it (`FO-5`).
             queue
                 .pending
                 .retain(|e| matches!(e.kind, EventKind::Failover { .. }));
-            queue.pending.push_back(Event {
-                seq: queue.next_seq,
-                kind: EventKind::EventsLost,
-            });
-            queue.next_seq += 1;
+            let kept: usize = queue.pending.iter().map(encoded_size).sum();
+            let freed = queue.bytes - kept;
+            queue.bytes = kept;
+            self.release(owner, freed);
+            EventKind::EventsLost
+        } else {
+            kind
+        };
+        let Some(queue) = self.queues.get_mut(&session) else {
             return;
-        }
+        };
+        let size = encoded_size_of(&kind);
         queue.pending.push_back(Event {
             seq: queue.next_seq,
             kind,
         });
         queue.next_seq += 1;
+        queue.bytes += size;
+        self.queued_bytes += size;
+        if let Some(peer) = owner {
+            *self.queued_by_peer.entry(peer).or_default() += size;
+        }
     }
 
     /// Ends a session's queue and subscriptions; returns their ids.
     fn forget_session(&mut self, session: SessionId) -> Vec<u64> {
-        self.queues.remove(&session);
+        if let Some(queue) = self.queues.remove(&session) {
+            self.release(queue.owner, queue.bytes);
+        }
         let ids: Vec<u64> = self
             .by_session
             .remove(&session)
@@ -285,14 +359,21 @@ impl Events {
         self.owed > limit
     }
 
+    /// About how many deliveries are owed (an upper bound).
+    #[cfg(test)]
+    pub(crate) fn owed(&self) -> usize {
+        self.owed
+    }
+
     pub(crate) fn owes(&self) -> bool {
         !self.outbox.is_empty()
     }
 
     /// Queues what the outbox holds, looking at no more than `slice`
-    /// subscriptions, oldest change first. `live` says whether a session
-    /// may still hear anything.
-    fn drain(&mut self, mut slice: usize, live: impl Fn(SessionId) -> bool) {
+    /// subscriptions, oldest change first. `whose` gives the peer address
+    /// that created a session, if known, and `None` for one that ended and
+    /// may hear nothing more.
+    fn drain(&mut self, mut slice: usize, whose: impl Fn(SessionId) -> Option<Option<IpAddr>>) {
         while slice > 0 {
             let Some(front) = self.outbox.front_mut() else {
                 break;
@@ -302,8 +383,8 @@ impl Events {
                     let Some(Pending::Direct(session, kind)) = self.outbox.pop_front() else {
                         unreachable!("the front was a direct event");
                     };
-                    if live(session) {
-                        self.push(session, kind);
+                    if let Some(owner) = whose(session) {
+                        self.push(session, kind, owner);
                         self.woken.insert(session);
                     }
                     self.owed = self.owed.saturating_sub(1);
@@ -339,7 +420,7 @@ impl Events {
                                 key: key.clone(),
                                 change: change.clone(),
                             };
-                            self.push(session, kind);
+                            self.push(session, kind, whose(session).flatten());
                             self.woken.insert(session);
                         }
                     }
@@ -532,9 +613,10 @@ impl Master {
     /// KeepAlive of every session that got events (`EV-3`). Only live
     /// sessions have queues: one that ended hears no more.
     pub(crate) fn deliver_events(&mut self) {
-        let state = &self.state;
-        self.events
-            .drain(FANOUT_SLICE, |session| state.session(session).is_some());
+        let (state, sessions) = (&self.state, &self.quotas.sessions);
+        self.events.drain(FANOUT_SLICE, |session| {
+            state.session(session).map(|_| sessions.holder(&session))
+        });
         self.wake();
     }
 

@@ -133,6 +133,9 @@ pub(crate) struct Call {
 #[derive(Debug, Clone)]
 pub struct MasterHandle {
     calls: mpsc::Sender<Call>,
+    /// KeepAlives, which the master takes before other requests and
+    /// before fan-out (`EV-9`): a lease never waits behind others' work.
+    keepalives: mpsc::Sender<Call>,
 }
 
 impl MasterHandle {
@@ -144,10 +147,13 @@ impl MasterHandle {
         reply: ReplyTx,
         peer: Option<std::net::IpAddr>,
     ) {
+        let queue = match request {
+            Request::KeepAlive(_) => &self.keepalives,
+            _ => &self.calls,
+        };
         // A closed master drops the call, and `reply` then answers that
         // it is shutting down.
-        let _ = self
-            .calls
+        let _ = queue
             .send(Call {
                 request,
                 reply,
@@ -215,8 +221,9 @@ pub(crate) fn spawn(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (MasterHandle, tokio::task::JoinHandle<()>) {
     let (calls, rx) = mpsc::channel(1024);
-    let task = tokio::spawn(Master::new(config, start).run(rx, shutdown));
-    (MasterHandle { calls }, task)
+    let (keepalives, keepalives_rx) = mpsc::channel(1024);
+    let task = tokio::spawn(Master::new(config, start).run(rx, keepalives_rx, shutdown));
+    (MasterHandle { calls, keepalives }, task)
 }
 
 impl Master {
@@ -241,6 +248,10 @@ impl Master {
             failover_pending: Default::default(),
             unheard: Default::default(),
             waiting: 0,
+        };
+        master.events.budget = crate::events::EventBudget {
+            per_peer: master.config.event_bytes_per_peer,
+            all: master.config.all_event_bytes,
         };
         if start.recovered {
             master.resume();
@@ -284,6 +295,7 @@ impl Master {
     async fn run(
         mut self,
         mut calls: mpsc::Receiver<Call>,
+        mut keepalives: mpsc::Receiver<Call>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
@@ -306,23 +318,28 @@ impl Master {
                 // request can see it (`SES-6`).
                 biased;
                 () = &mut session_timer, if armed.is_some() => {
-                    self.waiting = calls.len();
+                    self.waiting = calls.len() + keepalives.len();
                     self.fire_session_timers();
                     // Fired: set it again even if the earliest is the same.
                     armed = None;
                 }
                 Some(fired) = self.timers.next() => {
-                    self.waiting = calls.len();
+                    self.waiting = calls.len() + keepalives.len();
                     self.on_timer(fired.into_inner());
                 }
+                // Then KeepAlives, ahead of other requests and of fan-out:
+                // with a slice at most between them and their answer.
+                Some(call) = keepalives.recv() => self.handle(call),
                 Ok(()) = durable(&mut self.commit) => self.on_durable(),
                 call = calls.recv() => match call {
                     Some(call) => self.handle(call),
                     None => break,
                 },
                 () = &mut shutdown => break,
-                // Fan-out left to do: go round again for its next slice.
-                () = std::future::ready(()), if self.events.owes() => {}
+                // Fan-out left to do: go round again for its next slice,
+                // yielding first, so that the runtime's cooperative budget
+                // is renewed and the channels above are seen again.
+                () = tokio::task::yield_now(), if self.events.owes() => {}
             }
             if self.failed {
                 break;
@@ -751,6 +768,9 @@ impl Master {
 
     /// Applies a command to the state machine and carries out its events.
     pub(crate) fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
+        // Fan-out already behind goes on a slice per turn of the master's
+        // loop; this command's adds to it and takes no extra slice.
+        let behind = self.depth == 0 && self.events.owes();
         // A refused command changes nothing and is not logged.
         let logged = self.commit.as_ref().map(|_| command.clone());
         let (reply, events) = self.state.apply(command, now);
@@ -778,7 +798,9 @@ impl Master {
             // command's events are decided, so events stay in order; a
             // small fan-out is queued at once, a large one a slice at a
             // time between timers and requests (`EV-9`).
-            self.deliver_events();
+            if !behind {
+                self.deliver_events();
+            }
             while let Some(command) = self.deferred.pop_front() {
                 let _ = self.apply(command, self.now());
             }
@@ -1141,6 +1163,10 @@ mod tests {
     }
 
     fn subscribed(master: &mut Master) -> SessionToken {
+        subscribed_to(master, "", true)
+    }
+
+    fn subscribed_to(master: &mut Master, key: &str, prefix: bool) -> SessionToken {
         let created = call(
             master,
             Request::CreateSession(CreateSession {
@@ -1163,8 +1189,8 @@ mod tests {
         };
         let subscribe = Request::Subscribe {
             session: token,
-            key: String::new(),
-            prefix: true,
+            key: key.into(),
+            prefix,
             mask: leasehold_protocol::event_mask::CONTENTS,
         };
         assert!(call(master, subscribe).is_ok());
@@ -1211,6 +1237,24 @@ mod tests {
         master.deliver_events();
         assert_eq!(told(&master, &sessions), n);
         assert!(!master.events.owes());
+    }
+
+    // EV-5, EV-9: a write costs what matches it, not what exists.
+    #[tokio::test]
+    async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
+        let mut config = Config::default();
+        let start = crate::recovery::open(&mut config).unwrap();
+        let mut master = Master::new(config, start);
+        let mut sessions = Vec::new();
+        for i in 0..crate::events::FANOUT_SLICE * 4 {
+            let token = subscribed_to(&mut master, &format!("k{i}"), false);
+            sessions.push(token);
+        }
+        assert!(call(&mut master, put("elsewhere")).is_ok());
+        assert!(!master.events.owes(), "nothing matched, nothing to walk");
+        assert_eq!(master.events.owed(), 0);
+        assert!(call(&mut master, put("k7")).is_ok());
+        assert_eq!(told(&master, &sessions), 1);
     }
 
     // EV-1, EV-9

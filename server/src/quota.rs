@@ -42,6 +42,11 @@ impl<K: Hash + Eq> Ledger<K> {
         self.used(peer) - mine + amount
     }
 
+    /// The peer address that holds `item`, if any does.
+    pub(crate) fn holder(&self, item: &K) -> Option<IpAddr> {
+        self.holder.get(item).map(|(peer, _)| *peer)
+    }
+
     /// Counts `item` against `peer`, at `amount`; an item held before,
     /// by anyone, is given back first.
     pub(crate) fn take(&mut self, item: K, peer: IpAddr, amount: u64) {

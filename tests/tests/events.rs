@@ -417,3 +417,90 @@ async fn subscribing_again_to_a_key_widens_the_one_subscription_instead_of_addin
     conn.call(unsubscribe.clone()).await.unwrap();
     assert!(conn.call(unsubscribe).await.is_err());
 }
+
+// EV-4: the events waiting for one address's sessions are bounded in bytes,
+// so its sessions that never read cannot make the master hold more; the
+// sessions of others hear everything.
+#[tokio::test]
+async fn the_events_waiting_for_one_addresses_sessions_are_bounded_in_bytes() {
+    let server = start(leasehold_server::Config {
+        event_bytes_per_peer: 20_000,
+        ..short_lease_config()
+    })
+    .await;
+    let greedy_address = "127.0.0.2".parse().unwrap();
+    let (mut greedy, _) = RawConnection::open_from(server.addr, greedy_address).await;
+    let (mut bystander, _) = RawConnection::open(server.addr).await;
+    let hoarder = greedy.create_session(LONG).await;
+    let reader = bystander.create_session(LONG).await;
+    greedy
+        .subscribe(hoarder, "", true, event_mask::CONTENTS)
+        .await;
+    bystander
+        .subscribe(reader, "", true, event_mask::CONTENTS)
+        .await;
+    // 100 events of about 464 bytes each: past the hoarder's 20,000. The
+    // reader reads as they come, so its own address's budget never fills.
+    let long = "k".repeat(400);
+    let mut read: Vec<Event> = Vec::new();
+    for i in 0..100 {
+        bystander.put(&format!("{long}/{i:02}"), "v").await;
+        let acked = read.last().map_or(0, |e| e.seq);
+        bystander.keepalive_acking(reader, false, acked).await;
+        read.extend(
+            events(&mut bystander)
+                .await
+                .into_iter()
+                .filter(|e| e.seq > acked),
+        );
+    }
+    assert_eq!(read.len(), 100, "the reader lost events: {read:?}");
+    assert!(read.iter().all(|e| e.kind != EventKind::EventsLost));
+    greedy.keepalive_acking(hoarder, false, 0).await;
+    let hoarded = events(&mut greedy).await;
+    assert!(
+        hoarded.iter().any(|e| e.kind == EventKind::EventsLost),
+        "the hoarder's queue never overflowed"
+    );
+    assert!(
+        hoarded.len() < 50,
+        "{} events kept past the budget",
+        hoarded.len()
+    );
+}
+
+// EV-4: a master-wide budget is the last line.
+#[tokio::test]
+async fn the_events_waiting_for_all_sessions_are_bounded_in_bytes() {
+    let server = start(leasehold_server::Config {
+        all_event_bytes: 20_000,
+        ..short_lease_config()
+    })
+    .await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    conn.subscribe(session, "", true, event_mask::CONTENTS)
+        .await;
+    let long = "k".repeat(400);
+    for i in 0..100 {
+        conn.put(&format!("{long}/{i:02}"), "v").await;
+    }
+    conn.keepalive_acking(session, false, 0).await;
+    let kept = events(&mut conn).await;
+    assert!(kept.iter().any(|e| e.kind == EventKind::EventsLost));
+    assert!(
+        kept.len() < 50,
+        "{} events kept past the budget",
+        kept.len()
+    );
+    // Acknowledged, they free the budget for what comes next.
+    let last = kept.last().unwrap().seq;
+    conn.keepalive_acking(session, false, last).await;
+    assert!(events(&mut conn).await.is_empty());
+    conn.put(&format!("{long}/next"), "v").await;
+    conn.keepalive_acking(session, false, last).await;
+    assert_eq!(
+        changes(&events(&mut conn).await),
+        [(last + 1, Change::Created)]
+    );
+}
