@@ -110,9 +110,11 @@ impl Subscription {
 
     /// Stops the subscription.
     pub async fn cancel(mut self) -> Result<(), ClientError> {
-        self.cancelled = true;
         self.session.dispatch().remove_route(&self.id);
-        leave(&self.session, self.id()).await
+        let left = leave(&self.session, &self.id).await;
+        // Only now: a cancel given up half way leaves the rest to `drop`.
+        self.cancelled = true;
+        left
     }
 }
 
@@ -124,22 +126,30 @@ impl Drop for Subscription {
         self.session.dispatch().remove_route(&self.id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let session = self.session.clone();
-            let id = self.id();
+            let id = self.id.clone();
             runtime.spawn(async move {
-                let _ = leave(&session, id).await;
+                let _ = leave(&session, &id).await;
             });
         }
     }
 }
 
-/// Ends the master's subscription `id` unless another stream still uses
-/// it. Under the session's subscription lock, so that no `Subscribe`
-/// answered with the same id is in flight meanwhile.
-async fn leave(session: &Session, id: u64) -> Result<(), ClientError> {
+/// Takes the stream `route` out and ends its master subscription unless
+/// another stream still uses it. Under the session's subscription lock, so
+/// that no `Subscribe` answered with the same id is in flight meanwhile,
+/// and the route is taken out again there: a new master's
+/// resubscription may have put it back under a new id.
+async fn leave(session: &Session, route: &Arc<AtomicU64>) -> Result<(), ClientError> {
     let _changing = session.subscribing().lock().await;
-    if session.dispatch().in_use(id) {
-        return Ok(());
-    }
+    let id = {
+        let mut dispatch = session.dispatch();
+        dispatch.remove_route(route);
+        let id = route.load(Ordering::Acquire);
+        if dispatch.in_use(id) {
+            return Ok(());
+        }
+        id
+    };
     unsubscribe(session, id).await
 }
 
@@ -197,10 +207,16 @@ pub(crate) struct Dispatch {
     /// when several asked for the same key and kind.
     subscriptions: BTreeMap<u64, Vec<Route>>,
     orphans: VecDeque<(u64, SubscriptionEvent)>,
+    /// Some orphan was dropped for room since the last install: a stream
+    /// installed now may have missed events, and is told so.
+    orphans_overflowed: bool,
     /// The key and kind of the `Subscribe` in flight, if any: its answer
     /// may name a subscription that already has streams, and what that
-    /// subscription hears meanwhile is kept for the new stream too.
+    /// subscription hears meanwhile is kept in `joined` for the new stream
+    /// too (`EV-7`).
     joining: Option<(String, bool)>,
+    joined: Vec<(u64, SubscriptionEvent)>,
+    joined_overflowed: bool,
     /// Keys this client holds locks on, with their signals; released before
     /// a close destroys the session (`LOCK-11`).
     pub(crate) locks: BTreeMap<String, watch::Sender<LockSignal>>,
@@ -230,9 +246,16 @@ impl Dispatch {
                         route.send(event.clone());
                     }
                 }
-                if routes.is_none() || joined {
+                if joined {
+                    if self.joined.len() == ORPHANS {
+                        self.joined_overflowed = true;
+                    } else {
+                        self.joined.push((subscription, event));
+                    }
+                } else if routes.is_none() {
                     if self.orphans.len() == ORPHANS {
                         self.orphans.pop_front();
+                        self.orphans_overflowed = true;
                     }
                     self.orphans.push_back((subscription, event));
                 }
@@ -279,12 +302,23 @@ impl Dispatch {
     /// an expired session, whose streams must end.
     fn install(&mut self, id: u64, route: Route, expired: bool) {
         let mut early = Vec::new();
+        if std::mem::take(&mut self.joined_overflowed) || self.orphans_overflowed {
+            early.push(SubscriptionEvent::EventsLost);
+        }
         self.orphans.retain(|(sub, event)| {
             if *sub == id {
                 early.push(event.clone());
             }
             *sub != id
         });
+        if self.orphans.is_empty() {
+            self.orphans_overflowed = false;
+        }
+        for (sub, event) in std::mem::take(&mut self.joined) {
+            if sub == id {
+                early.push(event);
+            }
+        }
         for event in early {
             let wanted = match &event {
                 SubscriptionEvent::Changed { change, .. } => {
@@ -300,6 +334,12 @@ impl Dispatch {
         if !expired {
             self.subscriptions.entry(id).or_default().push(route);
         }
+    }
+
+    /// Drops what was kept for a `Subscribe` that installed nothing.
+    fn forget_joined(&mut self) {
+        self.joined.clear();
+        self.joined_overflowed = false;
     }
 
     /// Takes out the stream whose id is `id`; the master's subscription
@@ -390,8 +430,7 @@ impl Session {
             if let Err(Ok(())) = done.send(outcome) {
                 // Nobody holds the stream: its route goes, and the
                 // master's subscription with it unless another uses it.
-                session.dispatch().remove_route(&route_id);
-                let _ = leave(&session, route_id.load(Ordering::Acquire)).await;
+                let _ = leave(&session, &route_id).await;
             }
         });
         outcome
@@ -421,9 +460,12 @@ async fn join(session: &Session, route: Route) -> Result<(), ClientError> {
     let outcome = session.client().call(request).await;
     let mut dispatch = session.dispatch();
     dispatch.joining = None;
-    let id = match outcome? {
-        Response::Subscribed { subscription } => subscription,
-        other => return Err(unexpected(other)),
+    let id = match outcome {
+        Ok(Response::Subscribed { subscription }) => subscription,
+        failed => {
+            dispatch.forget_joined();
+            return Err(failed.map_or_else(|e| e, unexpected));
+        }
     };
     // Checked under the lock an expiry clears routes under, so a
     // stream made as the session ends still ends.
@@ -459,17 +501,30 @@ pub(crate) async fn resubscribe(
         };
         shared.dispatch().joining = Some((route.key.clone(), route.options.prefix));
         let outcome = client.call(request).await;
-        shared.dispatch().joining = None;
-        if let Ok(Response::Subscribed { subscription }) = outcome {
-            if !route.tx.is_closed() {
-                shared.dispatch().install(subscription, route, false);
-            } else if !shared.dispatch().in_use(subscription) {
-                let request = Request::Unsubscribe {
-                    session,
-                    subscription,
-                };
-                let _ = client.call(request).await;
+        let unused = {
+            let mut dispatch = shared.dispatch();
+            dispatch.joining = None;
+            match outcome {
+                Ok(Response::Subscribed { subscription }) if !route.tx.is_closed() => {
+                    dispatch.install(subscription, route, false);
+                    None
+                }
+                Ok(Response::Subscribed { subscription }) => {
+                    dispatch.forget_joined();
+                    (!dispatch.in_use(subscription)).then_some(subscription)
+                }
+                _ => {
+                    dispatch.forget_joined();
+                    None
+                }
             }
+        };
+        if let Some(subscription) = unused {
+            let request = Request::Unsubscribe {
+                session,
+                subscription,
+            };
+            let _ = client.call(request).await;
         }
     }
 }

@@ -34,6 +34,7 @@ impl Master {
         peer: Option<std::net::IpAddr>,
         now: Millis,
     ) {
+        let writes = acquire.contents.is_some();
         let command = Command::Acquire {
             key: acquire.key.clone(),
             session: acquire.session.id,
@@ -42,7 +43,27 @@ impl Master {
             wait: acquire.wait_ms.is_some(),
         };
         match self.apply(command, now) {
-            Ok(Applied::Acquired { index, sequencer }) => self.hand_over(reply, index, sequencer),
+            Ok(Applied::Acquired { index, sequencer }) => {
+                if writes {
+                    self.count_node_bytes(acquire.key, peer); // QUOTA-5
+                }
+                self.hand_over(reply, index, sequencer)
+            }
+            // The events of its own command may already have ended the
+            // wait (a session's lease ran out as held KeepAlives were
+            // answered): then nobody else will answer it.
+            Ok(Applied::Queued { ticket }) if !self.state.is_waiting(&acquire.key, ticket) => {
+                match self.state.sequencer_of(&acquire.key, acquire.session.id) {
+                    Some(sequencer) => {
+                        let index = self.state.namespace().key_index(&acquire.key);
+                        self.hand_over(reply, index, sequencer);
+                    }
+                    None => {
+                        let ended = self.state.missing_session(acquire.session.id);
+                        self.deliver(reply, Err(ended));
+                    }
+                }
+            }
             Ok(Applied::Queued { ticket }) => {
                 let timeout = match acquire.wait_ms {
                     Some(0) | None => MAX_WATCH_TIMEOUT,

@@ -34,7 +34,21 @@ struct Subscription {
     session: SessionId,
     key: String,
     prefix: bool,
-    mask: u32,
+    /// Its mask, and the number of the first change each widening of it
+    /// applies to, oldest first: subscribing again widens it for changes
+    /// from then on, not for those still being fanned out (`EV-5`).
+    masks: Vec<(u64, u32)>,
+}
+
+impl Subscription {
+    /// The mask in force when change number `change` was applied.
+    fn mask_at(&self, change: u64) -> u32 {
+        self.masks
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= change)
+            .map_or(0, |(_, mask)| *mask)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -97,6 +111,8 @@ struct FanOut {
     /// The newest subscription when the change was applied: later ones did
     /// not exist then and do not hear of it. Ids only grow on a master.
     upto: u64,
+    /// The change's number, to read each subscription's mask as it was.
+    number: u64,
     after: Option<u64>,
 }
 
@@ -123,6 +139,8 @@ pub(crate) struct Events {
     queued_bytes: usize,
     queued_by_peer: HashMap<IpAddr, usize>,
     pub(crate) budget: EventBudget,
+    /// How many changes have been published.
+    changes: u64,
 }
 
 /// A bound on an event's encoded size: its keys, and a generous allowance
@@ -344,6 +362,7 @@ impl Events {
             key: key.to_string(),
             change,
             upto,
+            number: self.changes,
             after: None,
         }));
     }
@@ -408,12 +427,13 @@ impl Events {
                     slice -= ids.len();
                     self.owed = self.owed.saturating_sub(ids.len());
                     job.after = ids.last().copied().or(job.after);
-                    let (mask, key, change) = (job.mask, job.key.clone(), job.change.clone());
+                    let (mask, number) = (job.mask, job.number);
+                    let (key, change) = (job.key.clone(), job.change.clone());
                     for id in ids {
                         let Some(sub) = self.subscriptions.get(&id) else {
                             continue;
                         };
-                        if sub.mask & mask != 0 {
+                        if sub.mask_at(number) & mask != 0 {
                             let session = sub.session;
                             let kind = EventKind::Node {
                                 subscription: id,
@@ -466,8 +486,12 @@ impl Master {
             // The same again: one subscription hears what both asked for,
             // so a client cannot multiply the master's fan-out by
             // repeating itself.
+            let from = events.changes + 1;
             if let Some(sub) = events.subscriptions.get_mut(&id) {
-                sub.mask |= mask;
+                let wider = sub.mask_at(from) | mask;
+                if wider != sub.mask_at(from) {
+                    sub.masks.push((from, wider));
+                }
             }
             return Ok(Response::Subscribed { subscription: id });
         }
@@ -503,7 +527,7 @@ impl Master {
                 session,
                 key,
                 prefix,
-                mask,
+                masks: vec![(0, mask)],
             },
         );
         if let Some(peer) = peer {
@@ -537,6 +561,7 @@ impl Master {
     /// to the outbox, which `deliver_events` empties into the queues.
     pub(crate) fn publish(&mut self, event: &StateEvent) {
         let ev = &mut self.events;
+        ev.changes += 1;
         match event {
             StateEvent::NodeChanged { key, change } => {
                 let (own, child, child_mask) = match change {

@@ -413,6 +413,13 @@ impl State {
     }
 
     /// The sequencer of `session`'s holding of `key`.
+    /// Whether the wait `ticket` is still in `key`'s line.
+    pub fn is_waiting(&self, key: &str, ticket: u64) -> bool {
+        self.locks
+            .get(key)
+            .is_some_and(|l| l.waiters.iter().any(|w| w.ticket == ticket))
+    }
+
     pub fn sequencer_of(&self, key: &str, session: SessionId) -> Option<Sequencer> {
         let mode = *self.locks.get(key)?.holders.get(&session)?;
         let node = self.namespace.get(key)?;

@@ -64,6 +64,9 @@ fn page<T>(
     (taken, items.peek().is_some())
 }
 
+/// KeepAlives the master takes in a row before anything else gets a turn.
+const KEEPALIVE_RUN: u32 = 64;
+
 /// The retry hint of `Congested`: a moment for the peer to read.
 const CONGESTED_RETRY_MS: u64 = 20;
 
@@ -197,9 +200,6 @@ pub(crate) struct Master {
     failed: bool,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
-    /// The peer address of the request being handled, which nodes it
-    /// writes are counted against (`QUOTA-5`).
-    acting_peer: Option<std::net::IpAddr>,
     /// How many `apply` calls are under way (one inside another's events).
     depth: u32,
     /// Commands to apply once the current one is finished.
@@ -242,7 +242,6 @@ impl Master {
             commit: start.commit,
             failed: false,
             quotas: Default::default(),
-            acting_peer: None,
             depth: 0,
             deferred: Default::default(),
             failover_pending: Default::default(),
@@ -302,9 +301,19 @@ impl Master {
         let session_timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(session_timer);
         let mut armed: Option<Millis> = None;
+        // KeepAlives taken in a row: past KEEPALIVE_RUN another request
+        // gets a turn, so a flood of KeepAlives cannot starve the rest.
+        let mut run = 0;
         loop {
             if self.events.owes() {
                 self.deliver_events();
+            }
+            if run >= KEEPALIVE_RUN {
+                run = 0;
+                if let Ok(call) = calls.try_recv() {
+                    self.handle(call);
+                    continue;
+                }
             }
             let next = self.leases.next_due();
             if next != armed {
@@ -327,12 +336,19 @@ impl Master {
                     self.waiting = calls.len() + keepalives.len();
                     self.on_timer(fired.into_inner());
                 }
-                // Then KeepAlives, ahead of other requests and of fan-out:
-                // with a slice at most between them and their answer.
-                Some(call) = keepalives.recv() => self.handle(call),
+                // Then what the disk made durable, which only answers
+                // what waited for it; then KeepAlives, ahead of other
+                // requests and of fan-out (`EV-9`).
                 Ok(()) = durable(&mut self.commit) => self.on_durable(),
+                Some(call) = keepalives.recv() => {
+                    run += 1;
+                    self.handle(call);
+                }
                 call = calls.recv() => match call {
-                    Some(call) => self.handle(call),
+                    Some(call) => {
+                        run = 0;
+                        self.handle(call);
+                    }
                     None => break,
                 },
                 () = &mut shutdown => break,
@@ -452,9 +468,7 @@ impl Master {
                 return self.deliver(call.reply, Err(error));
             }
         }
-        self.acting_peer = call.peer;
         self.serve(call, now);
-        self.acting_peer = None;
     }
 
     /// Carries out a request that passed the checks every request passes.
@@ -541,8 +555,9 @@ impl Master {
                         more,
                     })
             }
-            Request::Put(put) => self
-                .apply(
+            Request::Put(put) => {
+                let key = put.key.clone();
+                self.apply(
                     Command::Put(Put {
                         key: put.key,
                         contents: put.contents,
@@ -553,9 +568,13 @@ impl Master {
                     now,
                 )
                 .and_then(|applied| match applied {
-                    Applied::Written { index } => Ok(Response::Written { index }),
+                    Applied::Written { index } => {
+                        self.count_node_bytes(key, call.peer);
+                        Ok(Response::Written { index })
+                    }
                     other => Err(mismatch(other)),
-                }),
+                })
+            }
             Request::Delete {
                 key,
                 cas,
@@ -758,6 +777,16 @@ impl Master {
         }
     }
 
+    /// Counts the node at `key`, just written by `peer`, against it; the
+    /// node's previous writer gets its bytes back (`QUOTA-5`).
+    pub(crate) fn count_node_bytes(&mut self, key: String, peer: Option<std::net::IpAddr>) {
+        let (Some(peer), Some(node)) = (peer, self.state.namespace().get(&key)) else {
+            return;
+        };
+        let bytes = (key.len() + node.contents.len()) as u64;
+        self.quotas.bytes.take(key, peer, bytes);
+    }
+
     /// Counts a new session against the peer that created it (`QUOTA-2`).
     fn counted_session(&mut self, id: SessionId, peer: Option<std::net::IpAddr>) -> SessionId {
         if let Some(peer) = peer {
@@ -823,15 +852,7 @@ impl Master {
             StateEvent::LockAcquired { .. }
             | StateEvent::LockReleased { .. }
             | StateEvent::LockWaiting { .. } => {}
-            StateEvent::NodeChanged { key, .. } => {
-                if let (Some(peer), Some(node)) =
-                    (self.acting_peer, self.state.namespace().get(&key))
-                {
-                    let bytes = (key.len() + node.contents.len()) as u64;
-                    self.quotas.bytes.take(key.clone(), peer, bytes); // QUOTA-5
-                }
-                self.wake_watchers(&key);
-            }
+            StateEvent::NodeChanged { key, .. } => self.wake_watchers(&key),
             StateEvent::NodeDeleted { key } => {
                 self.quotas.bytes.give_back(&key);
                 self.wake_watchers(&key);
@@ -1255,6 +1276,31 @@ mod tests {
         assert_eq!(master.events.owed(), 0);
         assert!(call(&mut master, put("k7")).is_ok());
         assert_eq!(told(&master, &sessions), 1);
+    }
+
+    // EV-5, EV-9
+    #[tokio::test]
+    async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() {
+        let (mut master, _) = watched_by(crate::events::FANOUT_SLICE + 100, Config::default());
+        let parent = subscribed_to(&mut master, "k", false);
+        assert!(call(&mut master, put("k/c")).is_ok());
+        assert!(master.events.owes(), "k/c's fan-out is still under way");
+        let widen = Request::Subscribe {
+            session: parent,
+            key: "k".into(),
+            prefix: false,
+            mask: leasehold_protocol::event_mask::CHILD_ADDED,
+        };
+        assert!(call(&mut master, widen).is_ok());
+        while master.events.owes() {
+            master.deliver_events();
+        }
+        assert_eq!(heard(&master, parent), Vec::<String>::new());
+        assert!(call(&mut master, put("k/d")).is_ok());
+        while master.events.owes() {
+            master.deliver_events();
+        }
+        assert_eq!(heard(&master, parent), ["k"], "k/d's ChildAdded");
     }
 
     // EV-1, EV-9

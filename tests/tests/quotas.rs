@@ -218,3 +218,34 @@ async fn a_peer_address_writes_at_most_its_quota_of_node_bytes() {
     bystander.call(put("n3", vec![0; 10])).await.unwrap();
     greedy.call(put("n5", vec![0; 8_000])).await.unwrap();
 }
+
+// QUOTA-5: locking a node writes nothing, so it moves no bytes.
+#[tokio::test]
+async fn taking_a_lock_on_a_node_moves_none_of_its_bytes() {
+    let (_server, mut greedy, mut bystander) = greedy_and_bystander(Config {
+        max_bytes_per_peer: 10_000,
+        ..short_lease_config()
+    })
+    .await;
+    greedy.call(put("n1", vec![0; 8_000])).await.unwrap();
+    let holder = bystander.create_session(LONG).await;
+    let take = Request::Acquire(Acquire {
+        key: "n1".into(),
+        session: holder,
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+    });
+    bystander.call(take).await.unwrap();
+    let release = Request::Release {
+        key: "n1".into(),
+        session: holder,
+    };
+    bystander.call(release).await.unwrap();
+    over_quota(
+        greedy.call(put("n2", vec![0; 4_000])).await,
+        "10000 bytes of nodes",
+    );
+    // And the locker was charged nothing.
+    bystander.call(put("n3", vec![0; 9_000])).await.unwrap();
+}
