@@ -1047,20 +1047,13 @@ mod tests {
         *rx.try_recv().expect("answered at once").body
     }
 
-    // SES-6, KA-7
-    #[tokio::test(start_paused = true)]
-    async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_runs() {
-        let mut config = Config {
-            min_lease: Duration::from_millis(100),
-            ..Config::default()
-        };
-        let start = crate::recovery::open(&mut config).unwrap();
-        let mut master = Master::new(config, start);
+    /// Creates a session named `name` and returns its token.
+    fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionToken {
         let created = call(
-            &mut master,
+            master,
             Request::CreateSession(CreateSession {
-                name: "late".into(),
-                lease_ms: Some(1_000),
+                name: name.into(),
+                lease_ms,
                 lock_delay_ms: None,
                 behavior: Behavior::Release,
                 checks: Vec::new(),
@@ -1072,23 +1065,36 @@ mod tests {
         else {
             panic!("expected a session, got {created:?}");
         };
+        SessionToken {
+            id: session,
+            secret,
+        }
+    }
+
+    // SES-6, KA-7
+    #[tokio::test(start_paused = true)]
+    async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_runs() {
+        let mut config = Config {
+            min_lease: Duration::from_millis(100),
+            ..Config::default()
+        };
+        let start = crate::recovery::open(&mut config).unwrap();
+        let mut master = Master::new(config, start);
+        let token = created(&mut master, "late", Some(1_000));
         // The master loop is not running, so the lease-end timer has not
         // been handled: only the KeepAlive's own check can catch this.
         tokio::time::advance(Duration::from_millis(1_001)).await;
         let reply = call(
             &mut master,
             Request::KeepAlive(KeepAlive {
-                session: SessionToken {
-                    id: session,
-                    secret,
-                },
+                session: token,
                 epoch: 1,
                 acked_seq: 0,
                 hold: false,
             }),
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
-        assert!(master.state.session(session).is_none());
+        assert!(master.state.session(token.id).is_none());
     }
 
     const LEASE: Duration = Duration::from_millis(1_000);
@@ -1103,28 +1109,9 @@ mod tests {
         };
         let start = crate::recovery::open(&mut config).unwrap();
         let mut first = Master::new(config.clone(), start);
-        let created = call(
-            &mut first,
-            Request::CreateSession(CreateSession {
-                name: "recovered".into(),
-                lease_ms: Some(LEASE.as_millis() as u64),
-                lock_delay_ms: None,
-                behavior: Behavior::Release,
-                checks: Vec::new(),
-            }),
-        );
-        let Ok(Response::SessionCreated {
-            session, secret, ..
-        }) = created
-        else {
-            panic!("expected a session, got {created:?}");
-        };
+        let token = created(&mut first, "recovered", Some(LEASE.as_millis() as u64));
         drop(first);
         let start = crate::recovery::open(&mut config).unwrap();
-        let token = SessionToken {
-            id: session,
-            secret,
-        };
         (Master::new(config, start), token)
     }
 
@@ -1188,26 +1175,7 @@ mod tests {
     }
 
     fn subscribed_to(master: &mut Master, key: &str, prefix: bool) -> SessionToken {
-        let created = call(
-            master,
-            Request::CreateSession(CreateSession {
-                name: "watcher".into(),
-                lease_ms: None,
-                lock_delay_ms: None,
-                behavior: Behavior::Release,
-                checks: Vec::new(),
-            }),
-        );
-        let Ok(Response::SessionCreated {
-            session, secret, ..
-        }) = created
-        else {
-            panic!("expected a session, got {created:?}");
-        };
-        let token = SessionToken {
-            id: session,
-            secret,
-        };
+        let token = created(master, "watcher", None);
         let subscribe = Request::Subscribe {
             session: token,
             key: key.into(),

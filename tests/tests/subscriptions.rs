@@ -23,6 +23,17 @@ async fn next(sub: &mut leasehold::Subscription) -> SubscriptionEvent {
     }
 }
 
+/// A master, a client of it and a session of that client.
+async fn one_session() -> (leasehold_tests::server::TestServer, Client, Session) {
+    let server = start(short_lease_config()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let session = client
+        .create_session(SessionOptions::new("w"))
+        .await
+        .unwrap();
+    (server, client, session)
+}
+
 fn changed(key: &str, change: Change) -> SubscriptionEvent {
     SubscriptionEvent::Changed {
         key: key.into(),
@@ -33,12 +44,7 @@ fn changed(key: &str, change: Change) -> SubscriptionEvent {
 // EV-5, EV-7
 #[tokio::test]
 async fn a_subscription_hears_each_change_in_order() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
-    let session = client
-        .create_session(SessionOptions::new("w"))
-        .await
-        .unwrap();
+    let (_server, client, session) = one_session().await;
     let mut sub = session
         .subscribe("cfg", SubscribeOptions::exact())
         .await
@@ -246,12 +252,7 @@ async fn events_that_outgrow_a_frame_arrive_over_several_replies() {
 // EV-5, EV-7
 #[tokio::test]
 async fn streams_on_the_same_key_share_a_subscription_and_each_hears_its_own_mask() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
-    let session = client
-        .create_session(SessionOptions::new("w"))
-        .await
-        .unwrap();
+    let (_server, client, session) = one_session().await;
     let mut contents = session
         .subscribe("cfg", SubscribeOptions::exact().mask(event_mask::CONTENTS))
         .await
@@ -286,12 +287,7 @@ async fn streams_on_the_same_key_share_a_subscription_and_each_hears_its_own_mas
 // EV-5
 #[tokio::test]
 async fn ending_one_stream_leaves_another_on_the_same_key_hearing() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
-    let session = client
-        .create_session(SessionOptions::new("w"))
-        .await
-        .unwrap();
+    let (server, client, session) = one_session().await;
     let mut kept = session
         .subscribe("cfg", SubscribeOptions::exact())
         .await
