@@ -9,19 +9,51 @@ use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::server::{short_lease_config, start, TestServer};
 use tokio::time::Instant;
 
-const LEASE: Duration = Duration::from_secs(1);
+/// The lease of a contender that is meant to die: short, so the test
+/// need not wait long for the master to give up on it.
+const SHORT_LEASE: Duration = Duration::from_secs(1);
 const LOCK_DELAY: Duration = Duration::from_millis(800);
+/// The lease and lock-delay of a contender that is meant to live: long
+/// enough that no load on the machine running the tests makes it miss a
+/// KeepAlive, and that a hand-over which wrongly waited for lock-delay
+/// could not pass for a prompt one.
+const LONG_LEASE: Duration = Duration::from_secs(30);
+const LONG_LOCK_DELAY: Duration = Duration::from_secs(30);
 
+/// A contender that lives through the test.
 async fn contender(client: &Client, name: &str) -> Session {
+    session(client, name, LONG_LEASE, LONG_LOCK_DELAY).await
+}
+
+/// A contender the test lets die (cut off, or detached).
+async fn mortal(client: &Client, name: &str) -> Session {
+    session(client, name, SHORT_LEASE, LOCK_DELAY).await
+}
+
+async fn session(client: &Client, name: &str, lease: Duration, lock_delay: Duration) -> Session {
     client
         .create_session(
             SessionOptions::new(name)
-                .lease(LEASE)
-                .lock_delay(LOCK_DELAY)
+                .lease(lease)
+                .lock_delay(lock_delay)
                 .grace(Duration::from_millis(500)),
         )
         .await
         .unwrap()
+}
+
+/// When `session` first leaves `Normal`, stamped by the library as it
+/// decides, not when a test task next runs: a loaded machine cannot make
+/// the stamp late.
+fn left_normal(session: &Session) -> Arc<std::sync::Mutex<Option<Instant>>> {
+    let left = Arc::new(std::sync::Mutex::new(None));
+    let stamp = left.clone();
+    session.on_state_change(move |state| {
+        if state != leasehold::SessionState::Normal {
+            stamp.lock().unwrap().get_or_insert_with(Instant::now);
+        }
+    });
+    left
 }
 
 async fn setup() -> (TestServer, Client) {
@@ -38,7 +70,8 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
     // The first leader reaches the master through a link we can cut.
     let proxy = Proxy::start(server.addr).await;
     let cut_client = Client::connect(proxy.addr.to_string()).await.unwrap();
-    let first = contender(&cut_client, "a").await;
+    let first = mortal(&cut_client, "a").await;
+    let first_left_normal = left_normal(&first);
     let key = "service/mysql/leader";
     let term_a = Election::new(&first, key).campaign("a:3306").await.unwrap();
     let sequencer_a = term_a.sequencer_bytes().to_vec();
@@ -70,7 +103,10 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
     tokio::time::timeout(Duration::from_secs(5), term_a.lost())
         .await
         .expect("a hears it may no longer lead");
-    let a_stopped = Instant::now();
+    let a_stopped = first_left_normal
+        .lock()
+        .unwrap()
+        .expect("a left normal when it stopped leading");
     assert!(!term_a.is_leader());
 
     let (session_b, term_b, b_started) = waiting.remove(0).await.unwrap();
@@ -105,7 +141,7 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
     let resigned = Instant::now();
     term_b.resign().await.unwrap();
     let (session_c, term_c, c_started) = waiting.remove(0).await.unwrap();
-    assert!(c_started - resigned < LOCK_DELAY);
+    assert!(c_started - resigned < LONG_LOCK_DELAY);
     assert_eq!(term_c.sequencer().lock_generation, 3);
     assert_eq!(
         client.leader(key).await.unwrap().map(|l| l.session),
@@ -119,7 +155,7 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
 async fn a_dead_leader_is_replaced_after_its_lease_and_lock_delay() {
     let (_server, client) = setup().await;
     let key = "svc/leader";
-    let a = contender(&client, "a").await;
+    let a = mortal(&client, "a").await;
     let term_a = Election::new(&a, key).campaign("a").await.unwrap();
     let b = contender(&client, "b").await;
     let campaign_b = tokio::spawn(async move {
@@ -228,7 +264,7 @@ async fn the_coordinating_key_holds_the_limit_and_the_holders() {
 #[tokio::test]
 async fn a_crashed_holders_slot_goes_to_a_waiter_once_its_session_ends() {
     let (_server, client) = setup().await;
-    let a = contender(&client, "a").await;
+    let a = mortal(&client, "a").await;
     let b = contender(&client, "b").await;
     let c = contender(&client, "c").await;
     let permit_a = Semaphore::new(&a, "sem", 2)
