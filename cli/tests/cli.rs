@@ -11,9 +11,7 @@ use common::{stdout, Serve, BIN};
 #[test]
 fn a_created_session_lives_until_its_lease_runs_out() {
     let serve = Serve::start();
-    let created = serve.run(&[
-        "session", "create", "--name", "cli-test", "--lease", "500ms",
-    ]);
+    let created = serve.run(&["session", "create", "--name", "cli-test", "--lease", "3s"]);
     assert!(created.status.success());
     // AUTH-1: the token, `<id>:<secret>`, is what another process needs.
     let token = stdout(&created);
@@ -31,8 +29,15 @@ fn a_created_session_lives_until_its_lease_runs_out() {
     );
     assert!(stdout(&serve.run(&["session", "list"])).contains(&id));
 
-    std::thread::sleep(Duration::from_millis(900));
-    let gone = serve.run(&["session", "info", &id]);
+    // Nothing keeps it alive: it ends with its lease.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let gone = loop {
+        let info = serve.run(&["session", "info", &id]);
+        if !info.status.success() || Instant::now() > deadline {
+            break info;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("lease ran out"));
 }
@@ -257,12 +262,13 @@ fn with_an_operator_token_a_session_is_destroyed_by_its_token_or_the_operator() 
 #[test]
 fn a_created_session_is_kept_alive_by_another_process_with_its_token() {
     let serve = Serve::start();
-    let token = stdout(&serve.run(&["session", "create", "--lease", "500ms"]));
+    let token = stdout(&serve.run(&["session", "create", "--lease", "3s"]));
     let id = token.split(':').next().unwrap().to_string();
     let keeper = common::Running::start(&serve.addr, &["session", "keep", "--attach", &token]);
     assert_eq!(keeper.stdout_line(Duration::from_secs(10)), "normal");
-    // Three leases later it is still there, kept by the second process.
-    std::thread::sleep(Duration::from_millis(1_500));
+    // More than two leases later it is still there, kept by the second
+    // process.
+    std::thread::sleep(Duration::from_secs(7));
     assert!(serve.run(&["session", "info", &id]).status.success());
     let forged = format!("{id}:{}", "0".repeat(32));
     let refused = serve.run(&["session", "keep", "--attach", &forged]);

@@ -91,8 +91,12 @@ fn lock_through(proxy: &Proxy, stop_on: &str) -> Running {
         &[
             "lock",
             "k",
+            // Long enough that, once the relay holds its KeepAlive, the
+            // master's lease outlives the client's by seconds: time for the
+            // test to see the jeopardy and let the reply through, however
+            // loaded the machine.
             "--lease",
-            "1s",
+            "4s",
             "--grace",
             "10s",
             "--stop-on",
@@ -235,9 +239,9 @@ fn a_lost_lock_stops_what_the_command_started_too() {
     assert!(common::process_running("sleep 37.125"));
     assert!(serve.run(&["delete", "k"]).status.success());
     holder.wait(SOON);
-    std::thread::sleep(Duration::from_millis(200));
+    // The group is signalled; the grandchild may take a moment to go.
     assert!(
-        !common::process_running("sleep 37.125"),
+        stops_within("sleep 37.125", SOON),
         "the grandchild lives on"
     );
 }
@@ -265,13 +269,22 @@ fn sigterm_to_leasehold_stops_the_command_and_releases_the_lock() {
         .unwrap();
     assert!(killed.success());
     holder.wait(SOON);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        !common::process_running("sleep 38.125"),
-        "the command lives on"
-    );
+    assert!(stops_within("sleep 38.125", SOON), "the command lives on");
     let next = serve.run(&["lock", "k", "--timeout", "1s", "--", "true"]);
     assert!(next.status.success(), "the lock was released: {next:?}");
+}
+
+/// Whether no process whose command line holds `pattern` runs, by
+/// `within` from now.
+fn stops_within(pattern: &str, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while common::process_running(pattern) {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 /// Whether process `pid` is gone: no such process, or a zombie waiting

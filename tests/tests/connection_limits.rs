@@ -102,7 +102,9 @@ async fn a_connection_with_nothing_in_flight_is_closed_when_idle() {
 // CONN-11
 #[tokio::test]
 async fn a_connection_holding_a_keepalive_is_not_idle() {
-    let idle = Duration::from_millis(200);
+    // Long beside the gaps between this test's first requests on a loaded
+    // machine, which must not count as idleness either.
+    let idle = Duration::from_secs(1);
     let server = start(Config {
         idle_timeout: idle,
         ..short_lease_config()
@@ -114,7 +116,7 @@ async fn a_connection_holding_a_keepalive_is_not_idle() {
     // Held until 28 s before expiry: for now nothing is answered, and the
     // connection stays open for many idle timeouts.
     let mut conn = conn.with_patience(idle * 100);
-    let waited = tokio::time::timeout(idle * 10, conn.recv()).await;
+    let waited = tokio::time::timeout(idle * 5, conn.recv()).await;
     assert!(
         waited.is_err(),
         "the connection was answered or closed: {waited:?}"
@@ -187,7 +189,9 @@ async fn the_client_library_rides_out_a_burst_larger_than_its_budget() {
         .put("big", vec![7u8; 32 * 1024], leasehold::PutOptions::new())
         .await
         .unwrap();
-    let gets = (0..1_000).map(|_| client.get("big"));
+    // A hundred times the budget: refused many times over, yet all served
+    // within each request's timeout on a loaded machine.
+    let gets = (0..200).map(|_| client.get("big"));
     let nodes = futures::future::join_all(gets).await;
     for node in nodes {
         assert_eq!(node.unwrap().unwrap().contents.unwrap().len(), 32 * 1024);

@@ -134,7 +134,7 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
     let session = client
         .create_session(
             SessionOptions::new("keeper")
-                .lease(Duration::from_secs(2))
+                .lease(Duration::from_secs(5))
                 .grace(Duration::from_secs(10)),
         )
         .await
@@ -168,7 +168,7 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
         "{heard:?}"
     );
     assert!(heard.contains(&SubscriptionEvent::EventsLost), "{heard:?}");
-    tokio::time::sleep(Duration::from_secs(3)).await; // past one lease
+    tokio::time::sleep(Duration::from_secs(6)).await; // past one lease
     assert_ne!(session.state(), SessionState::Expired);
     assert_eq!(
         states.states(),
@@ -293,8 +293,8 @@ async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe(
     let session = client
         .create_session(
             SessionOptions::new("patient")
-                .lease(Duration::from_secs(1))
-                .grace(Duration::from_secs(10)),
+                .lease(Duration::from_secs(3))
+                .grace(Duration::from_secs(15)),
         )
         .await
         .unwrap();
@@ -306,7 +306,7 @@ async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe(
     server.shutdown().await.unwrap();
     let mut watch = session.watch_state();
     tokio::time::timeout(
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         watch.wait_for(|s| *s == SessionState::Jeopardy),
     )
     .await

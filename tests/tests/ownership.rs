@@ -380,7 +380,7 @@ async fn a_token_lets_another_client_take_over_keeping_a_session_alive() {
     let server = start(short_lease_config()).await;
     let creator = Client::connect(server.addr.to_string()).await.unwrap();
     let session = creator
-        .create_session(SessionOptions::new("handed-over").lease(Duration::from_millis(600)))
+        .create_session(SessionOptions::new("handed-over").lease(Duration::from_secs(2)))
         .await
         .unwrap();
     let guard = session.try_lock("k", LockOptions::exclusive()).await;
@@ -393,8 +393,8 @@ async fn a_token_lets_another_client_take_over_keeping_a_session_alive() {
         .attach_session(text.parse().unwrap(), SessionOptions::new("handed-over"))
         .await
         .unwrap();
-    // Kept alive for several leases by the new client.
-    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    // Kept alive for more than two leases by the new client.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(attached.state(), leasehold::SessionState::Normal);
     let info = successor.session_info(token.id).await.unwrap();
     assert_eq!(info.name, "handed-over");

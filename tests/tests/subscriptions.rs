@@ -96,8 +96,23 @@ async fn events_arrive_once_each_and_in_order_across_a_dropped_connection() {
     assert_eq!(next(&mut sub).await, changed("n", Change::Created));
 
     // Cut the link for less than the lease (the master would end the session
-    // otherwise): writes go on and the events wait at the master.
+    // otherwise): writes go on and the events wait at the master. Cut once
+    // the master holds the next KeepAlive, and write a while after: the
+    // first write answers it (the reply is lost) and extends the master's
+    // lease well past the client's, so the client, which reconnects when its
+    // own lease runs out, finds the session alive however loaded the machine.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !writer
+        .session_info(session.id())
+        .await
+        .unwrap()
+        .keepalive_held
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no KeepAlive held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     proxy.set(Link::Cut);
+    tokio::time::sleep(Duration::from_secs(1)).await;
     for n in 1..=20 {
         writer
             .put("n", n.to_string(), PutOptions::new())
