@@ -18,6 +18,9 @@ use leasehold::{Client, ClientConfig, ClientError};
 use run::RunArgs;
 use session::SessionArgs;
 
+/// Where the master listens, and clients look for it, unless told otherwise.
+const DEFAULT_ADDR: &str = "127.0.0.1:7171";
+
 #[derive(Parser)]
 #[command(
     name = "leasehold",
@@ -25,14 +28,9 @@ use session::SessionArgs;
     about = "Leasehold: a lock service with Chubby's session semantics"
 )]
 struct Cli {
-    /// Address of the master.
-    #[arg(
-        long,
-        global = true,
-        env = "LEASEHOLD_ADDR",
-        default_value = "127.0.0.1:7171"
-    )]
-    addr: String,
+    /// Address of the master [default: 127.0.0.1:7171].
+    #[arg(long, global = true, env = "LEASEHOLD_ADDR")]
+    addr: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -181,9 +179,10 @@ enum CheckCommand {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7171")]
-    listen: String,
+    /// Address to listen on [default: --addr or LEASEHOLD_ADDR if given,
+    /// else 127.0.0.1:7171].
+    #[arg(long)]
+    listen: Option<String>,
     /// Directory for durable state.
     #[arg(long, default_value = "./leasehold-data")]
     data_dir: std::path::PathBuf,
@@ -403,14 +402,14 @@ fn main() -> ExitCode {
         }
     };
     let _ = OPERATOR_TOKEN.set(token);
+    let given_addr = cli.addr.clone();
+    let addr = cli.addr.unwrap_or_else(|| DEFAULT_ADDR.to_string());
     runtime.block_on(async {
         let result = match cli.command {
-            Command::Serve(args) => serve(args).await,
-            Command::Session(command) => session::session(&cli.addr, cli.json, command).await,
-            Command::Check(command) => check::check(&cli.addr, cli.json, command).await,
-            Command::Watch { key, session } => {
-                recipes::watch(&cli.addr, cli.json, key, session).await
-            }
+            Command::Serve(args) => serve(args, given_addr).await,
+            Command::Session(command) => session::session(&addr, cli.json, command).await,
+            Command::Check(command) => check::check(&addr, cli.json, command).await,
+            Command::Watch { key, session } => recipes::watch(&addr, cli.json, key, session).await,
             Command::Lock {
                 key,
                 shared,
@@ -418,22 +417,22 @@ fn main() -> ExitCode {
                 value,
                 session,
                 run,
-            } => recipes::lock(&cli.addr, key, shared, timeout, value, session, run).await,
+            } => recipes::lock(&addr, key, shared, timeout, value, session, run).await,
             Command::Elect {
                 key,
                 value,
                 session,
                 run,
-            } => recipes::elect(&cli.addr, key, value, session, run).await,
-            Command::Leader { key } => recipes::leader(&cli.addr, cli.json, key).await,
+            } => recipes::elect(&addr, key, value, session, run).await,
+            Command::Leader { key } => recipes::leader(&addr, cli.json, key).await,
             Command::Semaphore {
                 prefix,
                 limit,
                 value,
                 session,
                 run,
-            } => recipes::semaphore(&cli.addr, prefix, limit, value, session, run).await,
-            command => kv::kv(&cli.addr, cli.json, command).await,
+            } => recipes::semaphore(&addr, prefix, limit, value, session, run).await,
+            command => kv::kv(&addr, cli.json, command).await,
         };
         match result {
             Ok(code) => code,
@@ -449,7 +448,43 @@ fn main() -> ExitCode {
     })
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker and
+/// Kubernetes send to stop a service): both shut the master down cleanly.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+                    _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot catch SIGTERM; only Ctrl-C shuts down cleanly");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode> {
+    // `--listen` says where to listen; without it, the address clients are
+    // given (`--addr`, `LEASEHOLD_ADDR`) is where they will look for it.
+    let (listen, from) = match (args.listen.clone(), addr) {
+        (Some(listen), Some(addr)) if listen != addr => anyhow::bail!(
+            "--listen {listen} and --addr (or LEASEHOLD_ADDR) {addr} disagree: serve listens on \
+             --listen; give one of them"
+        ),
+        (Some(listen), _) => (listen, ""),
+        (None, Some(addr)) => (addr, " (from --addr or LEASEHOLD_ADDR)"),
+        (None, None) => (DEFAULT_ADDR.to_string(), ""),
+    };
     #[cfg(unix)]
     raise_open_files_limit();
     let config = leasehold_server::Config {
@@ -472,10 +507,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()
     };
-    config.validate()?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
+    // Before anything is announced: a data directory another master holds
+    // is refused here, and nobody is told of an address that never serves.
+    let server = leasehold_server::Server::open(config.clone())?;
+    let listener = tokio::net::TcpListener::bind(&listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {listen}{from}"))?;
     let addr = listener.local_addr()?;
     // On stdout, so scripts and tests can learn the port of `--listen :0`.
     println!("listening on {addr}");
@@ -489,9 +526,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
              nodes; give the master an operator token to allow that to owners and the operator only"
         );
     }
-    leasehold_server::run(listener, config, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    server.serve(listener, stop_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -59,7 +59,8 @@ pub enum ServerError {
 
 /// Serves connections from `listener` until `shutdown` resolves, then closes
 /// every connection. Fails at once if `config` is invalid or its data
-/// directory unusable; recovers the state stored there first.
+/// directory unusable; recovers the state stored there first. The same as
+/// [`Server::open`] then [`Server::serve`].
 ///
 /// ```no_run
 /// # async fn example() -> std::io::Result<()> {
@@ -73,13 +74,70 @@ pub enum ServerError {
 /// # }
 /// ```
 pub async fn run<L: Listener>(
-    mut listener: L,
+    listener: L,
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
-    config.validate()?;
-    let mut config = config;
-    let start = recovery::open(&mut config)?;
+    Server::open(config)?.serve(listener, shutdown).await
+}
+
+/// A master whose configuration is checked and whose data directory is
+/// taken and recovered, not yet serving: what can fail at start has
+/// failed by now, before anyone is told where it listens.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = leasehold_server::Server::open(leasehold_server::Config::default())?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:7171").await?;
+/// println!("listening on {}", listener.local_addr()?);
+/// server
+///     .serve(listener, async {
+///         let _ = tokio::signal::ctrl_c().await;
+///     })
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Server {
+    config: Config,
+    start: recovery::Start,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("epoch", &self.config.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Checks `config`, takes its data directory (refused if another
+    /// master holds it) and recovers the state stored there.
+    pub fn open(config: Config) -> Result<Server, ServerError> {
+        config.validate()?;
+        let mut config = config;
+        let start = recovery::open(&mut config)?;
+        Ok(Server { config, start })
+    }
+
+    /// Serves connections from `listener` until `shutdown` resolves, then
+    /// closes every connection.
+    pub async fn serve<L: Listener>(
+        self,
+        listener: L,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServerError> {
+        serve(listener, self.config, self.start, shutdown).await
+    }
+}
+
+async fn serve<L: Listener>(
+    mut listener: L,
+    config: Config,
+    start: recovery::Start,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServerError> {
     let (stop_master, master_stopped) = tokio::sync::oneshot::channel::<()>();
     let (master, mut task) = master::spawn(config.clone(), start, async {
         let _ = master_stopped.await;

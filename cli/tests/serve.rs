@@ -1,0 +1,163 @@
+//! `leasehold serve` as an operator runs it: where it listens, how it stops,
+//! and what it says when it cannot start.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::BIN;
+
+/// Starts `leasehold ARGS` with `env` added, its output piped.
+fn start(args: &[&str], env: &[(&str, &str)]) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("LEASEHOLD_ADDR")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start leasehold")
+}
+
+/// The first line the child prints on stdout ("" if it printed none).
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("read stdout");
+    line.trim().to_string()
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+/// Waits for the child to exit, at most `within`.
+fn exit_within(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("leasehold-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Whether the line announces a port other than the default 7171.
+fn listening_elsewhere_than_the_default(line: &str) -> bool {
+    line.strip_prefix("listening on 127.0.0.1:")
+        .is_some_and(|port| port != "7171")
+}
+
+#[test]
+fn serve_listens_where_addr_says_when_not_told_to_listen_elsewhere() {
+    let mut serve = start(&["--addr", "127.0.0.1:0", "serve", "--in-memory"], &[]);
+    let line = first_line(&mut serve);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(listening_elsewhere_than_the_default(&line), "{line:?}");
+}
+
+#[test]
+fn serve_listens_where_leasehold_addr_says_when_not_told_to_listen_elsewhere() {
+    let mut serve = start(
+        &["serve", "--in-memory"],
+        &[("LEASEHOLD_ADDR", "127.0.0.1:0")],
+    );
+    let line = first_line(&mut serve);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(listening_elsewhere_than_the_default(&line), "{line:?}");
+}
+
+#[test]
+fn serve_refuses_a_listen_address_and_an_addr_that_disagree() {
+    let mut serve = start(
+        &[
+            "--addr",
+            "127.0.0.1:1",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--in-memory",
+        ],
+        &[],
+    );
+    let status = exit_within(&mut serve, Duration::from_secs(10));
+    assert!(!status.success());
+    assert_eq!(first_line(&mut serve), "", "announced an address");
+    let stderr = stderr_of(&mut serve);
+    assert!(
+        stderr.contains("--listen") && stderr.contains("disagree"),
+        "{stderr}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_shuts_the_master_down_cleanly() {
+    let dir = scratch("sigterm");
+    let dir_arg = dir.to_str().unwrap();
+    let mut serve = start(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", dir_arg],
+        &[],
+    );
+    assert!(first_line(&mut serve).starts_with("listening on "));
+    let killed = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = exit_within(&mut serve, Duration::from_secs(20));
+    let stderr = stderr_of(&mut serve);
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
+    // Stopped cleanly, the data directory is free for the next master.
+    let mut next = start(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", dir_arg],
+        &[],
+    );
+    assert!(first_line(&mut next).starts_with("listening on "));
+    let _ = next.kill();
+    let _ = next.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_master_on_a_busy_data_directory_fails_before_announcing_an_address() {
+    let dir = scratch("busy");
+    let dir_arg = dir.to_str().unwrap();
+    let mut first = start(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", dir_arg],
+        &[],
+    );
+    assert!(first_line(&mut first).starts_with("listening on "));
+    let mut second = start(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", dir_arg],
+        &[],
+    );
+    let status = exit_within(&mut second, Duration::from_secs(10));
+    let _ = first.kill();
+    let _ = first.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success());
+    assert_eq!(first_line(&mut second), "", "announced an address");
+    let stderr = stderr_of(&mut second);
+    assert!(stderr.contains("another master"), "{stderr}");
+}
