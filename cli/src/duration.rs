@@ -2,23 +2,45 @@
 
 use std::time::Duration;
 
-/// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h`.
+/// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h`; the number may
+/// have decimals (`1.5s`), down to whole milliseconds.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("'{text}' needs a unit: ms, s, m or h (e.g. 500ms, 2s)"))?;
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("'{text}' needs a unit: ms, s, m or h (e.g. 500ms, 1.5s)"))?;
     let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
-    let millis = match unit {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1_000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
+    let unit_ms: u128 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
         _ => return Err(format!("'{unit}' is not a unit: use ms, s, m or h")),
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(fraction) || fraction.len() > 9 {
+        return Err(format!(
+            "'{text}' does not start with a number (e.g. 2s, 1.5s)"
+        ));
     }
-    .ok_or_else(|| format!("'{text}' is too long"))?;
+    let too_long = || format!("'{text}' is too long");
+    let whole: u128 = whole.parse().map_err(|_| too_long())?;
+    let scale = 10u128.pow(fraction.len() as u32);
+    let fraction: u128 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().map_err(|_| too_long())?
+    };
+    // Exactly, in integers: whole × unit + fraction × unit / scale.
+    let fraction_ms = fraction * unit_ms;
+    if !fraction_ms.is_multiple_of(scale) {
+        return Err(format!("'{text}' is finer than a millisecond"));
+    }
+    let millis = whole
+        .checked_mul(unit_ms)
+        .and_then(|ms| ms.checked_add(fraction_ms / scale))
+        .and_then(|ms| u64::try_from(ms).ok())
+        .ok_or_else(too_long)?;
     Ok(Duration::from_millis(millis))
 }
 
@@ -43,6 +65,19 @@ mod tests {
         assert_eq!(parse("1m"), Ok(Duration::from_secs(60)));
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn decimals_parse_down_to_whole_milliseconds() {
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1_500)));
+        assert_eq!(parse("0.25m"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse("2.0s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse("0.001s"), Ok(Duration::from_millis(1)));
+        assert!(parse("1.5ms")
+            .unwrap_err()
+            .contains("finer than a millisecond"));
+        assert!(parse(".5s").is_err());
+        assert!(parse("1.2.3s").is_err());
     }
 
     #[test]

@@ -357,3 +357,26 @@ fn serve_raises_its_open_files_limit_to_the_hard_limit() {
     assert_eq!(numbers[0], numbers[1], "soft and hard: {open_files}");
     assert_ne!(numbers[0], "256", "{open_files}");
 }
+
+#[test]
+fn an_address_without_a_port_says_the_port_is_missing() {
+    let output = Command::new(BIN)
+        .args(["--addr", "127.0.0.1", "session", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("has no port"), "{stderr}");
+}
+
+#[test]
+fn a_lease_the_master_refuses_names_the_settings_that_decide() {
+    let serve = Serve::start();
+    let refused = serve.run(&["session", "create", "--lease", "90s"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--max-lease"), "{stderr}");
+    // Decimals are durations too.
+    let created = serve.run(&["session", "create", "--lease", "2.5s"]);
+    assert!(created.status.success(), "{created:?}");
+}

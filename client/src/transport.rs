@@ -42,6 +42,12 @@ impl Connector for TcpConnector {
     fn connect(&self) -> ConnectFuture {
         let addr = self.addr.clone();
         Box::pin(async move {
+            if !has_port(&addr) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the address has no port: write HOST:PORT, e.g. 127.0.0.1:7171",
+                ));
+            }
             let stream = tokio::net::TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
             Ok(Box::new(stream) as BoxTransport)
@@ -50,5 +56,32 @@ impl Connector for TcpConnector {
 
     fn addr(&self) -> String {
         self.addr.clone()
+    }
+}
+
+/// Whether `addr` ends in a port: `host:port` or `[v6]:port`. A bare IPv6
+/// address has colons but no port.
+fn has_port(addr: &str) -> bool {
+    let tail = match addr.rsplit_once(']') {
+        Some((_, tail)) => tail,
+        None if addr.matches(':').count() > 1 => return false,
+        None => addr,
+    };
+    tail.rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_port;
+
+    #[test]
+    fn an_address_without_a_port_is_told_apart() {
+        for with in ["127.0.0.1:7171", "localhost:1", "[::1]:7171"] {
+            assert!(has_port(with), "{with}");
+        }
+        for without in ["127.0.0.1", "localhost", "::1", "[::1]", "host:"] {
+            assert!(!has_port(without), "{without}");
+        }
     }
 }

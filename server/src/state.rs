@@ -357,7 +357,8 @@ impl State {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
                 format!(
-                    "lease {lease:?} is outside the accepted {:?}..={:?}",
+                    "lease {lease:?} is outside the accepted {:?}..={:?} (the master's \
+                     --min-lease and --max-lease set the range)",
                     b.min_lease, b.max_lease
                 ),
             ));
