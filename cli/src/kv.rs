@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use leasehold::{DeleteOptions, NodeView, PutOptions, Sequencer};
 use serde_json::json;
 
@@ -36,7 +37,12 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
                 flags,
                 ..PutOptions::default()
             };
-            let index = client.put(&key, value, options).await?;
+            let contents = if value == "-" {
+                read_stdin().await?
+            } else {
+                value.into_bytes()
+            };
+            let index = client.put(&key, contents, options).await?;
             if json {
                 println!("{}", json!({ "key": key, "modify_index": index }));
             } else {
@@ -77,6 +83,8 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
             }
         }
         Command::Ls { prefix, recursive } => {
+            // ZooKeeper's root is `/`; here it is the empty prefix.
+            let prefix = if prefix == "/" { String::new() } else { prefix };
             // Page by page, so a prefix of millions of keys streams out in
             // bounded memory.
             let mut after = None;
@@ -165,4 +173,20 @@ fn print_node(node: &NodeView, json: bool) {
             owner.as_deref().unwrap_or("-"),
         );
     }
+}
+
+/// The contents `put KEY -` reads from stdin: at most one byte more than a
+/// node may hold, so that the master refuses what is too large without
+/// this process reading an endless stream first.
+async fn read_stdin() -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    tokio::task::spawn_blocking(|| {
+        let mut contents = Vec::new();
+        std::io::stdin()
+            .take(leasehold_server::MAX_CONTENTS as u64 + 1)
+            .read_to_end(&mut contents)
+            .context("cannot read the value from stdin")?;
+        Ok(contents)
+    })
+    .await?
 }

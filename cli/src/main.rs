@@ -70,6 +70,7 @@ enum Command {
     /// Write a node and print its new modify index.
     Put {
         key: String,
+        /// The contents; `-` reads them from stdin.
         value: String,
         /// Write only if the node's modify index is N (0: only if absent).
         #[arg(long, value_name = "N")]
@@ -90,6 +91,7 @@ enum Command {
     },
     /// List the children of a prefix (the root when omitted).
     Ls {
+        /// Where to list; empty or `/` is the root.
         #[arg(default_value = "")]
         prefix: String,
         /// List every key below the prefix.
@@ -119,9 +121,14 @@ enum Command {
         /// Take the lock shared instead of exclusive.
         #[arg(long)]
         shared: bool,
-        /// Give up waiting for the lock after this long (default: 10m).
+        /// Give up waiting for the lock after this long (default: 10m);
+        /// exit status 75 then, without running CMD.
         #[arg(long, value_parser = duration::parse)]
         timeout: Option<Duration>,
+        /// Try once, without waiting: if the lock is held, exit with status
+        /// 75 without running CMD.
+        #[arg(long = "try", conflicts_with = "timeout")]
+        try_once: bool,
         /// Write this to KEY with the acquisition.
         #[arg(long)]
         value: Option<String>,
@@ -284,6 +291,9 @@ enum SessionCommand {
 pub(crate) const NOT_FOUND: u8 = 1;
 /// Exit status for "the master could not be reached".
 const UNREACHABLE: u8 = 2;
+/// Exit status for "the lock is held by others; try again later" (as
+/// sysexits' EX_TEMPFAIL): `lock --try`, or a `--timeout` that ran out.
+pub(crate) const BUSY: u8 = 75;
 
 /// `text` with its control characters escaped: an error may quote what a
 /// user or another client typed, which must not rewrite the terminal.
@@ -414,10 +424,18 @@ fn main() -> ExitCode {
                 key,
                 shared,
                 timeout,
+                try_once,
                 value,
                 session,
                 run,
-            } => recipes::lock(&addr, key, shared, timeout, value, session, run).await,
+            } => {
+                let wait = if try_once {
+                    recipes::Wait::TryOnce
+                } else {
+                    recipes::Wait::Up(timeout)
+                };
+                recipes::lock(&addr, key, shared, wait, value, session, run).await
+            }
             Command::Elect {
                 key,
                 value,

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::{
-    event_mask, Change, Client, Election, LockOptions, Semaphore, Session, SessionState,
-    SubscribeOptions, SubscriptionEvent,
+    event_mask, Change, Client, ClientError, Election, ErrorCode, LockOptions, Semaphore, Session,
+    SessionState, SubscribeOptions, SubscriptionEvent,
 };
 use serde_json::json;
 
@@ -25,11 +25,19 @@ async fn open(client: &Client, session: &SessionArgs, run: &RunArgs) -> anyhow::
 }
 
 /// `leasehold lock KEY -- CMD`.
+/// How long `lock` waits for a held lock.
+pub(crate) enum Wait {
+    /// Not at all (`--try`).
+    TryOnce,
+    /// Up to this long (`--timeout`), or the longest wait when `None`.
+    Up(Option<Duration>),
+}
+
 pub(crate) async fn lock(
     addr: &str,
     key: String,
     shared: bool,
-    timeout: Option<Duration>,
+    wait: Wait,
     value: Option<String>,
     session_args: SessionArgs,
     run: RunArgs,
@@ -41,9 +49,31 @@ pub(crate) async fn lock(
     } else {
         LockOptions::exclusive()
     };
-    options.timeout = timeout;
     options.contents = value.map(String::into_bytes);
-    let guard = session.lock(&key, options).await?;
+    let taken = match wait {
+        Wait::TryOnce => session.try_lock(&key, options).await,
+        Wait::Up(timeout) => {
+            options.timeout = timeout;
+            session.lock(&key, options).await
+        }
+    };
+    let busy = |e: &ClientError| {
+        matches!(
+            e.code(),
+            Some(ErrorCode::LockHeld | ErrorCode::LockDelayed { .. })
+        )
+    };
+    let guard = match taken {
+        Err(e) if busy(&e) => {
+            eprintln!(
+                "leasehold: {}: the command was not run",
+                crate::printable(&e.to_string())
+            );
+            let _ = session.close().await;
+            return Ok(ExitCode::from(crate::BUSY));
+        }
+        taken => taken?,
+    };
     eprintln!("leasehold: holding {key}");
     let lost = until_lost(&session, run.stop_on, || guard.lost());
     let sequencer = Some(guard.sequencer().to_hex());

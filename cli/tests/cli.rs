@@ -380,3 +380,36 @@ fn a_lease_the_master_refuses_names_the_settings_that_decide() {
     let created = serve.run(&["session", "create", "--lease", "2.5s"]);
     assert!(created.status.success(), "{created:?}");
 }
+
+#[test]
+fn put_reads_the_value_from_stdin_given_a_dash() {
+    let serve = Serve::start();
+    let mut put = Command::new(BIN)
+        .args(["--addr", &serve.addr, "put", "from/stdin", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(b"line one\nline two\n")
+        .unwrap();
+    assert!(put.wait().unwrap().success());
+    let got = serve.run(&["get", "from/stdin"]);
+    // `get` ends what it prints with a newline of its own.
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "line one\nline two\n\n"
+    );
+}
+
+#[test]
+fn ls_of_slash_lists_the_root_as_zookeeper_users_expect() {
+    let serve = Serve::start();
+    assert!(serve.run(&["put", "a/b", "1"]).status.success());
+    let listed = serve.run(&["ls", "/"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert_eq!(stdout(&listed), "a");
+}

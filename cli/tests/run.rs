@@ -361,3 +361,34 @@ fn a_command_that_exits_leaves_nothing_it_started_running() {
     assert!(holder.wait(SOON).success());
     all_gone_within(&pids, SOON);
 }
+
+// `lock --try` runs CMD only if the lock is free now; held, it exits 75
+// (EX_TEMPFAIL) without running it, as does a `--timeout` that runs out.
+#[test]
+fn lock_try_runs_the_command_only_if_the_lock_is_free_now() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &["lock", "k", "--", "sh", "-c", "echo started; exec sleep 39.125"],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    let tried = serve.run(&["lock", "k", "--try", "--", "echo", "ran"]);
+    assert_eq!(tried.status.code(), Some(75), "{tried:?}");
+    assert!(tried.stdout.is_empty(), "the command ran: {tried:?}");
+    assert!(
+        String::from_utf8_lossy(&tried.stderr).contains("not run"),
+        "{tried:?}"
+    );
+    let waited = serve.run(&["lock", "k", "--timeout", "200ms", "--", "echo", "ran"]);
+    assert_eq!(waited.status.code(), Some(75), "{waited:?}");
+    assert!(waited.stdout.is_empty(), "the command ran: {waited:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    holder.wait(SOON);
+    let free = serve.run(&["lock", "k", "--try", "--", "echo", "ran"]);
+    assert!(free.status.success(), "{free:?}");
+    assert_eq!(String::from_utf8_lossy(&free.stdout).trim(), "ran");
+}
