@@ -34,11 +34,12 @@ impl Trim {
         }
     }
 
-    /// Gives free memory back, off the async threads, since walking the
-    /// allocator's arenas takes a while on a large heap.
+    /// Gives free memory back. On the accept loop's task, not the master's,
+    /// so leases never wait for it; and not on a blocking thread, which
+    /// would make runs in simulated time differ from one to the next.
     pub(crate) fn run(&mut self) {
         self.due = None;
-        tokio::task::spawn_blocking(give_back_free_memory);
+        give_back_free_memory();
     }
 }
 
