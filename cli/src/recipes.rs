@@ -20,7 +20,12 @@ async fn open(client: &Client, session: &SessionArgs, run: &RunArgs) -> anyhow::
     let session = client
         .create_session(session.options().grace(run.grace))
         .await?;
-    session.on_state_change(|state| eprintln!("leasehold: session {}", state.as_str()));
+    // A close at the end is how every clean exit ends: not news.
+    session.on_state_change(|state| {
+        if state != SessionState::Closed {
+            eprintln!("leasehold: session {}", state.as_str());
+        }
+    });
     Ok(session)
 }
 
@@ -195,8 +200,10 @@ pub(crate) async fn watch(
             .join(" ");
             println!("{line}");
         }
-        if event == SubscriptionEvent::Session(SessionState::Expired) {
-            return Ok(ExitCode::from(NOT_FOUND));
+        if let SubscriptionEvent::Session(state) = event {
+            if state.is_final() {
+                return Ok(ExitCode::from(NOT_FOUND));
+            }
         }
     }
 }

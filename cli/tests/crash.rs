@@ -83,7 +83,7 @@ async fn locker(client: Client, name: String, until: Instant, seen: Arc<Mutex<Ac
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
-        if s.state() == leasehold::SessionState::Expired {
+        if s.state().is_final() {
             session = None;
         }
     }

@@ -369,7 +369,14 @@ fn lock_try_runs_the_command_only_if_the_lock_is_free_now() {
     let serve = Serve::start();
     let mut holder = Running::start(
         &serve.addr,
-        &["lock", "k", "--", "sh", "-c", "echo started; exec sleep 39.125"],
+        &[
+            "lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 39.125",
+        ],
     );
     assert_eq!(holder.stdout_line(SOON), "started");
     let tried = serve.run(&["lock", "k", "--try", "--", "echo", "ran"]);

@@ -371,7 +371,7 @@ impl Dispatch {
         for route in self.routes().filter(asked) {
             route.send(SubscriptionEvent::Session(state));
         }
-        if state == SessionState::Expired {
+        if state.is_final() {
             self.subscriptions.clear();
             self.orphans.clear();
         }
@@ -469,7 +469,7 @@ async fn join(session: &Session, route: Route) -> Result<(), ClientError> {
     };
     // Checked under the lock an expiry clears routes under, so a
     // stream made as the session ends still ends.
-    let expired = session.state() == SessionState::Expired;
+    let expired = session.state().is_final();
     dispatch.install(id, route, expired);
     Ok(())
 }

@@ -139,7 +139,7 @@ impl Keeper {
                     };
                     let outcome = if destroy { self.destroy().await } else { Ok(()) };
                     // Ended for this client: every clone must see it (CS-8).
-                    self.enter(SessionState::Expired);
+                    self.enter(SessionState::Closed);
                     if let Some(done) = done {
                         let _ = done.send(outcome);
                     }

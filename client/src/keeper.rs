@@ -5,7 +5,7 @@ use tokio::sync::Mutex;
 
 use crate::client::Client;
 use crate::error::ClientError;
-use crate::session::{Session, SessionOptions, SessionState};
+use crate::session::{Session, SessionOptions};
 
 /// Hands out the same live session to every caller, creating a new one
 /// only after the previous one expired or was closed. Safe to share.
@@ -44,7 +44,7 @@ impl SessionKeeper {
     pub async fn session(&self) -> Result<Session, ClientError> {
         let mut current = self.current.lock().await;
         if let Some(session) = current.as_ref() {
-            if session.state() != SessionState::Expired {
+            if !session.state().is_final() {
                 return Ok(session.clone());
             }
         }

@@ -115,7 +115,7 @@ impl LockGuard {
         let seen = signal.borrow().jeopardies;
         let mut states = self.session.watch_state();
         tokio::select! {
-            _ = states.wait_for(|s| matches!(s, SessionState::Jeopardy | SessionState::Expired)) => {}
+            _ = states.wait_for(|s| *s == SessionState::Jeopardy || s.is_final()) => {}
             _ = signal.wait_for(|s| s.lost || s.jeopardies > seen) => {}
         }
     }

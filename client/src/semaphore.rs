@@ -127,9 +127,10 @@ impl Semaphore {
                     None => next.await,
                 };
                 match event {
-                    None | Some(SubscriptionEvent::Session(SessionState::Expired)) => {
-                        return Err(ClientError::SessionExpired)
-                    }
+                    None
+                    | Some(SubscriptionEvent::Session(
+                        SessionState::Expired | SessionState::Closed,
+                    )) => return Err(ClientError::SessionExpired),
                     Some(_) => {}
                 }
             }
@@ -229,7 +230,7 @@ impl Semaphore {
                     }
                     Err(_) => false,
                 };
-                if gone || session.state() == SessionState::Expired {
+                if gone || session.state().is_final() {
                     break;
                 }
                 let pause = Duration::from_millis(50u64 << attempt.min(4));
@@ -354,7 +355,7 @@ impl Permit {
                     None => false,
                     // Jeopardy is the contender guard's to report, and
                     // passes if contact comes back; expiry is final.
-                    Some(SubscriptionEvent::Session(state)) => state != SessionState::Expired,
+                    Some(SubscriptionEvent::Session(state)) => !state.is_final(),
                     // Any change, or lost events: re-read. A failed read
                     // leaves the slot in doubt, which is lost (the seed:
                     // "if the watch fails to connect the slot should be

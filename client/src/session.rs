@@ -34,9 +34,12 @@ pub enum SessionState {
     /// cache. Reported on the way back to `Normal`, which follows at once
     /// (`FO-6`).
     Failover,
-    /// The grace period ran out, or the master said the session is gone.
-    /// Final.
+    /// The grace period ran out, or the master said the session is gone:
+    /// whatever relied on it may already be someone else's. Final.
     Expired,
+    /// This client closed or detached the session (`CS-8`): it gave the
+    /// session up, nothing was taken from it. Final.
+    Closed,
 }
 
 impl SessionState {
@@ -48,7 +51,13 @@ impl SessionState {
             SessionState::Safe => "safe",
             SessionState::Failover => "failover",
             SessionState::Expired => "expired",
+            SessionState::Closed => "closed",
         }
+    }
+
+    /// Whether no state follows: `Expired` or `Closed`.
+    pub fn is_final(self) -> bool {
+        matches!(self, SessionState::Expired | SessionState::Closed)
     }
 }
 
@@ -316,14 +325,14 @@ impl Session {
     /// stop whatever relied on it.
     pub async fn expired(&self) {
         let mut states = self.inner.states.clone();
-        let _ = states.wait_for(|s| *s == SessionState::Expired).await;
+        let _ = states.wait_for(|s| s.is_final()).await;
     }
 
     /// Stops keeping the session alive and destroys it on the master,
     /// releasing the locks it holds first so that they go to their next
     /// holders without lock-delay (`LOCK-11`). Closing a session that has
     /// already expired succeeds. The session, and
-    /// every clone of it, is `Expired` afterwards.
+    /// every clone of it, is `Closed` afterwards.
     pub async fn close(self) -> Result<(), ClientError> {
         self.stop(true).await
     }
@@ -331,7 +340,7 @@ impl Session {
     /// Stops keeping the session alive but leaves it on the master, where it
     /// lives until its lease runs out unless a holder of its token keeps it
     /// alive ([`Client::attach_session`]). Returns the token. For this
-    /// client the session is over: it, and every clone of it, is `Expired`
+    /// client the session is over: it, and every clone of it, is `Closed`
     /// afterwards.
     pub async fn detach(self) -> SessionToken {
         let token = self.token();

@@ -180,7 +180,7 @@ struct Live {
 impl Live {
     async fn finish(self, ctx: &Ctx) {
         self.publisher.abort();
-        if self.session.state() != SessionState::Expired {
+        if !self.session.state().is_final() {
             ctx.trace.push(&ctx.name, What::Closing);
             let _ = timeout(Duration::from_secs(2), self.session.close()).await;
         }
@@ -216,9 +216,7 @@ async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Opt
                         },
                     );
                     if let Some(belief) = &belief {
-                        if state == SessionState::Expired
-                            || (!ignore && state != SessionState::Normal)
-                        {
+                        if state.is_final() || (!ignore && state != SessionState::Normal) {
                             belief.end_of(&id, state.as_str());
                         }
                     }
@@ -237,7 +235,7 @@ async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Opt
 }
 
 async fn publish_lease(session: Session, leases: Leases, name: String) {
-    while session.state() != SessionState::Expired {
+    while !session.state().is_final() {
         let expiry = session.local_lease_expiry();
         let left = expiry.saturating_duration_since(Instant::now()).as_millis() as u64;
         leases.set(&name, now_ms() + left);
@@ -258,7 +256,7 @@ async fn contender(role: Role, ctx: &mut Ctx) {
         let Some(live) = open_session(ctx, Some(&belief), until).await else {
             break;
         };
-        while now_ms() < ctx.work_until && live.session.state() != SessionState::Expired {
+        while now_ms() < ctx.work_until && !live.session.state().is_final() {
             let session = &live.session;
             match role {
                 Role::Locker => lock_round(ctx, session, &belief, &mut storage).await,

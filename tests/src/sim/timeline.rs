@@ -22,6 +22,7 @@ fn colour(state: &str) -> &'static str {
         "safe" => "#8fc8ff",
         "failover" => "#c9a0ff",
         "expired" => "#f3a0a0",
+        "closed" => "#d0d0d0",
         _ => "#f4f4f4",
     }
 }
@@ -89,6 +90,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
         ("safe", colour("safe")),
         ("failover", colour("failover")),
         ("expired", colour("expired")),
+        ("closed", colour("closed")),
     ];
     for (i, (name, fill)) in legend.iter().enumerate() {
         let lx = 10.0 + i as f64 * 110.0;

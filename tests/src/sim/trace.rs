@@ -52,7 +52,7 @@ pub enum What {
     },
     /// A client has a new session.
     SessionStarted { session: String },
-    /// The client closes its session (`CS-8`): the `Expired` that follows
+    /// The client closes its session (`CS-8`): the `Closed` that follows
     /// is its own doing.
     Closing,
     /// The client's session `session` entered this state (`CS-7`).

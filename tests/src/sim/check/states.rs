@@ -1,7 +1,7 @@
 //! Session states follow the SPEC diagram (`CS-1`..`CS-8`, `FO-6`): Normal
 //! to Jeopardy, Failover or Expired; Jeopardy to Safe or Expired; Safe and
-//! Failover straight back to Normal, at the same instant; nothing after
-//! Expired. A partition that heals while the local lease still covers the
+//! Failover straight back to Normal, at the same instant; to Closed only
+//! after the client closed its session; nothing after Expired or Closed. A partition that heals while the local lease still covers the
 //! held KeepAlive answer never leaves Normal.
 
 use std::collections::BTreeMap;
@@ -18,6 +18,7 @@ fn allowed(from: &str, to: &str) -> bool {
         ("normal", "jeopardy" | "failover" | "expired")
             | ("jeopardy", "safe" | "expired")
             | ("safe" | "failover", "normal")
+            | ("normal" | "jeopardy" | "safe" | "failover", "closed")
     )
 }
 
@@ -26,11 +27,17 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
     let mut transitions: BTreeMap<String, usize> = BTreeMap::new();
     // Each session's current state and when it was entered.
     let mut current: BTreeMap<(&str, &str), (&str, u64)> = BTreeMap::new();
+    // Clients that have begun closing their session.
+    let mut closing = std::collections::BTreeSet::new();
     let mut count = 0;
     for e in &run.entries {
         match &e.what {
             What::SessionStarted { session } => {
+                closing.remove(e.who.as_str());
                 current.insert((&e.who, session), ("normal", e.at));
+            }
+            What::Closing => {
+                closing.insert(e.who.as_str());
             }
             What::State { state, session } => {
                 count += 1;
@@ -52,6 +59,12 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
                         invariant: NAME,
                         at: e.at,
                         detail: format!("{} went from {from} to {state}", e.who),
+                    });
+                } else if state == "closed" && !closing.contains(e.who.as_str()) {
+                    violations.push(Violation {
+                        invariant: NAME,
+                        at: e.at,
+                        detail: format!("{}'s session closed without its client closing it", e.who),
                     });
                 } else if matches!(from, "safe" | "failover") && e.at != since {
                     violations.push(Violation {
