@@ -51,7 +51,16 @@ impl PutOptions {
     }
 }
 
-/// How to delete a node.
+/// How to delete a node, built as [`PutOptions`] are.
+///
+/// ```
+/// use leasehold::DeleteOptions;
+///
+/// let everything_below = DeleteOptions::new().recursive();
+/// assert!(everything_below.recursive);
+/// let only_if_unchanged = DeleteOptions::new().cas(7);
+/// assert_eq!(only_if_unchanged.cas, Some(7));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
     /// Delete only if the node's modify index is this.
@@ -66,6 +75,23 @@ pub struct DeleteOptions {
 }
 
 impl DeleteOptions {
+    /// A plain delete of the node alone.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Deletes only if the node's modify index is `index`.
+    pub fn cas(mut self, index: u64) -> Self {
+        self.cas = Some(index);
+        self
+    }
+
+    /// Deletes every node below the key too.
+    pub fn recursive(mut self) -> Self {
+        self.recursive = true;
+        self
+    }
+
     /// Deletes as `session`, the holder of the locks the delete takes away.
     pub fn as_holder(mut self, session: &Session) -> Self {
         self.holder = Some(session.token());
