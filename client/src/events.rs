@@ -118,6 +118,36 @@ impl Subscription {
     }
 }
 
+/// The same events as [`Subscription::next`], for `StreamExt` and friends.
+///
+/// ```no_run
+/// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
+/// use futures::StreamExt;
+/// use leasehold::SubscribeOptions;
+///
+/// let a = session.subscribe("service/a", SubscribeOptions::prefix()).await?;
+/// let b = session.subscribe("service/b", SubscribeOptions::prefix()).await?;
+/// let mut both = futures::stream::select(a, b);
+/// while let Some(event) = both.next().await {
+///     println!("{event:?}");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+impl futures::Stream for Subscription {
+    type Item = SubscriptionEvent;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<SubscriptionEvent>> {
+        if self.overflowed.swap(false, Ordering::AcqRel) {
+            return std::task::Poll::Ready(Some(SubscriptionEvent::EventsLost));
+        }
+        self.events.poll_recv(cx)
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         if self.cancelled {

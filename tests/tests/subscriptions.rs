@@ -339,3 +339,34 @@ async fn ending_one_stream_leaves_another_on_the_same_key_hearing() {
         .await;
     assert!(refused.is_err(), "still subscribed: {refused:?}");
 }
+
+// EV-7: a subscription is a `Stream`, so streams combine.
+#[tokio::test]
+async fn subscriptions_combine_as_streams() {
+    use futures::StreamExt;
+    let (_server, client, session) = one_session().await;
+    let a = session
+        .subscribe("a", SubscribeOptions::exact().mask(event_mask::CONTENTS))
+        .await
+        .unwrap();
+    let b = session
+        .subscribe("b", SubscribeOptions::exact().mask(event_mask::CONTENTS))
+        .await
+        .unwrap();
+    client.put("a", "1", PutOptions::new()).await.unwrap();
+    client.put("b", "1", PutOptions::new()).await.unwrap();
+    let mut both = futures::stream::select(a, b);
+    let mut heard = Vec::new();
+    while heard.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(5), both.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the session lives");
+        heard.push(event);
+    }
+    heard.sort_by_key(|e| format!("{e:?}"));
+    assert_eq!(
+        heard,
+        [changed("a", Change::Created), changed("b", Change::Created)]
+    );
+}
