@@ -222,9 +222,12 @@ fn describe(event: &SubscriptionEvent) -> (&'static str, Option<String>, Option<
                 Change::ChildModified { child } => ("child-modified", key, Some(child.clone())),
                 Change::LockAcquired { holder } => ("lock-acquired", key, Some(holder.to_string())),
                 Change::LockReleased { holder } => ("lock-released", key, Some(holder.to_string())),
+                // Newer than this CLI: named as it is written.
+                other => ("changed", key, Some(format!("{other:?}"))),
             }
         }
         SubscriptionEvent::EventsLost => ("events-lost", None, None),
         SubscriptionEvent::Session(state) => ("session", None, Some(state.as_str().to_string())),
+        other => ("event", None, Some(format!("{other:?}"))),
     }
 }

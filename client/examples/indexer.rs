@@ -24,7 +24,7 @@ async fn main() -> Result<(), leasehold::ClientError> {
         SessionState::Failover => eprintln!("the master restarted: re-read caches"),
         SessionState::Expired => eprintln!("session lost: stop"),
         SessionState::Closed => eprintln!("session closed"),
-        SessionState::Normal => {}
+        _ => {} // Normal, and states a later version may add
     });
 
     let guard = session

@@ -6,6 +6,7 @@ use leasehold_protocol::ErrorCode;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The server could not be reached.
     #[error("cannot connect to {addr}")]

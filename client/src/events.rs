@@ -19,6 +19,7 @@ const ORPHANS: usize = 1024;
 
 /// What a subscription hears.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SubscriptionEvent {
     /// Something changed at `key`.
     Changed { key: String, change: Change },
@@ -227,6 +228,9 @@ fn bit_of(change: &Change) -> u32 {
         Change::ChildModified { .. } => event_mask::CHILD_MODIFIED,
         Change::LockAcquired { .. } => event_mask::LOCK_ACQUIRED,
         Change::LockReleased { .. } => event_mask::LOCK_RELEASED,
+        // A kind of change this library does not know yet: every stream
+        // hears it, rather than none.
+        _ => event_mask::ALL,
     }
 }
 
@@ -429,6 +433,7 @@ impl Session {
     ///         SubscriptionEvent::Changed { key, change } => println!("{key}: {change:?}"),
     ///         SubscriptionEvent::EventsLost => println!("missed some: re-read config/"),
     ///         SubscriptionEvent::Session(state) => println!("session {state:?}"),
+    ///         other => println!("{other:?}"), // kinds a later version may add
     ///     }
     /// }
     /// # Ok(())

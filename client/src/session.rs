@@ -19,6 +19,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(45);
 
 /// Where a session stands, as far as this client can tell (`CS-1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SessionState {
     /// The local lease is valid: the master holds the session.
     Normal,

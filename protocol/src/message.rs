@@ -486,6 +486,7 @@ pub enum EventKind {
 
 /// What happened to a node a subscription covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Change {
     Created,
     /// Its contents were written.

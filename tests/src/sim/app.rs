@@ -519,7 +519,7 @@ async fn watcher(ctx: &mut Ctx) {
                         ctx.trace.push(&ctx.name, What::Event { key, change });
                     }
                     Some(SubscriptionEvent::EventsLost) => ctx.trace.push(&ctx.name, What::EventsLost),
-                    Some(SubscriptionEvent::Session(_)) => {}
+                    Some(_) => {}
                     None => {
                         ctx.trace.push(&ctx.name, What::Unsubscribed);
                         break;
