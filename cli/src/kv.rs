@@ -99,7 +99,11 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
         }
         Command::CheckSequencer { sequencer } => {
             let Some(parsed) = Sequencer::from_hex(sequencer.trim()) else {
-                anyhow::bail!("'{sequencer}' is not a sequencer");
+                eprintln!(
+                    "leasehold: '{}' is not a sequencer",
+                    crate::printable(&sequencer)
+                );
+                return Ok(ExitCode::from(crate::MALFORMED));
             };
             let valid = client.check_sequencer(&parsed.to_bytes()).await?;
             if json {

@@ -99,7 +99,7 @@ enum Command {
         recursive: bool,
     },
     /// Check a sequencer (hex, as in LEASEHOLD_SEQUENCER): exit 0 if it
-    /// names a current holding, 1 if not.
+    /// names a current holding, 1 if not, 65 if it is not a sequencer.
     CheckSequencer { sequencer: String },
     /// Set, delete or list health checks; a critical check ends the
     /// sessions bound to it (`session create --check NAME`).
@@ -287,10 +287,16 @@ enum SessionCommand {
     },
 }
 
-/// Exit status for "the thing asked about does not exist".
+// Exit statuses, as sysexits.h numbers them where it has a name for the
+// outcome; README.md lists them.
+/// "No": the thing asked about does not exist, or the check failed.
 pub(crate) const NOT_FOUND: u8 = 1;
-/// Exit status for "the master could not be reached".
-const UNREACHABLE: u8 = 2;
+/// The command line was wrong (EX_USAGE).
+const USAGE: u8 = 64;
+/// The input was malformed, e.g. not a sequencer (EX_DATAERR).
+pub(crate) const MALFORMED: u8 = 65;
+/// The master could not be reached (EX_UNAVAILABLE).
+const UNREACHABLE: u8 = 69;
 /// Exit status for "the lock is held by others; try again later" (as
 /// sysexits' EX_TEMPFAIL): `lock --try`, or a `--timeout` that ran out.
 pub(crate) const BUSY: u8 = 75;
@@ -374,7 +380,18 @@ pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are what was asked for, not errors.
+            return if e.use_stderr() {
+                ExitCode::from(USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     if let Command::SupervisorGuard = cli.command {
         return run::guard();
     }

@@ -54,12 +54,13 @@ fn destroying_a_session_removes_it() {
 }
 
 #[test]
-fn an_unreachable_server_is_one_line_and_exit_status_2() {
+fn an_unreachable_server_is_one_line_and_exit_status_69() {
     let output = Command::new(BIN)
         .args(["--addr", "127.0.0.1:1", "session", "list"])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    // EX_UNAVAILABLE, apart from a usage error's 64.
+    assert_eq!(output.status.code(), Some(69));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
@@ -190,8 +191,9 @@ fn check_sequencer_exits_0_while_the_holding_lasts_and_1_after() {
     let invalid = serve.run(&["check-sequencer", &hex]);
     assert_eq!(invalid.status.code(), Some(1));
     assert_eq!(stdout(&invalid), "invalid");
+    // Not a sequencer at all is not the same answer as a stale one.
     let garbage = serve.run(&["check-sequencer", "zz"]);
-    assert_eq!(garbage.status.code(), Some(1));
+    assert_eq!(garbage.status.code(), Some(65));
 }
 
 // CHK-2, CHK-3
@@ -364,7 +366,7 @@ fn an_address_without_a_port_says_the_port_is_missing() {
         .args(["--addr", "127.0.0.1", "session", "list"])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(69));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("has no port"), "{stderr}");
 }
@@ -412,4 +414,12 @@ fn ls_of_slash_lists_the_root_as_zookeeper_users_expect() {
     let listed = serve.run(&["ls", "/"]);
     assert!(listed.status.success(), "{listed:?}");
     assert_eq!(stdout(&listed), "a");
+}
+
+#[test]
+fn a_usage_error_is_exit_status_64_and_help_is_success() {
+    let wrong = Command::new(BIN).args(["put"]).output().unwrap();
+    assert_eq!(wrong.status.code(), Some(64), "{wrong:?}");
+    let help = Command::new(BIN).args(["--help"]).output().unwrap();
+    assert!(help.status.success(), "{help:?}");
 }
