@@ -483,29 +483,28 @@ fn main() -> ExitCode {
     })
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker and
-/// Kubernetes send to stop a service): both shut the master down cleanly.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-                    _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot catch SIGTERM; only Ctrl-C shuts down cleanly");
-                let _ = tokio::signal::ctrl_c().await;
-            }
+/// What stops the master: SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker
+/// and Kubernetes send to stop a service); both shut it down cleanly. The
+/// handlers are in place when this returns, so a signal sent the moment
+/// the master announces its address is caught, not fatal.
+#[cfg(unix)]
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
         }
-    }
-    #[cfg(not(unix))]
-    {
+    })
+}
+
+#[cfg(not(unix))]
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
         let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }
 
 async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode> {
@@ -545,6 +544,7 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     // Before anything is announced: a data directory another master holds
     // is refused here, and nobody is told of an address that never serves.
     let server = leasehold_server::Server::open(config.clone())?;
+    let stop = stop_signal().context("cannot catch SIGINT and SIGTERM")?;
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}{from}"))?;
@@ -561,6 +561,6 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
              nodes; give the master an operator token to allow that to owners and the operator only"
         );
     }
-    server.serve(listener, stop_signal()).await?;
+    server.serve(listener, stop).await?;
     Ok(ExitCode::SUCCESS)
 }
