@@ -166,19 +166,53 @@ impl Term {
 }
 
 /// The leader of an election, then every change of it.
-#[derive(Debug)]
+///
+/// Also a `futures::Stream` of the same results, which never ends:
+///
+/// ```no_run
+/// # async fn example(client: leasehold::Client) {
+/// use futures::StreamExt;
+///
+/// let a = client.observe_leader("service/a/leader");
+/// let b = client.observe_leader("service/b/leader");
+/// let mut both = futures::stream::select(a, b);
+/// while let Some(change) = both.next().await {
+///     println!("{change:?}");
+/// }
+/// # }
+/// ```
 pub struct LeaderChanges {
+    observer: Option<Observer>,
+    pending: Option<futures::future::BoxFuture<'static, Step>>,
+}
+
+type Step = (Observer, Result<Option<Leader>, ClientError>);
+
+impl std::fmt::Debug for LeaderChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderChanges")
+            .field("observer", &self.observer)
+            .field("waiting", &self.pending.is_some())
+            .finish()
+    }
+}
+
+/// What a [`LeaderChanges`] remembers between results.
+#[derive(Debug)]
+struct Observer {
     client: Client,
     key: String,
     index: u64,
     last: Option<Option<Leader>>,
 }
 
-impl LeaderChanges {
-    /// The leader now on the first call; afterwards, waits until the leader
-    /// (or its value) differs from the last one returned. `None`: nobody
-    /// leads.
-    pub async fn next(&mut self) -> Result<Option<Leader>, ClientError> {
+impl Observer {
+    async fn step(mut self) -> Step {
+        let result = self.next_change().await;
+        (self, result)
+    }
+
+    async fn next_change(&mut self) -> Result<Option<Leader>, ClientError> {
         if self.last.is_none() {
             let node = self.client.get(&self.key).await?;
             // A missing key's index is not known here; 0 makes the next
@@ -203,6 +237,40 @@ impl LeaderChanges {
     }
 }
 
+impl LeaderChanges {
+    /// The leader now on the first call; afterwards, waits until the leader
+    /// (or its value) differs from the last one returned. `None`: nobody
+    /// leads. An error leaves the observer usable: the next call tries
+    /// again from where it was.
+    pub async fn next(&mut self) -> Result<Option<Leader>, ClientError> {
+        std::future::poll_fn(|cx| futures::Stream::poll_next(std::pin::Pin::new(&mut *self), cx))
+            .await
+            .expect("a LeaderChanges stream never ends")
+    }
+}
+
+impl futures::Stream for LeaderChanges {
+    type Item = Result<Option<Leader>, ClientError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if self.pending.is_none() {
+            let observer = self
+                .observer
+                .take()
+                .expect("an observer is kept while no step runs");
+            self.pending = Some(Box::pin(observer.step()));
+        }
+        let pending = self.pending.as_mut().expect("set above");
+        let (observer, result) = std::task::ready!(pending.as_mut().poll(cx));
+        self.pending = None;
+        self.observer = Some(observer);
+        std::task::Poll::Ready(Some(result))
+    }
+}
+
 impl Client {
     /// The leader of the election on `key`, if any: the exclusive holder
     /// of its lock and the value it wrote.
@@ -214,10 +282,13 @@ impl Client {
     /// needs no session.
     pub fn observe_leader(&self, key: &str) -> LeaderChanges {
         LeaderChanges {
-            client: self.clone(),
-            key: key.to_string(),
-            index: 0,
-            last: None,
+            observer: Some(Observer {
+                client: self.clone(),
+                key: key.to_string(),
+                index: 0,
+                last: None,
+            }),
+            pending: None,
         }
     }
 }

@@ -193,6 +193,42 @@ async fn a_leader_proclaims_a_new_value_within_its_term() {
         .is_none());
 }
 
+#[tokio::test]
+async fn leader_changes_of_two_elections_merge_as_streams() {
+    use futures::StreamExt;
+    let (_server, client) = setup().await;
+    let session = contender(&client, "a").await;
+    let mut both = futures::stream::select(
+        client.observe_leader("svc/one/leader"),
+        client.observe_leader("svc/two/leader"),
+    );
+    // Each stream first says who leads now: nobody.
+    for _ in 0..2 {
+        assert_eq!(both.next().await.unwrap().unwrap(), None);
+    }
+    let _one = Election::new(&session, "svc/one/leader")
+        .campaign("one")
+        .await
+        .unwrap();
+    let _two = Election::new(&session, "svc/two/leader")
+        .campaign("two")
+        .await
+        .unwrap();
+    let mut values = Vec::new();
+    for _ in 0..2 {
+        let leader = tokio::time::timeout(Duration::from_secs(30), both.next())
+            .await
+            .expect("each election's stream hears its leader")
+            .unwrap()
+            .unwrap()
+            .expect("someone leads");
+        assert_eq!(leader.session, session.id());
+        values.push(leader.value);
+    }
+    values.sort();
+    assert_eq!(values, [b"one".to_vec(), b"two".to_vec()]);
+}
+
 // SEM-2, SEM-3: the semaphore seed with five contenders, two slots.
 #[tokio::test]
 async fn five_contenders_for_two_slots_never_exceed_two_holders() {
