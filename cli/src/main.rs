@@ -166,6 +166,9 @@ enum Command {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Print a completion script for SHELL, e.g.
+    /// `leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold`.
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -392,8 +395,16 @@ fn main() -> ExitCode {
             };
         }
     };
-    if let Command::SupervisorGuard = cli.command {
-        return run::guard();
+    match cli.command {
+        Command::SupervisorGuard => return run::guard(),
+        Command::Completions { shell } => {
+            #[cfg(unix)]
+            end_quietly_when_the_reader_exits();
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
     }
     #[cfg(unix)]
     if !matches!(
@@ -467,6 +478,9 @@ fn main() -> ExitCode {
                 session,
                 run,
             } => recipes::semaphore(&addr, prefix, limit, value, session, run).await,
+            Command::SupervisorGuard | Command::Completions { .. } => {
+                unreachable!("handled before the runtime starts")
+            }
             command => kv::kv(&addr, cli.json, command).await,
         };
         match result {

@@ -423,3 +423,50 @@ fn a_usage_error_is_exit_status_64_and_help_is_success() {
     let help = Command::new(BIN).args(["--help"]).output().unwrap();
     assert!(help.status.success(), "{help:?}");
 }
+
+#[test]
+fn bash_completion_offers_the_subcommands_and_their_flags() {
+    let script = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(script.status.success());
+    let path = std::env::temp_dir().join(format!("leasehold-{}.bash", std::process::id()));
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash's completion machinery does on `leasehold lo<TAB>` and on
+    // `leasehold lock --t<TAB>`.
+    let complete = |words: &str, cword: usize| {
+        let program = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD={cword}; \
+             _leasehold leasehold \"${{COMP_WORDS[$COMP_CWORD]}}\" \"${{COMP_WORDS[$COMP_CWORD-1]}}\"; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            path.display()
+        );
+        let out = Command::new("bash")
+            .args(["-c", &program])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let subcommands = complete("leasehold lo", 1);
+    assert!(subcommands.lines().any(|w| w == "lock"), "{subcommands}");
+    let flags = complete("leasehold lock --t", 2);
+    assert!(flags.lines().any(|w| w == "--try"), "{flags}");
+    assert!(flags.lines().any(|w| w == "--timeout"), "{flags}");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn completions_for_an_unknown_shell_are_a_usage_error() {
+    let out = Command::new(BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("possible values"));
+}
