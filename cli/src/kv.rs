@@ -159,13 +159,14 @@ fn print_node(node: &NodeView, json: bool) {
                 "checksum": format!("{:016x}", s.checksum),
                 "length": s.contents_len,
                 "ephemeral_owner": owner,
+                "transient": s.transient,
             })
         );
     } else if let Some(value) = value {
         println!("{value}");
     } else {
         println!(
-            "key={} flags={} instance={} content_generation={} lock_generation={} modify_index={} checksum={:016x} length={} ephemeral_owner={}",
+            "key={} flags={} instance={} content_generation={} lock_generation={} modify_index={} checksum={:016x} length={} ephemeral_owner={} transient={}",
             node.key,
             s.flags,
             s.instance,
@@ -175,6 +176,7 @@ fn print_node(node: &NodeView, json: bool) {
             s.checksum,
             s.contents_len,
             owner.as_deref().unwrap_or("-"),
+            s.transient,
         );
     }
 }

@@ -129,7 +129,9 @@ enum Command {
         /// 75 without running CMD.
         #[arg(long = "try", conflicts_with = "timeout")]
         try_once: bool,
-        /// Write this to KEY with the acquisition.
+        /// Write this to KEY with the acquisition, and keep KEY afterwards.
+        /// Without it, a KEY the lock creates is deleted once the lock is
+        /// free and nobody waits.
         #[arg(long)]
         value: Option<String>,
         #[command(flatten)]

@@ -54,6 +54,9 @@ pub(crate) async fn lock(
     } else {
         LockOptions::exclusive()
     };
+    // A lock taken for the command alone leaves no node behind
+    // (`LOCK-12`); one that writes a value keeps it for readers.
+    options.transient = value.is_none();
     options.contents = value.map(String::into_bytes);
     let taken = match wait {
         Wait::TryOnce => session.try_lock(&key, options).await,
@@ -186,7 +189,17 @@ pub(crate) async fn watch(
         };
         let (what, key, detail) = describe(&event);
         if json {
-            println!("{}", json!({ "event": what, "key": key, "detail": detail }));
+            let mut line = json!({ "event": what, "key": key, "detail": detail });
+            if let SubscriptionEvent::Changed {
+                index, contents, ..
+            } = &event
+            {
+                line["index"] = json!(index);
+                if let Some(contents) = contents {
+                    line["value"] = json!(String::from_utf8_lossy(contents));
+                }
+            }
+            println!("{line}");
         } else {
             let line = [
                 what,
@@ -211,7 +224,7 @@ pub(crate) async fn watch(
 /// An event as a word, its key and one more detail.
 fn describe(event: &SubscriptionEvent) -> (&'static str, Option<String>, Option<String>) {
     match event {
-        SubscriptionEvent::Changed { key, change } => {
+        SubscriptionEvent::Changed { key, change, .. } => {
             let key = Some(key.clone());
             match change {
                 Change::Created => ("created", key, None),

@@ -33,6 +33,24 @@ fn lock_runs_the_command_with_its_sequencer_and_exits_with_its_status() {
     assert_eq!(after.status.code(), Some(1));
 }
 
+// LOCK-12: locks and elections taken by the CLI leave no nodes behind,
+// unless `lock --value` wrote one to keep.
+#[test]
+fn lock_and_elect_leave_no_node_behind_unless_lock_wrote_a_value() {
+    let serve = Serve::start();
+    let ls = || stdout(&serve.run(&["ls", "--recursive", "/"]));
+    let held = serve.run(&["lock", "jobs/once", "--", "leasehold", "ls", "jobs"]);
+    assert!(held.status.success(), "{held:?}");
+    assert_eq!(stdout(&held), "jobs/once", "the node exists while held");
+    let led = serve.run(&["elect", "svc/leader", "--value", "me", "--", "true"]);
+    assert!(led.status.success(), "{led:?}");
+    assert_eq!(ls(), "", "nothing is left after the lock and the election");
+    let kept = serve.run(&["lock", "jobs/kept", "--value", "v", "--", "true"]);
+    assert!(kept.status.success(), "{kept:?}");
+    assert_eq!(ls(), "jobs/kept");
+    assert_eq!(stdout(&serve.run(&["get", "jobs/kept"])), "v");
+}
+
 // LOCK-3
 #[test]
 fn lock_gives_up_after_its_timeout_while_another_holds() {

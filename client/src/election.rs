@@ -83,7 +83,7 @@ impl Election {
     /// written to the key in the same step as the acquisition, so a reader
     /// never sees a leader with an old value.
     pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Term, ClientError> {
-        let options = LockOptions::exclusive().contents(value);
+        let options = LockOptions::exclusive().contents(value).transient();
         loop {
             match self.session.lock(&self.key, options.clone()).await {
                 Ok(guard) => return Ok(Term { guard }),
@@ -99,7 +99,7 @@ impl Election {
         &self,
         value: impl Into<Vec<u8>>,
     ) -> Result<Option<Term>, ClientError> {
-        let options = LockOptions::exclusive().contents(value);
+        let options = LockOptions::exclusive().contents(value).transient();
         match self.session.try_lock(&self.key, options).await {
             Ok(guard) => Ok(Some(Term { guard })),
             Err(e) if e.is_lock_refusal() => Ok(None),

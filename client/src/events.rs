@@ -21,8 +21,17 @@ const ORPHANS: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SubscriptionEvent {
-    /// Something changed at `key`.
-    Changed { key: String, change: Change },
+    /// Something changed at `key`, at global index `index` (after
+    /// `Created` or `Modified`, the node's new modify index). `contents`
+    /// are the node's new contents with `Created` and `Modified` when they
+    /// are at most [`EVENT_CONTENTS_MAX`](crate::EVENT_CONTENTS_MAX)
+    /// bytes, so small values need no read; otherwise `None` (`EV-10`).
+    Changed {
+        key: String,
+        change: Change,
+        index: u64,
+        contents: Option<Vec<u8>>,
+    },
     /// Events were dropped (the master's queue or this buffer overflowed):
     /// re-read what you watch.
     EventsLost,
@@ -266,9 +275,16 @@ impl Dispatch {
                 subscription,
                 key,
                 change,
+                index,
+                contents,
             } => {
                 let bit = bit_of(&change);
-                let event = SubscriptionEvent::Changed { key, change };
+                let event = SubscriptionEvent::Changed {
+                    key,
+                    change,
+                    index,
+                    contents,
+                };
                 let routes = self.subscriptions.get(&subscription);
                 let joined = routes.and_then(|r| r.first()).is_some_and(|r| {
                     self.joining
@@ -430,7 +446,10 @@ impl Session {
     /// let mut changes = session.subscribe("config", SubscribeOptions::prefix()).await?;
     /// while let Some(event) = changes.next().await {
     ///     match event {
-    ///         SubscriptionEvent::Changed { key, change } => println!("{key}: {change:?}"),
+    ///         SubscriptionEvent::Changed { key, change, index, contents } => {
+    ///             // Small values ride along; larger ones are a read away.
+    ///             println!("{key}: {change:?} at {index}, {contents:?}")
+    ///         }
     ///         SubscriptionEvent::EventsLost => println!("missed some: re-read config/"),
     ///         SubscriptionEvent::Session(state) => println!("session {state:?}"),
     ///         other => println!("{other:?}"), // kinds a later version may add

@@ -60,7 +60,9 @@ pub use error::ClientError;
 pub use events::{SubscribeOptions, Subscription, SubscriptionEvent};
 pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, Deleted, PutOptions, Watched};
-pub use leasehold_protocol::{event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer};
+pub use leasehold_protocol::{
+    event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer, EVENT_CONTENTS_MAX,
+};
 pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
 pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};

@@ -32,6 +32,9 @@ pub struct LockOptions {
     /// How long [`Session::lock`] waits in line (at most 10 minutes, the
     /// default).
     pub timeout: Option<Duration>,
+    /// Whether a node this acquire creates goes away again once the lock
+    /// is free and nobody waits (see [`LockOptions::transient`]).
+    pub transient: bool,
 }
 
 impl LockOptions {
@@ -41,6 +44,7 @@ impl LockOptions {
             mode: LockMode::Exclusive,
             contents: None,
             timeout: None,
+            transient: false,
         }
     }
 
@@ -63,6 +67,29 @@ impl LockOptions {
         self.timeout = Some(timeout);
         self
     }
+
+    /// The node is there for the lock alone: if this acquire creates it,
+    /// the master deletes it when the lock is next free with nobody
+    /// waiting, so locks taken on throwaway keys leave nothing behind. A
+    /// node that already exists, or that anyone writes with `put`, is
+    /// kept (SPEC `LOCK-12`).
+    ///
+    /// ```no_run
+    /// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
+    /// use leasehold::LockOptions;
+    ///
+    /// let guard = session
+    ///     .lock("jobs/nightly", LockOptions::exclusive().transient())
+    ///     .await?;
+    /// // ... work while guard.is_held() ...
+    /// guard.release().await?; // jobs/nightly is gone unless someone waits
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn transient(mut self) -> Self {
+        self.transient = true;
+        self
+    }
 }
 
 /// A lock held by a session. Dropping it releases the lock (best effort);
@@ -74,6 +101,9 @@ pub struct LockGuard {
     signal: watch::Receiver<LockSignal>,
     sequencer: Sequencer,
     bytes: Vec<u8>,
+    /// Asked for a transient node; a rewrite asks so again, or it would
+    /// make the node permanent.
+    transient: bool,
     released: bool,
 }
 
@@ -152,6 +182,7 @@ impl LockGuard {
             mode: self.sequencer.mode,
             contents: Some(contents.into()),
             wait_ms: None,
+            transient: self.transient,
         });
         match self.session.client().call(request).await? {
             Response::Acquired { sequencer, .. } if sequencer == self.bytes => Ok(()),
@@ -258,6 +289,7 @@ impl Session {
             mode: options.mode,
             contents: options.contents,
             wait_ms,
+            transient: options.transient,
         });
         // Registered before the request goes out: a LockLost the keeper
         // delivers before this task sees the reply must not be dropped.
@@ -280,6 +312,7 @@ impl Session {
                     signal,
                     sequencer: parsed,
                     bytes: sequencer,
+                    transient: options.transient,
                     released: false,
                 })
             }

@@ -13,7 +13,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -236,6 +236,9 @@ pub struct Acquire {
     /// `None`: try once and answer at once. `Some(ms)`: wait in line up to
     /// `ms` (0 means the longest a request may wait, 10 minutes).
     pub wait_ms: Option<u64>,
+    /// The node exists for its lock alone: if this acquire creates it, the
+    /// master deletes it once the lock is free and nobody waits (`LOCK-12`).
+    pub transient: bool,
 }
 
 /// Write a node (`NS-6`).
@@ -412,6 +415,9 @@ pub struct NodeStat {
     pub ephemeral_owner: Option<SessionId>,
     /// The sessions holding the node's lock, and how.
     pub lock_holders: Vec<(SessionId, LockMode)>,
+    /// The node goes away when its lock is free and nobody waits
+    /// (`LOCK-12`).
+    pub transient: bool,
 }
 
 /// The lease a reply grants, as the master measured it (`LEASE-4`).
@@ -468,6 +474,13 @@ pub enum EventKind {
         subscription: u64,
         key: String,
         change: Change,
+        /// The index of the command that made the change: after `Created`
+        /// or `Modified`, the node's new modify index (`EV-10`).
+        index: u64,
+        /// With `Created` and `Modified`, the node's new contents if they
+        /// are at most [`EVENT_CONTENTS_MAX`] bytes; otherwise absent, and
+        /// a reader who needs them reads the node (`EV-10`).
+        contents: Option<Vec<u8>>,
     },
     /// This session's lock on `key` was taken away: the node was deleted
     /// under it (`LOCK-8`). Sent to the holder without a subscription.
@@ -513,6 +526,9 @@ pub enum Change {
         holder: SessionId,
     },
 }
+
+/// The largest contents a `Created` or `Modified` event carries (`EV-10`).
+pub const EVENT_CONTENTS_MAX: usize = 1024;
 
 /// Bits of a subscription's event mask (`EV-5`).
 pub mod event_mask {

@@ -40,6 +40,7 @@ impl Master {
             session: acquire.session.id,
             mode: acquire.mode,
             contents: acquire.contents,
+            transient: acquire.transient,
             wait: acquire.wait_ms.is_some(),
         };
         match self.apply(command, now) {

@@ -326,6 +326,7 @@ mod tests {
             session: id(who),
             mode: LockMode::Exclusive,
             contents: None,
+            transient: false,
             wait: false,
         };
         s.apply(acquire(1), 0).0.unwrap();

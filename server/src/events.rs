@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 
 use leasehold_protocol::{
-    event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId,
+    event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId, EVENT_CONTENTS_MAX,
 };
 
 use crate::master::Master;
@@ -97,6 +97,13 @@ enum Pending {
     FanOut(FanOut),
 }
 
+/// When a change happened, and what it left when that is small (`EV-10`).
+#[derive(Debug, Clone)]
+struct Happened {
+    index: u64,
+    contents: Option<Vec<u8>>,
+}
+
 /// A change on its way to the subscriptions of one index entry, walked a
 /// slice at a time: `after` is where the walk stands.
 #[derive(Debug)]
@@ -108,6 +115,7 @@ struct FanOut {
     /// The key the event names, and what happened.
     key: String,
     change: Change,
+    at: Happened,
     /// The newest subscription when the change was applied: later ones did
     /// not exist then and do not hear of it. Ids only grow on a master.
     upto: u64,
@@ -151,8 +159,14 @@ fn encoded_size(event: &Event) -> usize {
 
 fn encoded_size_of(kind: &EventKind) -> usize {
     let keys = match kind {
-        EventKind::Node { key, change, .. } => {
+        EventKind::Node {
+            key,
+            change,
+            contents,
+            ..
+        } => {
             key.len()
+                + contents.as_ref().map_or(0, Vec::len)
                 + match change {
                     Change::ChildAdded { child }
                     | Change::ChildRemoved { child }
@@ -326,11 +340,11 @@ impl Events {
 
     /// Sends a change at `key` to the exact subscriptions on it and the
     /// prefix subscriptions on it or any ancestor (the root included).
-    fn send_covering(&mut self, key: &str, mask: u32, change: Change) {
-        self.fan_out(Index::Exact, key, mask, key, change.clone());
+    fn send_covering(&mut self, key: &str, mask: u32, change: Change, at: Happened) {
+        self.fan_out(Index::Exact, key, mask, key, change.clone(), at.clone());
         let mut prefix = Some(key);
         while let Some(p) = prefix {
-            self.fan_out(Index::Prefix, p, mask, key, change.clone());
+            self.fan_out(Index::Prefix, p, mask, key, change.clone(), at.clone());
             prefix = if p.is_empty() {
                 None
             } else {
@@ -340,12 +354,24 @@ impl Events {
     }
 
     /// Sends a child change to the exact subscriptions on `key`'s parent.
-    fn send_parent(&mut self, key: &str, mask: u32, change: Change) {
+    fn send_parent(&mut self, key: &str, mask: u32, change: Change, index: u64) {
         let parent = key.rfind('/').map_or("", |i| &key[..i]);
-        self.fan_out(Index::Exact, parent, mask, parent, change);
+        let at = Happened {
+            index,
+            contents: None,
+        };
+        self.fan_out(Index::Exact, parent, mask, parent, change, at);
     }
 
-    fn fan_out(&mut self, index: Index, entry: &str, mask: u32, key: &str, change: Change) {
+    fn fan_out(
+        &mut self,
+        index: Index,
+        entry: &str,
+        mask: u32,
+        key: &str,
+        change: Change,
+        at: Happened,
+    ) {
         let subscribers = match index {
             Index::Exact => &self.exact,
             Index::Prefix => &self.prefixes,
@@ -361,6 +387,7 @@ impl Events {
             mask,
             key: key.to_string(),
             change,
+            at,
             upto,
             number: self.changes,
             after: None,
@@ -429,6 +456,7 @@ impl Events {
                     job.after = ids.last().copied().or(job.after);
                     let (mask, number) = (job.mask, job.number);
                     let (key, change) = (job.key.clone(), job.change.clone());
+                    let at = job.at.clone();
                     for id in ids {
                         let Some(sub) = self.subscriptions.get(&id) else {
                             continue;
@@ -439,6 +467,8 @@ impl Events {
                                 subscription: id,
                                 key: key.clone(),
                                 change: change.clone(),
+                                index: at.index,
+                                contents: at.contents.clone(),
                             };
                             self.push(session, kind, whose(session).flatten());
                             self.woken.insert(session);
@@ -562,6 +592,13 @@ impl Master {
     pub(crate) fn publish(&mut self, event: &StateEvent) {
         let ev = &mut self.events;
         ev.changes += 1;
+        // Events are published as their command is applied: the state's
+        // index is that command's (`EV-10`).
+        let index = self.state.index();
+        let at = Happened {
+            index,
+            contents: None,
+        };
         match event {
             StateEvent::NodeChanged { key, change } => {
                 let (own, child, child_mask) = match change {
@@ -577,17 +614,25 @@ impl Master {
                         event_mask::CHILD_MODIFIED,
                     ),
                 };
-                ev.send_covering(key, event_mask::CONTENTS, own);
-                ev.send_parent(key, child_mask, child);
+                // Small contents ride along, so a subscriber need not
+                // read them back; only as this command left them.
+                let contents = self
+                    .state
+                    .namespace()
+                    .get(key)
+                    .filter(|n| n.modify_index == index && n.contents.len() <= EVENT_CONTENTS_MAX)
+                    .map(|n| n.contents.clone());
+                ev.send_covering(key, event_mask::CONTENTS, own, Happened { index, contents });
+                ev.send_parent(key, child_mask, child, index);
             }
             StateEvent::NodeDeleted { key } => {
-                ev.send_covering(key, event_mask::CONTENTS, Change::Deleted);
+                ev.send_covering(key, event_mask::CONTENTS, Change::Deleted, at);
                 let change = Change::ChildRemoved { child: key.clone() };
-                ev.send_parent(key, event_mask::CHILD_REMOVED, change);
+                ev.send_parent(key, event_mask::CHILD_REMOVED, change, index);
             }
             StateEvent::LockAcquired { key, session, .. } => {
                 let change = Change::LockAcquired { holder: *session };
-                ev.send_covering(key, event_mask::LOCK_ACQUIRED, change);
+                ev.send_covering(key, event_mask::LOCK_ACQUIRED, change, at);
                 // Granted with others still in line: the new holder hears
                 // of the head of it at once, in the grant's own commit.
                 let head = self.state.locks().get(key).and_then(|l| l.waiters.front());
@@ -605,7 +650,7 @@ impl Master {
                 taken,
             } => {
                 let change = Change::LockReleased { holder: *session };
-                ev.send_covering(key, event_mask::LOCK_RELEASED, change);
+                ev.send_covering(key, event_mask::LOCK_RELEASED, change, at);
                 if *taken {
                     ev.send_session(*session, EventKind::LockLost { key: key.clone() });
                 }

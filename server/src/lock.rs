@@ -22,6 +22,8 @@ pub struct Waiter {
     pub session: SessionId,
     pub mode: LockMode,
     pub contents: Option<Vec<u8>>,
+    /// Asked for a transient node (`LOCK-12`).
+    pub transient: bool,
 }
 
 /// The lock of one key.
@@ -135,6 +137,7 @@ impl State {
         session: SessionId,
         mode: LockMode,
         contents: Option<Vec<u8>>,
+        transient: bool,
         wait: bool,
         index: u64,
         now: Millis,
@@ -149,7 +152,7 @@ impl State {
         match lock.holders.get(&session) {
             // Re-acquiring what one holds succeeds and leaves the generation.
             Some(held) if *held == mode => {
-                return Ok(self.grant(&key, session, mode, contents, index, events));
+                return Ok(self.grant(&key, session, mode, contents, transient, index, events));
             }
             Some(held) => {
                 return Err(Error::new(
@@ -170,7 +173,7 @@ impl State {
         let delayed = lock.delay_remaining(now);
         // A newcomer never overtakes a waiter (`LOCK-5`).
         if delayed.is_none() && lock.waiters.is_empty() && lock.admits(mode) {
-            return Ok(self.grant(&key, session, mode, contents, index, events));
+            return Ok(self.grant(&key, session, mode, contents, transient, index, events));
         }
         if wait {
             lock.waiters.push_back(Waiter {
@@ -178,6 +181,7 @@ impl State {
                 session,
                 mode,
                 contents,
+                transient,
             });
             self.locks
                 .waiting_by
@@ -221,8 +225,26 @@ impl State {
             taken: false,
         });
         self.grant_waiters(key, index, now, events);
+        self.remove_if_transient(key, index, events);
         self.locks.tidy(key, now);
         Ok(Applied::Released { index })
+    }
+
+    /// Deletes `key`'s node if it is transient and its lock is free with
+    /// nobody waiting (`LOCK-12`). Lock-delay, kept beside the namespace,
+    /// outlives the node as it does a node deleted by behaviour `Delete`.
+    fn remove_if_transient(&mut self, key: &str, index: u64, events: &mut Vec<StateEvent>) {
+        let in_use = self
+            .locks
+            .get(key)
+            .is_some_and(|l| !l.holders.is_empty() || !l.waiters.is_empty());
+        if in_use || !self.namespace.get(key).is_some_and(|n| n.transient) {
+            return;
+        }
+        self.namespace.remove(key, index);
+        events.push(StateEvent::NodeDeleted {
+            key: key.to_string(),
+        });
     }
 
     /// Takes a waiter out of line, because it gave up (`LOCK-3`).
@@ -230,7 +252,9 @@ impl State {
         &mut self,
         key: &str,
         ticket: u64,
+        index: u64,
         now: Millis,
+        events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
         let Some(lock) = self.locks.locks.get_mut(key) else {
             return Err(not_waiting(ticket));
@@ -241,6 +265,7 @@ impl State {
         let waiter = lock.waiters.remove(at).unwrap_or_else(|| unreachable!());
         let refusal = unavailable(key, lock, now);
         self.locks.forget_waiter(waiter.session, key, ticket);
+        self.remove_if_transient(key, index, events);
         self.locks.tidy(key, now);
         Ok(Applied::WaitCancelled { refusal })
     }
@@ -274,6 +299,7 @@ impl State {
                 waiter.session,
                 waiter.mode,
                 waiter.contents,
+                waiter.transient,
                 index,
                 events,
             );
@@ -290,12 +316,14 @@ impl State {
     /// Makes `session` a holder of `key`'s lock, creating the node if need
     /// be, writing `contents` if given, and raising the lock generation if
     /// the lock was free (`LOCK-2`).
+    #[allow(clippy::too_many_arguments)]
     fn grant(
         &mut self,
         key: &str,
         session: SessionId,
         mode: LockMode,
         contents: Option<Vec<u8>>,
+        transient: bool,
         index: u64,
         events: &mut Vec<StateEvent>,
     ) -> Applied {
@@ -307,7 +335,9 @@ impl State {
             .entry(session)
             .or_default()
             .insert(key.to_string());
-        let (node, change) = self.namespace.lock_node(key, contents, was_free, index);
+        let (node, change) = self
+            .namespace
+            .lock_node(key, contents, transient, was_free, index);
         events.push(StateEvent::NodeChanged {
             key: key.to_string(),
             change,
@@ -346,6 +376,7 @@ impl State {
                 lock.waiters.retain(|w| w.ticket != ticket);
             }
             events.push(StateEvent::WaitEnded { ticket });
+            self.remove_if_transient(&key, index, events);
             self.locks.tidy(&key, now);
         }
         for key in self.locks.held_by(session) {
@@ -375,6 +406,7 @@ impl State {
                 });
             }
             self.grant_waiters(&key, index, now, events);
+            self.remove_if_transient(&key, index, events);
             self.locks.tidy(&key, now);
         }
     }
@@ -510,16 +542,42 @@ mod tests {
         wait: bool,
         now: Millis,
     ) -> (Result<Applied, Error>, Vec<StateEvent>) {
+        acquire_as(s, who, mode, wait, false, now)
+    }
+
+    /// An exclusive acquire of "k" asking for a transient node.
+    fn acquire_transient(
+        s: &mut State,
+        who: u128,
+        wait: bool,
+        now: Millis,
+    ) -> (Result<Applied, Error>, Vec<StateEvent>) {
+        acquire_as(s, who, LockMode::Exclusive, wait, true, now)
+    }
+
+    fn acquire_as(
+        s: &mut State,
+        who: u128,
+        mode: LockMode,
+        wait: bool,
+        transient: bool,
+        now: Millis,
+    ) -> (Result<Applied, Error>, Vec<StateEvent>) {
         s.apply(
             Command::Acquire {
                 key: "k".into(),
                 session: id(who),
                 mode,
                 contents: None,
+                transient,
                 wait,
             },
             now,
         )
+    }
+
+    fn deleted(events: &[StateEvent]) -> bool {
+        events.contains(&StateEvent::NodeDeleted { key: "k".into() })
     }
 
     fn generation(reply: Result<Applied, Error>) -> u64 {
@@ -833,6 +891,7 @@ mod tests {
                 session: id(A),
                 mode: LockMode::Exclusive,
                 contents: Some(b"10.0.0.1:80".to_vec()),
+                transient: false,
                 wait: false,
             },
             0,
@@ -857,5 +916,140 @@ mod tests {
             0,
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::LockNotHeld);
+    }
+
+    // LOCK-12
+    #[test]
+    fn a_transient_node_goes_when_its_lock_is_released_and_nobody_waits() {
+        let mut s = state(Behavior::Release);
+        generation(acquire_transient(&mut s, B, false, 0).0);
+        assert!(s.namespace.get("k").unwrap().stat().transient);
+        let events = release(&mut s, B, 1);
+        assert!(deleted(&events), "{events:?}");
+        assert!(s.namespace.get("k").is_none());
+        assert!(s.locks.get("k").is_none(), "nothing is left of the lock");
+    }
+
+    // LOCK-12
+    #[test]
+    fn a_transient_node_stays_while_someone_waits_and_goes_with_the_last_holder() {
+        let mut s = state(Behavior::Release);
+        generation(acquire_transient(&mut s, B, false, 0).0);
+        ticket(acquire_transient(&mut s, C, true, 1).0);
+        let events = release(&mut s, B, 2);
+        assert!(!deleted(&events), "C took it over: {events:?}");
+        assert_eq!(granted(&events).len(), 1);
+        assert!(s.namespace.get("k").is_some());
+        let events = s
+            .apply(
+                Command::Release {
+                    key: "k".into(),
+                    session: id(C),
+                },
+                3,
+            )
+            .1;
+        assert!(deleted(&events), "{events:?}");
+    }
+
+    // LOCK-12, LOCK-6
+    #[test]
+    fn a_transient_node_goes_with_its_expired_holder_and_the_lock_delay_stays() {
+        let mut s = state(Behavior::Release);
+        generation(acquire_transient(&mut s, A, false, 0).0);
+        let events = end(&mut s, A, 1_000);
+        assert!(deleted(&events), "{events:?}");
+        assert!(s.namespace.get("k").is_none());
+        let refusal = acquire_transient(&mut s, B, false, 2_000).0.unwrap_err();
+        assert_eq!(
+            refusal.code,
+            ErrorCode::LockDelayed {
+                remaining_ms: 4_000
+            },
+            "the key keeps A's lock-delay"
+        );
+        // After it, the key is taken and created anew.
+        generation(acquire_transient(&mut s, B, false, 6_000).0);
+        assert!(s.namespace.get("k").is_some());
+    }
+
+    // LOCK-12, LOCK-3
+    #[test]
+    fn the_last_waiter_leaving_a_delayed_lock_takes_the_transient_node_with_it() {
+        let mut s = state(Behavior::Release);
+        generation(acquire_transient(&mut s, A, false, 0).0);
+        let waiter = ticket(acquire_transient(&mut s, B, true, 1).0);
+        let events = end(&mut s, A, 1_000);
+        assert!(!deleted(&events), "B still waits: {events:?}");
+        let (reply, events) = s.apply(
+            Command::CancelWait {
+                key: "k".into(),
+                ticket: waiter,
+            },
+            2_000,
+        );
+        assert!(
+            matches!(reply, Ok(Applied::WaitCancelled { .. })),
+            "{reply:?}"
+        );
+        assert!(deleted(&events), "{events:?}");
+        assert!(s.namespace.get("k").is_none());
+    }
+
+    // LOCK-12
+    #[test]
+    fn a_put_makes_a_transient_node_permanent() {
+        let mut s = state(Behavior::Release);
+        generation(acquire_transient(&mut s, B, false, 0).0);
+        s.apply(
+            Command::Put(crate::namespace::Put {
+                key: "k".into(),
+                contents: b"kept".to_vec(),
+                flags: 0,
+                cas: None,
+                ephemeral: None,
+            }),
+            1,
+        )
+        .0
+        .unwrap();
+        assert!(!deleted(&release(&mut s, B, 2)));
+        assert_eq!(s.namespace.get("k").unwrap().contents, b"kept");
+    }
+
+    // LOCK-12
+    #[test]
+    fn a_transient_acquire_never_makes_an_existing_node_transient() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0);
+        release(&mut s, B, 1);
+        generation(acquire_transient(&mut s, C, false, 2).0);
+        assert!(!s.namespace.get("k").unwrap().transient);
+        assert!(!deleted(&release(&mut s, C, 3)));
+        assert!(s.namespace.get("k").is_some());
+    }
+
+    // LOCK-12
+    #[test]
+    fn one_acquire_that_wants_the_node_kept_keeps_it() {
+        let mut s = state(Behavior::Release);
+        acquire_as(&mut s, B, LockMode::Shared, false, true, 0)
+            .0
+            .unwrap();
+        acquire_as(&mut s, C, LockMode::Shared, false, false, 1)
+            .0
+            .unwrap();
+        release(&mut s, B, 2);
+        let events = s
+            .apply(
+                Command::Release {
+                    key: "k".into(),
+                    session: id(C),
+                },
+                3,
+            )
+            .1;
+        assert!(!deleted(&events), "{events:?}");
+        assert!(s.namespace.get("k").is_some());
     }
 }

@@ -185,6 +185,8 @@ impl Namespace {
                 node.flags = put.flags;
                 node.content_generation += 1;
                 node.modify_index = index;
+                // Someone wrote it: it is no longer there for its lock alone.
+                node.transient = false;
                 Ok(NodeChange::Modified)
             }
             None => {
@@ -205,6 +207,7 @@ impl Namespace {
                         lock_generation: 0,
                         modify_index: index,
                         ephemeral_owner: put.ephemeral,
+                        transient: false,
                     },
                 );
                 Ok(NodeChange::Created)
@@ -226,6 +229,7 @@ impl Namespace {
         &mut self,
         key: &str,
         contents: Option<Vec<u8>>,
+        transient: bool,
         was_free: bool,
         index: u64,
     ) -> (&Node, NodeChange) {
@@ -243,10 +247,13 @@ impl Namespace {
                     lock_generation: 0,
                     modify_index: index,
                     ephemeral_owner: None,
+                    transient,
                 },
             );
         }
         let node = self.nodes.get_mut(key).unwrap_or_else(|| unreachable!());
+        // One acquire that wants the node kept keeps it.
+        node.transient &= transient;
         if let Some(contents) = contents {
             node.contents = contents;
             node.content_generation += 1;

@@ -90,6 +90,9 @@ pub struct Node {
     pub modify_index: u64,
     /// The session the node is bound to, deleted when the session ends.
     pub ephemeral_owner: Option<SessionId>,
+    /// Created by a transient acquire and written by nothing else since:
+    /// deleted when its lock is free and nobody waits (`LOCK-12`).
+    pub transient: bool,
 }
 
 impl Node {
@@ -106,6 +109,7 @@ impl Node {
             ephemeral_owner: self.ephemeral_owner,
             // Filled in by whoever knows the lock table.
             lock_holders: Vec::new(),
+            transient: self.transient,
         }
     }
 }

@@ -43,8 +43,14 @@ fn node_len(node: &Option<NodeView>) -> usize {
 fn event_len(event: &Event) -> usize {
     FIXED
         + match &event.kind {
-            EventKind::Node { key, change, .. } => {
+            EventKind::Node {
+                key,
+                change,
+                contents,
+                ..
+            } => {
                 key.len()
+                    + contents.as_ref().map_or(0, Vec::len)
                     + match change {
                         leasehold_protocol::Change::ChildAdded { child }
                         | leasehold_protocol::Change::ChildRemoved { child }

@@ -59,6 +59,8 @@ pub enum Command {
         session: SessionId,
         mode: LockMode,
         contents: Option<Vec<u8>>,
+        /// Create the node, if missing, for the lock alone (`LOCK-12`).
+        transient: bool,
         wait: bool,
     },
     /// Give a lock back.
@@ -308,12 +310,25 @@ impl State {
                 session,
                 mode,
                 contents,
+                transient,
                 wait,
-            } => self.acquire(key, session, mode, contents, wait, index, now, &mut events),
+            } => self.acquire(
+                key,
+                session,
+                mode,
+                contents,
+                transient,
+                wait,
+                index,
+                now,
+                &mut events,
+            ),
             Command::Release { key, session } => {
                 self.release(&key, session, index, now, &mut events)
             }
-            Command::CancelWait { key, ticket } => self.cancel_wait(&key, ticket, now),
+            Command::CancelWait { key, ticket } => {
+                self.cancel_wait(&key, ticket, index, now, &mut events)
+            }
             Command::GrantWaiters { key } => {
                 self.grant_waiters(&key, index, now, &mut events);
                 Ok(Applied::WaitersChecked)

@@ -9,7 +9,7 @@
 //! master's soft state, rebuilt on recovery (`STORE-4`).
 //!
 //! Files in the data directory:
-//! - `FORMAT`: `leasehold-data 2`, so a foreign directory is never taken
+//! - `FORMAT`: `leasehold-data 3`, so a foreign directory is never taken
 //!   for ours.
 //! - `LOCK`: locked while a master has the directory open.
 //! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`].
@@ -29,7 +29,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::lease::Millis;
 use crate::state::{Command, State};
 
-const FORMAT: &str = "leasehold-data 2\n";
+const FORMAT: &str = "leasehold-data 3\n";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP01";
 const LOG_MAGIC: &[u8; 8] = b"LHLOG001";
 /// A record's body may not claim more than this; bigger means corruption.
@@ -213,7 +213,16 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 1, whose sessions have no \
-                     secret); this master reads format 2: start it on a new directory",
+                     secret); this master reads format 3: start it on a new directory",
+                ))
+            }
+            // Format 2 encoded nodes and acquires without the transient
+            // mark (`LOCK-12`): its records cannot be read as format 3's.
+            Ok(text) if text == "leasehold-data 2\n" => {
+                return Err(corrupt(
+                    dir,
+                    "it was written by an earlier Leasehold (format 2, whose nodes have no \
+                     transient mark); this master reads format 3: start it on a new directory",
                 ))
             }
             Ok(text) => {
@@ -803,6 +812,18 @@ mod tests {
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("format 1"), "{err}");
         assert!(err.to_string().contains("no secret"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-2, LOCK-12
+    #[test]
+    fn a_directory_of_format_2_is_refused_with_the_reason() {
+        let dir = dir("format-2");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("FORMAT"), "leasehold-data 2\n").unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("format 2"), "{err}");
+        assert!(err.to_string().contains("reads format 3"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -204,6 +204,7 @@ async fn lock_events_reach_subscribers_who_asked_for_them() {
         mode: LockMode::Exclusive,
         contents: None,
         wait_ms: None,
+        transient: false,
     });
     locker.call(acquire).await.unwrap();
     let release = Request::Release {
@@ -255,6 +256,7 @@ fn exclusive(session: leasehold_protocol::SessionToken, wait_ms: Option<u64>) ->
         mode: LockMode::Exclusive,
         contents: None,
         wait_ms,
+        transient: false,
     })
 }
 
@@ -386,6 +388,7 @@ async fn subscribing_again_to_a_key_widens_the_one_subscription_instead_of_addin
         mode: LockMode::Exclusive,
         contents: None,
         wait_ms: None,
+        transient: false,
     });
     conn.call(acquire).await.unwrap();
     conn.keepalive_acking(session, false, 0).await;

@@ -41,6 +41,7 @@ fn acquire(key: &str, session: SessionToken) -> Request {
         mode: LockMode::Exclusive,
         contents: None,
         wait_ms: None,
+        transient: false,
     })
 }
 

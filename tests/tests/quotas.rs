@@ -63,6 +63,7 @@ fn waiting_acquire(key: &str, session: SessionToken) -> Request {
         mode: LockMode::Exclusive,
         contents: None,
         wait_ms: Some(60_000),
+        transient: false,
     })
 }
 
@@ -235,6 +236,7 @@ async fn taking_a_lock_on_a_node_moves_none_of_its_bytes() {
         mode: LockMode::Exclusive,
         contents: None,
         wait_ms: None,
+        transient: false,
     });
     bystander.call(take).await.unwrap();
     let release = Request::Release {

@@ -9,9 +9,18 @@ use leasehold::{
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::server::{short_lease_config, start};
 
+/// The next node event as [`changed`] writes it, without its index and
+/// contents (which `events_carry_the_index_and_small_contents` checks).
+async fn next(sub: &mut leasehold::Subscription) -> SubscriptionEvent {
+    match next_full(sub).await {
+        SubscriptionEvent::Changed { key, change, .. } => changed(&key, change),
+        other => other,
+    }
+}
+
 /// The next node event; session state events (a slow machine may see a
 /// moment of jeopardy) are the subject of their own test.
-async fn next(sub: &mut leasehold::Subscription) -> SubscriptionEvent {
+async fn next_full(sub: &mut leasehold::Subscription) -> SubscriptionEvent {
     loop {
         let event = tokio::time::timeout(Duration::from_secs(5), sub.next())
             .await
@@ -38,7 +47,59 @@ fn changed(key: &str, change: Change) -> SubscriptionEvent {
     SubscriptionEvent::Changed {
         key: key.into(),
         change,
+        index: 0,
+        contents: None,
     }
+}
+
+// EV-10
+#[tokio::test]
+async fn events_carry_the_index_and_small_contents() {
+    let (_server, client, session) = one_session().await;
+    let mut sub = session
+        .subscribe("cfg", SubscribeOptions::exact())
+        .await
+        .unwrap();
+    let small = client.put("cfg", "v1", PutOptions::new()).await.unwrap();
+    let large_value = vec![b'x'; leasehold::EVENT_CONTENTS_MAX + 1];
+    let large = client
+        .put("cfg", large_value, PutOptions::new())
+        .await
+        .unwrap();
+    let deleted = client.delete("cfg", DeleteOptions::new()).await.unwrap();
+    assert_eq!(deleted.total, 1);
+    let heard = [
+        next_full(&mut sub).await,
+        next_full(&mut sub).await,
+        next_full(&mut sub).await,
+    ];
+    let event = |change, index, contents| SubscriptionEvent::Changed {
+        key: "cfg".into(),
+        change,
+        index,
+        contents,
+    };
+    assert_eq!(
+        heard[0],
+        event(Change::Created, small, Some(b"v1".to_vec()))
+    );
+    assert_eq!(heard[1], event(Change::Modified, large, None));
+    let SubscriptionEvent::Changed {
+        change: Change::Deleted,
+        index,
+        contents: None,
+        ..
+    } = heard[2]
+    else {
+        panic!("expected the deletion, got {:?}", heard[2]);
+    };
+    assert!(index > large, "the deletion came after the write");
+    // It is the key's index now (`NS-8`), which a watch continues from.
+    let now = client
+        .watch("cfg", 0, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(index, now.index);
 }
 
 // EV-5, EV-7
@@ -362,7 +423,9 @@ async fn subscriptions_combine_as_streams() {
             .await
             .expect("an event within 5 s")
             .expect("the session lives");
-        heard.push(event);
+        if let SubscriptionEvent::Changed { key, change, .. } = event {
+            heard.push(changed(&key, change));
+        }
     }
     heard.sort_by_key(|e| format!("{e:?}"));
     assert_eq!(

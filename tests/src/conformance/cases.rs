@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use leasehold_protocol::{
     event_mask, Acquire, Authority, Behavior, Change, CheckStatus, ClientFrame, CreateSession,
-    ErrorCode, EventKind, Hello, KeepAlive, LockMode, Put, Request, Response, Sequencer, SessionId,
-    SessionSecret, SessionToken, Welcome, MAGIC,
+    ErrorCode, EventKind, Hello, KeepAlive, LockMode, NodeStat, Put, Request, Response, Sequencer,
+    SessionId, SessionSecret, SessionToken, Welcome, MAGIC,
 };
 
 use super::{Case, Check, Ctx, SKIPPED};
@@ -119,6 +119,10 @@ pub(super) fn all() -> Vec<Case> {
         ),
         case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
         case!(
+            &["LOCK-12"],
+            a_transient_lock_node_goes_when_its_lock_is_free
+        ),
+        case!(
             &["LOCK-6", "ERR-12"],
             lock_delay_follows_invalidation_not_release
         ),
@@ -133,6 +137,10 @@ pub(super) fn all() -> Vec<Case> {
         case!(&["EV-2"], unacknowledged_events_are_sent_again),
         case!(&["EV-5", "EV-6"], subscriptions_and_lock_conflicts),
         case!(&["EV-5"], a_repeated_subscription_is_the_same_one),
+        case!(
+            &["EV-10"],
+            a_node_event_carries_its_index_and_small_contents
+        ),
         case!(
             &["CHK-1", "CHK-2", "CHK-3", "CHK-5"],
             a_critical_check_ends_its_sessions
@@ -367,6 +375,7 @@ fn acquire(key: &str, session: SessionToken, mode: LockMode, wait_ms: Option<u64
         mode,
         contents: None,
         wait_ms,
+        transient: false,
     })
 }
 
@@ -976,6 +985,65 @@ async fn lock_modes_generations_and_release(ctx: Ctx) -> Check {
     Ok(())
 }
 
+async fn stat_of(conn: &mut RawConnection, key: &str) -> Result<Option<NodeStat>, String> {
+    match conn
+        .call(Request::Get {
+            key: key.into(),
+            stat_only: true,
+        })
+        .await
+    {
+        Ok(Response::Node { node, .. }) => Ok(node.map(|n| n.stat)),
+        other => Err(format!("Get {key}: {other:?}")),
+    }
+}
+
+async fn a_transient_lock_node_goes_when_its_lock_is_free(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let release = |key: &str| Request::Release {
+        key: key.into(),
+        session: a,
+    };
+    let transient = |key: &str| {
+        let Request::Acquire(acquire) = acquire(key, a, LockMode::Exclusive, None) else {
+            unreachable!()
+        };
+        Request::Acquire(Acquire {
+            transient: true,
+            ..acquire
+        })
+    };
+    let k = key("transient");
+    generation(&conn.call(transient(&k)).await)?;
+    let stat = stat_of(&mut conn, &k).await?;
+    ensure!(
+        stat.as_ref().is_some_and(|s| s.transient),
+        "a node created by a transient acquire: {stat:?}"
+    );
+    conn.call(release(&k))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let after = stat_of(&mut conn, &k).await?;
+    ensure!(
+        after.is_none(),
+        "the node outlived its free lock: {after:?}"
+    );
+    // A node that existed before is never made transient.
+    let kept = key("kept");
+    written(&mut conn, put(&kept, b"v", None, None), "Put").await?;
+    generation(&conn.call(transient(&kept)).await)?;
+    conn.call(release(&kept))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let after = stat_of(&mut conn, &kept).await?;
+    ensure!(
+        after.as_ref().is_some_and(|s| !s.transient),
+        "a node written by Put went with the lock: {after:?}"
+    );
+    Ok(())
+}
+
 async fn waiters_are_served_in_order(ctx: Ctx) -> Check {
     let (mut holder, w) = open(&ctx).await;
     let h = session(&mut holder, &w).await?;
@@ -1245,6 +1313,70 @@ async fn subscriptions_and_lock_conflicts(ctx: Ctx) -> Check {
     }
 }
 
+async fn a_node_event_carries_its_index_and_small_contents(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("payload");
+    let subscribe = Request::Subscribe {
+        session: s,
+        key: k.clone(),
+        prefix: false,
+        mask: event_mask::CONTENTS,
+    };
+    conn.call(subscribe)
+        .await
+        .map_err(|e| format!("Subscribe: {e:?}"))?;
+    let small = b"10.0.0.5:5432".to_vec();
+    let large = vec![b'x'; leasehold_protocol::EVENT_CONTENTS_MAX + 1];
+    let first = written(&mut conn, put(&k, &small, None, None), "Put").await?;
+    let second = written(&mut conn, put(&k, &large, None, None), "Put").await?;
+    let expected = [
+        (Change::Created, first, Some(small)),
+        (Change::Modified, second, None),
+    ];
+    let mut heard = Vec::new();
+    let deadline = Instant::now() + SLACK;
+    let mut acked = 0;
+    while heard.len() < expected.len() {
+        ensure!(
+            Instant::now() < deadline,
+            "heard only {heard:?} of two writes"
+        );
+        match conn.call(keepalive(s, &w, acked, false)).await {
+            Ok(Response::KeepAlive { events, .. }) => {
+                for e in events {
+                    acked = acked.max(e.seq);
+                    if let EventKind::Node {
+                        change,
+                        index,
+                        contents,
+                        ..
+                    } = e.kind
+                    {
+                        heard.push((change, index, contents));
+                    }
+                }
+            }
+            other => return Err(format!("{other:?}")),
+        }
+    }
+    ensure!(
+        heard == expected,
+        "events {:?}, expected {:?}",
+        brief(&heard),
+        brief(&expected)
+    );
+    Ok(())
+}
+
+/// Events with their contents as lengths, for messages.
+fn brief(events: &[(Change, u64, Option<Vec<u8>>)]) -> Vec<(Change, u64, Option<usize>)> {
+    events
+        .iter()
+        .map(|(c, i, v)| (c.clone(), *i, v.as_ref().map(Vec::len)))
+        .collect()
+}
+
 async fn a_repeated_subscription_is_the_same_one(ctx: Ctx) -> Check {
     let (mut conn, w) = open(&ctx).await;
     let s = session(&mut conn, &w).await?;
@@ -1281,14 +1413,11 @@ async fn a_repeated_subscription_is_the_same_one(ctx: Ctx) -> Check {
     conn.call(put).await.map_err(|e| format!("Put: {e:?}"))?;
     match conn.call(keepalive(s, &w, 0, false)).await {
         Ok(Response::KeepAlive { events, .. }) => ensure!(
-            events.iter().any(|e| e.kind
-                == EventKind::Node {
-                    subscription: ids[0],
-                    key: k.clone(),
-                    change: Change::ChildAdded {
-                        child: child.clone()
-                    }
-                }),
+            events.iter().any(|e| matches!(
+                &e.kind,
+                EventKind::Node { subscription, key, change: Change::ChildAdded { child: c }, .. }
+                    if *subscription == ids[0] && *key == k && *c == child
+            )),
             "the widened mask heard no ChildAdded: {events:?}"
         ),
         other => return Err(format!("{other:?}")),

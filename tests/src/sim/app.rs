@@ -514,7 +514,7 @@ async fn watcher(ctx: &mut Ctx) {
         loop {
             tokio::select! {
                 event = events.next() => match event {
-                    Some(SubscriptionEvent::Changed { key, change }) => {
+                    Some(SubscriptionEvent::Changed { key, change, .. }) => {
                         let change = format!("{change:?}").to_lowercase();
                         ctx.trace.push(&ctx.name, What::Event { key, change });
                     }
