@@ -6,6 +6,7 @@ mod kv;
 mod recipes;
 mod run;
 mod session;
+mod signals;
 
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -499,30 +500,6 @@ fn main() -> ExitCode {
     })
 }
 
-/// What stops the master: SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker
-/// and Kubernetes send to stop a service); both shut it down cleanly. The
-/// handlers are in place when this returns, so a signal sent the moment
-/// the master announces its address is caught, not fatal.
-#[cfg(unix)]
-fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    Ok(async move {
-        tokio::select! {
-            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
-            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
-        }
-    })
-}
-
-#[cfg(not(unix))]
-fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    Ok(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-}
-
 async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode> {
     // `--listen` says where to listen; without it, the address clients are
     // given (`--addr`, `LEASEHOLD_ADDR`) is where they will look for it.
@@ -560,7 +537,11 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     // Before anything is announced: a data directory another master holds
     // is refused here, and nobody is told of an address that never serves.
     let server = leasehold_server::Server::open(config.clone())?;
-    let stop = stop_signal().context("cannot catch SIGINT and SIGTERM")?;
+    let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
+    let stop = async move {
+        let signal = signal.await;
+        tracing::info!("{signal}: shutting down");
+    };
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}{from}"))?;

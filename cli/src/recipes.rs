@@ -172,10 +172,11 @@ pub(crate) async fn watch(
     let session = client.create_session(session_args.options()).await?;
     let options = SubscribeOptions::prefix().mask(event_mask::ALL);
     let mut events = session.subscribe(&prefix, options).await?;
+    // Caught before anything says this process is ready to be stopped.
+    let interrupted = crate::signals::stop_requested(true)?;
+    tokio::pin!(interrupted);
     // On stderr, so scripts (and tests) know that changes from now on show.
     eprintln!("leasehold: watching {prefix}");
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
     loop {
         let event = tokio::select! {
             event = events.next() => event,

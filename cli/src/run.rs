@@ -193,10 +193,13 @@ pub(crate) async fn supervise(
     if let Some(sequencer) = &sequencer {
         command.env("LEASEHOLD_SEQUENCER", sequencer);
     }
+    // Caught from before CMD starts: a signal sent as soon as CMD shows
+    // signs of life must not find the default action, which would end this
+    // process without stopping CMD or releasing the lock.
+    let interrupted = crate::signals::stop_requested(true)?;
     let mut child = command
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot run {program}: {e}"))?;
-    let interrupted = stop_requested();
     #[cfg(unix)]
     let guard_ended = guard.ended();
     #[cfg(not(unix))]
@@ -218,33 +221,6 @@ pub(crate) async fn supervise(
         }
     };
     Ok(ExitCode::from(exit_code(status)))
-}
-
-/// Resolves when this process is asked to stop (Ctrl-C, SIGTERM, SIGHUP),
-/// naming the signal: CMD must be stopped first, or it would run on
-/// unsupervised.
-async fn stop_requested() -> &'static str {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return "interrupted";
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => "interrupted",
-            _ = term.recv() => "terminated",
-            _ = hup.recv() => "hung up",
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "interrupted"
-    }
 }
 
 /// SIGTERM, then SIGKILL if the child has not exited within `grace`; both

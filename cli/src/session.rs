@@ -197,7 +197,7 @@ async fn keep(
         eprintln!("session {}", session.id());
     }
     print(session.state());
-    let interrupted = tokio::signal::ctrl_c();
+    let interrupted = crate::signals::stop_requested(true)?;
     tokio::pin!(interrupted);
     loop {
         tokio::select! {

@@ -470,3 +470,31 @@ fn completions_for_an_unknown_shell_are_a_usage_error() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("possible values"));
 }
+
+// SIGTERM, as a service manager stops `session keep`, destroys the
+// session on the way out, as Ctrl-C does.
+#[test]
+fn session_keep_destroys_its_session_on_sigterm() {
+    let serve = Serve::start();
+    let mut keep = common::Running::start(
+        &serve.addr,
+        &[
+            "--json", "session", "keep", "--name", "kept", "--lease", "30s",
+        ],
+    );
+    let first = keep.stdout_line(Duration::from_secs(10));
+    assert!(first.contains("\"state\":\"normal\""), "{first}");
+    let id = serde_json::from_str::<serde_json::Value>(&first).unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &keep.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(keep.wait(Duration::from_secs(10)).code(), Some(0));
+    // Gone at once, not when its 30 s lease runs out.
+    let info = serve.run(&["session", "info", &id]);
+    assert_eq!(info.status.code(), Some(1), "{info:?}");
+}
