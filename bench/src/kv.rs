@@ -16,7 +16,6 @@ pub async fn run(
     system: &System,
     client_counts: &[usize],
     duration: Duration,
-    limits: Option<&Limits>,
 ) -> anyhow::Result<Vec<Figure>> {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let mut figures = Vec::new();
@@ -57,9 +56,9 @@ pub async fn run(
         .await?;
         let mut put_rate = Figure::higher(format!("puts/s, {label}"), "/s", puts.per_second());
         let mut get_rate = Figure::higher(format!("gets/s, {label}"), "/s", gets.per_second());
-        if let (1, Some(l)) = (clients, limits) {
-            put_rate = put_rate.limit(l.write_1_client());
-            get_rate = get_rate.limit(l.read_1_client());
+        if clients == 1 {
+            put_rate = put_rate.bounded_by(Limits::write_1_client);
+            get_rate = get_rate.bounded_by(Limits::read_1_client);
         }
         figures.push(put_rate);
         figures.push(Figure::lower(

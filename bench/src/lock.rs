@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::limits::Limits;
+use crate::limits::{Bound, Limits};
 use crate::load;
 use crate::report::Figure;
 use crate::system::System;
@@ -32,14 +32,13 @@ pub const DEFAULT_SHAPES: [Shape; 3] = [
     },
 ];
 
-/// Limit and target of a shape's cycles per second, where the issue sets
-/// one.
-fn bounds(shape: Shape, limits: Option<&Limits>) -> (Option<f64>, Option<f64>) {
-    let limit = |f: fn(&Limits) -> f64| limits.map(f);
+/// What bounds a shape's cycles per second on this machine, and the
+/// target for it, where there is one.
+fn bounds(shape: Shape) -> (Option<Bound>, Option<f64>) {
     match (shape.clients, shape.keys) {
-        (1, _) => (limit(Limits::lock_1_client), Some(1_300.0)),
-        (64, 64) => (limit(Limits::lock_64_keys), Some(35_000.0)),
-        (64, 1) => (limit(Limits::lock_1_key), Some(2_500.0)),
+        (1, _) => (Some(Limits::lock_1_client), Some(1_300.0)),
+        (64, 64) => (Some(Limits::lock_64_keys), Some(35_000.0)),
+        (64, 1) => (Some(Limits::lock_1_key), Some(2_500.0)),
         _ => (None, None),
     }
 }
@@ -48,7 +47,6 @@ pub async fn run(
     system: &System,
     shapes: &[Shape],
     duration: Duration,
-    limits: Option<&Limits>,
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     // Keys unique to this run, so runs against one server never meet.
@@ -78,11 +76,11 @@ pub async fn run(
                 locker.close().await;
             }
         }
-        let (limit, target) = bounds(shape, limits);
+        let (bound, target) = bounds(shape);
         let mut throughput =
             Figure::higher(format!("cycles/s, {label}"), "/s", result.per_second());
-        if let Some(limit) = limit {
-            throughput = throughput.limit(limit);
+        if let Some(bound) = bound {
+            throughput = throughput.bounded_by(bound);
         }
         if let Some(target) = target {
             throughput = throughput.target(target);

@@ -8,9 +8,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod failover;
 mod fanout;
 mod inprocess;
@@ -157,6 +158,16 @@ enum Scenario {
         #[arg(long, default_value_t = 1_000_000)]
         nodes: u64,
     },
+    /// Draw each report a scenario printed with `--json` as an SVG bar
+    /// chart, `OUT/<scenario>.svg`.
+    Chart {
+        /// Files each holding one scenario's `--json` output.
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
+        /// The directory to write the charts to.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
 }
 
 /// `250ms`, `10s`, `2m`, or a bare number of seconds.
@@ -229,10 +240,10 @@ async fn compare<F, Fut>(
     scenario: F,
 ) -> anyhow::Result<()>
 where
-    F: Fn(System, Option<limits::Limits>) -> Fut,
+    F: Fn(System) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Vec<report::Figure>>>,
 {
-    let limits = limits::measure(&std::env::temp_dir()).await?;
+    let before = limits::measure(&std::env::temp_dir()).await?;
     let mut outcomes = Vec::new();
     let mut failures = Vec::new();
     for kind in std::iter::once(Kind::Leasehold).chain(common.peers.iter().copied()) {
@@ -247,7 +258,7 @@ where
                 );
             }
             let (system, master) = common.system(kind, name, start_master).await?;
-            let figures = scenario(system, Some(limits)).await;
+            let figures = scenario(system).await;
             if let Some(master) = master {
                 master.stop().await;
             }
@@ -265,6 +276,15 @@ where
         }
         if !runs.is_empty() {
             outcomes.push(Outcome::median(kind.name(), runs));
+        }
+    }
+    // Measured again after the runs: a probe the machine's neighbours
+    // slowed at one moment does not make the limit (`Limits::combine`).
+    let after = limits::measure(&std::env::temp_dir()).await?;
+    let limits = before.combine(&after);
+    for outcome in &mut outcomes {
+        for figure in &mut outcome.figures {
+            figure.apply_limits(&limits);
         }
     }
     let report = Report {
@@ -302,13 +322,9 @@ async fn main() -> anyhow::Result<()> {
                 "sessions": sessions, "connections": connections,
                 "lease_ms": lease.as_millis() as u64, "hold_ms": shape.hold.as_millis() as u64,
             });
-            compare(
-                &common,
-                "sessions",
-                true,
-                parameters,
-                |system, _| async move { sessions::run(&system, shape).await },
-            )
+            compare(&common, "sessions", true, parameters, |system| async move {
+                sessions::run(&system, shape).await
+            })
             .await
         }
         Scenario::Lock { clients, keys } => {
@@ -321,9 +337,9 @@ async fn main() -> anyhow::Result<()> {
                 "shapes": shapes.iter().map(|s| [s.clients, s.keys]).collect::<Vec<_>>(),
                 "duration_ms": duration.as_millis() as u64,
             });
-            compare(&common, "lock", true, parameters, |system, limits| {
+            compare(&common, "lock", true, parameters, |system| {
                 let shapes = shapes.clone();
-                async move { lock::run(&system, &shapes, duration, limits.as_ref()).await }
+                async move { lock::run(&system, &shapes, duration).await }
             })
             .await
         }
@@ -332,9 +348,9 @@ async fn main() -> anyhow::Result<()> {
             let parameters = serde_json::json!({
                 "clients": clients, "duration_ms": duration.as_millis() as u64,
             });
-            compare(&common, "kv", true, parameters, |system, limits| {
+            compare(&common, "kv", true, parameters, |system| {
                 let clients = clients.clone();
-                async move { kv::run(&system, &clients, duration, limits.as_ref()).await }
+                async move { kv::run(&system, &clients, duration).await }
             })
             .await
         }
@@ -349,13 +365,9 @@ async fn main() -> anyhow::Result<()> {
             let parameters = serde_json::json!({
                 "subscribers": subscribers, "connections": connections,
             });
-            compare(
-                &common,
-                "fanout",
-                true,
-                parameters,
-                |system, _| async move { fanout::run(&system, shape).await },
-            )
+            compare(&common, "fanout", true, parameters, |system| async move {
+                fanout::run(&system, shape).await
+            })
             .await
         }
         Scenario::Failover {
@@ -375,7 +387,7 @@ async fn main() -> anyhow::Result<()> {
                 "sessions": sessions, "nodes": nodes, "connections": connections,
             });
             let bin = master::find_binary(common.server_bin.as_deref())?;
-            compare(&common, "failover", false, parameters, |system, _| {
+            compare(&common, "failover", false, parameters, |system| {
                 let bin = bin.clone();
                 async move { failover::run(&system, &bin, shape).await }
             })
@@ -394,7 +406,7 @@ async fn main() -> anyhow::Result<()> {
                 "attack_ms": shape.attack.as_millis() as u64, "connections": connections,
                 "rss_budget_mib": rss_budget,
             });
-            compare(&common, "noisy", true, parameters, |system, _| async move {
+            compare(&common, "noisy", true, parameters, |system| async move {
                 noisy::run(&system, shape).await
             })
             .await
@@ -410,5 +422,19 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Scenario::Recovery { sessions, nodes } => recovery::recovery(sessions, nodes).await,
+        Scenario::Chart { reports, out } => {
+            std::fs::create_dir_all(&out)?;
+            for path in reports {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let report: chart::Chartable = serde_json::from_str(&text).with_context(|| {
+                    format!("{} is not a report printed with --json", path.display())
+                })?;
+                let file = out.join(format!("{}.svg", report.scenario));
+                std::fs::write(&file, chart::svg(&report))?;
+                println!("{}", file.display());
+            }
+            Ok(())
+        }
     }
 }

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-use crate::limits::Limits;
+use crate::limits::{Bound, Limits};
 
 /// Which way a figure improves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -24,8 +24,11 @@ pub struct Figure {
     pub unit: &'static str,
     pub value: f64,
     pub better: Better,
-    /// What this machine allows at best, where that is known.
+    /// What this machine allows at best, where that is known: computed
+    /// from the machine's limits once the runs are over.
     pub limit: Option<f64>,
+    #[serde(skip)]
+    pub bound: Option<Bound>,
     /// The figure Leasehold aims for.
     pub target: Option<f64>,
 }
@@ -38,6 +41,7 @@ impl Figure {
             value,
             better: Better::Higher,
             limit: None,
+            bound: None,
             target: None,
         }
     }
@@ -56,9 +60,16 @@ impl Figure {
         }
     }
 
-    pub fn limit(mut self, limit: f64) -> Figure {
-        self.limit = Some(limit);
+    /// The figure's best on this machine is `bound` of its limits.
+    pub fn bounded_by(mut self, bound: Bound) -> Figure {
+        self.bound = Some(bound);
         self
+    }
+
+    pub fn apply_limits(&mut self, limits: &Limits) {
+        if let Some(bound) = self.bound {
+            self.limit = Some(bound(limits));
+        }
     }
 
     pub fn target(mut self, target: f64) -> Figure {
@@ -140,12 +151,19 @@ impl Report {
         let mut out = String::new();
         if let Some(l) = &self.limits {
             out.push_str(&format!(
-                "machine: fsync {:.3} ms, loopback round trip {:.3} ms, 64-connection echo {} round trips/s\n",
+                "machine: fsync {:.3} ms (median of {} probes), loopback round trip {:.3} ms, 64-connection echo {} round trips/s; the faster of before and after the runs\n",
                 l.fsync_ms,
+                l.fsync_probes,
                 l.rtt_ms,
                 thousands(l.echo_64_per_s)
             ));
+            if let Some(why) = &l.noisy {
+                out.push_str(&format!(
+                    "NOISY: {why}; limits and shares of them are rough\n"
+                ));
+            }
         }
+        let mut beyond = false;
         let Some(ours) = self.outcomes.first() else {
             return out;
         };
@@ -183,7 +201,15 @@ impl Report {
                         Better::Lower => limit / figure.value,
                         _ => figure.value / limit,
                     };
-                    row.push(format!("{:.0}%", 100.0 * share));
+                    // Past the limit means the probes met a slower
+                    // machine than the runs did: flagged, not believed.
+                    let flag = if share > 1.05 {
+                        beyond = true;
+                        " (!)"
+                    } else {
+                        ""
+                    };
+                    row.push(format!("{:.0}%{flag}", 100.0 * share));
                 }
                 None => row.extend(["-".to_string(), "-".to_string()]),
             }
@@ -227,6 +253,11 @@ impl Report {
         }
         if ours.runs > 1 {
             out.push_str(&format!("median of {} runs per system\n", ours.runs));
+        }
+        if beyond {
+            out.push_str(
+                "(!) above the limit: the machine was faster during the runs than during both probes; the limit is a floor, not a ceiling\n",
+            );
         }
         for failure in &self.failures {
             out.push_str(&format!("failed: {failure}\n"));
@@ -297,5 +328,29 @@ mod tests {
         assert_eq!(quick.ratio_to(8.0), Some(4.0));
         let load = Figure::neutral("z", "/s", 5.0);
         assert_eq!(load.ratio_to(1.0), None);
+    }
+
+    #[test]
+    fn a_figure_past_its_limit_is_flagged_not_believed() {
+        let limits = Limits {
+            fsync_ms: 8.0,
+            fsync_probes: 120,
+            rtt_ms: 0.05,
+            echo_64_per_s: 50_000.0,
+            noisy: Some("only 120 fsyncs fit".into()),
+        };
+        let mut figure = Figure::higher("cycles/s", "/s", 600.0).bounded_by(Limits::lock_1_client);
+        figure.apply_limits(&limits);
+        let report = Report {
+            scenario: "lock".into(),
+            parameters: json!({}),
+            limits: Some(limits),
+            outcomes: vec![Outcome::median("leasehold", vec![vec![figure]])],
+            failures: Vec::new(),
+        };
+        let table = report.to_table();
+        assert!(table.contains("NOISY: only 120 fsyncs fit"), "{table}");
+        assert!(table.contains("% (!)"), "{table}");
+        assert!(table.contains("(!) above the limit"), "{table}");
     }
 }

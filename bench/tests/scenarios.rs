@@ -74,6 +74,38 @@ fn lock_cycles_a_contended_lock() {
     assert!(figure(&report, "cycles/s, 3 client(s), 1 key(s)") > 0.0);
     assert!(figure(&report, "p99, 3 client(s), 1 key(s)") > 0.0);
     assert!(report["limits"]["fsync_ms"].as_f64().unwrap() > 0.0);
+    assert!(report["limits"]["fsync_probes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn kv_one_client_figures_have_limits_and_chart_as_svg() {
+    let report = bench(&["kv", "--clients", "1", "--duration", "200ms"]);
+    let puts = report["systems"][0]["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "puts/s, 1 client(s)")
+        .expect("puts/s")
+        .clone();
+    assert!(puts["limit"].as_f64().unwrap() > 0.0, "{puts}");
+    let dir = std::env::temp_dir().join(format!("leasehold-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("kv.json");
+    std::fs::write(&json, report.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args([
+            "chart",
+            json.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let svg = std::fs::read_to_string(dir.join("kv.svg")).unwrap();
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(svg.contains("puts/s, 1 client(s) (/s, higher is better)"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
