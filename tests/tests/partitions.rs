@@ -172,3 +172,55 @@ fn a_session_still_listed_takes_its_slot_only_by_compare_and_set() {
         report.summary(&run)
     );
 }
+
+// The timeline shows the master's lane (up per epoch, down between a crash
+// and its restart) and names the lock on every holding bar.
+#[test]
+fn the_timeline_draws_the_masters_epochs_and_names_each_lock() {
+    let (run, report) = judged("master-restart-quick", 1, Settings::default());
+    let svg = leasehold_tests::sim::timeline::svg(&run, &report);
+    let crashes = run
+        .entries
+        .iter()
+        .filter(|e| matches!(&e.what, What::Fault { fault, .. } if fault == "crash"))
+        .count();
+    assert!(crashes >= 1, "the scenario crashes the master");
+    for epoch in 1..=crashes + 1 {
+        assert!(
+            svg.contains(&format!("<title>master epoch {epoch}</title>")),
+            "epoch {epoch} of {}",
+            crashes + 1
+        );
+    }
+    assert_eq!(svg.matches("<title>master down</title>").count(), crashes);
+    let held = run
+        .entries
+        .iter()
+        .find_map(|e| match &e.what {
+            What::Holding { lock, generation } => Some((lock.clone(), *generation)),
+            _ => None,
+        })
+        .expect("somebody held a lock");
+    assert!(
+        svg.contains(&format!(
+            "<title>holds {} generation {}</title>",
+            held.0, held.1
+        )),
+        "the bar of {held:?} is named"
+    );
+}
+
+// SIMULATION.md shows this drawing: it must stay what the run draws.
+#[test]
+fn the_committed_timeline_is_what_random_seed_7_draws() {
+    let (run, report) = judged("random", 7, Settings::default());
+    let drawn = leasehold_tests::sim::timeline::svg(&run, &report);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/timelines/random-7.svg");
+    let committed = std::fs::read_to_string(path).expect("the committed timeline");
+    assert!(
+        drawn == committed,
+        "tests/timelines/random-7.svg is stale: regenerate it with \
+         `cargo run --release -p leasehold-tests --bin leasehold-sim -- run --scenario random --seed 7 --out /tmp/sim` \
+         and copy /tmp/sim/random-7.svg there"
+    );
+}

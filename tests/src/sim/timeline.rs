@@ -1,7 +1,9 @@
-//! A run drawn as an SVG timeline: one lane per host, its session state as
-//! the lane's colour, its lock holdings as bars, its fenced writes as ticks
-//! (rejected ones in red), the faults that hit it hatched across it, and
-//! master crashes across every lane, on an axis of virtual seconds.
+//! A run drawn as an SVG timeline: the master's lane first (up under each
+//! epoch, down after a crash), then one lane per host, its session state
+//! as the lane's colour, its lock holdings as bars named by lock and
+//! generation, its fenced writes as ticks (rejected ones in red), the
+//! faults that hit it hatched across it, and master crashes across every
+//! lane, on an axis of virtual seconds.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,7 +15,7 @@ use super::world::Run;
 const LEFT: f64 = 90.0;
 const WIDTH: f64 = 1400.0;
 const LANE: f64 = 34.0;
-const TOP: f64 = 70.0;
+const TOP: f64 = 86.0;
 
 fn colour(state: &str) -> &'static str {
     match state {
@@ -37,7 +39,8 @@ fn escape(s: &str) -> String {
 pub fn svg(run: &Run, report: &Report) -> String {
     let end = run.end.max(1) as f64;
     let x = |at: u64| LEFT + (at as f64 / end) * (WIDTH - LEFT - 20.0);
-    let mut lanes: Vec<String> = Vec::new();
+    // The master always has a lane, even in a run that never touches it.
+    let mut lanes: Vec<String> = vec!["master".to_string()];
     for e in &run.entries {
         let lane = match &e.what {
             What::Write { .. } | What::Invoke { .. } | What::Complete { .. }
@@ -102,7 +105,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        r##"<rect x="560" y="28" width="20" height="6" fill="#223"/><text x="585" y="37">holds lock (generation)</text><rect x="760" y="28" width="14" height="10" fill="url(#cut)"/><text x="778" y="37">cut off / held</text><line x1="880" y1="28" x2="880" y2="40" stroke="#080"/><text x="885" y="37">write ok</text><line x1="950" y1="28" x2="950" y2="40" stroke="#d00" stroke-width="2"/><text x="955" y="37">write refused</text><rect x="1060" y="28" width="14" height="10" fill="#d00" fill-opacity="0.2"/><text x="1078" y="37">master down</text>"##
+        r##"<rect x="10" y="50" width="20" height="6" fill="#223"/><text x="35" y="57">holds lock:generation</text><rect x="210" y="46" width="14" height="10" fill="url(#cut)"/><text x="228" y="55">cut off / held</text><line x1="340" y1="46" x2="340" y2="58" stroke="#080"/><text x="345" y="55">write ok</text><line x1="420" y1="46" x2="420" y2="58" stroke="#d00" stroke-width="2"/><text x="425" y="55">write refused</text><circle cx="540" cy="51" r="2" fill="#446"/><text x="547" y="55">event heard</text><rect x="650" y="46" width="14" height="10" fill="#d00" fill-opacity="0.2"/><text x="668" y="55">master down</text><rect x="770" y="46" width="14" height="10" fill="{MASTER_UP}"/><text x="788" y="55">master up (epoch)</text>"##
     );
 
     // Lanes and session states.
@@ -156,7 +159,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
             }
             What::Released { lock, .. } => {
                 if let Some((from, generation)) = holding.remove(&(e.who.as_str(), lock.as_str())) {
-                    hold_bar(&mut marks, x(from), x(e.at), ly, generation);
+                    hold_bar(&mut marks, x(from), x(e.at), ly, lock, generation);
                 }
             }
             What::Write { accepted, .. } => {
@@ -217,11 +220,46 @@ pub fn svg(run: &Run, report: &Report) -> String {
     for (who, (s, from)) in state {
         band(lane_of[who], from, run.end, colour(s));
     }
-    for ((who, _), (from, generation)) in holding {
-        hold_bar(&mut marks, x(from), x(run.end), y(lane_of[who]), generation);
+    for ((who, lock), (from, generation)) in holding {
+        hold_bar(
+            &mut marks,
+            x(from),
+            x(run.end),
+            y(lane_of[who]),
+            lock,
+            generation,
+        );
     }
     if let Some(from) = crashed {
         crashes.push((from, run.end));
+    }
+    // The master's lane: up under each epoch (a fresh store's first is 1,
+    // and every start takes the next, `FO-1`), down between a crash and
+    // its restart.
+    let master = y(lane_of["master"]);
+    let mut up_from = 0;
+    for (epoch, (down, up)) in (1..).zip(crashes.iter().copied()) {
+        master_band(
+            &mut bands,
+            x(up_from),
+            x(down),
+            master,
+            MASTER_UP,
+            &format!("epoch {epoch}"),
+        );
+        master_band(&mut bands, x(down), x(up), master, MASTER_DOWN, "down");
+        up_from = up;
+    }
+    if up_from < run.end {
+        let epoch = crashes.len() + 1;
+        master_band(
+            &mut bands,
+            x(up_from),
+            x(run.end),
+            master,
+            MASTER_UP,
+            &format!("epoch {epoch}"),
+        );
     }
     out.push_str(&bands);
     for (i, lane) in lanes.iter().enumerate() {
@@ -263,17 +301,51 @@ pub fn svg(run: &Run, report: &Report) -> String {
     out
 }
 
-fn hold_bar(out: &mut String, from: f64, to: f64, lane_y: f64, generation: u64) {
-    let width = (to - from).max(1.0);
+const MASTER_UP: &str = "#b9e3b9";
+const MASTER_DOWN: &str = "#f3a0a0";
+
+/// One stretch of the master's lane, labelled where it is wide enough.
+fn master_band(out: &mut String, from: f64, to: f64, lane_y: f64, fill: &str, label: &str) {
+    let width = to - from;
+    if width <= 0.0 {
+        return;
+    }
     let _ = writeln!(
         out,
-        r##"<rect x="{from:.1}" y="{:.1}" width="{width:.1}" height="6" fill="#223"><title>holds generation {generation}</title></rect>"##,
-        lane_y + 8.0
+        r#"<rect x="{from:.1}" y="{:.1}" width="{width:.1}" height="{}" fill="{fill}"><title>master {label}</title></rect>"#,
+        lane_y + 4.0,
+        LANE - 8.0
     );
-    if width > 24.0 && generation > 0 {
+    if width > 7.0 * label.len() as f64 {
         let _ = writeln!(
             out,
-            r##"<text x="{:.1}" y="{:.1}" font-size="9">g{generation}</text>"##,
+            r#"<text x="{:.1}" y="{:.1}">{label}</text>"#,
+            from + 3.0,
+            lane_y + LANE / 2.0 + 4.0
+        );
+    }
+}
+
+/// A holding: a bar named by its lock and generation (`lock:g2`), in full
+/// in its tooltip and, where the bar is wide enough, on it.
+fn hold_bar(out: &mut String, from: f64, to: f64, lane_y: f64, lock: &str, generation: u64) {
+    let width = (to - from).max(1.0);
+    let lock = escape(lock);
+    let _ = writeln!(
+        out,
+        r##"<rect x="{from:.1}" y="{:.1}" width="{width:.1}" height="6" fill="#223"><title>holds {lock} generation {generation}</title></rect>"##,
+        lane_y + 8.0
+    );
+    // Semaphore slots have no generation (0): the name alone.
+    let label = if generation > 0 {
+        format!("{lock}:g{generation}")
+    } else {
+        lock.clone()
+    };
+    if width > 6.0 * label.len() as f64 {
+        let _ = writeln!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" font-size="9">{label}</text>"##,
             from + 2.0,
             lane_y + 24.0
         );
