@@ -24,7 +24,10 @@ use crate::transport::BoxTransport;
 
 type ReplyTx = oneshot::Sender<Result<Response, ClientError>>;
 /// A request on its way out: its reply channel, and the in-flight permit it
-/// holds until its reply arrives (KeepAlives hold none: `CONN-3`).
+/// holds until its reply arrives. KeepAlives take no permit: the master
+/// does not count them against the in-flight limit, since it holds at most
+/// one per session, and a KeepAlive must never wait for a slot that held
+/// requests fill (`CONN-3`).
 type Outgoing = (Request, ReplyTx, Option<OwnedSemaphorePermit>);
 type Codec = FrameCodec<ServerFrame, ClientFrame>;
 type Pending = Arc<Mutex<PendingRequests>>;

@@ -136,7 +136,9 @@ impl Term {
         self.guard.sequencer_bytes()
     }
 
-    /// Whether this session may still act as the leader (`LOCK-10`).
+    /// Whether leadership can still be relied on: the session is in the
+    /// normal state, the master has not taken the lock away, and no events
+    /// were lost. Once this is false, stop acting as the leader (`LOCK-10`).
     pub fn is_leader(&self) -> bool {
         self.guard.is_held()
     }
@@ -152,8 +154,10 @@ impl Term {
         self.guard.conflict().await
     }
 
-    /// Publishes a new value without giving up the term: the holder's
-    /// acquire again writes it and changes no generation (`LOCK-2`).
+    /// Publishes a new value without giving up the term: the leader acquires
+    /// its lock again with the new contents, in one step. The lock generation
+    /// stays the same, so the term's sequencer stays valid; the content
+    /// generation rises as with any write (`LOCK-2`).
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), ClientError> {
         self.guard.rewrite(value).await
     }

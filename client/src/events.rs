@@ -35,8 +35,8 @@ pub enum SubscriptionEvent {
     /// Events were dropped (the master's queue or this buffer overflowed):
     /// re-read what you watch.
     EventsLost,
-    /// The session entered this state (`CS-7`); after `Expired` the stream
-    /// ends.
+    /// The session entered this state (`CS-7`); after `Expired` or
+    /// `Closed` the stream ends.
     Session(SessionState),
 }
 
@@ -500,8 +500,10 @@ impl Session {
     }
 }
 
-/// Subscribes on the master and installs `route` under the answer, under
-/// the session's subscription lock (`EV-5`).
+/// Subscribes on the master and installs `route` under the answer, holding
+/// the session's subscription lock: streams on the same key and kind share
+/// one subscription on the master, so joining and ending must not race
+/// (`EV-5`).
 async fn join(session: &Session, route: Route) -> Result<(), ClientError> {
     let _changing = session.subscribing().lock().await;
     let request = Request::Subscribe {

@@ -125,8 +125,9 @@ impl LockGuard {
         &self.bytes
     }
 
-    /// Whether the lock can still be relied on: its session is normal and
-    /// the master has not said it took the lock away (`LOCK-10`).
+    /// Whether the lock can still be relied on: its session is normal, the
+    /// master has not said it took the lock away, and no events were lost
+    /// (one of them may have said so) (`LOCK-10`).
     pub fn is_held(&self) -> bool {
         matches!(
             self.session.state(),
@@ -136,8 +137,9 @@ impl LockGuard {
 
     /// Resolves as soon as the lock can no longer be relied on: its session
     /// left the normal state (jeopardy: the master may have released it
-    /// already; expired: it has), or the master took it away (its node was
-    /// deleted) (`LOCK-10`). Stop acting as the holder then.
+    /// already; expired: it has), the master took it away (its node was
+    /// deleted), or events were lost, one of which may have said so
+    /// (`LOCK-10`). Stop acting as the holder then.
     pub async fn lost(&self) {
         let mut signal = self.signal.clone();
         // The state channel keeps only the latest state, which may already
@@ -165,8 +167,10 @@ impl LockGuard {
         }
     }
 
-    /// Writes `contents` to the locked node as the holder acquiring the
-    /// lock again does: in one step, changing no generation (`LOCK-2`).
+    /// Writes `contents` to the locked node in one step, as acquiring the
+    /// lock again with contents does. The lock generation (and so this
+    /// guard's sequencer) is unchanged; the content generation rises as
+    /// with any write (`LOCK-2`).
     /// Fails with [`ClientError::Conflict`] if the lock can no longer be
     /// relied on: it never takes a lost lock anew.
     pub async fn rewrite(&self, contents: impl Into<Vec<u8>>) -> Result<(), ClientError> {
@@ -342,7 +346,9 @@ impl Drop for Registration<'_> {
 }
 
 impl Client {
-    /// Whether `sequencer` still names a current holding (`LOCK-7`).
+    /// Whether `sequencer` is still valid: the session it names still holds
+    /// that lock, in the same mode, on the same node, and the lock has not
+    /// been freed and taken again since (`LOCK-7`).
     pub async fn check_sequencer(&self, sequencer: &[u8]) -> Result<bool, ClientError> {
         let request = Request::CheckSequencer {
             sequencer: sequencer.to_vec(),

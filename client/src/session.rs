@@ -14,7 +14,9 @@ use crate::events::{Dispatch, LockSignal};
 use crate::keepalive::Keeper;
 use crate::lease::{local_expiry, DEFAULT_CLOCK_DRIFT};
 
-/// Default grace period after jeopardy begins (`CS-3`).
+/// Default time a session may spend in jeopardy (its local lease ran out
+/// with no KeepAlive reply) while the client keeps retrying, before the
+/// client takes it as `Expired`: 45 s (`CS-3`).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(45);
 
 /// Where a session stands, as far as this client can tell (`CS-1`).
@@ -288,7 +290,8 @@ impl Session {
         self.inner.shared.dispatch()
     }
 
-    /// Held while a subscription is made or ended on the master (`EV-5`).
+    /// Held while a subscription is made or ended on the master, since
+    /// streams on the same key share one subscription there (`EV-5`).
     pub(crate) fn subscribing(&self) -> &tokio::sync::Mutex<()> {
         &self.inner.shared.subscribing
     }

@@ -187,7 +187,9 @@ pub enum Request {
         key: String,
         session: SessionToken,
     },
-    /// Whether a sequencer still names a current holding (`LOCK-7`).
+    /// Whether a sequencer is still valid: its session still holds that
+    /// lock, in that mode, on that node, and the lock has not been freed
+    /// and taken again since (`LOCK-7`).
     CheckSequencer {
         sequencer: Vec<u8>,
     },
@@ -488,8 +490,9 @@ pub enum EventKind {
     /// `waiter` waits for the lock of `key` this session holds: hand it over
     /// if you can. Sent to every holder without a subscription.
     LockConflict { key: String, waiter: SessionId },
-    /// Events were dropped because the session's queue overflowed; re-read
-    /// what you watch (`EV-4`).
+    /// Events were dropped because the session's queue or the master's event
+    /// budget overflowed: re-read what you watch and assume any lock may be
+    /// lost (`EV-4`).
     EventsLost,
     /// A new master, of `epoch`, took over: subscriptions and events queued
     /// at the old one are gone, so subscribe again and re-read what you
