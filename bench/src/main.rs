@@ -65,6 +65,10 @@ struct Common {
     /// Print one JSON object instead of the table.
     #[arg(long, global = true)]
     json: bool,
+    /// Also write the JSON object to this file (for `chart`), whichever
+    /// of the two is printed.
+    #[arg(long, global = true, value_name = "FILE")]
+    json_out: Option<PathBuf>,
     /// Run the same scenario against a peer too (repeatable).
     #[arg(long = "peer", global = true, value_enum)]
     peers: Vec<Kind>,
@@ -294,6 +298,10 @@ where
         outcomes,
         failures,
     };
+    if let Some(path) = &common.json_out {
+        std::fs::write(path, format!("{}\n", report.to_json()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if common.json {
         println!("{}", report.to_json());
     } else {

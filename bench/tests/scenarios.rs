@@ -79,7 +79,20 @@ fn lock_cycles_a_contended_lock() {
 
 #[test]
 fn kv_one_client_figures_have_limits_and_chart_as_svg() {
-    let report = bench(&["kv", "--clients", "1", "--duration", "200ms"]);
+    let dir = std::env::temp_dir().join(format!("leasehold-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("kv.json");
+    let report = bench(&[
+        "kv",
+        "--clients",
+        "1",
+        "--duration",
+        "200ms",
+        "--json-out",
+        json.to_str().unwrap(),
+    ]);
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(written, report, "--json-out writes what --json prints");
     let puts = report["systems"][0]["figures"]
         .as_array()
         .unwrap()
@@ -88,10 +101,6 @@ fn kv_one_client_figures_have_limits_and_chart_as_svg() {
         .expect("puts/s")
         .clone();
     assert!(puts["limit"].as_f64().unwrap() > 0.0, "{puts}");
-    let dir = std::env::temp_dir().join(format!("leasehold-chart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("kv.json");
-    std::fs::write(&json, report.to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
         .args([
             "chart",
