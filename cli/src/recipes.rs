@@ -83,7 +83,7 @@ pub(crate) async fn lock(
         taken => taken?,
     };
     eprintln!("leasehold: holding {key}");
-    let lost = until_lost(&session, run.stop_on, || guard.lost());
+    let lost = until_lost(&session, run.stop_on, || guard.lost(), || guard.is_held());
     let sequencer = Some(guard.sequencer().to_hex());
     let what = format!("the lock on {key}");
     let code = supervise(&run, &what, guard.is_held(), sequencer, lost).await?;
@@ -104,7 +104,7 @@ pub(crate) async fn elect(
     let session = open(&client, &session_args, &run).await?;
     let term = Election::new(&session, &key).campaign(value).await?;
     eprintln!("leasehold: leading {key}");
-    let lost = until_lost(&session, run.stop_on, || term.lost());
+    let lost = until_lost(&session, run.stop_on, || term.lost(), || term.is_leader());
     let sequencer = Some(term.sequencer().to_hex());
     let what = format!("leadership of {key}");
     let code = supervise(&run, &what, term.is_leader(), sequencer, lost).await?;
@@ -128,7 +128,7 @@ pub(crate) async fn semaphore(
         .acquire(value, None)
         .await?;
     eprintln!("leasehold: holding a slot in {prefix}");
-    let lost = until_lost(&session, run.stop_on, || permit.lost());
+    let lost = until_lost(&session, run.stop_on, || permit.lost(), || permit.is_held());
     let what = format!("the slot in {prefix}");
     let code = supervise(&run, &what, permit.is_held(), None, lost).await?;
     let _ = permit.release().await;

@@ -53,9 +53,14 @@ pub(crate) struct RunArgs {
 }
 
 /// Resolves when the holding must be given up, by the policy: `lost` is the
-/// holding's own signal, which also fires on jeopardy.
-pub(crate) async fn until_lost<F, Fut>(session: &Session, stop_on: StopOn, lost: F)
-where
+/// holding's own signal, which also fires on jeopardy, and `held` says
+/// whether the holding still stands once the session is normal again.
+pub(crate) async fn until_lost<F, Fut>(
+    session: &Session,
+    stop_on: StopOn,
+    lost: F,
+    held: impl Fn() -> bool,
+) where
     F: Fn() -> Fut,
     Fut: Future<Output = ()>,
 {
@@ -65,16 +70,15 @@ where
         if stop_on == StopOn::Jeopardy {
             return;
         }
-        match session.state() {
+        if session.state() == SessionState::Jeopardy {
             // Lost only because of jeopardy: wait for the outcome.
-            SessionState::Jeopardy => {
-                let _ = states.wait_for(|s| *s != SessionState::Jeopardy).await;
-                if session.state() == SessionState::Expired {
-                    return;
-                }
-            }
-            // Taken by the master, or expired.
-            _ => return,
+            let _ = states.wait_for(|s| *s != SessionState::Jeopardy).await;
+        }
+        // The jeopardy may be over already by the time this looks (a
+        // loaded machine runs this task late): what counts is whether the
+        // session ended, or the master took the holding.
+        if session.state().is_final() || !held() {
+            return;
         }
     }
 }

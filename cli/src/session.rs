@@ -193,12 +193,14 @@ async fn keep(
             println!("{}", state.as_str());
         }
     };
+    // Caught before the first line says the session is kept: a signal sent
+    // as soon as it shows must destroy the session, not kill this process.
+    let interrupted = crate::signals::stop_requested(true)?;
+    tokio::pin!(interrupted);
     if !json {
         eprintln!("session {}", session.id());
     }
     print(session.state());
-    let interrupted = crate::signals::stop_requested(true)?;
-    tokio::pin!(interrupted);
     loop {
         tokio::select! {
             state = states.recv() => match state {
