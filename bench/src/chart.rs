@@ -28,6 +28,7 @@ pub struct ChartFigure {
     pub value: f64,
     pub better: String,
     pub limit: Option<f64>,
+    pub target: Option<f64>,
 }
 
 const WIDTH: f64 = 760.0;
@@ -64,8 +65,9 @@ fn number(v: f64) -> String {
 }
 
 /// The SVG of `report`: figures that rank the systems (not those that
-/// describe the load), each scaled to its largest value or the machine's
-/// limit, which is drawn as a dashed line.
+/// describe the load), each scaled to the largest of its values, the
+/// machine's limit (a dashed line) and its target (a red line), so that a
+/// lone system's bars still say how far they are from either.
 pub fn svg(report: &Chartable) -> String {
     let Some(first) = report.systems.first() else {
         return String::new();
@@ -87,12 +89,14 @@ pub fn svg(report: &Chartable) -> String {
         out,
         r##"<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
     );
-    let runs = first.runs;
+    let runs = match first.runs {
+        1 => "one run".to_string(),
+        n => format!("median of {n} runs"),
+    };
     let _ = writeln!(
         out,
-        r#"<text x="10" y="22" font-size="16" font-weight="bold">{} (median of {runs} run{})</text>"#,
+        r#"<text x="10" y="22" font-size="16" font-weight="bold">{} ({runs})</text>"#,
         escape(&report.scenario),
-        if runs == 1 { "" } else { "s" }
     );
     // The legend.
     let mut x = 10.0;
@@ -108,9 +112,12 @@ pub fn svg(report: &Chartable) -> String {
     }
     let _ = writeln!(
         out,
-        r##"<line x1="{x}" y1="38" x2="{}" y2="38" stroke="#111827" stroke-dasharray="4 3"/><text x="{}" y="42">machine limit</text>"##,
+        r##"<line x1="{x}" y1="38" x2="{}" y2="38" stroke="#111827" stroke-dasharray="4 3"/><text x="{}" y="42">machine limit</text><line x1="{}" y1="38" x2="{}" y2="38" stroke="#dc2626" stroke-width="2"/><text x="{}" y="42">target</text>"##,
         x + 24.0,
-        x + 30.0
+        x + 30.0,
+        x + 130.0,
+        x + 154.0,
+        x + 160.0
     );
     let span = WIDTH - LABEL - 90.0;
     for (i, figure) in ranked.iter().enumerate() {
@@ -120,12 +127,16 @@ pub fn svg(report: &Chartable) -> String {
         } else {
             "higher is better"
         };
+        let unit = if figure.unit.is_empty() {
+            String::new()
+        } else {
+            format!("{}, ", escape(&figure.unit))
+        };
         let _ = writeln!(
             out,
-            r#"<text x="10" y="{}" font-weight="bold">{} ({}, {direction})</text>"#,
+            r#"<text x="10" y="{}" font-weight="bold">{} ({unit}{direction})</text>"#,
             y0 + 10.0,
             escape(&figure.name),
-            escape(&figure.unit)
         );
         let values: Vec<Option<f64>> = systems
             .iter()
@@ -142,6 +153,7 @@ pub fn svg(report: &Chartable) -> String {
             .flatten()
             .copied()
             .chain(figure.limit)
+            .chain(figure.target)
             .fold(0.0_f64, f64::max);
         for (j, (system, value)) in systems.iter().zip(&values).enumerate() {
             let y = y0 + 16.0 + j as f64 * (BAR + GAP);
@@ -175,13 +187,23 @@ pub fn svg(report: &Chartable) -> String {
                 escape(&figure.unit)
             );
         }
+        let bottom = y0 + 16.0 + systems.len() as f64 * (BAR + GAP);
         if let Some(limit) = figure.limit.filter(|l| *l > 0.0 && scale > 0.0) {
             let lx = LABEL + limit / scale * span;
-            let bottom = y0 + 16.0 + systems.len() as f64 * (BAR + GAP);
             let _ = writeln!(
                 out,
                 r##"<line x1="{lx:.1}" y1="{}" x2="{lx:.1}" y2="{bottom}" stroke="#111827" stroke-dasharray="4 3"/>"##,
                 y0 + 14.0
+            );
+        }
+        if let Some(target) = figure.target.filter(|t| *t > 0.0 && scale > 0.0) {
+            let tx = LABEL + target / scale * span;
+            let _ = writeln!(
+                out,
+                r##"<line x1="{tx:.1}" y1="{}" x2="{tx:.1}" y2="{bottom}" stroke="#dc2626" stroke-width="2"><title>target {} {}</title></line>"##,
+                y0 + 14.0,
+                number(target),
+                escape(&figure.unit)
             );
         }
     }
@@ -198,13 +220,13 @@ mod tests {
             "scenario": "lock",
             "systems": [
                 {"system": "leasehold", "runs": 3, "figures": [
-                    {"name": "1 client", "unit": "/s", "value": 1200.0, "better": "higher", "limit": 1500.0},
-                    {"name": "p99", "unit": "ms", "value": 2.0, "better": "lower", "limit": null},
-                    {"name": "clients", "unit": "", "value": 64.0, "better": "neither", "limit": null}
+                    {"name": "1 client", "unit": "/s", "value": 1200.0, "better": "higher", "limit": 1500.0, "target": null},
+                    {"name": "p99", "unit": "ms", "value": 2.0, "better": "lower", "limit": null, "target": 18.0},
+                    {"name": "clients", "unit": "", "value": 64.0, "better": "neither", "limit": null, "target": null}
                 ]},
                 {"system": "etcd", "runs": 3, "figures": [
-                    {"name": "1 client", "unit": "/s", "value": 600.0, "better": "higher", "limit": null},
-                    {"name": "p99", "unit": "ms", "value": 9.0, "better": "lower", "limit": null}
+                    {"name": "1 client", "unit": "/s", "value": 600.0, "better": "higher", "limit": null, "target": null},
+                    {"name": "p99", "unit": "ms", "value": 9.0, "better": "lower", "limit": null, "target": null}
                 ]}
             ]
         }))
@@ -221,14 +243,24 @@ mod tests {
         assert!(svg.contains("p99 (ms, lower is better)"));
         assert!(!svg.contains("clients ("), "a load figure is not ranked");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("lock (median of 3 runs)"));
     }
 
     #[test]
-    fn bars_are_scaled_to_the_largest_value_or_the_limit() {
+    fn a_figure_without_a_unit_says_only_which_way_is_better() {
+        let mut r = report();
+        r.systems[0].figures[1].unit = String::new();
+        r.systems[1].figures[1].unit = String::new();
+        let svg = svg(&r);
+        assert!(svg.contains("p99 (lower is better)"), "{svg}");
+    }
+
+    #[test]
+    fn bars_are_scaled_to_the_largest_value_the_limit_or_the_target() {
         let svg = svg(&report());
         let span = WIDTH - LABEL - 90.0;
-        // 1200 of a 1500 limit, 600 of it; 9 ms is the longest p99 bar.
-        for w in [span * 0.8, span * 0.4, span] {
+        // 1200 of a 1500 limit, 600 of it; 9 ms and 2 ms of an 18 ms target.
+        for w in [span * 0.8, span * 0.4, span * 0.5, span / 9.0] {
             assert!(svg.contains(&format!(r#"width="{w:.1}""#)), "{w:.1}: {svg}");
         }
         assert_eq!(
@@ -236,6 +268,7 @@ mod tests {
             2,
             "legend and one limit"
         );
+        assert!(svg.contains("<title>target 18.0 ms</title>"));
     }
 
     #[test]
