@@ -632,19 +632,19 @@ mod tests {
     #[test]
     fn the_generation_rises_from_free_to_held_and_not_on_reacquire_or_release() {
         let mut s = state(Behavior::Release);
+        let first = generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        // NS-2: a node's lock generation starts at its instance number.
+        let instance = s.namespace().get("k").unwrap().instance;
+        assert_eq!(first, instance + 1);
         assert_eq!(
             generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0),
-            1
-        );
-        assert_eq!(
-            generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0),
-            1
+            first
         );
         release(&mut s, A, 0);
-        assert_eq!(s.namespace().get("k").unwrap().lock_generation, 1);
+        assert_eq!(s.namespace().get("k").unwrap().lock_generation, first);
         assert_eq!(
             generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0),
-            2
+            first + 1
         );
     }
 
@@ -652,13 +652,10 @@ mod tests {
     #[test]
     fn shared_holders_coexist_and_exclude_an_exclusive_one() {
         let mut s = state(Behavior::Release);
-        assert_eq!(
-            generation(acquire(&mut s, A, LockMode::Shared, false, 0).0),
-            1
-        );
+        let first = generation(acquire(&mut s, A, LockMode::Shared, false, 0).0);
         assert_eq!(
             generation(acquire(&mut s, B, LockMode::Shared, false, 0).0),
-            1
+            first
         );
         let refused = acquire(&mut s, C, LockMode::Exclusive, false, 0)
             .0
@@ -668,7 +665,7 @@ mod tests {
         release(&mut s, B, 0);
         assert_eq!(
             generation(acquire(&mut s, C, LockMode::Exclusive, false, 0).0),
-            2
+            first + 1
         );
         let refused = acquire(&mut s, A, LockMode::Shared, false, 0)
             .0
@@ -713,7 +710,7 @@ mod tests {
     #[test]
     fn lock_delay_follows_invalidation_and_the_refusal_says_how_long() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 1_000).0);
+        let first = generation(acquire(&mut s, A, LockMode::Exclusive, false, 1_000).0);
         let events = end(&mut s, A, 1_000);
         assert!(events.contains(&StateEvent::LockDelayStarted {
             key: "k".into(),
@@ -731,7 +728,7 @@ mod tests {
         assert!(refused.message.contains("3500 ms"), "{}", refused.message);
         assert_eq!(
             generation(acquire(&mut s, B, LockMode::Exclusive, false, 6_000).0),
-            2
+            first + 1
         );
     }
 
@@ -850,10 +847,11 @@ mod tests {
             0,
         );
         reply.unwrap();
-        // Same generation (1) on a new node: only the instance tells them apart.
-        assert_eq!(
-            generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0),
-            1
+        // NS-2: the new node's generations start above the old node's, and
+        // the instance tells them apart too.
+        assert!(
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0)
+                > sequencer.lock_generation
         );
         assert!(!s.sequencer_is_valid(&sequencer));
     }
@@ -901,7 +899,10 @@ mod tests {
         };
         let node = s.namespace().get("svc/leader").unwrap();
         assert_eq!(node.contents, b"10.0.0.1:80");
-        assert_eq!((node.modify_index, node.lock_generation), (index, 1));
+        assert_eq!(
+            (node.modify_index, node.lock_generation),
+            (index, index + 1)
+        );
     }
 
     // ERR-13
@@ -956,7 +957,7 @@ mod tests {
     #[test]
     fn a_transient_node_goes_with_its_expired_holder_and_the_lock_delay_stays() {
         let mut s = state(Behavior::Release);
-        generation(acquire_transient(&mut s, A, false, 0).0);
+        let first = generation(acquire_transient(&mut s, A, false, 0).0);
         let events = end(&mut s, A, 1_000);
         assert!(deleted(&events), "{events:?}");
         assert!(s.namespace.get("k").is_none());
@@ -968,9 +969,12 @@ mod tests {
             },
             "the key keeps A's lock-delay"
         );
-        // After it, the key is taken and created anew.
-        generation(acquire_transient(&mut s, B, false, 6_000).0);
+        // After it, the key is taken and created anew, under a higher
+        // generation than the deleted node's: fencing by generation holds
+        // across the deletion (NS-2).
+        let next = generation(acquire_transient(&mut s, B, false, 6_000).0);
         assert!(s.namespace.get("k").is_some());
+        assert!(next > first, "{next} after {first}");
     }
 
     // LOCK-12, LOCK-3

@@ -204,7 +204,10 @@ impl Namespace {
                         flags: put.flags,
                         instance: index,
                         content_generation: 1,
-                        lock_generation: 0,
+                        // Above every generation an earlier node of the
+                        // name reached: each of its acquisitions took an
+                        // index below this one (`NS-2`).
+                        lock_generation: index,
                         modify_index: index,
                         ephemeral_owner: put.ephemeral,
                         transient: false,
@@ -244,7 +247,7 @@ impl Namespace {
                     flags: 0,
                     instance: index,
                     content_generation: 0,
-                    lock_generation: 0,
+                    lock_generation: index,
                     modify_index: index,
                     ephemeral_owner: None,
                     transient,

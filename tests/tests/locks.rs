@@ -31,11 +31,13 @@ async fn a_held_lock_has_a_sequencer_the_master_confirms_until_release() {
         .try_lock("svc/leader", LockOptions::exclusive())
         .await
         .unwrap();
-    assert_eq!(guard.sequencer().lock_generation, 1);
     assert_eq!(guard.sequencer().mode, LockMode::Exclusive);
     let bytes = guard.sequencer_bytes().to_vec();
     assert!(client.check_sequencer(&bytes).await.unwrap());
     let stat = client.stat("svc/leader").await.unwrap().unwrap();
+    // NS-2: a node's lock generation starts at its instance number; the
+    // first acquisition raises it by one.
+    assert_eq!(guard.sequencer().lock_generation, stat.instance + 1);
     assert_eq!(stat.lock_holders, [(a.id(), LockMode::Exclusive)]);
     guard.release().await.unwrap();
     assert!(!client.check_sequencer(&bytes).await.unwrap());
@@ -64,6 +66,7 @@ async fn a_second_session_is_refused_at_once_or_waits_its_turn() {
     let a = session(&client, Duration::ZERO).await;
     let b = session(&client, Duration::ZERO).await;
     let held = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    let first = held.sequencer().lock_generation;
     let refused = b.try_lock("k", LockOptions::exclusive()).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::LockHeld));
     let waiting = tokio::spawn(async move { b.lock("k", LockOptions::exclusive()).await });
@@ -71,7 +74,7 @@ async fn a_second_session_is_refused_at_once_or_waits_its_turn() {
     assert!(!waiting.is_finished());
     held.release().await.unwrap();
     let guard = waiting.await.unwrap().unwrap();
-    assert_eq!(guard.sequencer().lock_generation, 2);
+    assert_eq!(guard.sequencer().lock_generation, first + 1);
 }
 
 // LOCK-3
@@ -150,6 +153,7 @@ async fn lock_delay_follows_expiry_is_announced_with_its_remainder_and_is_waited
         .await
         .unwrap();
     let guard = dying.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    let first = guard.sequencer().lock_generation;
     std::mem::forget(guard); // the holder "crashes": no release
     let id = dying.detach().await.id;
     // A KeepAlive still held at the master extends the lease once more, so
@@ -175,7 +179,7 @@ async fn lock_delay_follows_expiry_is_announced_with_its_remainder_and_is_waited
     let guard = next.lock("k", LockOptions::exclusive()).await.unwrap();
     // Less 2 ms for the master's millisecond clock.
     assert!(asked.elapsed() >= Duration::from_millis(remaining_ms.saturating_sub(2)));
-    assert_eq!(guard.sequencer().lock_generation, 2);
+    assert_eq!(guard.sequencer().lock_generation, first + 1);
 }
 
 // LOCK-6, LOCK-11

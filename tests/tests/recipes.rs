@@ -75,6 +75,7 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
     let key = "service/mysql/leader";
     let term_a = Election::new(&first, key).campaign("a:3306").await.unwrap();
     let sequencer_a = term_a.sequencer_bytes().to_vec();
+    let generation_a = term_a.sequencer().lock_generation;
 
     let mut observer = client.observe_leader(key);
     let seen = observer.next().await.unwrap().expect("a leads");
@@ -120,7 +121,7 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
         b_started - a_stopped,
         b_started - cut
     );
-    assert_eq!(term_b.sequencer().lock_generation, 2);
+    assert_eq!(term_b.sequencer().lock_generation, generation_a + 1);
     assert!(!client.check_sequencer(&sequencer_a).await.unwrap());
     let leader = client.leader(key).await.unwrap().expect("b leads");
     assert_eq!(
@@ -142,7 +143,7 @@ async fn a_new_leader_takes_over_only_after_the_old_one_stopped_and_lock_delay_p
     term_b.resign().await.unwrap();
     let (session_c, term_c, c_started) = waiting.remove(0).await.unwrap();
     assert!(c_started - resigned < LONG_LOCK_DELAY);
-    assert_eq!(term_c.sequencer().lock_generation, 3);
+    assert_eq!(term_c.sequencer().lock_generation, generation_a + 2);
     assert_eq!(
         client.leader(key).await.unwrap().map(|l| l.session),
         Some(session_c.id())
@@ -157,6 +158,7 @@ async fn a_dead_leader_is_replaced_after_its_lease_and_lock_delay() {
     let key = "svc/leader";
     let a = mortal(&client, "a").await;
     let term_a = Election::new(&a, key).campaign("a").await.unwrap();
+    let generation_a = term_a.sequencer().lock_generation;
     let b = contender(&client, "b").await;
     let campaign_b = tokio::spawn(async move {
         let term = Election::new(&b, key).campaign("b").await.unwrap();
@@ -168,7 +170,7 @@ async fn a_dead_leader_is_replaced_after_its_lease_and_lock_delay() {
     a.detach().await;
     let (b, term_b, b_started) = campaign_b.await.unwrap();
     assert!(b_started - died >= LOCK_DELAY, "{:?}", b_started - died);
-    assert_eq!(term_b.sequencer().lock_generation, 2);
+    assert_eq!(term_b.sequencer().lock_generation, generation_a + 1);
     let leader = client.leader(key).await.unwrap().unwrap();
     assert_eq!((leader.session, &leader.value[..]), (b.id(), &b"b"[..]));
 }
@@ -180,10 +182,11 @@ async fn a_leader_proclaims_a_new_value_within_its_term() {
     let session = contender(&client, "a").await;
     let election = Election::new(&session, "svc/leader");
     let term = election.campaign("old").await.unwrap();
+    let generation = term.sequencer().lock_generation;
     term.proclaim("new").await.unwrap();
     let leader = election.leader().await.unwrap().unwrap();
     assert_eq!(leader.value, b"new");
-    assert_eq!(leader.lock_generation, 1);
+    assert_eq!(leader.lock_generation, generation, "the same term");
     assert!(term.is_leader());
     let other = contender(&client, "b").await;
     assert!(Election::new(&other, "svc/leader")
