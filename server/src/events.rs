@@ -615,12 +615,15 @@ impl Master {
                     ),
                 };
                 // Small contents ride along, so a subscriber need not
-                // read them back; only as this command left them.
+                // read them back; only as this command left them, and
+                // never so large that one event could not fit a reply
+                // under a small `--max-frame`.
+                let carried = EVENT_CONTENTS_MAX.min(self.config.max_frame / 8);
                 let contents = self
                     .state
                     .namespace()
                     .get(key)
-                    .filter(|n| n.modify_index == index && n.contents.len() <= EVENT_CONTENTS_MAX)
+                    .filter(|n| n.modify_index == index && n.contents.len() <= carried)
                     .map(|n| n.contents.clone());
                 ev.send_covering(key, event_mask::CONTENTS, own, Happened { index, contents });
                 ev.send_parent(key, child_mask, child, index);

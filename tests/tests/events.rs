@@ -507,3 +507,37 @@ async fn the_events_waiting_for_all_sessions_are_bounded_in_bytes() {
         [(last + 1, Change::Created)]
     );
 }
+
+/// The contents each node event of `events` carries, by length.
+fn carried(events: &[Event]) -> Vec<Option<usize>> {
+    events
+        .iter()
+        .map(|e| match &e.kind {
+            EventKind::Node { contents, .. } => contents.as_ref().map(Vec::len),
+            other => panic!("expected a node event, got {other:?}"),
+        })
+        .collect()
+}
+
+// EV-10: under a small maximum frame, contents that would crowd a reply
+// stay out of the event, and the session's KeepAlives go on.
+#[tokio::test]
+async fn a_small_maximum_frame_keeps_large_contents_out_of_events() {
+    let config = leasehold_server::Config {
+        max_frame: 1024,
+        ..short_lease_config()
+    };
+    let server = start(config).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let session = conn.create_session(LONG).await;
+    conn.subscribe(session, "cfg", false, event_mask::CONTENTS)
+        .await;
+    // An eighth of 1024 bytes is 128: 100 bytes ride along, 900 do not.
+    conn.put("cfg", &"s".repeat(100)).await;
+    conn.put("cfg", &"L".repeat(900)).await;
+    conn.keepalive_acking(session, false, 0).await;
+    let heard = events(&mut conn).await;
+    assert_eq!(carried(&heard), [Some(100), None]);
+    conn.keepalive_acking(session, false, 2).await;
+    assert!(events(&mut conn).await.is_empty());
+}
