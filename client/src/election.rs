@@ -7,6 +7,7 @@
 //! waits in the lock's line: first come, first served, with lock-delay
 //! waited out by the master (`LOCK-3`, `LOCK-5`).
 
+use std::future::Future;
 use std::time::Duration;
 
 use leasehold_protocol::{LockMode, NodeView, Sequencer, SessionId};
@@ -187,8 +188,19 @@ impl Term {
 /// ```
 pub struct LeaderChanges {
     observer: Option<Observer>,
-    pending: Option<futures::future::BoxFuture<'static, Step>>,
+    pending: Option<Pending>,
 }
+
+/// The step in progress. Nothing reaches the future through a shared
+/// reference, only through `&mut` (to poll it), so a `&LeaderChanges`
+/// shared between threads shares nothing of it: the type is `Sync`
+/// whatever the future holds (the argument of the `sync_wrapper` crate).
+struct Pending(std::pin::Pin<Box<dyn Future<Output = Step> + Send>>);
+
+// SAFETY: `Pending` has no method taking `&self` and no field visible
+// outside this module; its future is only polled through `&mut Pending`,
+// which a shared reference cannot give.
+unsafe impl Sync for Pending {}
 
 type Step = (Observer, Result<Option<Leader>, ClientError>);
 
@@ -265,10 +277,10 @@ impl futures::Stream for LeaderChanges {
                 .observer
                 .take()
                 .expect("an observer is kept while no step runs");
-            self.pending = Some(Box::pin(observer.step()));
+            self.pending = Some(Pending(Box::pin(observer.step())));
         }
         let pending = self.pending.as_mut().expect("set above");
-        let (observer, result) = std::task::ready!(pending.as_mut().poll(cx));
+        let (observer, result) = std::task::ready!(pending.0.as_mut().poll(cx));
         self.pending = None;
         self.observer = Some(observer);
         std::task::Poll::Ready(Some(result))
@@ -294,5 +306,16 @@ impl Client {
             }),
             pending: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Like every other handle of the library, a `LeaderChanges` can be
+    /// shared and sent between threads.
+    #[test]
+    fn leader_changes_is_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<super::LeaderChanges>();
     }
 }
