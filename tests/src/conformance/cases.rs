@@ -119,7 +119,7 @@ pub(super) fn all() -> Vec<Case> {
         ),
         case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
         case!(
-            &["LOCK-12"],
+            &["LOCK-12", "NS-2"],
             a_transient_lock_node_goes_when_its_lock_is_free
         ),
         case!(
@@ -1015,7 +1015,7 @@ async fn a_transient_lock_node_goes_when_its_lock_is_free(ctx: Ctx) -> Check {
         })
     };
     let k = key("transient");
-    generation(&conn.call(transient(&k)).await)?;
+    let first = generation(&conn.call(transient(&k)).await)?;
     let stat = stat_of(&mut conn, &k).await?;
     ensure!(
         stat.as_ref().is_some_and(|s| s.transient),
@@ -1029,6 +1029,16 @@ async fn a_transient_lock_node_goes_when_its_lock_is_free(ctx: Ctx) -> Check {
         after.is_none(),
         "the node outlived its free lock: {after:?}"
     );
+    // NS-2: the node made anew takes a higher generation than the one that
+    // went, so resources fenced by generation never go backwards.
+    let again = generation(&conn.call(transient(&k)).await)?;
+    ensure!(
+        again > first,
+        "generation {again} after {first} on a node made anew"
+    );
+    conn.call(release(&k))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     // A node that existed before is never made transient.
     let kept = key("kept");
     written(&mut conn, put(&kept, b"v", None, None), "Put").await?;
