@@ -941,15 +941,7 @@ mod tests {
         assert!(!deleted(&events), "C took it over: {events:?}");
         assert_eq!(granted(&events).len(), 1);
         assert!(s.namespace.get("k").is_some());
-        let events = s
-            .apply(
-                Command::Release {
-                    key: "k".into(),
-                    session: id(C),
-                },
-                3,
-            )
-            .1;
+        let events = release(&mut s, C, 3);
         assert!(deleted(&events), "{events:?}");
     }
 
@@ -1044,15 +1036,7 @@ mod tests {
             .0
             .unwrap();
         release(&mut s, B, 2);
-        let events = s
-            .apply(
-                Command::Release {
-                    key: "k".into(),
-                    session: id(C),
-                },
-                3,
-            )
-            .1;
+        let events = release(&mut s, C, 3);
         assert!(!deleted(&events), "{events:?}");
         assert!(s.namespace.get("k").is_some());
     }
