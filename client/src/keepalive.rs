@@ -1,15 +1,10 @@
-//! The task that keeps a session alive and tracks its state (SPEC
-//! "Client session states").
+//! The task that keeps a session alive: it executes what the session
+//! machine (`session_machine.rs`, SPEC "Client session states") decides,
+//! sends the KeepAlives, reads the clock and reports the states.
 //!
-//! Normally exactly one KeepAlive is outstanding and the master holds it;
-//! its reply renews the local lease and the next one goes out at once. When
-//! the local lease runs out the session is in jeopardy: the held request is
-//! left in flight (the link may only be slow) while probes that the master
-//! answers at once go out one at a time, with backoff, until one succeeds
-//! (safe, then normal) or the grace period ends (expired). A connection
-//! is given up only once it has gone silent: after a fail-over, a master
-//! catching up on many sessions answers slowly, and probes that time out
-//! and multiply would bury it.
+//! A connection is given up only once it has gone silent: after a
+//! fail-over, a master catching up on many sessions answers slowly, and
+//! probes that time out and multiply would bury it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,66 +15,65 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use leasehold_protocol::{
-    Authority, ErrorCode, Event, EventKind, KeepAlive, LeaseGrant, Request, Response, SessionId,
-    SessionToken,
+    Authority, ErrorCode, KeepAlive, Request, Response, SessionId, SessionToken,
 };
 use tokio::sync::{oneshot, watch};
 
 use tokio::time::{sleep_until, Instant};
 use tracing::debug;
 
-use crate::client::{unexpected, Client};
+use crate::client::Client;
 use crate::error::ClientError;
-use crate::lease::{local_expiry, MAX_GRANT};
 use crate::session::{SessionOptions, SessionState, Shared, Stop};
+use crate::session_machine::{Action, Reply, SessionMachine};
 
 /// How long a KeepAlive that asks for an immediate answer waits while its
 /// connection delivers nothing at all.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time allowed for the DestroySession sent on close.
 const DESTROY_TIMEOUT: Duration = Duration::from_secs(2);
-/// KeepAlives in flight at most; timeouts keep them draining.
-const MAX_IN_FLIGHT: usize = 8;
 
 /// When a KeepAlive was sent, whether it asked to be held, and its outcome.
-type Reply = (Instant, bool, Result<Response, ClientError>);
-type InFlight = Pin<Box<dyn Future<Output = Reply> + Send>>;
+type Sent = (Instant, bool, Result<Response, ClientError>);
+type InFlight = Pin<Box<dyn Future<Output = Sent> + Send>>;
 
 pub(crate) struct Keeper {
     client: Client,
     id: SessionId,
     /// What proves this client's right to act for the session (`AUTH-2`).
     token: SessionToken,
-    epoch: u64,
-    grace: Duration,
-    drift: f64,
-    local_expiry: Instant,
-    state: SessionState,
+    machine: SessionMachine,
     states: watch::Sender<SessionState>,
     shared: Arc<Shared>,
     /// The connection the latest KeepAlive went out on.
     last_connection: Arc<AtomicU64>,
-    /// The highest event sequence number delivered, acknowledged on the
-    /// next KeepAlive.
-    delivered: u64,
 }
 
-type Granted = (u64, LeaseGrant, Vec<Event>);
-
-fn keepalive_reply(response: Response) -> Result<Granted, ClientError> {
-    match response {
-        Response::KeepAlive {
+/// A KeepAlive's outcome, sorted by what the session machine does with it.
+fn sorted(result: Result<Response, ClientError>) -> Reply {
+    match result {
+        Ok(Response::KeepAlive {
             epoch,
             lease,
             events,
-        } => Ok((epoch, lease, events)),
-        other => Err(unexpected(other)),
+        }) => Reply::Granted {
+            epoch,
+            lease,
+            events,
+        },
+        Ok(other) => {
+            debug!(reply = ?other, "KeepAlive answered with something else");
+            Reply::Failed
+        }
+        Err(e) => match e.code() {
+            Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => Reply::Gone,
+            Some(ErrorCode::WrongEpoch { current }) => Reply::WrongEpoch { current },
+            _ => {
+                debug!(error = %e, "KeepAlive failed");
+                Reply::Failed
+            }
+        },
     }
-}
-
-/// Delay before retry number `attempt` (from 1): 50 ms doubling to 1 s.
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(50u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(1))
 }
 
 impl Keeper {
@@ -96,40 +90,32 @@ impl Keeper {
             .local_expiry
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(local_expiry);
+        let machine = SessionMachine::new(
+            epoch,
+            local_expiry,
+            options.grace,
+            options.clock_drift,
+            Instant::now(),
+        );
         Keeper {
             client,
             id: token.id,
             token,
-            epoch,
-            grace: options.grace,
-            drift: options.clock_drift,
-            local_expiry,
-            state: SessionState::Normal,
+            machine,
             states,
             shared,
             last_connection: Arc::default(),
-            delivered: 0,
         }
     }
 
+    /// Moves messages between the session machine and the world: replies
+    /// and the time in, KeepAlives, states and events out.
     pub(crate) async fn run(mut self, mut close: oneshot::Receiver<Stop>) {
         let mut in_flight = FuturesUnordered::<InFlight>::new();
-        // KeepAlives in flight that asked for an answer at once. In
-        // jeopardy one is enough: a master that is merely slow answers it
-        // in the end, and more would only add to what it has to catch up
-        // on.
-        let mut unheld = 0usize;
-        let mut send_at = Some(Instant::now());
-        let mut hold = true;
-        // Whether the KeepAlive in flight asked for an answer at once
-        // because the one before came back late (KA-9).
-        let mut hurried = false;
-        let mut failures = 0u32;
-        let mut probes = 0u32;
-        let mut grace_end: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         loop {
-            tokio::select! {
+            let deadline = self.machine.deadline();
+            let actions = tokio::select! {
                 biased;
                 stop = &mut close => {
                     // A dropped sender means every handle is gone: destroy.
@@ -139,160 +125,84 @@ impl Keeper {
                     };
                     let outcome = if destroy { self.destroy().await } else { Ok(()) };
                     // Ended for this client: every clone must see it (CS-8).
-                    self.enter(SessionState::Closed);
+                    let actions = self.machine.on_close();
+                    self.execute(actions, &mut in_flight);
                     if let Some(done) = done {
                         let _ = done.send(outcome);
                     }
                     return;
                 }
                 Some((sent, held, result)) = in_flight.next() => {
-                    if !held {
-                        unheld -= 1;
-                    }
-                    match result.and_then(keepalive_reply) {
-                        // A late reply from a master older than the one already
-                        // heard from proves nothing and carries stale events.
-                        Ok((epoch, ..)) if epoch < self.epoch => {}
-                        Ok((epoch, lease, events)) => {
-                            // A new master numbers its events afresh.
-                            if epoch != self.epoch {
-                                self.delivered = 0;
-                            }
-                            self.epoch = epoch;
-                            // Events are news whether or not the lease is.
-                            let failover = self.deliver(events);
-                            let expiry = local_expiry(sent, lease, self.drift);
-                            // A reply that arrives after the lease it granted has
-                            // run out proves nothing about now (CS-5).
-                            if expiry > Instant::now() {
-                                self.local_expiry = self.local_expiry.max(expiry);
-                                *self.shared.local_expiry.lock().unwrap_or_else(|e| e.into_inner()) =
-                                    Some(self.local_expiry);
-                                if self.state == SessionState::Jeopardy {
-                                    self.enter(SessionState::Safe); // CS-4
-                                    self.enter(SessionState::Normal);
-                                    grace_end = None;
-                                } else if failover && self.state == SessionState::Normal {
-                                    self.enter(SessionState::Failover); // FO-6
-                                    self.enter(SessionState::Normal);
-                                }
-                                in_flight.clear();
-                                unheld = 0;
-                                failures = 0;
-                                // KA-9: a request delayed on its way leaves a
-                                // local lease shorter than the master's by the
-                                // delay, and the master would hold the next
-                                // one until its own expiry less the margin:
-                                // past the local lease. Ask for an answer at
-                                // once instead, but never twice in a row.
-                                let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
-                                let short = expiry < Instant::now() + remaining - remaining / 20;
-                                hurried = short && !hurried;
-                                hold = !hurried;
-                                send_at = Some(Instant::now()); // KA-1
-                            } else if self.state == SessionState::Normal && in_flight.is_empty() {
-                                hold = false;
-                                send_at = Some(Instant::now());
-                            }
-                        }
-                        Err(e) => match e.code() {
-                            Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
-                                self.enter(SessionState::Expired); // CS-6
-                                return;
-                            }
-                            Some(ErrorCode::WrongEpoch { current }) => {
-                                self.epoch = current;
-                                self.delivered = 0;
-                                hold = false;
-                                send_at = Some(Instant::now());
-                            }
-                            _ => {
-                                debug!(session = %self.id, error = %e, "KeepAlive failed");
-                                hold = false;
-                                // In jeopardy, probes go out on their own schedule.
-                                if self.state == SessionState::Normal
-                                    && send_at.is_none()
-                                    && in_flight.is_empty()
-                                {
-                                    failures += 1;
-                                    send_at = Some(Instant::now() + backoff(failures));
-                                }
-                            }
-                        },
-                    }
-                },
-                () = sleep_until(self.local_expiry), if self.state == SessionState::Normal => {
-                    self.enter(SessionState::Jeopardy); // CS-2
-                    grace_end = Some(self.local_expiry + self.grace);
-                    // The connection may be dead: new requests go out on a
-                    // new one, while the held request stays in flight. One
-                    // that delivered a frame within the last probe timeout
-                    // is alive, its master only slow; it is kept.
-                    self.client.abandon_if_silent(
-                        self.last_connection.load(Ordering::Relaxed),
-                        PROBE_TIMEOUT,
-                    );
-                    hold = false;
-                    probes = 0;
-                    send_at = Some(Instant::now());
+                    self.machine.on_reply(sent, held, sorted(result), Instant::now())
                 }
-                () = sleep_until(grace_end.unwrap_or(far)), if grace_end.is_some() => {
-                    self.enter(SessionState::Expired); // CS-3
-                    return;
+                () = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                    self.machine.on_tick(Instant::now())
                 }
-                () = sleep_until(send_at.unwrap_or(far)), if send_at.is_some() => {
-                    send_at = None;
-                    let probing = self.state == SessionState::Jeopardy && unheld > 0;
-                    if in_flight.len() < MAX_IN_FLIGHT && !probing {
-                        if !hold {
-                            unheld += 1;
-                        }
-                        in_flight.push(self.send(hold));
-                    }
-                    if self.state == SessionState::Jeopardy {
-                        // Keep probing until a reply comes or grace ends.
-                        probes += 1;
-                        send_at = Some(Instant::now() + backoff(probes));
-                    }
-                }
+            };
+            if self.execute(actions, &mut in_flight) {
+                return;
             }
         }
     }
 
-    /// Hands the events of a reply to the application, each once and in
-    /// order: ones already delivered (sent again because their
-    /// acknowledgement was lost) are skipped (`EV-7`).
-    /// Says whether a fail-over event was among them; subscriptions are
-    /// then made again on the new master.
-    fn deliver(&mut self, events: Vec<Event>) -> bool {
-        let mut failover = false;
-        {
-            let mut dispatch = self.shared.dispatch();
-            for event in events {
-                if event.seq > self.delivered {
-                    self.delivered = event.seq;
-                    failover |= matches!(event.kind, EventKind::Failover { .. });
-                    dispatch.deliver(event);
+    /// Does what the machine decided, in order; says whether the task ends.
+    fn execute(
+        &mut self,
+        actions: Vec<Action>,
+        in_flight: &mut FuturesUnordered<InFlight>,
+    ) -> bool {
+        for action in actions {
+            match action {
+                Action::Send {
+                    hold,
+                    epoch,
+                    acked_seq,
+                } => in_flight.push(self.send(hold, epoch, acked_seq)),
+                Action::Enter(state) => self.enter(state),
+                Action::Renewed(expiry) => {
+                    *self
+                        .shared
+                        .local_expiry
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(expiry);
                 }
+                Action::ForgetInFlight => in_flight.clear(),
+                Action::AbandonIfSilent => {
+                    // New requests go out on a new connection, while the
+                    // held request stays in flight. One that delivered a
+                    // frame within the last probe timeout is alive, its
+                    // master only slow; it is kept.
+                    self.client.abandon_if_silent(
+                        self.last_connection.load(Ordering::Relaxed),
+                        PROBE_TIMEOUT,
+                    );
+                }
+                Action::Deliver(events) => {
+                    let mut dispatch = self.shared.dispatch();
+                    for event in events {
+                        dispatch.deliver(event);
+                    }
+                }
+                Action::Resubscribe => {
+                    tokio::spawn(crate::events::resubscribe(
+                        self.client.clone(),
+                        self.token,
+                        self.shared.clone(),
+                    ));
+                }
+                Action::Stop => return true,
             }
         }
-        if failover {
-            tokio::spawn(crate::events::resubscribe(
-                self.client.clone(),
-                self.token,
-                self.shared.clone(),
-            ));
-        }
-        failover
+        false
     }
 
     /// Sends one KeepAlive. One with `hold = false` asks for an immediate
     /// answer, and is given up once its connection has delivered nothing
     /// for [`PROBE_TIMEOUT`]; the connection is then abandoned.
-    fn send(&self, hold: bool) -> InFlight {
+    fn send(&self, hold: bool, known_epoch: u64, delivered: u64) -> InFlight {
         let client = self.client.clone();
         let last_connection = self.last_connection.clone();
-        let (session, known_epoch, delivered) = (self.token, self.epoch, self.delivered);
+        let session = self.token;
         Box::pin(async move {
             // Taken before connecting: the earliest the master can have seen
             // the request, so the local lease stays conservative.
@@ -342,11 +252,7 @@ impl Keeper {
     }
 
     fn enter(&mut self, state: SessionState) {
-        if state == self.state {
-            return;
-        }
-        debug!(session = %self.id, from = self.state.as_str(), to = state.as_str(), "session state");
-        self.state = state;
+        debug!(session = %self.id, to = state.as_str(), "session state");
         self.states.send_replace(state);
         for callback in self.shared.callbacks().iter() {
             callback(state);
@@ -359,8 +265,8 @@ impl Keeper {
         // is acknowledged (`FO-5`): acknowledge what was delivered first.
         let ack = Request::KeepAlive(KeepAlive {
             session: self.token,
-            epoch: self.epoch,
-            acked_seq: self.delivered,
+            epoch: self.machine.epoch(),
+            acked_seq: self.machine.delivered(),
             hold: false,
         });
         let _ = tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(ack)).await;

@@ -52,6 +52,7 @@ pub mod lease;
 mod lock;
 mod semaphore;
 mod session;
+mod session_machine;
 mod transport;
 
 pub use client::{Client, ClientConfig};

@@ -1,0 +1,754 @@
+//! The client's session states as a pure machine (SPEC "Client session
+//! states"): it takes what happened and the time, and says what to do.
+//!
+//! Normally exactly one KeepAlive is outstanding and the master holds it;
+//! its reply renews the local lease and the next one goes out at once. When
+//! the local lease runs out the session is in jeopardy: the held request is
+//! left in flight (the link may only be slow) while probes that the master
+//! answers at once go out one at a time, with backoff, until one succeeds
+//! (safe, then normal) or the grace period ends (expired).
+//!
+//! Nothing here reads a clock or does I/O: the keeper task
+//! (`keepalive.rs`) feeds it replies and the time, executes the
+//! [`Action`]s it returns, and sleeps until [`SessionMachine::deadline`].
+//! So every transition can be tested as a table, without a runtime.
+
+use std::time::Duration;
+
+use leasehold_protocol::{Event, EventKind, LeaseGrant};
+use tokio::time::Instant;
+
+use crate::lease::{local_expiry, MAX_GRANT};
+use crate::session::SessionState;
+
+/// KeepAlives in flight at most; timeouts keep them draining.
+pub(crate) const MAX_IN_FLIGHT: usize = 8;
+
+/// Delay before retry number `attempt` (from 1): 50 ms doubling to 1 s.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(1))
+}
+
+/// What a KeepAlive came back with, sorted by what the machine does about
+/// it.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// The master answered: its epoch, the lease it granted and events.
+    Granted {
+        epoch: u64,
+        lease: LeaseGrant,
+        events: Vec<Event>,
+    },
+    /// The master says the session is gone (`CS-6`).
+    Gone,
+    /// The master runs another epoch (`KA-6`).
+    WrongEpoch { current: u64 },
+    /// Anything else: a timeout, a lost connection, a refusal to retry.
+    Failed,
+}
+
+/// What the keeper task must do, in the order given.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    /// Send a KeepAlive naming `epoch` and acknowledging events up to
+    /// `acked_seq`; `hold` asks the master to hold it (`KA-1`).
+    Send {
+        hold: bool,
+        epoch: u64,
+        acked_seq: u64,
+    },
+    /// Report this state to the application (`CS-7`).
+    Enter(SessionState),
+    /// The local lease now ends at this instant.
+    Renewed(Instant),
+    /// Forget every KeepAlive still in flight: a reply renewed the lease.
+    ForgetInFlight,
+    /// The connection may be dead: new requests should go out on a new
+    /// one unless it delivered something lately (`CS-2`).
+    AbandonIfSilent,
+    /// Hand these events (new ones, in order) to the application (`EV-7`).
+    Deliver(Vec<Event>),
+    /// A new master took over: make the subscriptions again (`FO-6`).
+    Resubscribe,
+    /// The session is over for this client; the task ends.
+    Stop,
+}
+
+/// The session as this client sees it, and its KeepAlive schedule.
+#[derive(Debug)]
+pub(crate) struct SessionMachine {
+    state: SessionState,
+    epoch: u64,
+    local_expiry: Instant,
+    grace: Duration,
+    drift: f64,
+    grace_end: Option<Instant>,
+    /// When the next KeepAlive goes out, if one is due.
+    send_at: Option<Instant>,
+    /// Whether the next one asks to be held.
+    hold: bool,
+    /// Whether the KeepAlive in flight asked for an answer at once because
+    /// the one before came back late (`KA-9`).
+    hurried: bool,
+    failures: u32,
+    probes: u32,
+    in_flight: usize,
+    /// KeepAlives in flight that asked for an answer at once. In jeopardy
+    /// one is enough: a master that is merely slow answers it in the end,
+    /// and more would only add to what it has to catch up on.
+    unheld: usize,
+    /// The highest event sequence number delivered, acknowledged on the
+    /// next KeepAlive.
+    delivered: u64,
+}
+
+impl SessionMachine {
+    /// A session that was just created (or attached to) under `epoch`,
+    /// whose local lease ends at `local_expiry`; the first KeepAlive goes
+    /// out at `now`.
+    pub(crate) fn new(
+        epoch: u64,
+        local_expiry: Instant,
+        grace: Duration,
+        drift: f64,
+        now: Instant,
+    ) -> Self {
+        SessionMachine {
+            state: SessionState::Normal,
+            epoch,
+            local_expiry,
+            grace,
+            drift,
+            grace_end: None,
+            send_at: Some(now),
+            hold: true,
+            hurried: false,
+            failures: 0,
+            probes: 0,
+            in_flight: 0,
+            unheld: 0,
+            delivered: 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> SessionState {
+        self.state
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The highest event sequence number delivered.
+    pub(crate) fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    #[cfg(test)]
+    pub(crate) fn local_expiry(&self) -> Instant {
+        self.local_expiry
+    }
+
+    /// The next instant at which [`SessionMachine::on_tick`] has something
+    /// to do, if any.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        let expiry = (self.state == SessionState::Normal).then_some(self.local_expiry);
+        [expiry, self.grace_end, self.send_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The time is `now`: does the first thing that is due, in this order:
+    /// the local lease running out (`CS-2`), the grace period ending
+    /// (`CS-3`), a KeepAlive to send. One at a time, so that a reply that
+    /// arrived meanwhile is heard before the next.
+    pub(crate) fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if self.state == SessionState::Normal && now >= self.local_expiry {
+            self.enter(SessionState::Jeopardy, &mut actions); // CS-2
+            self.grace_end = Some(self.local_expiry + self.grace);
+            actions.push(Action::AbandonIfSilent);
+            self.hold = false;
+            self.probes = 0;
+            self.send_at = Some(now);
+        } else if self.grace_end.is_some_and(|end| now >= end) {
+            self.enter(SessionState::Expired, &mut actions); // CS-3
+            actions.push(Action::Stop);
+        } else if self.send_at.is_some_and(|at| now >= at) {
+            self.send_at = None;
+            let probing = self.state == SessionState::Jeopardy && self.unheld > 0;
+            if self.in_flight < MAX_IN_FLIGHT && !probing {
+                if !self.hold {
+                    self.unheld += 1;
+                }
+                self.in_flight += 1;
+                actions.push(Action::Send {
+                    hold: self.hold,
+                    epoch: self.epoch,
+                    acked_seq: self.delivered,
+                });
+            }
+            if self.state == SessionState::Jeopardy {
+                // Keep probing until a reply comes or grace ends.
+                self.probes += 1;
+                self.send_at = Some(now + backoff(self.probes));
+            }
+        }
+        actions
+    }
+
+    /// A KeepAlive sent at `sent` (asking to be held or not) came back
+    /// with `reply`, at `now`.
+    pub(crate) fn on_reply(
+        &mut self,
+        sent: Instant,
+        held: bool,
+        reply: Reply,
+        now: Instant,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if !held {
+            self.unheld = self.unheld.saturating_sub(1);
+        }
+        match reply {
+            // A late reply from a master older than the one already heard
+            // from proves nothing and carries stale events.
+            Reply::Granted { epoch, .. } if epoch < self.epoch => {}
+            Reply::Granted {
+                epoch,
+                lease,
+                events,
+            } => {
+                // A new master numbers its events afresh.
+                if epoch != self.epoch {
+                    self.delivered = 0;
+                }
+                self.epoch = epoch;
+                // Events are news whether or not the lease is.
+                let failover = self.deliver(events, &mut actions);
+                let expiry = local_expiry(sent, lease, self.drift);
+                // A reply that arrives after the lease it granted has run
+                // out proves nothing about now (CS-5).
+                if expiry > now {
+                    self.local_expiry = self.local_expiry.max(expiry);
+                    actions.push(Action::Renewed(self.local_expiry));
+                    if self.state == SessionState::Jeopardy {
+                        self.enter(SessionState::Safe, &mut actions); // CS-4
+                        self.enter(SessionState::Normal, &mut actions);
+                        self.grace_end = None;
+                    } else if failover && self.state == SessionState::Normal {
+                        self.enter(SessionState::Failover, &mut actions); // FO-6
+                        self.enter(SessionState::Normal, &mut actions);
+                    }
+                    actions.push(Action::ForgetInFlight);
+                    self.in_flight = 0;
+                    self.unheld = 0;
+                    self.failures = 0;
+                    // KA-9: a request delayed on its way leaves a local
+                    // lease shorter than the master's by the delay, and the
+                    // master would hold the next one until its own expiry
+                    // less the margin: past the local lease. Ask for an
+                    // answer at once instead, but never twice in a row.
+                    let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
+                    let short = expiry < now + remaining - remaining / 20;
+                    self.hurried = short && !self.hurried;
+                    self.hold = !self.hurried;
+                    self.send_at = Some(now); // KA-1
+                } else if self.state == SessionState::Normal && self.in_flight == 0 {
+                    self.hold = false;
+                    self.send_at = Some(now);
+                }
+            }
+            Reply::Gone => {
+                self.enter(SessionState::Expired, &mut actions); // CS-6
+                actions.push(Action::Stop);
+            }
+            Reply::WrongEpoch { current } => {
+                self.epoch = current;
+                self.delivered = 0;
+                self.hold = false;
+                self.send_at = Some(now);
+            }
+            Reply::Failed => {
+                self.hold = false;
+                // In jeopardy, probes go out on their own schedule.
+                if self.state == SessionState::Normal
+                    && self.send_at.is_none()
+                    && self.in_flight == 0
+                {
+                    self.failures += 1;
+                    self.send_at = Some(now + backoff(self.failures));
+                }
+            }
+        }
+        actions
+    }
+
+    /// The session was closed or detached by this client (`CS-8`).
+    pub(crate) fn on_close(&mut self) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.enter(SessionState::Closed, &mut actions);
+        actions.push(Action::Stop);
+        actions
+    }
+
+    /// The events not delivered yet, each once and in order: ones sent
+    /// again because their acknowledgement was lost are skipped (`EV-7`).
+    /// Says whether a fail-over event was among them.
+    fn deliver(&mut self, events: Vec<Event>, actions: &mut Vec<Action>) -> bool {
+        let mut fresh = Vec::new();
+        let mut failover = false;
+        for event in events {
+            if event.seq > self.delivered {
+                self.delivered = event.seq;
+                failover |= matches!(event.kind, EventKind::Failover { .. });
+                fresh.push(event);
+            }
+        }
+        if !fresh.is_empty() {
+            actions.push(Action::Deliver(fresh));
+        }
+        if failover {
+            actions.push(Action::Resubscribe);
+        }
+        failover
+    }
+
+    fn enter(&mut self, state: SessionState, actions: &mut Vec<Action>) {
+        if state != self.state {
+            self.state = state;
+            actions.push(Action::Enter(state));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every transition of SPEC's state diagram, and the KeepAlive schedule
+    //! around it, as tables: inputs and the time in, actions out. No
+    //! runtime, no sleeps.
+
+    use super::*;
+    use SessionState::*;
+
+    const LEASE: Duration = Duration::from_secs(12);
+    const GRACE: Duration = Duration::from_secs(45);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A session created at `t0` with a 12 s local lease, epoch 1, no drift.
+    fn machine() -> (SessionMachine, Instant) {
+        let t0 = Instant::now();
+        (SessionMachine::new(1, t0 + LEASE, GRACE, 0.0, t0), t0)
+    }
+
+    fn grant(epoch: u64, remaining: Duration, held: Duration) -> Reply {
+        Reply::Granted {
+            epoch,
+            lease: LeaseGrant {
+                remaining_ms: remaining.as_millis() as u64,
+                held_ms: held.as_millis() as u64,
+            },
+            events: Vec::new(),
+        }
+    }
+
+    fn entered(actions: &[Action]) -> Vec<SessionState> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Enter(s) => Some(*s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn sends(actions: &[Action]) -> Vec<bool> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { hold, .. } => Some(*hold),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Sends the first (held) KeepAlive and answers it `after` later with
+    /// a 12 s grant the master held for `after`.
+    fn renewed_at(m: &mut SessionMachine, t0: Instant, after: Duration) -> Vec<Action> {
+        assert_eq!(sends(&m.on_tick(t0)), [true]);
+        m.on_reply(t0, true, grant(1, LEASE - after, after), t0 + after)
+    }
+
+    /// Lets the local lease run out with the held KeepAlive unanswered.
+    fn into_jeopardy(m: &mut SessionMachine, t0: Instant) -> Instant {
+        assert_eq!(sends(&m.on_tick(t0)), [true]);
+        let expiry = m.local_expiry();
+        assert_eq!(m.deadline(), Some(expiry));
+        assert_eq!(entered(&m.on_tick(expiry)), [Jeopardy]);
+        expiry
+    }
+
+    // CS-1, KA-1
+    #[test]
+    fn a_new_session_is_normal_and_sends_a_held_keepalive_at_once() {
+        let (mut m, t0) = machine();
+        assert_eq!(m.state(), Normal);
+        assert_eq!(m.deadline(), Some(t0));
+        let actions = m.on_tick(t0);
+        assert_eq!(
+            actions,
+            [Action::Send {
+                hold: true,
+                epoch: 1,
+                acked_seq: 0
+            }]
+        );
+        // Nothing more to send: the next deadline is the local lease.
+        assert_eq!(m.deadline(), Some(t0 + LEASE));
+    }
+
+    // CS-1, KA-1, LEASE-4
+    #[test]
+    fn a_reply_renews_the_local_lease_from_the_send_and_the_next_goes_out_at_once() {
+        let (mut m, t0) = machine();
+        let actions = renewed_at(&mut m, t0, ms(10_000));
+        // 10 s held + 2 s remaining, counted from the send.
+        assert!(actions.contains(&Action::Renewed(t0 + LEASE)));
+        assert!(actions.contains(&Action::ForgetInFlight));
+        assert!(entered(&actions).is_empty(), "still Normal");
+        assert_eq!(m.deadline(), Some(t0 + ms(10_000)));
+        assert_eq!(sends(&m.on_tick(t0 + ms(10_000))), [true]);
+    }
+
+    // CS-1
+    #[test]
+    fn a_session_stays_normal_up_to_the_last_instant_of_its_local_lease() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        assert!(m.on_tick(t0 + LEASE - ms(1)).is_empty());
+        assert_eq!(m.state(), Normal);
+    }
+
+    // CS-2
+    #[test]
+    fn the_local_lease_running_out_is_jeopardy_and_a_probe_goes_out() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let expiry = t0 + LEASE;
+        let actions = m.on_tick(expiry);
+        assert_eq!(
+            actions,
+            [Action::Enter(Jeopardy), Action::AbandonIfSilent],
+            "the held KeepAlive stays in flight"
+        );
+        // The probe is due at once, and asks for an answer at once.
+        assert_eq!(sends(&m.on_tick(expiry)), [false]);
+    }
+
+    // CS-2
+    #[test]
+    fn in_jeopardy_probes_go_one_at_a_time_with_backoff() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        assert_eq!(sends(&m.on_tick(expiry)), [false]);
+        // While the probe is unanswered no other goes out, but the
+        // schedule goes on: 50 ms, then 100 ms, ...
+        assert_eq!(m.deadline(), Some(expiry + ms(50)));
+        assert!(sends(&m.on_tick(expiry + ms(50))).is_empty());
+        assert_eq!(m.deadline(), Some(expiry + ms(150)));
+        // The probe fails; the next one goes out on the schedule.
+        let failed = m.on_reply(expiry, false, Reply::Failed, expiry + ms(120));
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(sends(&m.on_tick(expiry + ms(150))), [false]);
+        assert_eq!(m.deadline(), Some(expiry + ms(350)));
+    }
+
+    // CS-2
+    #[test]
+    fn backoff_doubles_from_50_ms_to_1_s() {
+        let delays: Vec<u64> = (1..=8).map(|n| backoff(n).as_millis() as u64).collect();
+        assert_eq!(delays, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+    }
+
+    // CS-3
+    #[test]
+    fn no_reply_by_local_expiry_plus_grace_is_expired() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        assert!(m.deadline().unwrap() <= expiry + GRACE);
+        // Probes keep failing; the grace period ends.
+        let mut now = expiry;
+        while now < expiry + GRACE {
+            now = m.deadline().unwrap().min(expiry + GRACE);
+            let actions = m.on_tick(now);
+            if sends(&actions) == [false] {
+                m.on_reply(now, false, Reply::Failed, now);
+            }
+        }
+        // The last tick at expiry + grace is the expiry.
+        assert_eq!(m.state(), Expired);
+    }
+
+    // CS-3
+    #[test]
+    fn the_grace_period_ending_is_expired_and_stops_the_keeper() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        let mut now = expiry;
+        let actions = loop {
+            now = m.deadline().unwrap();
+            let actions = m.on_tick(now);
+            if actions.contains(&Action::Stop) {
+                break actions;
+            }
+        };
+        assert_eq!(now, expiry + GRACE);
+        assert_eq!(actions, [Action::Enter(Expired), Action::Stop]);
+    }
+
+    // CS-4
+    #[test]
+    fn a_reply_in_jeopardy_with_a_lease_ahead_is_safe_then_normal() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        m.on_tick(expiry);
+        let actions = m.on_reply(expiry, false, grant(1, LEASE, ms(0)), expiry + ms(30));
+        assert_eq!(entered(&actions), [Safe, Normal]);
+        assert_eq!(m.state(), Normal);
+        assert_eq!(m.deadline(), Some(expiry + ms(30)), "held again at once");
+        assert_eq!(sends(&m.on_tick(expiry + ms(30))), [true]);
+    }
+
+    // CS-5
+    #[test]
+    fn a_reply_whose_lease_ran_out_before_it_arrived_changes_nothing() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        // Sent at t0, granting 1 s: long over when it arrives.
+        let actions = m.on_reply(t0, true, grant(1, ms(1_000), ms(0)), expiry + ms(5));
+        assert!(entered(&actions).is_empty(), "{actions:?}");
+        assert!(!actions.iter().any(|a| matches!(a, Action::Renewed(_))));
+        assert_eq!(m.state(), Jeopardy);
+    }
+
+    // CS-5
+    #[test]
+    fn a_stale_reply_in_normal_sends_an_unheld_keepalive_at_once() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let now = t0 + ms(3_000);
+        let actions = m.on_reply(t0, true, grant(1, ms(1_000), ms(0)), now);
+        assert!(actions.is_empty(), "{actions:?}");
+        assert_eq!(m.deadline(), Some(now));
+        assert_eq!(sends(&m.on_tick(now)), [false]);
+    }
+
+    // CS-6
+    #[test]
+    fn a_session_the_master_says_is_gone_is_expired_from_any_state() {
+        for jeopardy in [false, true] {
+            let (mut m, t0) = machine();
+            let now = if jeopardy {
+                into_jeopardy(&mut m, t0)
+            } else {
+                m.on_tick(t0);
+                t0 + ms(5)
+            };
+            let actions = m.on_reply(t0, true, Reply::Gone, now);
+            assert_eq!(actions, [Action::Enter(Expired), Action::Stop]);
+        }
+    }
+
+    // CS-8
+    #[test]
+    fn closing_is_closed_not_expired() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        assert_eq!(m.on_close(), [Action::Enter(Closed), Action::Stop]);
+    }
+
+    // CS-7
+    #[test]
+    fn every_transition_is_reported_once_in_order() {
+        let (mut m, t0) = machine();
+        let mut seen = Vec::new();
+        let expiry = into_jeopardy(&mut m, t0);
+        seen.push(Jeopardy);
+        m.on_tick(expiry);
+        seen.extend(entered(&m.on_reply(
+            expiry,
+            false,
+            grant(1, LEASE, ms(0)),
+            expiry + ms(10),
+        )));
+        seen.extend(entered(&m.on_reply(t0, true, Reply::Gone, expiry + ms(20))));
+        assert_eq!(seen, [Jeopardy, Safe, Normal, Expired]);
+        // A repeated state is not news.
+        let mut again = Vec::new();
+        m.enter(Expired, &mut again);
+        assert!(again.is_empty());
+    }
+
+    // KA-9
+    #[test]
+    fn a_reply_that_leaves_a_short_local_lease_makes_the_next_keepalive_unheld_once() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        // The request was delayed 3 s on its way: the local lease, counted
+        // from the send, ends 3 s sooner than the master's.
+        let arrived = t0 + ms(3_000);
+        m.on_reply(t0, true, grant(1, LEASE, ms(0)), arrived);
+        assert_eq!(sends(&m.on_tick(arrived)), [false], "not held");
+        let next = arrived + ms(20);
+        m.on_reply(arrived, false, grant(1, LEASE, ms(0)), next + ms(3_000));
+        // Never two unheld in a row, however late the second came back.
+        assert_eq!(sends(&m.on_tick(next + ms(3_000))), [true]);
+    }
+
+    // KA-9
+    #[test]
+    fn a_prompt_reply_keeps_the_keepalives_held() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let arrived = t0 + ms(10);
+        m.on_reply(t0, true, grant(1, LEASE, ms(0)), arrived);
+        assert_eq!(sends(&m.on_tick(arrived)), [true]);
+    }
+
+    fn event(seq: u64, kind: EventKind) -> Event {
+        Event { seq, kind }
+    }
+
+    fn reply_with(epoch: u64, events: Vec<Event>) -> Reply {
+        Reply::Granted {
+            epoch,
+            lease: LeaseGrant {
+                remaining_ms: LEASE.as_millis() as u64,
+                held_ms: 0,
+            },
+            events,
+        }
+    }
+
+    // FO-6
+    #[test]
+    fn the_failover_event_in_normal_is_failover_then_normal_and_subscriptions_are_made_again() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let failover = event(1, EventKind::Failover { epoch: 2 });
+        let actions = m.on_reply(t0, true, reply_with(2, vec![failover.clone()]), t0 + ms(5));
+        assert_eq!(entered(&actions), [Failover, Normal]);
+        assert!(actions.contains(&Action::Deliver(vec![failover])));
+        assert!(actions.contains(&Action::Resubscribe));
+        assert_eq!(m.epoch(), 2);
+    }
+
+    // FO-6, CS-4
+    #[test]
+    fn the_failover_event_in_jeopardy_is_safe_then_normal() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        m.on_tick(expiry);
+        let failover = event(1, EventKind::Failover { epoch: 2 });
+        let actions = m.on_reply(expiry, false, reply_with(2, vec![failover]), expiry + ms(5));
+        assert_eq!(entered(&actions), [Safe, Normal]);
+        assert!(actions.contains(&Action::Resubscribe));
+    }
+
+    // FO-6, EV-7
+    #[test]
+    fn events_are_numbered_afresh_when_the_epoch_changes_and_delivered_once() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let lost = event(3, EventKind::EventsLost);
+        m.on_reply(t0, true, reply_with(1, vec![lost.clone()]), t0 + ms(5));
+        assert_eq!(m.delivered(), 3);
+        // Sent again (the acknowledgement was lost): not delivered again.
+        m.on_tick(t0 + ms(5));
+        let again = m.on_reply(t0 + ms(5), true, reply_with(1, vec![lost]), t0 + ms(9));
+        assert!(
+            !again.iter().any(|a| matches!(a, Action::Deliver(_))),
+            "{again:?}"
+        );
+        // A new master's first event is 1, and it is news.
+        m.on_tick(t0 + ms(9));
+        let first = event(1, EventKind::Failover { epoch: 2 });
+        let news = m.on_reply(t0 + ms(9), true, reply_with(2, vec![first]), t0 + ms(12));
+        assert!(news.iter().any(|a| matches!(a, Action::Deliver(_))));
+        assert_eq!(m.delivered(), 1);
+        assert_eq!(
+            sends(&m.on_tick(t0 + ms(12))),
+            [true],
+            "acknowledging under the new epoch"
+        );
+    }
+
+    // FO-1, KA-6
+    #[test]
+    fn a_reply_from_an_older_master_is_ignored() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        m.on_reply(t0, true, reply_with(3, Vec::new()), t0 + ms(5));
+        let stale = m.on_reply(
+            t0,
+            true,
+            reply_with(2, vec![event(9, EventKind::EventsLost)]),
+            t0 + ms(6),
+        );
+        assert!(stale.is_empty(), "{stale:?}");
+        assert_eq!(m.epoch(), 3);
+    }
+
+    // KA-6
+    #[test]
+    fn wrong_epoch_adopts_the_masters_and_asks_again_at_once() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let now = t0 + ms(5);
+        assert!(m
+            .on_reply(t0, true, Reply::WrongEpoch { current: 4 }, now)
+            .is_empty());
+        assert_eq!(
+            m.on_tick(now),
+            [Action::Send {
+                hold: false,
+                epoch: 4,
+                acked_seq: 0
+            }]
+        );
+    }
+
+    // CS-1
+    #[test]
+    fn a_failed_keepalive_in_normal_is_retried_with_backoff() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        for (n, delay) in [(1, 50), (2, 100), (3, 200)] {
+            let now = t0 + ms(n * 1_000);
+            m.on_reply(now, false, Reply::Failed, now);
+            assert_eq!(m.deadline(), Some(now + ms(delay)), "retry {n}");
+            assert_eq!(sends(&m.on_tick(now + ms(delay))), [false]);
+        }
+        assert_eq!(m.state(), Normal, "only the local lease decides");
+    }
+
+    // CS-2
+    #[test]
+    fn no_keepalive_goes_out_while_eight_are_in_flight() {
+        let (mut m, t0) = machine();
+        m.in_flight = MAX_IN_FLIGHT;
+        assert!(sends(&m.on_tick(t0)).is_empty());
+        // One comes back failed: the next may go, on the retry schedule.
+        let now = t0 + ms(10);
+        m.in_flight = MAX_IN_FLIGHT;
+        m.on_reply(t0, true, Reply::Failed, now);
+        m.send_at = Some(now);
+        assert_eq!(sends(&m.on_tick(now)).len(), 1);
+    }
+}
