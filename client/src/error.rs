@@ -10,7 +10,12 @@ use leasehold_protocol::ErrorCode;
 pub enum ClientError {
     /// The server could not be reached.
     #[error("cannot connect to {addr}")]
-    Connect { addr: String, source: io::Error },
+    Connect {
+        /// The address tried.
+        addr: String,
+        /// Why it failed.
+        source: io::Error,
+    },
     /// The connection broke before the reply arrived; the request may or
     /// may not have been carried out.
     #[error("connection lost before the reply arrived")]

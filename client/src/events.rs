@@ -21,15 +21,18 @@ const ORPHANS: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SubscriptionEvent {
-    /// Something changed at `key`, at global index `index` (after
-    /// `Created` or `Modified`, the node's new modify index). `contents`
-    /// are the node's new contents with `Created` and `Modified` when they
-    /// are at most [`EVENT_CONTENTS_MAX`](crate::EVENT_CONTENTS_MAX)
-    /// bytes, so small values need no read; otherwise `None` (`EV-10`).
+    /// Something changed at `key` (`EV-10`).
     Changed {
+        /// The key it concerns (for a child change, the subscribed key).
         key: String,
+        /// What happened.
         change: Change,
+        /// The global index it happened at: after `Created` or `Modified`,
+        /// the node's new modify index.
         index: u64,
+        /// With `Created` and `Modified`, the node's new contents when they
+        /// are at most [`EVENT_CONTENTS_MAX`](crate::EVENT_CONTENTS_MAX)
+        /// bytes, so small values need no read; otherwise `None`.
         contents: Option<Vec<u8>>,
     },
     /// Events were dropped (the master's queue or this buffer overflowed):

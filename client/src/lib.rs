@@ -6,8 +6,10 @@
 //! lease is nearly over. The session reports where it stands as a
 //! [`SessionState`]: `Normal` while its local lease is valid, `Jeopardy` when
 //! the local lease ran out without a reply (a grace period starts), `Safe`
-//! when contact came back within the grace period, and `Expired` when it did
-//! not or the master says the session is gone.
+//! when contact came back within the grace period, `Failover` when a new
+//! master took over while the lease was valid, `Expired` when the grace
+//! period ran out or the master says the session is gone, and `Closed` when
+//! this client closed it.
 //!
 //! ```no_run
 //! use leasehold::{Client, SessionOptions, SessionState};
@@ -29,8 +31,9 @@
 //! - `client.rs`: [`Client`]; `connection.rs`: one multiplexed connection;
 //!   `transport.rs`: [`Connector`]s.
 //! - `session.rs`: [`Session`], [`SessionOptions`], [`SessionState`].
-//! - `keepalive.rs`: the task that keeps a session alive and moves it between
-//!   states; `lease.rs`: the local lease formula.
+//! - `session_machine.rs`: the session states as a pure machine, fed
+//!   replies and the time; `keepalive.rs`: the task that executes it and
+//!   sends the KeepAlives; `lease.rs`: the local lease formula.
 //! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
 //! - `kv.rs`: get, list, put, delete and watch on the namespace.
 //! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`.
@@ -38,6 +41,8 @@
 //! - `check.rs`: health checks sessions can be bound to.
 //! - `election.rs`: [`Election`], leader election on a lock.
 //! - `semaphore.rs`: [`Semaphore`], N slots from nodes, locks and CAS.
+
+#![warn(missing_docs)]
 
 mod check;
 mod client;

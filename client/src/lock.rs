@@ -26,6 +26,7 @@ const LONGEST_WAIT: Duration = Duration::from_secs(600);
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockOptions {
+    /// Exclusive or shared.
     pub mode: LockMode,
     /// Written to the node in the same step as the acquisition.
     pub contents: Option<Vec<u8>>,

@@ -500,12 +500,11 @@ mod tests {
     fn the_grace_period_ending_is_expired_and_stops_the_keeper() {
         let (mut m, t0) = machine();
         let expiry = into_jeopardy(&mut m, t0);
-        let mut now = expiry;
-        let actions = loop {
-            now = m.deadline().unwrap();
+        let (now, actions) = loop {
+            let now = m.deadline().unwrap();
             let actions = m.on_tick(now);
             if actions.contains(&Action::Stop) {
-                break actions;
+                break (now, actions);
             }
         };
         assert_eq!(now, expiry + GRACE);

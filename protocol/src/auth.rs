@@ -67,7 +67,9 @@ impl fmt::Debug for SessionSecret {
 /// `leasehold session create` prints for another process to use.
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionToken {
+    /// The session.
     pub id: SessionId,
+    /// The proof of the right to act for it.
     pub secret: SessionSecret,
 }
 
@@ -93,10 +95,13 @@ impl fmt::Display for SessionToken {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenParseError {
     #[error("a session token is '<session id>:<32 hex digits>'; this has no ':'")]
+    /// There is no `:` between the id and the secret.
     NoSeparator,
     #[error("'{0}' is not a session id")]
+    /// The part before the `:` is not a session id.
     BadId(String),
     #[error("a session token's secret is 32 hex digits")]
+    /// The part after the `:` is not 32 hex digits.
     BadSecret,
 }
 

@@ -37,7 +37,12 @@ const fn wire_config() -> WireConfig {
 pub enum CodecError {
     /// The length prefix announces a body larger than the maximum (`WIRE-2`).
     #[error("frame of {len} bytes exceeds the maximum of {max} bytes")]
-    FrameTooLarge { len: usize, max: usize },
+    FrameTooLarge {
+        /// The length the prefix announced.
+        len: usize,
+        /// The largest body this end accepts.
+        max: usize,
+    },
     /// The body is not a valid message (`WIRE-3`).
     #[error("malformed frame: {0}")]
     Malformed(String),

@@ -29,6 +29,8 @@
 //! assert_eq!(frame, ClientFrame::Hello(Hello::current()));
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod codec;
 pub mod error;

@@ -24,7 +24,12 @@ pub enum ClientFrame {
     /// The first frame on every connection.
     Hello(Hello),
     /// A request; `id` is echoed in its reply.
-    Request { id: u64, body: Request },
+    Request {
+        /// Chosen by the client, unique among its requests in flight.
+        id: u64,
+        /// What is asked.
+        body: Request,
+    },
 }
 
 /// A frame sent by the server.
@@ -34,7 +39,9 @@ pub enum ServerFrame {
     Welcome(Welcome),
     /// The answer to the request with the same `id`.
     Reply {
+        /// The id of the request answered.
         id: u64,
+        /// Its answer, or why it failed.
         body: Result<Response, Error>,
     },
     /// A connection-level error; the server closes the connection after it.
@@ -44,7 +51,9 @@ pub enum ServerFrame {
 /// The client's handshake.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
+    /// `LEASEHLD` ([`MAGIC`]): this is the Leasehold protocol.
     pub magic: [u8; 8],
+    /// The protocol version the client speaks.
     pub version: u32,
 }
 
@@ -61,8 +70,11 @@ impl Hello {
 /// The server's handshake answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Welcome {
+    /// The protocol version the server speaks (the client's, or the handshake fails).
     pub version: u32,
+    /// The master's epoch: KeepAlives name it.
     pub epoch: u64,
+    /// What the server accepts.
     pub limits: Limits,
 }
 
@@ -99,8 +111,11 @@ pub enum Behavior {
 /// sessions bound to the check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CheckStatus {
+    /// All is well.
     Passing,
+    /// Something needs attention; bound sessions live on.
     Warning,
+    /// Bound sessions are invalidated.
     Critical,
 }
 
@@ -127,34 +142,48 @@ pub enum LockMode {
 /// A request, answered by one [`Response`] or one [`Error`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
+    /// Create a session (`SES-1`).
     CreateSession(CreateSession),
+    /// Keep a session alive and collect its events (`KA-1`).
     KeepAlive(KeepAlive),
     /// End a session; with an operator token configured, only its owner
     /// or the operator may (`AUTH-3`).
     DestroySession {
+        /// The session to end.
         session: SessionId,
+        /// Who asks: the session itself (its token) or the operator.
         authority: Authority,
     },
+    /// A session's record: name, lease, lock-delay, lease left.
     SessionInfo {
+        /// The session asked about.
         session: SessionId,
     },
     /// One page of live sessions in id order, starting after `after`.
     /// `limit` 0 means the server's page size.
     ListSessions {
+        /// Start after this session; `None`: from the first.
         after: Option<SessionId>,
+        /// At most this many; 0: the server's page size.
         limit: u32,
     },
     /// A node's contents and metadata, or metadata alone (`NS-9`).
     Get {
+        /// The node's key.
         key: String,
+        /// Leave the contents out.
         stat_only: bool,
     },
     /// One page of the keys below a prefix, in key order, starting after
     /// `after` (`NS-5`). `limit` 0 means the server's page size.
     List {
+        /// Where to list; empty: the root.
         prefix: String,
+        /// Every key below the prefix, not only its children.
         recursive: bool,
+        /// Start after this key; `None`: from the first.
         after: Option<String>,
+        /// At most this many; 0: the server's page size.
         limit: u32,
     },
     /// Write a node (`NS-6`).
@@ -163,65 +192,89 @@ pub enum Request {
     /// With an operator token configured, a locked node is deleted only
     /// on the authority of its sole holder or of the operator (`AUTH-4`).
     Delete {
+        /// The node's key.
         key: String,
+        /// Delete only if the node's modify index is this.
         cas: Option<u64>,
+        /// Every node below the key too.
         recursive: bool,
+        /// Who asks, where a locked node is concerned.
         authority: Authority,
     },
     /// Answer when the node's index exceeds `after_index` (it was created,
     /// written or deleted), or after `timeout_ms` (`NS-8`).
     Watch {
+        /// The key watched.
         key: String,
+        /// Answer once the key's index is past this.
         after_index: u64,
+        /// Answer anyway after this long.
         timeout_ms: u64,
     },
     /// Take a node's lock for a session (`LOCK-2`).
     Acquire(Acquire),
     /// Give a lock back (`LOCK-4`).
     Release {
+        /// The locked key.
         key: String,
+        /// The holder.
         session: SessionToken,
     },
     /// The sequencer of a lock the session holds (`LOCK-7`).
     GetSequencer {
+        /// The locked key.
         key: String,
+        /// The holder.
         session: SessionToken,
     },
     /// Whether a sequencer is still valid: its session still holds that
     /// lock, in that mode, on that node, and the lock has not been freed
     /// and taken again since (`LOCK-7`).
     CheckSequencer {
+        /// The sequencer's opaque bytes.
         sequencer: Vec<u8>,
     },
     /// Hear about changes to `key`, or with `prefix` to every key at or
     /// below it (`prefix` and an empty key: everything), as events on the
     /// session's KeepAlive replies (`EV-5`).
     Subscribe {
+        /// The session that hears the events.
         session: SessionToken,
+        /// The key, or with `prefix` the prefix, covered.
         key: String,
+        /// Cover every key at or below `key`.
         prefix: bool,
+        /// Which changes, from [`event_mask`].
         mask: u32,
     },
     /// Stop a subscription.
     Unsubscribe {
+        /// The session that made it.
         session: SessionToken,
+        /// The id `Subscribed` gave.
         subscription: u64,
     },
     /// Create or update a named health check (`CHK-1`); `Critical` ends
     /// every session bound to it (`CHK-3`).
     SetCheck {
+        /// The check's name.
         name: String,
+        /// Its new status.
         status: CheckStatus,
+        /// Why, for people.
         note: String,
     },
     /// Remove a health check, ending every session bound to it (`CHK-4`).
     DeleteCheck {
+        /// The check's name.
         name: String,
     },
     /// One page of checks in name order, starting after `after` (`CHK-5`).
     /// `limit` 0 means the server's page size.
     ListChecks {
+        /// Start after this name; `None`: from the first.
         after: Option<String>,
+        /// At most this many; 0: the server's page size.
         limit: u32,
     },
 }
@@ -229,8 +282,11 @@ pub enum Request {
 /// Take a node's lock (`LOCK-2`, `LOCK-3`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Acquire {
+    /// The key whose lock is taken (the node is created if missing).
     pub key: String,
+    /// The session that takes it.
     pub session: SessionToken,
+    /// Exclusive or shared.
     pub mode: LockMode,
     /// Contents to write in the same step as the acquisition, as Consul's
     /// `acquire=` does (the leader's address into the leader key).
@@ -246,7 +302,9 @@ pub struct Acquire {
 /// Write a node (`NS-6`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Put {
+    /// The node's key.
     pub key: String,
+    /// The new contents (at most 256 KiB).
     pub contents: Vec<u8>,
     /// Opaque to the server.
     pub flags: u64,
@@ -266,6 +324,7 @@ pub struct CreateSession {
     pub lease_ms: Option<u64>,
     /// Requested lock-delay; `None` takes the default, `Some(0)` means none.
     pub lock_delay_ms: Option<u64>,
+    /// What invalidation does to its locks and ephemeral nodes.
     pub behavior: Behavior,
     /// Health checks the session is bound to (`CHK-2`).
     pub checks: Vec<String>,
@@ -274,6 +333,7 @@ pub struct CreateSession {
 /// Keep a session alive (`KA-1`..`KA-7`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeepAlive {
+    /// The session kept alive.
     pub session: SessionToken,
     /// The epoch the client believes the master has.
     pub epoch: u64,
@@ -290,41 +350,60 @@ pub enum Response {
     /// `secret` is the right to act for the session (`AUTH-1`): this reply
     /// is the only place the master ever shows it.
     SessionCreated {
+        /// The new session.
         session: SessionId,
+        /// Its secret.
         secret: SessionSecret,
+        /// The master's epoch.
         epoch: u64,
+        /// The lease granted.
         lease: LeaseGrant,
     },
+    /// The answer to a KeepAlive: the lease renewed, and events.
     KeepAlive {
+        /// The master's epoch.
         epoch: u64,
+        /// The lease granted.
         lease: LeaseGrant,
+        /// Events not yet acknowledged, oldest first.
         events: Vec<Event>,
     },
+    /// The session was destroyed.
     Destroyed,
+    /// A session's record.
     SessionInfo(SessionInfo),
     /// A page of sessions; `more` says whether sessions follow the last one.
     Sessions {
+        /// The sessions, in id order.
         sessions: Vec<SessionInfo>,
+        /// Whether more follow.
         more: bool,
     },
     /// A node as of global index `index`; `None` if it does not exist.
     Node {
+        /// The key's index (`NS-8`).
         index: u64,
+        /// The node, if it exists.
         node: Option<NodeView>,
     },
     /// A page of keys, as of global index `index`; `more` says whether
     /// keys follow the last one.
     Keys {
+        /// The index the listing is as of.
         index: u64,
+        /// The keys, in key order.
         keys: Vec<String>,
+        /// Whether more follow.
         more: bool,
     },
     /// A write was applied at global index `index`.
     Written {
+        /// The index of the write.
         index: u64,
     },
     /// The keys a delete removed, at global index `index`.
     Deleted {
+        /// The index of the delete.
         index: u64,
         /// The first 1000 keys deleted, in key order.
         keys: Vec<String>,
@@ -334,44 +413,56 @@ pub enum Response {
     /// The lock is held: the node's modify index after the acquisition, and
     /// the sequencer of this holding.
     Acquired {
+        /// The node's modify index after the acquisition.
         index: u64,
+        /// The holding's sequencer, as opaque bytes.
         sequencer: Vec<u8>,
     },
     /// The lock was released.
     Released {
+        /// The node's modify index after the release.
         index: u64,
     },
     /// The sequencer of a holding.
     Sequencer {
+        /// The holding's sequencer, as opaque bytes.
         sequencer: Vec<u8>,
     },
     /// Whether a sequencer names a current holding.
     SequencerChecked {
+        /// Whether it is still valid.
         valid: bool,
     },
     /// A subscription was made.
     Subscribed {
+        /// Its id, unique on this master.
         subscription: u64,
     },
     /// A subscription was stopped.
     Unsubscribed,
     /// A check was written at global index `index`; the sessions it ended.
     CheckSet {
+        /// The index of the write.
         index: u64,
         /// The first 1000 sessions it ended.
         invalidated: Vec<SessionId>,
+        /// How many it ended.
         invalidated_total: u64,
     },
     /// A check was removed at global index `index`; the sessions it ended.
     CheckDeleted {
+        /// The index of the removal.
         index: u64,
         /// The first 1000 sessions it ended.
         invalidated: Vec<SessionId>,
+        /// How many it ended.
         invalidated_total: u64,
     },
     /// A page of checks; `more` says whether checks follow the last one.
     Checks {
+        /// The checks, in name order.
         checks: Vec<CheckInfo>,
+        /// Whether more follow.
         more: bool,
     },
 }
@@ -379,8 +470,11 @@ pub enum Response {
 /// A health check as a reply carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckInfo {
+    /// The check's name.
     pub name: String,
+    /// Its status.
     pub status: CheckStatus,
+    /// Why, for people.
     pub note: String,
     /// The global index at which it was last set.
     pub modify_index: u64,
@@ -391,7 +485,9 @@ pub struct CheckInfo {
 /// A node as a reply carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeView {
+    /// The node's key.
     pub key: String,
+    /// Its metadata.
     pub stat: NodeStat,
     /// `None` when only the metadata was asked for.
     pub contents: Option<Vec<u8>>,
@@ -412,6 +508,7 @@ pub struct NodeStat {
     pub modify_index: u64,
     /// 64-bit FNV-1a of the contents.
     pub checksum: u64,
+    /// The length of the contents, in bytes.
     pub contents_len: u64,
     /// The session the node is bound to, if it is ephemeral.
     pub ephemeral_owner: Option<SessionId>,
@@ -447,10 +544,15 @@ impl LeaseGrant {
 /// A session as the master sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionInfo {
+    /// The session's id.
     pub session: SessionId,
+    /// Its label.
     pub name: String,
+    /// The lease it was granted.
     pub lease_ms: u64,
+    /// Its lock-delay.
     pub lock_delay_ms: u64,
+    /// What invalidation does to its locks and ephemeral nodes.
     pub behavior: Behavior,
     /// Lease left now, at the master.
     pub lease_remaining_ms: u64,
@@ -464,7 +566,9 @@ pub struct SessionInfo {
 /// session are consecutive from 1 (`EV-1`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
+    /// Consecutive from 1 for each session on each master.
     pub seq: u64,
+    /// What happened.
     pub kind: EventKind,
 }
 
@@ -473,8 +577,11 @@ pub struct Event {
 pub enum EventKind {
     /// Something a subscription asked to hear about happened at `key`.
     Node {
+        /// The subscription that asked for it.
         subscription: u64,
+        /// The key it concerns (for a child change, the subscribed key).
         key: String,
+        /// What happened.
         change: Change,
         /// The index of the command that made the change: after `Created`
         /// or `Modified`, the node's new modify index (`EV-10`).
@@ -486,10 +593,18 @@ pub enum EventKind {
     },
     /// This session's lock on `key` was taken away: the node was deleted
     /// under it (`LOCK-8`). Sent to the holder without a subscription.
-    LockLost { key: String },
+    LockLost {
+        /// The key whose lock was lost.
+        key: String,
+    },
     /// `waiter` waits for the lock of `key` this session holds: hand it over
     /// if you can. Sent to every holder without a subscription.
-    LockConflict { key: String, waiter: SessionId },
+    LockConflict {
+        /// The key whose lock is wanted.
+        key: String,
+        /// The session waiting for it (the head of the line).
+        waiter: SessionId,
+    },
     /// Events were dropped because the session's queue or the master's event
     /// budget overflowed: re-read what you watch and assume any lock may be
     /// lost (`EV-4`).
@@ -497,35 +612,45 @@ pub enum EventKind {
     /// A new master, of `epoch`, took over: subscriptions and events queued
     /// at the old one are gone, so subscribe again and re-read what you
     /// cache (`FO-5`). The session, its locks and its nodes survive.
-    Failover { epoch: u64 },
+    Failover {
+        /// The new master's epoch.
+        epoch: u64,
+    },
 }
 
 /// What happened to a node a subscription covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Change {
+    /// The node was created.
     Created,
     /// Its contents were written.
     Modified,
+    /// The node was deleted.
     Deleted,
     /// A direct child of the subscribed key came into being.
     ChildAdded {
+        /// The child's key.
         child: String,
     },
     /// A direct child of the subscribed key was deleted.
     ChildRemoved {
+        /// The child's key.
         child: String,
     },
     /// A direct child of the subscribed key was written.
     ChildModified {
+        /// The child's key.
         child: String,
     },
     /// `holder` took the node's lock.
     LockAcquired {
+        /// The session that took it.
         holder: SessionId,
     },
     /// `holder` no longer holds the node's lock.
     LockReleased {
+        /// The session that no longer holds it.
         holder: SessionId,
     },
 }

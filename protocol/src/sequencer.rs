@@ -19,13 +19,16 @@ const SEQUENCER_VERSION: u8 = 1;
 /// One holding of a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Sequencer {
+    /// The locked key.
     pub key: String,
+    /// How it is held.
     pub mode: LockMode,
     /// The node's lock generation when the lock was acquired.
     pub lock_generation: u64,
     /// The node's instance number: a node deleted and created again starts
     /// its lock generation afresh, and this keeps the two apart.
     pub instance: u64,
+    /// The holder.
     pub session: SessionId,
 }
 

@@ -17,8 +17,16 @@
 //! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
 //!   Watches until their key changes; `acquire.rs`: holding blocking
 //!   acquires until they get the lock.
+//! - `quota.rs`: what each peer address may take of what the master shares.
 //! - `master.rs`: the task that owns state, leases and timers.
-//! - `connection.rs`: one client connection; `server.rs`: accepting them.
+//! - `connection.rs`: one client connection; `server.rs`: accepting them;
+//!   `reply.rs`: the budget of replies a connection may leave unread;
+//!   `auth.rs`: who may act for a session; `memory.rs`: giving memory back.
+//! - The durability path: `store.rs`, the [`Store`] trait and the data
+//!   directory's files; `commit.rs`, the writer thread that appends and
+//!   fsyncs batches (group commit); `memstore.rs`, a store in memory for
+//!   tests and simulations; `recovery.rs`, rebuilding state (and a new
+//!   epoch) from a store; `ids.rs`, session ids and secrets.
 
 mod acquire;
 mod auth;

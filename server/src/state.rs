@@ -4,8 +4,9 @@
 //! returns the reply and the [`StateEvent`]s it caused. It does no I/O and
 //! reads no clock, so the same sequence of commands always yields the same
 //! state: the property a log, a snapshot and a replicated cell rely on.
-//! Everything that must survive the master (sessions now; nodes and locks
-//! later) lives here, and is changed only through `apply`.
+//! Everything that must survive the master (sessions, nodes, locks and
+//! their waiters, health checks) lives here, and is changed only through
+//! `apply`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
