@@ -1,8 +1,9 @@
-//! Errors of the client library, sorted by what the caller should do.
+//! Errors of the client library. Each has a [`Remedy`]: what the caller
+//! should do about it, which is how programs should sort them.
 
 use std::io;
 
-use leasehold_protocol::ErrorCode;
+use leasehold_protocol::{ErrorCode, Remedy};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,22 +44,46 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether trying again (on a new connection) may succeed.
-    pub fn is_retryable(&self) -> bool {
+    /// What to do about it: the server's code's [`Remedy`] (SPEC
+    /// "Errors"), or for what happened on this side, `Reconnect` when the
+    /// server could not be reached and `OutcomeUnknown` when the request
+    /// may or may not have been carried out.
+    ///
+    /// ```
+    /// use leasehold::{ClientError, Remedy};
+    ///
+    /// assert_eq!(ClientError::Disconnected.remedy(), Remedy::OutcomeUnknown);
+    /// assert!(!ClientError::Disconnected.is_retryable());
+    /// ```
+    pub fn remedy(&self) -> Remedy {
         match self {
-            ClientError::Connect { .. } | ClientError::Disconnected | ClientError::Timeout(_) => {
-                true
-            }
-            ClientError::Server(e) | ClientError::Closed(e) => {
-                matches!(
-                    e.code,
-                    ErrorCode::Internal | ErrorCode::WrongEpoch { .. } | ErrorCode::StorageFull
-                )
-            }
-            ClientError::Protocol(_) | ClientError::SessionExpired | ClientError::Conflict(_) => {
-                false
-            }
+            ClientError::Connect { .. } => Remedy::Reconnect,
+            ClientError::Disconnected | ClientError::Timeout(_) => Remedy::OutcomeUnknown,
+            ClientError::Server(e) => e.code.remedy(),
+            // A closed connection takes a new one before anything is sent
+            // again.
+            ClientError::Closed(e) => match e.code.remedy() {
+                Remedy::Retry => Remedy::Reconnect,
+                other => other,
+            },
+            ClientError::SessionExpired => Remedy::NewSession,
+            ClientError::Protocol(_) | ClientError::Conflict(_) => Remedy::GiveUp,
         }
+    }
+
+    /// Whether sending the same request again, now or later, may succeed
+    /// and cannot do it twice: nothing was carried out.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.remedy(),
+            Remedy::Retry | Remedy::RetryAfter(_) | Remedy::RetryLater | Remedy::Reconnect
+        )
+    }
+
+    /// Whether the request may or may not have been carried out: read
+    /// before repeating one that is not idempotent.
+    pub fn outcome_unknown(&self) -> bool {
+        self.remedy() == Remedy::OutcomeUnknown
     }
 
     /// Whether the master refused a lock because someone else holds it, or
@@ -76,5 +101,51 @@ impl ClientError {
             ClientError::Server(e) | ClientError::Closed(e) => Some(e.code),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn server(code: ErrorCode) -> ClientError {
+        ClientError::Server(leasehold_protocol::Error::new(code, "test"))
+    }
+
+    // SPEC "Errors": the table's "retry?" column, through the library.
+    #[test]
+    fn retryable_follows_the_spec_table() {
+        assert!(server(ErrorCode::LimitReached).is_retryable());
+        assert!(server(ErrorCode::FailoverInProgress { retry_after_ms: 5 }).is_retryable());
+        assert!(server(ErrorCode::Congested { retry_after_ms: 5 }).is_retryable());
+        assert!(server(ErrorCode::StorageFull).is_retryable());
+        assert!(!server(ErrorCode::InvalidArgument).is_retryable());
+        assert!(!server(ErrorCode::PermissionDenied).is_retryable());
+        assert!(!server(ErrorCode::CasMismatch { current: 2 }).is_retryable());
+    }
+
+    #[test]
+    fn a_lost_reply_is_neither_retryable_nor_failed_but_unknown() {
+        for e in [
+            ClientError::Disconnected,
+            ClientError::Timeout(Duration::from_secs(1)),
+        ] {
+            assert!(!e.is_retryable(), "{e:?}");
+            assert!(e.outcome_unknown(), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_is_a_reconnect() {
+        let refused = ClientError::Connect {
+            addr: "127.0.0.1:1".into(),
+            source: io::Error::from(io::ErrorKind::ConnectionRefused),
+        };
+        assert_eq!(refused.remedy(), Remedy::Reconnect);
+        let closed =
+            ClientError::Closed(leasehold_protocol::Error::new(ErrorCode::Internal, "bye"));
+        assert_eq!(closed.remedy(), Remedy::Reconnect);
+        assert_eq!(ClientError::SessionExpired.remedy(), Remedy::NewSession);
     }
 }

@@ -69,7 +69,9 @@ pub use kv::{DeleteOptions, Deleted, PutOptions, Watched};
 pub use leasehold_protocol::{
     event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer, EVENT_CONTENTS_MAX,
 };
-pub use leasehold_protocol::{Behavior, ErrorCode, NodeStat, NodeView, SessionId, SessionInfo};
+pub use leasehold_protocol::{
+    Behavior, ErrorCode, NodeStat, NodeView, Remedy, SessionId, SessionInfo,
+};
 pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};
 pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};

@@ -73,6 +73,72 @@ pub enum ErrorCode {
     StorageFull,
 }
 
+/// What the caller should do about an error: SPEC's "retry?" column, for
+/// programs. Errors are sorted by this, not by where they come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Remedy {
+    /// Send the request again now: nothing was done (after `WrongEpoch`,
+    /// naming the epoch it gave).
+    Retry,
+    /// Send it again after this long: nothing was done, and the server
+    /// said when it will be (lock-delay, a fail-over, congestion).
+    RetryAfter(std::time::Duration),
+    /// Send it again later, or ask for less: a limit, a held lock or a full
+    /// disk stands in the way for a while nobody can tell.
+    RetryLater,
+    /// Read the current state, then decide: the request lost a race
+    /// (compare-and-set).
+    Reread,
+    /// Try again on another connection, or another member of the cell:
+    /// this one could not be reached.
+    Reconnect,
+    /// The request may or may not have been carried out (the connection
+    /// broke, or no reply came in time): find out before repeating one
+    /// that is not idempotent.
+    OutcomeUnknown,
+    /// The session is gone: create a new one.
+    NewSession,
+    /// Do not repeat it: it is wrong, or not allowed, and stays so.
+    GiveUp,
+}
+
+impl ErrorCode {
+    /// What to do about it (SPEC "Errors", the retry column).
+    ///
+    /// ```
+    /// use leasehold_protocol::{ErrorCode, Remedy};
+    /// use std::time::Duration;
+    ///
+    /// let delayed = ErrorCode::LockDelayed { remaining_ms: 250 };
+    /// assert_eq!(delayed.remedy(), Remedy::RetryAfter(Duration::from_millis(250)));
+    /// assert_eq!(ErrorCode::SessionExpired.remedy(), Remedy::NewSession);
+    /// ```
+    pub fn remedy(self) -> Remedy {
+        use std::time::Duration;
+        match self {
+            ErrorCode::WrongEpoch { .. } | ErrorCode::Internal => Remedy::Retry,
+            ErrorCode::LockDelayed { remaining_ms: ms }
+            | ErrorCode::FailoverInProgress { retry_after_ms: ms }
+            | ErrorCode::Congested { retry_after_ms: ms } => {
+                Remedy::RetryAfter(Duration::from_millis(ms))
+            }
+            ErrorCode::LimitReached | ErrorCode::LockHeld | ErrorCode::StorageFull => {
+                Remedy::RetryLater
+            }
+            ErrorCode::CasMismatch { .. } => Remedy::Reread,
+            ErrorCode::SessionExpired => Remedy::NewSession,
+            ErrorCode::UnknownSession
+            | ErrorCode::Malformed
+            | ErrorCode::FrameTooLarge
+            | ErrorCode::VersionMismatch { .. }
+            | ErrorCode::InvalidArgument
+            | ErrorCode::LockNotHeld
+            | ErrorCode::PermissionDenied => Remedy::GiveUp,
+        }
+    }
+}
+
 /// An error code with a human-readable message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
@@ -89,6 +155,48 @@ impl Error {
         Error {
             code,
             message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    // SPEC "Errors": the retry column, code by code.
+    #[test]
+    fn each_code_has_the_remedy_the_spec_table_gives() {
+        let table = [
+            (ErrorCode::UnknownSession, Remedy::GiveUp),
+            (ErrorCode::SessionExpired, Remedy::NewSession),
+            (ErrorCode::WrongEpoch { current: 3 }, Remedy::Retry),
+            (ErrorCode::Malformed, Remedy::GiveUp),
+            (ErrorCode::FrameTooLarge, Remedy::GiveUp),
+            (ErrorCode::LimitReached, Remedy::RetryLater),
+            (ErrorCode::Internal, Remedy::Retry),
+            (ErrorCode::VersionMismatch { supported: 4 }, Remedy::GiveUp),
+            (ErrorCode::InvalidArgument, Remedy::GiveUp),
+            (ErrorCode::CasMismatch { current: 7 }, Remedy::Reread),
+            (ErrorCode::LockHeld, Remedy::RetryLater),
+            (
+                ErrorCode::LockDelayed { remaining_ms: 40 },
+                Remedy::RetryAfter(Duration::from_millis(40)),
+            ),
+            (ErrorCode::LockNotHeld, Remedy::GiveUp),
+            (
+                ErrorCode::FailoverInProgress { retry_after_ms: 50 },
+                Remedy::RetryAfter(Duration::from_millis(50)),
+            ),
+            (ErrorCode::PermissionDenied, Remedy::GiveUp),
+            (
+                ErrorCode::Congested { retry_after_ms: 10 },
+                Remedy::RetryAfter(Duration::from_millis(10)),
+            ),
+            (ErrorCode::StorageFull, Remedy::RetryLater),
+        ];
+        for (code, remedy) in table {
+            assert_eq!(code.remedy(), remedy, "{code:?}");
         }
     }
 }
