@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use leasehold::Client;
 use leasehold_protocol::{Behavior, SessionId};
-use leasehold_server::{Command, FileStore, Put, Record, Store};
+use leasehold_server::{Command, FileStore, Millis, Put, Record, Store};
 
 use crate::inprocess::{scratch, serve};
 
@@ -18,7 +18,7 @@ pub fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
     store.append(&Record::Epoch(1))?;
     for s in 0..sessions {
         store.append(&Record::Command {
-            now: 1,
+            now: Millis::from_millis(1),
             command: Command::CreateSession {
                 id: SessionId::from_u128(u128::from(s) + 1),
                 secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
@@ -32,7 +32,7 @@ pub fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
     }
     for n in 0..nodes {
         store.append(&Record::Command {
-            now: 2,
+            now: Millis::from_millis(2),
             command: Command::Put(Put {
                 key: format!("data/{}/{n}", n % 1000),
                 contents: b"0123456789abcdef0123456789abcdef".to_vec(),

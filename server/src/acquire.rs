@@ -9,9 +9,9 @@ use leasehold_protocol::{Acquire, Error, ErrorCode, Response, Sequencer};
 use tokio_util::time::delay_queue;
 
 use crate::config::MAX_WATCH_TIMEOUT;
-use crate::lease::Millis;
 use crate::master::{mismatch, Master, ReplyTx, Timer};
 use crate::state::{Applied, Command};
+use crate::time::Millis;
 
 /// Acquires waiting in line, by ticket.
 #[derive(Debug, Default)]

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_protocol::{CheckInfo, CheckStatus, Error, ErrorCode, SessionId};
 
-use crate::lease::Millis;
 use crate::session::EndCause;
 use crate::state::{Applied, State, StateEvent};
+use crate::time::Millis;
 
 /// Checks one master holds at most.
 pub const MAX_CHECKS: usize = 10_000;
@@ -220,6 +220,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::state::{Bounds, Command};
+    use crate::time::at;
 
     fn id(n: u128) -> SessionId {
         SessionId::from_u128(n)
@@ -235,7 +236,7 @@ mod tests {
             behavior: Behavior::Release,
             checks: checks.iter().map(|c| c.to_string()).collect(),
         };
-        s.apply(command, 0).0
+        s.apply(command, at(0)).0
     }
 
     fn set(s: &mut State, name: &str, status: CheckStatus, now: Millis) -> Vec<SessionId> {
@@ -271,7 +272,7 @@ mod tests {
     #[test]
     fn a_session_cannot_bind_to_a_critical_check() {
         let mut s = state();
-        set(&mut s, "disk", CheckStatus::Critical, 0);
+        set(&mut s, "disk", CheckStatus::Critical, at(0));
         let refused = create(&mut s, 1, &["disk"]).unwrap_err();
         assert!(refused.message.contains("critical"), "{refused}");
     }
@@ -280,14 +281,14 @@ mod tests {
     #[test]
     fn a_critical_check_ends_exactly_the_sessions_bound_to_it() {
         let mut s = state();
-        set(&mut s, "disk", CheckStatus::Passing, 0);
-        set(&mut s, "net", CheckStatus::Passing, 0);
+        set(&mut s, "disk", CheckStatus::Passing, at(0));
+        set(&mut s, "net", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         create(&mut s, 2, &["disk", "net"]).unwrap();
         create(&mut s, 3, &["net"]).unwrap();
         create(&mut s, 4, &[]).unwrap();
         assert_eq!(
-            set(&mut s, "disk", CheckStatus::Critical, 10),
+            set(&mut s, "disk", CheckStatus::Critical, at(10)),
             [id(1), id(2)]
         );
         assert!(s.session(id(1)).is_none() && s.session(id(2)).is_none());
@@ -301,14 +302,14 @@ mod tests {
     #[test]
     fn warning_and_passing_end_nothing() {
         let mut s = state();
-        set(&mut s, "disk", CheckStatus::Passing, 0);
+        set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         assert_eq!(
-            set(&mut s, "disk", CheckStatus::Warning, 1),
+            set(&mut s, "disk", CheckStatus::Warning, at(1)),
             Vec::<SessionId>::new()
         );
         assert_eq!(
-            set(&mut s, "disk", CheckStatus::Passing, 2),
+            set(&mut s, "disk", CheckStatus::Passing, at(2)),
             Vec::<SessionId>::new()
         );
         assert!(s.session(id(1)).is_some());
@@ -318,7 +319,7 @@ mod tests {
     #[test]
     fn a_critical_check_puts_the_sessions_locks_in_lock_delay() {
         let mut s = state();
-        set(&mut s, "disk", CheckStatus::Passing, 0);
+        set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         create(&mut s, 2, &[]).unwrap();
         let acquire = |who: u128| Command::Acquire {
@@ -329,9 +330,9 @@ mod tests {
             transient: false,
             wait: false,
         };
-        s.apply(acquire(1), 0).0.unwrap();
-        set(&mut s, "disk", CheckStatus::Critical, 1_000);
-        let refused = s.apply(acquire(2), 2_000).0.unwrap_err();
+        s.apply(acquire(1), at(0)).0.unwrap();
+        set(&mut s, "disk", CheckStatus::Critical, at(1_000));
+        let refused = s.apply(acquire(2), at(2_000)).0.unwrap_err();
         assert_eq!(
             refused.code,
             ErrorCode::LockDelayed {
@@ -344,13 +345,13 @@ mod tests {
     #[test]
     fn deleting_a_check_ends_its_sessions() {
         let mut s = state();
-        set(&mut s, "disk", CheckStatus::Passing, 0);
+        set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         let (reply, _) = s.apply(
             Command::DeleteCheck {
                 name: "disk".into(),
             },
-            1,
+            at(1),
         );
         assert!(matches!(
             reply,
@@ -364,14 +365,14 @@ mod tests {
     #[test]
     fn a_listing_counts_only_live_bound_sessions() {
         let mut s = state();
-        set(&mut s, "disk", CheckStatus::Passing, 0);
+        set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         create(&mut s, 2, &["disk"]).unwrap();
         let end = Command::EndSession {
             id: id(1),
             cause: EndCause::Destroyed,
         };
-        s.apply(end, 1).0.unwrap();
+        s.apply(end, at(1)).0.unwrap();
         let listed: Vec<CheckInfo> = s.checks.after(None).collect();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].sessions, 1);
@@ -388,7 +389,7 @@ mod tests {
                 status: CheckStatus::Passing,
                 note: String::new(),
             };
-            let refused = s.apply(command, 0).0.unwrap_err();
+            let refused = s.apply(command, at(0)).0.unwrap_err();
             assert_eq!(refused.code, ErrorCode::InvalidArgument, "{name:?}");
         }
         let command = Command::SetCheck {
@@ -397,7 +398,7 @@ mod tests {
             note: "n".repeat(MAX_CHECK_NOTE + 1),
         };
         assert_eq!(
-            s.apply(command, 0).0.unwrap_err().code,
+            s.apply(command, at(0)).0.unwrap_err().code,
             ErrorCode::InvalidArgument
         );
         assert!(check_name("service:db-1/disk_2.ok").is_ok());

@@ -9,8 +9,8 @@
 
 use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
 
-use crate::lease::Millis;
 use crate::master::{Master, ReplyTx};
+use crate::time::{whole_millis, Millis};
 
 /// A KeepAlive waiting for its answer, kept in its session's lease. The
 /// session's one timer is set for its answer while it waits
@@ -87,7 +87,10 @@ impl Master {
             held.reply,
             Ok(Response::KeepAlive {
                 epoch: self.config.epoch,
-                lease: LeaseGrant::conservative(expires - now, now - held.received_at),
+                lease: LeaseGrant::conservative(
+                    whole_millis(expires.since(now)),
+                    whole_millis(now.since(held.received_at)),
+                ),
                 // Half a frame, as pages of sessions: the rest of the reply is
                 // small and the smallest frame still carries one event. None
                 // while the connection's peer leaves its replies unread: the

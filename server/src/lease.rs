@@ -10,24 +10,22 @@
 //! several times that. Arming is O(log n) and nothing is ever scanned, so
 //! idle sessions cost no time.
 //!
-//! Times are milliseconds on the master's monotonic clock, passed in by the
-//! caller, so this table is deterministic and needs no runtime.
+//! Times are instants of master time (`time.rs`), passed in by the caller, so this table is deterministic and needs no runtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use leasehold_protocol::SessionId;
 
-/// Milliseconds on the master's monotonic clock.
-pub type Millis = u64;
+use crate::time::{whole_millis, Millis};
 
 /// A timer that is not set.
-const UNARMED: Millis = Millis::MAX;
+const UNARMED: Millis = Millis::NEVER;
 
 #[derive(Debug)]
 struct Lease<H> {
     expires_at: Millis,
-    duration: Millis,
+    duration: Duration,
     /// When the session's timer is due; [`UNARMED`] if it is not set.
     timer: Millis,
     held: Option<H>,
@@ -54,7 +52,6 @@ impl<H> Leases<H> {
     /// Starts the lease of a new session at `now` (`LEASE-1`). Its timer is
     /// not set.
     pub fn start(&mut self, id: SessionId, duration: Duration, now: Millis) -> Millis {
-        let duration = duration.as_millis() as Millis;
         let expires_at = now + duration;
         let lease = Lease {
             expires_at,
@@ -82,8 +79,8 @@ impl<H> Leases<H> {
     }
 
     /// Lease left at `now`.
-    pub fn remaining(&self, id: SessionId, now: Millis) -> Option<Millis> {
-        self.expires_at(id).map(|e| e.saturating_sub(now))
+    pub fn remaining(&self, id: SessionId, now: Millis) -> Option<Duration> {
+        self.expires_at(id).map(|e| e.since(now))
     }
 
     /// When a held KeepAlive for `id` is to be answered: a margin before the
@@ -92,10 +89,13 @@ impl<H> Leases<H> {
     /// `LEASE-5`) and at most a quarter (so short leases are still held).
     pub fn answer_held_at(&self, id: SessionId, margin: Duration) -> Option<Millis> {
         let lease = self.leases.get(&id)?;
-        let margin = (margin.as_millis() as Millis)
-            .max(lease.duration / 20)
-            .min(lease.duration / 4);
-        Some(lease.expires_at.saturating_sub(margin))
+        let margin = margin.max(lease.duration / 20).min(lease.duration / 4);
+        Some(Millis::from_millis(
+            lease
+                .expires_at
+                .as_millis()
+                .saturating_sub(whole_millis(margin)),
+        ))
     }
 
     /// When the timer of `id` is due: the answer of its held KeepAlive if
@@ -168,6 +168,7 @@ impl<H> Leases<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::at;
 
     fn id() -> SessionId {
         SessionId::from_u128(1)
@@ -176,7 +177,7 @@ mod tests {
     fn leases_of(n: u128) -> Leases {
         let mut leases: Leases = Leases::default();
         for i in 1..=n {
-            leases.start(SessionId::from_u128(i), Duration::from_secs(12), 0);
+            leases.start(SessionId::from_u128(i), Duration::from_secs(12), at(0));
         }
         leases
     }
@@ -186,25 +187,25 @@ mod tests {
     fn timers_come_due_earliest_first_and_only_once_their_time_has_come() {
         let mut leases = leases_of(3);
         let id = SessionId::from_u128;
-        leases.arm(id(1), 30);
-        leases.arm(id(2), 10);
-        leases.arm(id(3), 20);
-        assert_eq!(leases.next_due(), Some(10));
-        assert_eq!(leases.pop_due(9), None);
-        assert_eq!(leases.pop_due(25), Some(id(2)));
-        assert_eq!(leases.pop_due(25), Some(id(3)));
-        assert_eq!(leases.pop_due(25), None);
-        assert_eq!(leases.next_due(), Some(30));
+        leases.arm(id(1), at(30));
+        leases.arm(id(2), at(10));
+        leases.arm(id(3), at(20));
+        assert_eq!(leases.next_due(), Some(at(10)));
+        assert_eq!(leases.pop_due(at(9)), None);
+        assert_eq!(leases.pop_due(at(25)), Some(id(2)));
+        assert_eq!(leases.pop_due(at(25)), Some(id(3)));
+        assert_eq!(leases.pop_due(at(25)), None);
+        assert_eq!(leases.next_due(), Some(at(30)));
     }
 
     // LEASE-3
     #[test]
     fn arming_again_replaces_the_previous_time() {
         let mut leases = leases_of(1);
-        leases.arm(id(), 10);
-        leases.arm(id(), 50);
-        assert_eq!(leases.pop_due(20), None);
-        assert_eq!(leases.pop_due(50), Some(id()));
+        leases.arm(id(), at(10));
+        leases.arm(id(), at(50));
+        assert_eq!(leases.pop_due(at(20)), None);
+        assert_eq!(leases.pop_due(at(50)), Some(id()));
         assert!(!leases.is_armed(id()));
     }
 
@@ -212,37 +213,43 @@ mod tests {
     #[test]
     fn the_timer_of_an_ended_session_never_comes_due() {
         let mut leases = leases_of(1);
-        leases.arm(id(), 10);
+        leases.arm(id(), at(10));
         leases.remove(id());
         assert_eq!(leases.next_due(), None);
-        assert_eq!(leases.pop_due(100), None);
+        assert_eq!(leases.pop_due(at(100)), None);
     }
 
     // LEASE-1
     #[test]
     fn a_new_lease_runs_one_duration_from_its_start() {
         let mut leases: Leases = Leases::default();
-        assert_eq!(leases.start(id(), Duration::from_secs(12), 1_000), 13_000);
-        assert_eq!(leases.remaining(id(), 4_000), Some(9_000));
+        assert_eq!(
+            leases.start(id(), Duration::from_secs(12), at(1_000)),
+            at(13_000)
+        );
+        assert_eq!(
+            leases.remaining(id(), at(4_000)),
+            Some(Duration::from_secs(9))
+        );
     }
 
     // LEASE-2
     #[test]
     fn extending_never_moves_a_lease_backward() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_secs(10), 5_000);
-        assert_eq!(leases.extend(id(), 1_000), Some(15_000));
-        assert_eq!(leases.extend(id(), 8_000), Some(18_000));
+        leases.start(id(), Duration::from_secs(10), at(5_000));
+        assert_eq!(leases.extend(id(), at(1_000)), Some(at(15_000)));
+        assert_eq!(leases.extend(id(), at(8_000)), Some(at(18_000)));
     }
 
     // KA-2
     #[test]
     fn a_held_keepalive_is_answered_a_margin_before_expiry() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_secs(12), 0);
+        leases.start(id(), Duration::from_secs(12), at(0));
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),
-            Some(10_000)
+            Some(at(10_000))
         );
     }
 
@@ -250,10 +257,10 @@ mod tests {
     #[test]
     fn the_margin_is_at_least_a_twentieth_of_a_long_lease() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_secs(60), 0);
+        leases.start(id(), Duration::from_secs(60), at(0));
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_millis(100)),
-            Some(57_000)
+            Some(at(57_000))
         );
     }
 
@@ -261,10 +268,10 @@ mod tests {
     #[test]
     fn the_margin_is_at_most_a_quarter_of_a_short_lease() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_millis(1_000), 0);
+        leases.start(id(), Duration::from_millis(1_000), at(0));
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),
-            Some(750)
+            Some(at(750))
         );
     }
 }

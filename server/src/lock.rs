@@ -7,12 +7,13 @@
 //! queue part of the replicated state.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
 use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
 
-use crate::lease::Millis;
 use crate::node::check_key;
 use crate::state::{Applied, NodeChange, State, StateEvent};
+use crate::time::{whole_millis, Millis};
 
 /// One blocking acquire waiting its turn.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -42,10 +43,10 @@ impl LockState {
             || (mode == LockMode::Shared && self.holders.values().all(|m| *m == LockMode::Shared))
     }
 
-    fn delay_remaining(&self, now: Millis) -> Option<Millis> {
+    fn delay_remaining(&self, now: Millis) -> Option<Duration> {
         self.delay_until
             .filter(|until| *until > now)
-            .map(|until| until - now)
+            .map(|until| until.since(now))
     }
 
     fn is_idle(&self, now: Millis) -> bool {
@@ -366,7 +367,7 @@ impl State {
         &mut self,
         session: SessionId,
         behavior: Behavior,
-        lock_delay: Millis,
+        lock_delay: Duration,
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
@@ -381,7 +382,7 @@ impl State {
         }
         for key in self.locks.held_by(session) {
             self.locks.remove_holder(&key, session);
-            if lock_delay > 0 {
+            if whole_millis(lock_delay) > 0 {
                 let until = now + lock_delay;
                 let lock = self.locks.locks.entry(key.clone()).or_default();
                 lock.delay_until = Some(lock.delay_until.map_or(until, |u| u.max(until)));
@@ -468,15 +469,21 @@ impl State {
 /// Why the lock of `key` cannot be had now.
 fn unavailable(key: &str, lock: &LockState, now: Millis) -> Error {
     match lock.delay_remaining(now) {
-        Some(remaining_ms) => Error::new(
-            ErrorCode::LockDelayed { remaining_ms },
+        Some(remaining) => Error::new(
+            ErrorCode::LockDelayed {
+                remaining_ms: whole_millis(remaining),
+            },
             format!(
-                "'{key}' is in lock-delay for another {remaining_ms} ms: its holder's session was invalidated"
+                "'{key}' is in lock-delay for another {} ms: its holder's session was invalidated",
+                whole_millis(remaining)
             ),
         ),
         None if lock.holders.is_empty() => Error::new(
             ErrorCode::LockHeld,
-            format!("'{key}' is free but {} waiter(s) are ahead", lock.waiters.len()),
+            format!(
+                "'{key}' is free but {} waiter(s) are ahead",
+                lock.waiters.len()
+            ),
         ),
         None => Error::new(
             ErrorCode::LockHeld,
@@ -504,6 +511,7 @@ mod tests {
     use crate::config::Config;
     use crate::session::EndCause;
     use crate::state::{Bounds, Command};
+    use crate::time::at;
 
     const A: u128 = 1;
     const B: u128 = 2;
@@ -528,7 +536,7 @@ mod tests {
                     behavior: if n == A { behavior } else { Behavior::Release },
                     checks: Vec::new(),
                 },
-                0,
+                at(0),
             );
             reply.unwrap();
         }
@@ -632,18 +640,18 @@ mod tests {
     #[test]
     fn the_generation_rises_from_free_to_held_and_not_on_reacquire_or_release() {
         let mut s = state(Behavior::Release);
-        let first = generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
+        let first = generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
         // NS-2: a node's lock generation starts at its instance number.
         let instance = s.namespace().get("k").unwrap().instance;
         assert_eq!(first, instance + 1);
         assert_eq!(
-            generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0),
+            generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0),
             first
         );
-        release(&mut s, A, 0);
+        release(&mut s, A, at(0));
         assert_eq!(s.namespace().get("k").unwrap().lock_generation, first);
         assert_eq!(
-            generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0),
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0),
             first + 1
         );
     }
@@ -652,22 +660,22 @@ mod tests {
     #[test]
     fn shared_holders_coexist_and_exclude_an_exclusive_one() {
         let mut s = state(Behavior::Release);
-        let first = generation(acquire(&mut s, A, LockMode::Shared, false, 0).0);
+        let first = generation(acquire(&mut s, A, LockMode::Shared, false, at(0)).0);
         assert_eq!(
-            generation(acquire(&mut s, B, LockMode::Shared, false, 0).0),
+            generation(acquire(&mut s, B, LockMode::Shared, false, at(0)).0),
             first
         );
-        let refused = acquire(&mut s, C, LockMode::Exclusive, false, 0)
+        let refused = acquire(&mut s, C, LockMode::Exclusive, false, at(0))
             .0
             .unwrap_err();
         assert_eq!(refused.code, ErrorCode::LockHeld);
-        release(&mut s, A, 0);
-        release(&mut s, B, 0);
+        release(&mut s, A, at(0));
+        release(&mut s, B, at(0));
         assert_eq!(
-            generation(acquire(&mut s, C, LockMode::Exclusive, false, 0).0),
+            generation(acquire(&mut s, C, LockMode::Exclusive, false, at(0)).0),
             first + 1
         );
-        let refused = acquire(&mut s, A, LockMode::Shared, false, 0)
+        let refused = acquire(&mut s, A, LockMode::Shared, false, at(0))
             .0
             .unwrap_err();
         assert_eq!(refused.code, ErrorCode::LockHeld);
@@ -677,20 +685,20 @@ mod tests {
     #[test]
     fn waiters_are_served_first_come_first_served() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, true, 0).0);
-        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
-        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, 0).0);
-        assert_eq!(granted(&release(&mut s, A, 0)), [b]);
-        assert_eq!(granted(&release(&mut s, B, 0)), [c]);
+        generation(acquire(&mut s, A, LockMode::Exclusive, true, at(0)).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, at(0)).0);
+        assert_eq!(granted(&release(&mut s, A, at(0))), [b]);
+        assert_eq!(granted(&release(&mut s, B, at(0))), [c]);
     }
 
     // LOCK-5
     #[test]
     fn a_newcomer_never_overtakes_a_waiter() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Shared, false, 0).0);
-        ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
-        let refused = acquire(&mut s, C, LockMode::Shared, false, 0)
+        generation(acquire(&mut s, A, LockMode::Shared, false, at(0)).0);
+        ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
+        let refused = acquire(&mut s, C, LockMode::Shared, false, at(0))
             .0
             .unwrap_err();
         assert_eq!(refused.code, ErrorCode::LockHeld);
@@ -700,23 +708,23 @@ mod tests {
     #[test]
     fn shared_waiters_behind_each_other_are_granted_together() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
-        let b = ticket(acquire(&mut s, B, LockMode::Shared, true, 0).0);
-        let c = ticket(acquire(&mut s, C, LockMode::Shared, true, 0).0);
-        assert_eq!(granted(&release(&mut s, A, 0)), [b, c]);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Shared, true, at(0)).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Shared, true, at(0)).0);
+        assert_eq!(granted(&release(&mut s, A, at(0))), [b, c]);
     }
 
     // LOCK-6, ERR-12
     #[test]
     fn lock_delay_follows_invalidation_and_the_refusal_says_how_long() {
         let mut s = state(Behavior::Release);
-        let first = generation(acquire(&mut s, A, LockMode::Exclusive, false, 1_000).0);
-        let events = end(&mut s, A, 1_000);
+        let first = generation(acquire(&mut s, A, LockMode::Exclusive, false, at(1_000)).0);
+        let events = end(&mut s, A, at(1_000));
         assert!(events.contains(&StateEvent::LockDelayStarted {
             key: "k".into(),
-            until: 6_000
+            until: at(6_000)
         }));
-        let refused = acquire(&mut s, B, LockMode::Exclusive, false, 2_500)
+        let refused = acquire(&mut s, B, LockMode::Exclusive, false, at(2_500))
             .0
             .unwrap_err();
         assert_eq!(
@@ -727,7 +735,7 @@ mod tests {
         );
         assert!(refused.message.contains("3500 ms"), "{}", refused.message);
         assert_eq!(
-            generation(acquire(&mut s, B, LockMode::Exclusive, false, 6_000).0),
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, at(6_000)).0),
             first + 1
         );
     }
@@ -736,24 +744,24 @@ mod tests {
     #[test]
     fn a_normal_release_starts_no_lock_delay() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
-        release(&mut s, A, 0);
-        generation(acquire(&mut s, B, LockMode::Exclusive, false, 1).0);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        release(&mut s, A, at(0));
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, at(1)).0);
     }
 
     // LOCK-6
     #[test]
     fn a_waiter_gets_the_lock_when_lock_delay_ends() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
-        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
         assert!(
-            granted(&end(&mut s, A, 0)).is_empty(),
+            granted(&end(&mut s, A, at(0))).is_empty(),
             "not during the delay"
         );
-        let (_, early) = s.apply(Command::GrantWaiters { key: "k".into() }, 4_999);
+        let (_, early) = s.apply(Command::GrantWaiters { key: "k".into() }, at(4_999));
         assert!(granted(&early).is_empty());
-        let (_, on_time) = s.apply(Command::GrantWaiters { key: "k".into() }, 5_000);
+        let (_, on_time) = s.apply(Command::GrantWaiters { key: "k".into() }, at(5_000));
         assert_eq!(granted(&on_time), [b]);
     }
 
@@ -761,11 +769,11 @@ mod tests {
     #[test]
     fn behaviour_delete_removes_the_nodes_the_session_held_and_keeps_the_delay() {
         let mut s = state(Behavior::Delete);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
-        let events = end(&mut s, A, 0);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        let events = end(&mut s, A, at(0));
         assert!(events.contains(&StateEvent::NodeDeleted { key: "k".into() }));
         assert!(s.namespace().get("k").is_none());
-        let refused = acquire(&mut s, B, LockMode::Exclusive, false, 10)
+        let refused = acquire(&mut s, B, LockMode::Exclusive, false, at(10))
             .0
             .unwrap_err();
         assert_eq!(
@@ -780,31 +788,31 @@ mod tests {
     #[test]
     fn a_waiter_whose_session_ends_leaves_the_line() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
-        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
-        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, 0).0);
-        assert!(end(&mut s, B, 0).contains(&StateEvent::WaitEnded { ticket: b }));
-        assert_eq!(granted(&release(&mut s, A, 0)), [c]);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, at(0)).0);
+        assert!(end(&mut s, B, at(0)).contains(&StateEvent::WaitEnded { ticket: b }));
+        assert_eq!(granted(&release(&mut s, A, at(0))), [c]);
     }
 
     // LOCK-3
     #[test]
     fn a_cancelled_wait_says_why_the_lock_was_not_had() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, A, LockMode::Exclusive, false, 0).0);
-        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, 0).0);
+        generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
         let (reply, _) = s.apply(
             Command::CancelWait {
                 key: "k".into(),
                 ticket: b,
             },
-            0,
+            at(0),
         );
         let Ok(Applied::WaitCancelled { refusal }) = reply else {
             panic!("expected the wait cancelled, got {reply:?}");
         };
         assert_eq!(refusal.code, ErrorCode::LockHeld);
-        assert!(granted(&release(&mut s, A, 0)).is_empty());
+        assert!(granted(&release(&mut s, A, at(0))).is_empty());
     }
 
     // LOCK-7
@@ -812,15 +820,15 @@ mod tests {
     fn a_sequencer_is_valid_only_while_its_holding_lasts() {
         let mut s = state(Behavior::Release);
         let Ok(Applied::Acquired { sequencer, .. }) =
-            acquire(&mut s, A, LockMode::Exclusive, false, 0).0
+            acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0
         else {
             panic!("expected the lock");
         };
         assert!(s.sequencer_is_valid(&sequencer));
         assert_eq!(s.sequencer_of("k", id(A)), Some(sequencer.clone()));
-        release(&mut s, A, 0);
+        release(&mut s, A, at(0));
         assert!(!s.sequencer_is_valid(&sequencer));
-        generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0);
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
         let stolen = Sequencer {
             session: id(B),
             ..sequencer.clone()
@@ -833,7 +841,7 @@ mod tests {
     fn a_sequencer_of_a_deleted_node_stays_invalid_after_the_node_is_recreated() {
         let mut s = state(Behavior::Release);
         let Ok(Applied::Acquired { sequencer, .. }) =
-            acquire(&mut s, B, LockMode::Exclusive, false, 0).0
+            acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0
         else {
             panic!("expected the lock");
         };
@@ -844,13 +852,13 @@ mod tests {
                 recursive: false,
                 locked: crate::state::LockedNodes::Any,
             },
-            0,
+            at(0),
         );
         reply.unwrap();
         // NS-2: the new node's generations start above the old node's, and
         // the instance tells them apart too.
         assert!(
-            generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0)
+            generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0)
                 > sequencer.lock_generation
         );
         assert!(!s.sequencer_is_valid(&sequencer));
@@ -860,8 +868,8 @@ mod tests {
     #[test]
     fn deleting_a_locked_node_hands_the_lock_to_the_next_waiter() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0);
-        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, 0).0);
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, at(0)).0);
         let (reply, events) = s.apply(
             Command::Delete {
                 key: "k".into(),
@@ -869,7 +877,7 @@ mod tests {
                 recursive: false,
                 locked: crate::state::LockedNodes::Any,
             },
-            0,
+            at(0),
         );
         reply.unwrap();
         assert_eq!(granted(&events), [c]);
@@ -892,7 +900,7 @@ mod tests {
                 transient: false,
                 wait: false,
             },
-            0,
+            at(0),
         );
         let Ok(Applied::Acquired { index, .. }) = reply else {
             panic!("expected the lock, got {reply:?}");
@@ -914,7 +922,7 @@ mod tests {
                 key: "k".into(),
                 session: id(A),
             },
-            0,
+            at(0),
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::LockNotHeld);
     }
@@ -923,9 +931,9 @@ mod tests {
     #[test]
     fn a_transient_node_goes_when_its_lock_is_released_and_nobody_waits() {
         let mut s = state(Behavior::Release);
-        generation(acquire_transient(&mut s, B, false, 0).0);
+        generation(acquire_transient(&mut s, B, false, at(0)).0);
         assert!(s.namespace.get("k").unwrap().stat().transient);
-        let events = release(&mut s, B, 1);
+        let events = release(&mut s, B, at(1));
         assert!(deleted(&events), "{events:?}");
         assert!(s.namespace.get("k").is_none());
         assert!(s.locks.get("k").is_none(), "nothing is left of the lock");
@@ -935,13 +943,13 @@ mod tests {
     #[test]
     fn a_transient_node_stays_while_someone_waits_and_goes_with_the_last_holder() {
         let mut s = state(Behavior::Release);
-        generation(acquire_transient(&mut s, B, false, 0).0);
-        ticket(acquire_transient(&mut s, C, true, 1).0);
-        let events = release(&mut s, B, 2);
+        generation(acquire_transient(&mut s, B, false, at(0)).0);
+        ticket(acquire_transient(&mut s, C, true, at(1)).0);
+        let events = release(&mut s, B, at(2));
         assert!(!deleted(&events), "C took it over: {events:?}");
         assert_eq!(granted(&events).len(), 1);
         assert!(s.namespace.get("k").is_some());
-        let events = release(&mut s, C, 3);
+        let events = release(&mut s, C, at(3));
         assert!(deleted(&events), "{events:?}");
     }
 
@@ -949,11 +957,13 @@ mod tests {
     #[test]
     fn a_transient_node_goes_with_its_expired_holder_and_the_lock_delay_stays() {
         let mut s = state(Behavior::Release);
-        let first = generation(acquire_transient(&mut s, A, false, 0).0);
-        let events = end(&mut s, A, 1_000);
+        let first = generation(acquire_transient(&mut s, A, false, at(0)).0);
+        let events = end(&mut s, A, at(1_000));
         assert!(deleted(&events), "{events:?}");
         assert!(s.namespace.get("k").is_none());
-        let refusal = acquire_transient(&mut s, B, false, 2_000).0.unwrap_err();
+        let refusal = acquire_transient(&mut s, B, false, at(2_000))
+            .0
+            .unwrap_err();
         assert_eq!(
             refusal.code,
             ErrorCode::LockDelayed {
@@ -964,7 +974,7 @@ mod tests {
         // After it, the key is taken and created anew, under a higher
         // generation than the deleted node's: fencing by generation holds
         // across the deletion (NS-2).
-        let next = generation(acquire_transient(&mut s, B, false, 6_000).0);
+        let next = generation(acquire_transient(&mut s, B, false, at(6_000)).0);
         assert!(s.namespace.get("k").is_some());
         assert!(next > first, "{next} after {first}");
     }
@@ -973,16 +983,16 @@ mod tests {
     #[test]
     fn the_last_waiter_leaving_a_delayed_lock_takes_the_transient_node_with_it() {
         let mut s = state(Behavior::Release);
-        generation(acquire_transient(&mut s, A, false, 0).0);
-        let waiter = ticket(acquire_transient(&mut s, B, true, 1).0);
-        let events = end(&mut s, A, 1_000);
+        generation(acquire_transient(&mut s, A, false, at(0)).0);
+        let waiter = ticket(acquire_transient(&mut s, B, true, at(1)).0);
+        let events = end(&mut s, A, at(1_000));
         assert!(!deleted(&events), "B still waits: {events:?}");
         let (reply, events) = s.apply(
             Command::CancelWait {
                 key: "k".into(),
                 ticket: waiter,
             },
-            2_000,
+            at(2_000),
         );
         assert!(
             matches!(reply, Ok(Applied::WaitCancelled { .. })),
@@ -996,7 +1006,7 @@ mod tests {
     #[test]
     fn a_put_makes_a_transient_node_permanent() {
         let mut s = state(Behavior::Release);
-        generation(acquire_transient(&mut s, B, false, 0).0);
+        generation(acquire_transient(&mut s, B, false, at(0)).0);
         s.apply(
             Command::Put(crate::namespace::Put {
                 key: "k".into(),
@@ -1005,11 +1015,11 @@ mod tests {
                 cas: None,
                 ephemeral: None,
             }),
-            1,
+            at(1),
         )
         .0
         .unwrap();
-        assert!(!deleted(&release(&mut s, B, 2)));
+        assert!(!deleted(&release(&mut s, B, at(2))));
         assert_eq!(s.namespace.get("k").unwrap().contents, b"kept");
     }
 
@@ -1017,11 +1027,11 @@ mod tests {
     #[test]
     fn a_transient_acquire_never_makes_an_existing_node_transient() {
         let mut s = state(Behavior::Release);
-        generation(acquire(&mut s, B, LockMode::Exclusive, false, 0).0);
-        release(&mut s, B, 1);
-        generation(acquire_transient(&mut s, C, false, 2).0);
+        generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
+        release(&mut s, B, at(1));
+        generation(acquire_transient(&mut s, C, false, at(2)).0);
         assert!(!s.namespace.get("k").unwrap().transient);
-        assert!(!deleted(&release(&mut s, C, 3)));
+        assert!(!deleted(&release(&mut s, C, at(3))));
         assert!(s.namespace.get("k").is_some());
     }
 
@@ -1029,14 +1039,14 @@ mod tests {
     #[test]
     fn one_acquire_that_wants_the_node_kept_keeps_it() {
         let mut s = state(Behavior::Release);
-        acquire_as(&mut s, B, LockMode::Shared, false, true, 0)
+        acquire_as(&mut s, B, LockMode::Shared, false, true, at(0))
             .0
             .unwrap();
-        acquire_as(&mut s, C, LockMode::Shared, false, false, 1)
+        acquire_as(&mut s, C, LockMode::Shared, false, false, at(1))
             .0
             .unwrap();
-        release(&mut s, B, 2);
-        let events = release(&mut s, C, 3);
+        release(&mut s, B, at(2));
+        let events = release(&mut s, C, at(3));
         assert!(!deleted(&events), "{events:?}");
         assert!(s.namespace.get("k").is_some());
     }

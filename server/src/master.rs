@@ -25,13 +25,14 @@ use crate::config::{Config, MAX_LIST_PAGE};
 use crate::events::Events;
 use crate::ids::Ids;
 use crate::keepalive::Held;
-use crate::lease::{Leases, Millis};
+use crate::lease::Leases;
 use crate::namespace::Put;
 use crate::node::check_key;
 use crate::recovery::Start;
 use crate::session::EndCause;
 use crate::state::{Applied, Command, State, StateEvent};
 use crate::store::{Record, Snapshot};
+use crate::time::{whole_millis, Millis};
 use crate::watch::Watches;
 
 /// Encoded size of a `SessionInfo` besides its name, generously rounded up.
@@ -365,11 +366,11 @@ impl Master {
     }
 
     pub(crate) fn now(&self) -> Millis {
-        self.offset + self.start.elapsed().as_millis() as Millis
+        self.offset + self.start.elapsed()
     }
 
     pub(crate) fn instant(&self, at: Millis) -> Instant {
-        self.start + Duration::from_millis(at.saturating_sub(self.offset))
+        self.start + at.since(self.offset)
     }
 
     /// Sends a reply once everything applied before it is durable.
@@ -969,7 +970,7 @@ impl Master {
             lease_ms: s.lease.as_millis() as u64,
             lock_delay_ms: s.lock_delay.as_millis() as u64,
             behavior: s.behavior,
-            lease_remaining_ms: self.leases.remaining(id, now).unwrap_or(0),
+            lease_remaining_ms: self.leases.remaining(id, now).map_or(0, whole_millis),
             keepalive_held: self.leases.held(id).is_some_and(|h| !h.reply.is_closed()),
             checks: s.checks.to_vec(),
         })

@@ -94,6 +94,7 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use crate::state::{Bounds, State};
+    use crate::time::at;
 
     #[test]
     fn a_compacted_store_recovers_the_snapshot_and_the_records_after_it() {
@@ -102,7 +103,7 @@ mod tests {
         store.append(&Record::Epoch(2)).unwrap();
         let snapshot = Snapshot {
             epoch: 2,
-            now: 7,
+            now: at(7),
             next_seq: 2,
             state: State::new(Bounds::from(&crate::Config::default())),
         };
@@ -110,7 +111,10 @@ mod tests {
         store.append(&Record::Epoch(3)).unwrap();
 
         let recovered = store.clone().recover().unwrap();
-        assert_eq!(recovered.snapshot.map(|s| (s.epoch, s.now)), Some((2, 7)));
+        assert_eq!(
+            recovered.snapshot.map(|s| (s.epoch, s.now)),
+            Some((2, at(7)))
+        );
         assert_eq!(recovered.records, [Record::Epoch(3)]);
         assert_eq!(recovered.next_seq, 3);
     }

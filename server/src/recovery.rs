@@ -6,9 +6,9 @@ use tracing::{info, warn};
 
 use crate::commit::Committer;
 use crate::config::Config;
-use crate::lease::Millis;
 use crate::state::{Bounds, State};
 use crate::store::{FileStore, Record, Snapshot, Store, StoreError};
+use crate::time::Millis;
 
 /// What a master starts from.
 #[derive(Debug)]
@@ -42,7 +42,7 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
             (None, None) => {
                 return Ok(Start {
                     state: State::new(bounds),
-                    offset: 0,
+                    offset: Millis::ZERO,
                     commit: None,
                     recovered: false,
                 })
@@ -50,7 +50,7 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
         };
     let (mut state, mut epoch, mut now) = match recovered.snapshot {
         Some(s) => (s.state, s.epoch, s.now),
-        None => (State::new(bounds.clone()), 0, 0),
+        None => (State::new(bounds.clone()), 0, Millis::ZERO),
     };
     let replayed = recovered.records.len();
     for record in recovered.records {

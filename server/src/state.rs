@@ -17,11 +17,11 @@ use leasehold_protocol::{
 
 use crate::check::Checks;
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
-use crate::lease::Millis;
 use crate::lock::Locks;
 use crate::namespace::{Namespace, Put};
 use crate::node::MAX_CONTENTS;
 use crate::session::{EndCause, Session};
+use crate::time::Millis;
 
 /// A change to the durable state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -434,8 +434,7 @@ impl State {
         };
         self.remember_ended(id, cause);
         self.checks.unbind(id, &session.checks);
-        let lock_delay = session.lock_delay.as_millis() as Millis;
-        self.invalidate_locks(id, session.behavior, lock_delay, index, now, events);
+        self.invalidate_locks(id, session.behavior, session.lock_delay, index, now, events);
         events.push(StateEvent::SessionEnded { id, cause });
         for key in self.namespace.ephemeral_of(id) {
             self.namespace.remove(&key, index);
@@ -584,6 +583,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::at;
 
     fn state() -> State {
         State::new(Bounds::from(&Config::default()))
@@ -611,7 +611,7 @@ mod tests {
     // SES-2
     #[test]
     fn a_session_without_a_lease_gets_the_default_lease() {
-        let (reply, events) = state().apply(create(1, None, None), 0);
+        let (reply, events) = state().apply(create(1, None, None), at(0));
         assert_eq!(created(reply).lease, Duration::from_secs(12));
         assert_eq!(
             events,
@@ -626,7 +626,7 @@ mod tests {
     fn a_lease_outside_the_bounds_is_an_invalid_argument() {
         let mut s = state();
         for lease in [999, 60_001] {
-            let (reply, events) = s.apply(create(lease as u128, Some(lease), None), 0);
+            let (reply, events) = s.apply(create(lease as u128, Some(lease), None), at(0));
             assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);
             assert!(events.is_empty());
         }
@@ -637,11 +637,11 @@ mod tests {
     fn an_explicit_zero_lock_delay_is_kept_and_none_takes_the_default() {
         let mut s = state();
         assert_eq!(
-            created(s.apply(create(1, None, Some(0)), 0).0).lock_delay,
+            created(s.apply(create(1, None, Some(0)), at(0)).0).lock_delay,
             Duration::ZERO
         );
         assert_eq!(
-            created(s.apply(create(2, None, None), 0).0).lock_delay,
+            created(s.apply(create(2, None, None), at(0)).0).lock_delay,
             Duration::from_secs(15)
         );
     }
@@ -660,7 +660,7 @@ mod tests {
                 behavior: Behavior::Release,
                 checks: Vec::new(),
             },
-            0,
+            at(0),
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);
     }
@@ -670,7 +670,7 @@ mod tests {
     fn sessions_after_an_id_start_past_it_in_id_order() {
         let mut s = state();
         for id in [3u128, 1, 2] {
-            created(s.apply(create(id, None, None), 0).0);
+            created(s.apply(create(id, None, None), at(0)).0);
         }
         let after_one: Vec<_> = s
             .sessions_after(Some(SessionId::from_u128(1)))
@@ -682,7 +682,7 @@ mod tests {
     // SES-3
     #[test]
     fn a_lock_delay_over_a_minute_is_an_invalid_argument() {
-        let (reply, _) = state().apply(create(1, None, Some(60_001)), 0);
+        let (reply, _) = state().apply(create(1, None, Some(60_001)), at(0));
         assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);
     }
 
@@ -692,8 +692,8 @@ mod tests {
         let mut bounds = Bounds::from(&Config::default());
         bounds.max_sessions = 1;
         let mut s = State::new(bounds);
-        created(s.apply(create(1, None, None), 0).0);
-        let (reply, _) = s.apply(create(2, None, None), 0);
+        created(s.apply(create(1, None, None), at(0)).0);
+        let (reply, _) = s.apply(create(2, None, None), at(0));
         assert_eq!(reply.unwrap_err().code, ErrorCode::LimitReached);
     }
 
@@ -701,14 +701,14 @@ mod tests {
     #[test]
     fn an_ended_session_is_expired_and_a_never_seen_one_is_unknown() {
         let mut s = state();
-        created(s.apply(create(1, None, None), 0).0);
+        created(s.apply(create(1, None, None), at(0)).0);
         let id = SessionId::from_u128(1);
         let (reply, events) = s.apply(
             Command::EndSession {
                 id,
                 cause: EndCause::Expired,
             },
-            5,
+            at(5),
         );
         assert_eq!(reply, Ok(Applied::SessionEnded));
         assert_eq!(
@@ -729,13 +729,13 @@ mod tests {
     #[test]
     fn ending_a_session_twice_reports_it_already_ended() {
         let mut s = state();
-        created(s.apply(create(1, None, None), 0).0);
+        created(s.apply(create(1, None, None), at(0)).0);
         let end = Command::EndSession {
             id: SessionId::from_u128(1),
             cause: EndCause::Destroyed,
         };
-        assert!(s.apply(end.clone(), 0).0.is_ok());
-        let (reply, events) = s.apply(end, 0);
+        assert!(s.apply(end.clone(), at(0)).0.is_ok());
+        let (reply, events) = s.apply(end, at(0));
         assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
         assert!(events.is_empty());
     }
@@ -754,15 +754,15 @@ mod tests {
     #[test]
     fn ending_a_session_deletes_its_ephemeral_nodes_and_no_others() {
         let mut s = state();
-        created(s.apply(create(1, None, None), 0).0);
-        s.apply(put("svc/a", Some(1)), 0).0.unwrap();
-        s.apply(put("svc/b", None), 0).0.unwrap();
+        created(s.apply(create(1, None, None), at(0)).0);
+        s.apply(put("svc/a", Some(1)), at(0)).0.unwrap();
+        s.apply(put("svc/b", None), at(0)).0.unwrap();
         let (reply, events) = s.apply(
             Command::EndSession {
                 id: SessionId::from_u128(1),
                 cause: EndCause::Expired,
             },
-            0,
+            at(0),
         );
         assert_eq!(reply, Ok(Applied::SessionEnded));
         assert!(events.contains(&StateEvent::NodeDeleted {
@@ -777,7 +777,7 @@ mod tests {
     #[test]
     fn an_ephemeral_node_needs_a_live_session() {
         let mut s = state();
-        let (reply, _) = s.apply(put("svc/a", Some(9)), 0);
+        let (reply, _) = s.apply(put("svc/a", Some(9)), at(0));
         assert_eq!(reply.unwrap_err().code, ErrorCode::UnknownSession);
     }
 
@@ -785,9 +785,9 @@ mod tests {
     #[test]
     fn every_applied_command_takes_the_next_index_and_a_refused_one_none() {
         let mut s = state();
-        created(s.apply(create(1, None, None), 0).0);
+        created(s.apply(create(1, None, None), at(0)).0);
         assert_eq!(
-            s.apply(put("a", None), 0).0,
+            s.apply(put("a", None), at(0)).0,
             Ok(Applied::Written { index: 2 })
         );
         let refused = Command::Put(Put {
@@ -797,9 +797,9 @@ mod tests {
                 _ => unreachable!(),
             }
         });
-        assert!(s.apply(refused, 0).0.is_err());
+        assert!(s.apply(refused, at(0)).0.is_err());
         assert_eq!(
-            s.apply(put("b", None), 0).0,
+            s.apply(put("b", None), at(0)).0,
             Ok(Applied::Written { index: 3 })
         );
         assert_eq!(s.namespace().get("b").unwrap().instance, 3);
@@ -810,14 +810,14 @@ mod tests {
         let run = || {
             let mut s = state();
             for i in 0..50u128 {
-                let _ = s.apply(create(i, Some(1_000 + i as u64 * 100), None), i as u64);
+                let _ = s.apply(create(i, Some(1_000 + i as u64 * 100), None), at(i as u64));
                 if i % 3 == 0 {
                     let _ = s.apply(
                         Command::EndSession {
                             id: SessionId::from_u128(i / 2),
                             cause: EndCause::Expired,
                         },
-                        i as u64,
+                        at(i as u64),
                     );
                 }
             }

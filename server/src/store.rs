@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use bincode::config::{self, Configuration, Limit};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::lease::Millis;
 use crate::state::{Command, State};
+use crate::time::Millis;
 
 const FORMAT: &str = "leasehold-data 3\n";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP01";
@@ -621,6 +621,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::state::Bounds;
+    use crate::time::at;
 
     fn dir(name: &str) -> PathBuf {
         let dir =
@@ -631,7 +632,7 @@ mod tests {
 
     fn create(n: u128) -> Record {
         Record::Command {
-            now: n as Millis,
+            now: Millis::from_millis(n as u64),
             command: Command::CreateSession {
                 id: SessionId::from_u128(n),
                 secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
@@ -763,7 +764,7 @@ mod tests {
         store.sync().unwrap();
         let snapshot = Snapshot {
             epoch: 1,
-            now: 1,
+            now: at(1),
             next_seq: 1,
             state: State::new(Bounds::from(&Config::default())),
         };
@@ -859,7 +860,7 @@ mod tests {
         store
             .compact(&Snapshot {
                 epoch: 3,
-                now: 2,
+                now: at(2),
                 next_seq: 2,
                 state,
             })
