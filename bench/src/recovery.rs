@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use leasehold::Client;
 use leasehold_protocol::{Behavior, SessionId};
-use leasehold_server::{Command, FileStore, Millis, Put, Record, Store};
+use leasehold_server::{Command, FileStore, Millis, NewSession, Put, Record, Store};
 
 use crate::inprocess::{scratch, serve};
 
@@ -19,7 +19,7 @@ pub fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
     for s in 0..sessions {
         store.append(&Record::Command {
             now: Millis::from_millis(1),
-            command: Command::CreateSession {
+            command: Command::CreateSession(NewSession {
                 id: SessionId::from_u128(u128::from(s) + 1),
                 secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
                 name: format!("s{s}"),
@@ -27,7 +27,7 @@ pub fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
                 lock_delay: None,
                 behavior: Behavior::Release,
                 checks: Vec::new(),
-            },
+            }),
         })?;
     }
     for n in 0..nodes {

@@ -219,6 +219,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
+    use crate::state::NewSession;
     use crate::state::{Bounds, Command};
     use crate::time::at;
 
@@ -227,7 +228,7 @@ mod tests {
     }
 
     fn create(s: &mut State, n: u128, checks: &[&str]) -> Result<Applied, Error> {
-        let command = Command::CreateSession {
+        let command = Command::CreateSession(NewSession {
             id: id(n),
             secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
             name: format!("s{n}"),
@@ -235,7 +236,7 @@ mod tests {
             lock_delay: Some(Duration::from_secs(5)),
             behavior: Behavior::Release,
             checks: checks.iter().map(|c| c.to_string()).collect(),
-        };
+        });
         s.apply(command, at(0)).0
     }
 

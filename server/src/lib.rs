@@ -64,6 +64,6 @@ pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use server::{run, Listener, Server, ServerError};
 pub use session::{EndCause, Session};
-pub use state::{Applied, Bounds, Command, LockedNodes, State, StateEvent};
+pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};
 pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError, StoreSizes};
 pub use time::Millis;

@@ -510,6 +510,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::session::EndCause;
+    use crate::state::NewSession;
     use crate::state::{Bounds, Command};
     use crate::time::at;
 
@@ -527,7 +528,7 @@ mod tests {
         let mut s = State::new(Bounds::from(&Config::default()));
         for (n, delay) in [(A, 5_000), (B, 0), (C, 0)] {
             let (reply, _) = s.apply(
-                Command::CreateSession {
+                Command::CreateSession(NewSession {
                     id: id(n),
                     secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
                     name: format!("s{n}"),
@@ -535,7 +536,7 @@ mod tests {
                     lock_delay: Some(Duration::from_millis(delay)),
                     behavior: if n == A { behavior } else { Behavior::Release },
                     checks: Vec::new(),
-                },
+                }),
                 at(0),
             );
             reply.unwrap();

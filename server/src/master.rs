@@ -26,11 +26,10 @@ use crate::events::Events;
 use crate::ids::Ids;
 use crate::keepalive::Held;
 use crate::lease::Leases;
-use crate::namespace::Put;
 use crate::node::check_key;
 use crate::recovery::Start;
 use crate::session::EndCause;
-use crate::state::{Applied, Command, State, StateEvent};
+use crate::state::{Applied, Command, NewSession, State, StateEvent};
 use crate::store::{Record, Snapshot};
 use crate::time::{whole_millis, Millis};
 use crate::watch::Watches;
@@ -558,23 +557,14 @@ impl Master {
             }
             Request::Put(put) => {
                 let key = put.key.clone();
-                self.apply(
-                    Command::Put(Put {
-                        key: put.key,
-                        contents: put.contents,
-                        flags: put.flags,
-                        cas: put.cas,
-                        ephemeral: put.ephemeral.map(|t| t.id),
-                    }),
-                    now,
-                )
-                .and_then(|applied| match applied {
-                    Applied::Written { index } => {
-                        self.count_node_bytes(key, call.peer);
-                        Ok(Response::Written { index })
-                    }
-                    other => Err(mismatch(other)),
-                })
+                self.apply(Command::Put(put.into()), now)
+                    .and_then(|applied| match applied {
+                        Applied::Written { index } => {
+                            self.count_node_bytes(key, call.peer);
+                            Ok(Response::Written { index })
+                        }
+                        other => Err(mismatch(other)),
+                    })
             }
             Request::Delete {
                 key,
@@ -609,16 +599,8 @@ impl Master {
                     other => Err(mismatch(other)),
                 }),
             Request::CreateSession(c) => {
-                let id = self.ids.next_id();
-                let command = Command::CreateSession {
-                    id,
-                    secret: self.ids.next_secret(),
-                    name: c.name,
-                    lease: c.lease_ms.map(Duration::from_millis),
-                    lock_delay: c.lock_delay_ms.map(Duration::from_millis),
-                    behavior: c.behavior,
-                    checks: c.checks,
-                };
+                let (id, secret) = (self.ids.next_id(), self.ids.next_secret());
+                let command = Command::CreateSession(NewSession::requested(c, id, secret));
                 self.apply(command, now).and_then(|applied| match applied {
                     Applied::SessionCreated(s) => Ok(Response::SessionCreated {
                         session: self.counted_session(s.id, call.peer),

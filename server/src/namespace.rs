@@ -28,6 +28,20 @@ pub struct Put {
     pub ephemeral: Option<SessionId>,
 }
 
+impl From<leasehold_protocol::Put> for Put {
+    /// The write a request asks for; an ephemeral node's owner is named by
+    /// id alone, since the log never carries a secret (`AUTH-1`).
+    fn from(put: leasehold_protocol::Put) -> Put {
+        Put {
+            key: put.key,
+            contents: put.contents,
+            flags: put.flags,
+            cas: put.cas,
+            ephemeral: put.ephemeral.map(|token| token.id),
+        }
+    }
+}
+
 /// Every node, with the indexes that make its operations cheap.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Namespace {

@@ -26,19 +26,8 @@ use crate::time::Millis;
 /// A change to the durable state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Command {
-    /// Create a session. The id is chosen before the command is applied so
-    /// that applying it is deterministic.
-    CreateSession {
-        id: SessionId,
-        /// Chosen with the id; durable, so the owner keeps its right to act
-        /// for the session across restarts (`AUTH-1`).
-        secret: SessionSecret,
-        name: String,
-        lease: Option<Duration>,
-        lock_delay: Option<Duration>,
-        behavior: Behavior,
-        checks: Vec<String>,
-    },
+    /// Create a session.
+    CreateSession(NewSession),
     /// End a session, because its lease ran out or someone destroyed it.
     /// Its ephemeral nodes are deleted (`NS-4`).
     EndSession { id: SessionId, cause: EndCause },
@@ -79,6 +68,44 @@ pub enum Command {
     },
     /// Remove a health check.
     DeleteCheck { name: String },
+}
+
+/// A session to create, as [`Command::CreateSession`] logs it. The id and
+/// secret are chosen before the command is applied, so that applying it is
+/// deterministic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NewSession {
+    pub id: SessionId,
+    /// Chosen with the id; durable, so the owner keeps its right to act for
+    /// the session across restarts (`AUTH-1`).
+    pub secret: SessionSecret,
+    pub name: String,
+    /// `None` takes the master's default.
+    pub lease: Option<Duration>,
+    /// `None` takes the master's default; zero means none.
+    pub lock_delay: Option<Duration>,
+    pub behavior: Behavior,
+    pub checks: Vec<String>,
+}
+
+impl NewSession {
+    /// The session `request` asks for, under the id and secret the master
+    /// chose for it.
+    pub fn requested(
+        request: leasehold_protocol::CreateSession,
+        id: SessionId,
+        secret: SessionSecret,
+    ) -> NewSession {
+        NewSession {
+            id,
+            secret,
+            name: request.name,
+            lease: request.lease_ms.map(Duration::from_millis),
+            lock_delay: request.lock_delay_ms.map(Duration::from_millis),
+            behavior: request.behavior,
+            checks: request.checks,
+        }
+    }
 }
 
 /// Which locked nodes a `Delete` may remove (`AUTH-4`). The master decides
@@ -278,24 +305,7 @@ impl State {
         self.index += 1;
         let index = self.index;
         let reply = match command {
-            Command::CreateSession {
-                id,
-                secret,
-                name,
-                lease,
-                lock_delay,
-                behavior,
-                checks,
-            } => self.create_session(
-                id,
-                secret,
-                name,
-                lease,
-                lock_delay,
-                behavior,
-                checks,
-                &mut events,
-            ),
+            Command::CreateSession(new) => self.create_session(new, &mut events),
             Command::EndSession { id, cause } => {
                 self.end_session(id, cause, index, now, &mut events)
             }
@@ -345,19 +355,20 @@ impl State {
         (reply, events)
     }
 
-    // The fields of `Command::CreateSession`, spelled out as `acquire`'s are.
-    #[allow(clippy::too_many_arguments)]
     fn create_session(
         &mut self,
-        id: SessionId,
-        secret: SessionSecret,
-        name: String,
-        lease: Option<Duration>,
-        lock_delay: Option<Duration>,
-        behavior: Behavior,
-        checks: Vec<String>,
+        new: NewSession,
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
+        let NewSession {
+            id,
+            secret,
+            name,
+            lease,
+            lock_delay,
+            behavior,
+            checks,
+        } = new;
         let b = &self.bounds;
         if name.len() > MAX_NAME_LEN {
             return Err(Error::new(
@@ -590,7 +601,7 @@ mod tests {
     }
 
     fn create(id: u128, lease: Option<u64>, lock_delay: Option<u64>) -> Command {
-        Command::CreateSession {
+        Command::CreateSession(NewSession {
             id: SessionId::from_u128(id),
             secret: SessionSecret::from_bytes([id as u8; 16]),
             name: "test".into(),
@@ -598,7 +609,7 @@ mod tests {
             lock_delay: lock_delay.map(Duration::from_millis),
             behavior: Behavior::Release,
             checks: Vec::new(),
-        }
+        })
     }
 
     fn created(reply: Result<Applied, Error>) -> Session {
@@ -651,7 +662,7 @@ mod tests {
     fn a_name_longer_than_the_maximum_is_an_invalid_argument() {
         let mut s = state();
         let (reply, _) = s.apply(
-            Command::CreateSession {
+            Command::CreateSession(NewSession {
                 id: SessionId::from_u128(1),
                 secret: SessionSecret::from_bytes([1; 16]),
                 name: "x".repeat(MAX_NAME_LEN + 1),
@@ -659,7 +670,7 @@ mod tests {
                 lock_delay: None,
                 behavior: Behavior::Release,
                 checks: Vec::new(),
-            },
+            }),
             at(0),
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::InvalidArgument);

@@ -621,6 +621,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::state::Bounds;
+    use crate::state::NewSession;
     use crate::time::at;
 
     fn dir(name: &str) -> PathBuf {
@@ -633,7 +634,7 @@ mod tests {
     fn create(n: u128) -> Record {
         Record::Command {
             now: Millis::from_millis(n as u64),
-            command: Command::CreateSession {
+            command: Command::CreateSession(NewSession {
                 id: SessionId::from_u128(n),
                 secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
                 name: format!("s{n}"),
@@ -641,7 +642,7 @@ mod tests {
                 lock_delay: None,
                 behavior: Behavior::Release,
                 checks: Vec::new(),
-            },
+            }),
         }
     }
 
