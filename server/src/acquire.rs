@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_protocol::{Acquire, Error, ErrorCode, Response, Sequencer};
-use tokio_util::time::delay_queue;
 
 use crate::config::MAX_WATCH_TIMEOUT;
 use crate::master::{mismatch, Master, ReplyTx, Timer};
 use crate::state::{Applied, Command};
 use crate::time::Millis;
+use crate::timers::TimerKey;
 
 /// Acquires waiting in line, by ticket.
 #[derive(Debug, Default)]
@@ -23,7 +23,7 @@ pub(crate) struct Acquires {
 struct Waiting {
     key: String,
     reply: ReplyTx,
-    timer: delay_queue::Key,
+    timer: TimerKey,
 }
 
 impl Master {
@@ -70,7 +70,9 @@ impl Master {
                     Some(0) | None => MAX_WATCH_TIMEOUT,
                     Some(ms) => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
                 };
-                let timer = self.timers.insert(Timer::AcquireTimeout(ticket), timeout);
+                let timer = self
+                    .timers
+                    .insert(now + timeout, Timer::AcquireTimeout(ticket));
                 if let Some(peer) = peer {
                     self.quotas.waiters.take(ticket, peer, 1); // QUOTA-4
                 }
@@ -95,7 +97,7 @@ impl Master {
     /// A waiter got the lock.
     pub(crate) fn acquire_granted(&mut self, ticket: u64, index: u64, sequencer: Sequencer) {
         if let Some(waiting) = self.stop_waiting(ticket) {
-            self.timers.remove(&waiting.timer);
+            self.timers.remove(waiting.timer);
             self.hand_over(waiting.reply, index, sequencer);
         }
     }
@@ -103,7 +105,7 @@ impl Master {
     /// A waiter's session ended while it waited.
     pub(crate) fn acquire_ended(&mut self, ticket: u64) {
         if let Some(waiting) = self.stop_waiting(ticket) {
-            self.timers.remove(&waiting.timer);
+            self.timers.remove(waiting.timer);
             self.deliver(
                 waiting.reply,
                 Err(Error::new(
@@ -124,7 +126,7 @@ impl Master {
             key: waiting.key,
             ticket,
         };
-        let answer = match self.apply(command, self.now()) {
+        let answer = match self.apply(command, self.now) {
             Ok(Applied::WaitCancelled { refusal }) => Err(refusal),
             Ok(other) => Err(mismatch(other)),
             Err(e) => Err(e),

@@ -695,7 +695,7 @@ impl Master {
 
     /// Answers the held KeepAlives of sessions that got events.
     pub(crate) fn wake(&mut self) {
-        let now = self.now();
+        let now = self.now;
         for session in std::mem::take(&mut self.events.woken) {
             if let Some(held) = self.take_held(session) {
                 self.answer(session, held, now);

@@ -8,13 +8,17 @@
 //! stuck behind a request on a dead connection.
 
 use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
+use tracing::debug;
 
 use crate::master::{Master, ReplyTx};
+use crate::policy::{self, SessionDue};
+use crate::session::EndCause;
+use crate::state::Command;
 use crate::time::{whole_millis, Millis};
 
 /// A KeepAlive waiting for its answer, kept in its session's lease. The
 /// session's one timer is set for its answer while it waits
-/// (`Leases::answer_held_at`; see `Master::session_timer_fired`).
+/// (`Leases::answer_held_at`; see `Master::session_timer_fired`, below).
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) reply: ReplyTx,
@@ -102,5 +106,51 @@ impl Master {
                 },
             }),
         );
+    }
+
+    /// A session's timer: answers its held KeepAlive if that is due, then
+    /// does what `policy::session_due` says comes next. The timer rounds
+    /// to milliseconds and may fire a tick early: nothing happens before
+    /// its time.
+    pub(crate) fn session_timer_fired(&mut self, id: SessionId, backlog: usize) {
+        let (now, margin) = (self.now, self.config.keepalive_margin);
+        if policy::held_answer_due(&self.leases, id, margin, now) {
+            let held = self.leases.take_held(id).expect("checked");
+            self.answer(id, held, now);
+        }
+        if self.state.session(id).is_none() {
+            return;
+        }
+        let unheard = self.unheard.contains(&id);
+        match policy::session_due(&self.leases, id, margin, now, backlog, unheard) {
+            SessionDue::Nothing => {}
+            SessionDue::Arm(due) => self.leases.arm(id, due),
+            SessionDue::OneMoreLease => {
+                self.unheard.remove(&id);
+                if let Some(expires) = self.leases.extend(id, now) {
+                    debug!(session = %id, backlog, "recovered session unheard from while requests wait: one more lease");
+                    self.leases.arm(id, expires);
+                }
+            }
+            SessionDue::Expire => {
+                self.end_if_ran_out(id, now);
+            }
+        }
+    }
+
+    /// Ends the session `id` if its lease has run out at `now`; says whether
+    /// it did.
+    pub(crate) fn end_if_ran_out(&mut self, id: SessionId, now: Millis) -> bool {
+        if self.leases.expires_at(id).is_some_and(|e| e <= now) {
+            let _ = self.apply(
+                Command::EndSession {
+                    id,
+                    cause: EndCause::Expired,
+                },
+                now,
+            );
+            return true;
+        }
+        false
     }
 }

@@ -10,7 +10,10 @@
 //! - `config.rs`: every default and limit.
 //! - `state.rs`: the durable state machine; `session.rs`: a session record.
 //! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters.
-//! - `lease.rs`: leases, the master's soft state.
+//! - `time.rs`: master time, [`Millis`]; `lease.rs`: leases, the master's
+//!   soft state; `timers.rs`: the master's other timers, an ordered set.
+//! - `policy.rs`: what a session's timer and a promotion ask of the master,
+//!   decided without a runtime.
 //! - `lock.rs`: locks, waiters, lock-delay and sequencers.
 //! - `events.rs`: subscriptions and per-session event queues.
 //! - `check.rs`: health checks bound to sessions.
@@ -18,7 +21,10 @@
 //!   Watches until their key changes; `acquire.rs`: holding blocking
 //!   acquires until they get the lock.
 //! - `quota.rs`: what each peer address may take of what the master shares.
-//! - `master.rs`: the task that owns state, leases and timers.
+//! - `master/`: the task that owns state, leases and timers, and the only
+//!   reader of the clock (`mod.rs`); requests to commands to responses
+//!   (`dispatch.rs`); applying, logging and replying once durable
+//!   (`apply.rs`); the way in, `MasterHandle` and its calls (`handle.rs`).
 //! - `connection.rs`: one client connection; `server.rs`: accepting them;
 //!   `reply.rs`: the budget of replies a connection may leave unread;
 //!   `auth.rs`: who may act for a session; `memory.rs`: giving memory back.
@@ -44,6 +50,7 @@ mod memory;
 mod memstore;
 mod namespace;
 mod node;
+mod policy;
 mod quota;
 mod recovery;
 mod reply;
@@ -52,6 +59,7 @@ mod session;
 mod state;
 mod store;
 mod time;
+mod timers;
 mod watch;
 
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};

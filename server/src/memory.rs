@@ -21,9 +21,9 @@ pub(crate) struct Trim {
 }
 
 impl Trim {
-    /// A connection ended: what it held is free now.
-    pub(crate) fn connection_ended(&mut self) {
-        self.due.get_or_insert_with(|| Instant::now() + TRIM_DELAY);
+    /// A connection ended at `now`: what it held is free now.
+    pub(crate) fn connection_ended(&mut self, now: Instant) {
+        self.due.get_or_insert(now + TRIM_DELAY);
     }
 
     /// Resolves when a trim is due; never when none is.

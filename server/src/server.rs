@@ -208,7 +208,7 @@ async fn serve<L: Listener>(
             },
             // Reap finished connections so the set does not grow.
             Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
-                trim.connection_ended();
+                trim.connection_ended(tokio::time::Instant::now());
                 if let Ok(ip) = ended {
                     if let Some(n) = per_peer.get_mut(&ip) {
                         *n -= 1;

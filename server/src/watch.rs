@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_protocol::{Error, ErrorCode, Response};
-use tokio_util::time::delay_queue;
 
 use crate::config::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT};
 use crate::master::{Master, ReplyTx, Timer};
 use crate::node::check_key;
+use crate::timers::TimerKey;
 
 /// Watches waiting for their keys to change.
 #[derive(Debug, Default)]
@@ -24,7 +24,7 @@ pub(crate) struct Watches {
 struct Waiting {
     key: String,
     reply: ReplyTx,
-    timer: delay_queue::Key,
+    timer: TimerKey,
 }
 
 impl Master {
@@ -43,7 +43,9 @@ impl Master {
         };
         let id = self.watches.next;
         self.watches.next += 1;
-        let timer = self.timers.insert(Timer::WatchTimeout(id), timeout);
+        let timer = self
+            .timers
+            .insert(self.now + timeout, Timer::WatchTimeout(id));
         self.watches.by_key.entry(key.clone()).or_default().push(id);
         self.watches
             .waiting
@@ -58,7 +60,7 @@ impl Master {
         let reply = self.watched(key);
         for id in ids {
             if let Some(waiting) = self.watches.waiting.remove(&id) {
-                self.timers.remove(&waiting.timer);
+                self.timers.remove(waiting.timer);
                 let answer = self.unless_congested(&waiting.reply, || reply.clone());
                 self.deliver(waiting.reply, answer);
             }

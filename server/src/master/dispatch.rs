@@ -1,0 +1,539 @@
+//! Requests to commands to responses: what the master does for each
+//! request, after the checks every request passes (authority, a full disk,
+//! fan-out behind, an unread connection, quotas, fail-over).
+
+use leasehold_protocol::{
+    Error, ErrorCode, LeaseGrant, NodeView, Request, Response, Sequencer, SessionId, SessionInfo,
+};
+
+use super::{Call, Master, ReplyTx};
+use crate::config::MAX_LIST_PAGE;
+use crate::node::check_key;
+use crate::session::EndCause;
+use crate::state::{Applied, Command, NewSession};
+use crate::time::{whole_millis, Millis};
+
+/// Encoded size of a `SessionInfo` besides its name, generously rounded up.
+const SESSION_INFO_SIZE: usize = 64;
+/// A bound on a `CheckInfo`'s encoded size besides its name and note.
+const CHECK_INFO_SIZE: usize = 32;
+
+/// One page of `items`: at most `limit` (0: the server's page size), and
+/// past the first no more than `budget` bytes as `size` counts them, so a
+/// reply stays well inside a frame. Says whether more follow.
+fn page<T>(
+    items: impl Iterator<Item = T>,
+    limit: u32,
+    budget: usize,
+    size: impl Fn(&T) -> usize,
+) -> (Vec<T>, bool) {
+    let limit = match limit {
+        0 => MAX_LIST_PAGE,
+        n => n.min(MAX_LIST_PAGE),
+    } as usize;
+    let mut used = 0;
+    let mut items = items.peekable();
+    let mut taken = Vec::new();
+    while let Some(item) =
+        items.next_if(|i| taken.len() < limit && (taken.is_empty() || used + size(i) <= budget))
+    {
+        used += size(&item);
+        taken.push(item);
+    }
+    (taken, items.peek().is_some())
+}
+
+/// The retry hint of `Congested`: a moment for the peer to read.
+const CONGESTED_RETRY_MS: u64 = 20;
+
+/// The retry hint of `FailoverInProgress`: about one KeepAlive round trip.
+const FAILOVER_RETRY_MS: u64 = 100;
+
+/// The session a request acts for, when it changes or depends on that
+/// session's locks, nodes or subscriptions: such requests wait for the
+/// session's fail-over acknowledgement (`FO-5`).
+fn acting_for(request: &Request) -> Option<SessionId> {
+    match request {
+        Request::Acquire(a) => Some(a.session.id),
+        Request::Release { session, .. }
+        | Request::GetSequencer { session, .. }
+        | Request::Subscribe { session, .. }
+        | Request::Unsubscribe { session, .. } => Some(session.id),
+        Request::Put(put) => put.ephemeral.map(|t| t.id),
+        _ => None,
+    }
+}
+
+/// Whether a request changes the durable state, so that a master on a
+/// full disk refuses it (`STORE-5`).
+fn writes(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::CreateSession(_)
+            | Request::DestroySession { .. }
+            | Request::Put(_)
+            | Request::Delete { .. }
+            | Request::Acquire(_)
+            | Request::Release { .. }
+            | Request::SetCheck { .. }
+            | Request::DeleteCheck { .. }
+    )
+}
+
+/// The first 1000 of a check's ended sessions, so the reply fits a frame
+/// however many were bound to it (`CHK-3`).
+fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
+    sessions.truncate(1000);
+    sessions
+}
+
+/// A command answered with the wrong kind of outcome: a bug, reported to
+/// the client rather than allowed to panic the master.
+pub(crate) fn mismatch(applied: Applied) -> Error {
+    Error::new(
+        ErrorCode::Internal,
+        format!("unexpected outcome {applied:?}"),
+    )
+}
+
+impl Master {
+    /// Answers a request, or refuses it for what every request is checked
+    /// for first: authority, a full disk, fan-out behind, an unread
+    /// connection, quotas, a fail-over not yet acknowledged.
+    pub(super) fn handle(&mut self, call: Call) {
+        let now = self.now;
+        if let Err(refused) = self.authorize(&call.request) {
+            return self.deliver(call.reply, Err(refused)); // AUTH-2
+        }
+        if self.commit.as_ref().is_some_and(|c| c.disk_full()) && writes(&call.request) {
+            let refusal = Error::new(
+                ErrorCode::StorageFull,
+                "the master's disk is full: nothing was written; reads and KeepAlives are \
+                 served, and writes are accepted again once it has room",
+            );
+            return self.deliver(call.reply, Err(refusal)); // STORE-5
+        }
+        if self.events.backlogged(self.config.fanout_backlog) && writes(&call.request) {
+            let refusal = Error::new(
+                ErrorCode::Congested {
+                    retry_after_ms: CONGESTED_RETRY_MS,
+                },
+                "the master is behind telling subscribers of earlier writes: nothing was done; retry",
+            );
+            return self.deliver(call.reply, Err(refusal)); // EV-9
+        }
+        // A peer that leaves its replies unread gets nothing more to leave
+        // unread, and nothing is done for it, but its leases are kept
+        // (`CONN-9`).
+        if !matches!(call.request, Request::KeepAlive(_)) && self.congested(&call.reply) {
+            let refusal = self.congested_refusal();
+            return self.deliver(call.reply, Err(refusal));
+        }
+        if let Some(refusal) = self.over_quota(&call.request, call.peer) {
+            return self.deliver(call.reply, Err(refusal)); // QUOTA-1..QUOTA-5
+        }
+        if let Some(session) = acting_for(&call.request) {
+            if self.failover_pending.contains(&session) {
+                let error = Error::new(
+                    ErrorCode::FailoverInProgress {
+                        retry_after_ms: FAILOVER_RETRY_MS,
+                    },
+                    format!(
+                        "failover in progress: session {session} must acknowledge the fail-over event on its next KeepAlive; retry"
+                    ),
+                );
+                return self.deliver(call.reply, Err(error));
+            }
+        }
+        self.serve(call, now);
+    }
+
+    /// Carries out a request that passed the checks every request passes.
+    fn serve(&mut self, call: Call, now: Millis) {
+        let reply = match call.request {
+            Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
+            Request::Watch {
+                key,
+                after_index,
+                timeout_ms,
+            } => return self.watch(key, after_index, timeout_ms, call.reply),
+            Request::Acquire(acquire) => return self.acquire(acquire, call.reply, call.peer, now),
+            Request::Subscribe {
+                session,
+                key,
+                prefix,
+                mask,
+            } => self.subscribe(session.id, key, prefix, mask, call.peer),
+            Request::Unsubscribe {
+                session,
+                subscription,
+            } => self.unsubscribe(session.id, subscription),
+            Request::Release { key, session } => self
+                .apply(
+                    Command::Release {
+                        key,
+                        session: session.id,
+                    },
+                    now,
+                )
+                .and_then(|applied| match applied {
+                    Applied::Released { index } => Ok(Response::Released { index }),
+                    other => Err(mismatch(other)),
+                }),
+            Request::GetSequencer { key, session } => self
+                .state
+                .sequencer_of(&key, session.id)
+                .map(|s| Response::Sequencer {
+                    sequencer: s.to_bytes(),
+                })
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorCode::LockNotHeld,
+                        format!("the session does not hold '{}'", key.escape_debug()),
+                    )
+                }),
+            Request::CheckSequencer { sequencer } => match Sequencer::from_bytes(&sequencer) {
+                Some(s) => Ok(Response::SequencerChecked {
+                    valid: self.state.sequencer_is_valid(&s),
+                }),
+                None => Err(Error::new(
+                    ErrorCode::InvalidArgument,
+                    "those bytes are not a sequencer",
+                )),
+            },
+            Request::Get { key, stat_only } => check_key(&key)
+                .map_err(|e| Error::new(ErrorCode::InvalidArgument, e))
+                .map(|()| Response::Node {
+                    index: self.state.namespace().key_index(&key),
+                    node: self.node_view(&key, stat_only),
+                }),
+            Request::List {
+                prefix,
+                recursive,
+                after,
+                limit,
+            } => {
+                let limit = match limit {
+                    0 => MAX_LIST_PAGE,
+                    n => n.min(MAX_LIST_PAGE),
+                } as usize;
+                self.state
+                    .namespace()
+                    .list_page(
+                        &prefix,
+                        recursive,
+                        after.as_deref(),
+                        limit,
+                        self.config.max_frame / 2,
+                    )
+                    .map(|(keys, more)| Response::Keys {
+                        index: self.state.index(),
+                        keys,
+                        more,
+                    })
+            }
+            Request::Put(put) => {
+                let key = put.key.clone();
+                self.apply(Command::Put(put.into()), now)
+                    .and_then(|applied| match applied {
+                        Applied::Written { index } => {
+                            self.count_node_bytes(key, call.peer);
+                            Ok(Response::Written { index })
+                        }
+                        other => Err(mismatch(other)),
+                    })
+            }
+            Request::Delete {
+                key,
+                cas,
+                recursive,
+                authority,
+            } => self
+                .locked_nodes(&authority)
+                .and_then(|locked| {
+                    self.apply(
+                        Command::Delete {
+                            key,
+                            cas,
+                            recursive,
+                            locked,
+                        },
+                        now,
+                    )
+                })
+                .and_then(|applied| match applied {
+                    Applied::Deleted { index, mut keys } => {
+                        // Bounded, so the reply fits a frame however many
+                        // keys a recursive delete removed (`NS-7`).
+                        let deleted_total = keys.len() as u64;
+                        keys.truncate(1000);
+                        Ok(Response::Deleted {
+                            index,
+                            keys,
+                            deleted_total,
+                        })
+                    }
+                    other => Err(mismatch(other)),
+                }),
+            Request::CreateSession(c) => {
+                let (id, secret) = (self.ids.next_id(), self.ids.next_secret());
+                let command = Command::CreateSession(NewSession::requested(c, id, secret));
+                self.apply(command, now).and_then(|applied| match applied {
+                    Applied::SessionCreated(s) => Ok(Response::SessionCreated {
+                        session: self.counted_session(s.id, call.peer),
+                        secret: s.secret,
+                        epoch: self.config.epoch,
+                        lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
+                    }),
+                    other => Err(mismatch(other)),
+                })
+            }
+            Request::DestroySession { session, authority } => self
+                .may_destroy(session, &authority)
+                .and_then(|()| {
+                    self.apply(
+                        Command::EndSession {
+                            id: session,
+                            cause: EndCause::Destroyed,
+                        },
+                        now,
+                    )
+                })
+                .map(|_| Response::Destroyed),
+            Request::SessionInfo { session } => self
+                .info(session, now)
+                .map(Response::SessionInfo)
+                .ok_or_else(|| self.state.missing_session(session)),
+            Request::ListSessions { after, limit } => {
+                let (sessions, more) = page(
+                    self.state.sessions_after(after),
+                    limit,
+                    self.config.max_frame / 2,
+                    |s| {
+                        SESSION_INFO_SIZE
+                            + s.name.len()
+                            + s.checks.iter().map(|c| c.len() + 1).sum::<usize>()
+                    },
+                );
+                let ids: Vec<SessionId> = sessions.into_iter().map(|s| s.id).collect();
+                Ok(Response::Sessions {
+                    sessions: ids
+                        .into_iter()
+                        .filter_map(|id| self.info(id, now))
+                        .collect(),
+                    more,
+                })
+            }
+            Request::SetCheck { name, status, note } => {
+                let creating = self.state.checks.get(&name).is_none();
+                self.apply(
+                    Command::SetCheck {
+                        name: name.clone(),
+                        status,
+                        note,
+                    },
+                    now,
+                )
+                .and_then(|applied| match applied {
+                    Applied::CheckSet { index, invalidated } => {
+                        if let (true, Some(peer)) = (creating, call.peer) {
+                            self.quotas.checks.take(name, peer, 1);
+                        }
+                        Ok(Response::CheckSet {
+                            index,
+                            invalidated_total: invalidated.len() as u64,
+                            invalidated: capped(invalidated),
+                        })
+                    }
+                    other => Err(mismatch(other)),
+                })
+            }
+            Request::DeleteCheck { name } => self
+                .apply(Command::DeleteCheck { name: name.clone() }, now)
+                .inspect(|_| self.quotas.checks.give_back(&name))
+                .and_then(|applied| match applied {
+                    Applied::CheckDeleted { index, invalidated } => Ok(Response::CheckDeleted {
+                        index,
+                        invalidated_total: invalidated.len() as u64,
+                        invalidated: capped(invalidated),
+                    }),
+                    other => Err(mismatch(other)),
+                }),
+            Request::ListChecks { after, limit } => {
+                let (checks, more) = page(
+                    self.state.checks.after(after.as_deref()),
+                    limit,
+                    self.config.max_frame / 2,
+                    |c| CHECK_INFO_SIZE + c.name.len() + c.note.len(),
+                );
+                Ok(Response::Checks { checks, more })
+            }
+        };
+        self.deliver(call.reply, reply);
+    }
+
+    /// The refusal of a request that would take `peer` past one of its
+    /// quotas (`QUOTA-1`..`QUOTA-5`).
+    fn over_quota(&self, request: &Request, peer: Option<std::net::IpAddr>) -> Option<Error> {
+        use crate::quota::over;
+        let (c, q) = (&self.config, &self.quotas);
+        let node_bytes = |key: &str, contents: usize| (key.len() + contents) as u64;
+        match request {
+            Request::CreateSession(_) => over(
+                peer,
+                |p| q.sessions.used(p) + 1,
+                c.max_sessions_per_peer,
+                "live sessions",
+            ),
+            Request::SetCheck { name, .. } if self.state.checks.get(name).is_none() => over(
+                peer,
+                |p| q.checks.used(p) + 1,
+                c.max_checks_per_peer,
+                "health checks",
+            ),
+            Request::Subscribe {
+                session,
+                key,
+                prefix,
+                ..
+            } if !self.events.subscribed(session.id, key, *prefix) => over(
+                peer,
+                |p| q.subscriptions.used(p) + 1,
+                c.max_subscriptions_per_peer,
+                "subscriptions",
+            ),
+            Request::Put(put) => over(
+                peer,
+                |p| {
+                    q.bytes
+                        .used_with(p, &put.key, node_bytes(&put.key, put.contents.len()))
+                },
+                c.max_bytes_per_peer,
+                "bytes of nodes",
+            ),
+            Request::Acquire(a) => {
+                let waiting = a.wait_ms.is_some().then(|| {
+                    over(
+                        peer,
+                        |p| q.waiters.used(p) + 1,
+                        c.max_waiters_per_peer,
+                        "acquires waiting",
+                    )
+                });
+                let writing = a.contents.as_ref().map(|contents| {
+                    over(
+                        peer,
+                        |p| {
+                            q.bytes
+                                .used_with(p, &a.key, node_bytes(&a.key, contents.len()))
+                        },
+                        c.max_bytes_per_peer,
+                        "bytes of nodes",
+                    )
+                });
+                waiting.flatten().or(writing.flatten())
+            }
+            _ => None,
+        }
+    }
+
+    /// Counts the node at `key`, just written by `peer`, against it; the
+    /// node's previous writer gets its bytes back (`QUOTA-5`).
+    pub(crate) fn count_node_bytes(&mut self, key: String, peer: Option<std::net::IpAddr>) {
+        let (Some(peer), Some(node)) = (peer, self.state.namespace().get(&key)) else {
+            return;
+        };
+        let bytes = (key.len() + node.contents.len()) as u64;
+        self.quotas.bytes.take(key, peer, bytes);
+    }
+
+    /// Counts a new session against the peer that created it (`QUOTA-2`).
+    fn counted_session(&mut self, id: SessionId, peer: Option<std::net::IpAddr>) -> SessionId {
+        if let Some(peer) = peer {
+            self.quotas.sessions.take(id, peer, 1);
+        }
+        id
+    }
+
+    /// The node at `key` as a reply carries it.
+    pub(crate) fn node_view(&self, key: &str, stat_only: bool) -> Option<NodeView> {
+        let node = self.state.namespace().get(key)?;
+        let mut stat = node.stat();
+        if let Some(lock) = self.state.locks().get(key) {
+            stat.lock_holders = lock.holders.iter().map(|(s, m)| (*s, *m)).collect();
+        }
+        Some(NodeView {
+            key: key.to_string(),
+            stat,
+            contents: (!stat_only).then(|| node.contents.clone()),
+        })
+    }
+
+    fn info(&self, id: SessionId, now: Millis) -> Option<SessionInfo> {
+        let s = self.state.session(id)?;
+        Some(SessionInfo {
+            session: s.id,
+            name: s.name.to_string(),
+            lease_ms: s.lease.as_millis() as u64,
+            lock_delay_ms: s.lock_delay.as_millis() as u64,
+            behavior: s.behavior,
+            lease_remaining_ms: self.leases.remaining(id, now).map_or(0, whole_millis),
+            keepalive_held: self.leases.held(id).is_some_and(|h| !h.reply.is_closed()),
+            checks: s.checks.to_vec(),
+        })
+    }
+
+    /// Whether the connection of `reply` has too many bytes of replies
+    /// unread to be sent more (`CONN-9`).
+    pub(crate) fn congested(&self, reply: &ReplyTx) -> bool {
+        let c = &self.config;
+        reply.congested(c.reply_budget, c.all_reply_budget, c.max_frame)
+    }
+
+    /// Whether events may go on a KeepAlive reply to `reply`'s connection:
+    /// not while it is congested, so pipelined KeepAlives cannot pile events
+    /// up (`CONN-9`, `EV-3`).
+    pub(crate) fn may_carry_events(&self, reply: &ReplyTx) -> bool {
+        !self.congested(reply)
+    }
+
+    /// The refusal for a request on a connection whose unread replies
+    /// have used up its budget (`CONN-9`).
+    pub(crate) fn congested_refusal(&self) -> Error {
+        Error::new(
+            ErrorCode::Congested {
+                retry_after_ms: CONGESTED_RETRY_MS,
+            },
+            format!(
+                "this connection's unread replies exceed its budget of {} bytes: nothing was done; read them, then retry",
+                self.config.reply_budget
+            ),
+        )
+    }
+
+    /// `answer()`, unless the connection of `reply` is congested, which
+    /// gets the refusal instead (`CONN-9`).
+    pub(crate) fn unless_congested(
+        &self,
+        reply: &ReplyTx,
+        answer: impl FnOnce() -> Response,
+    ) -> Result<Response, Error> {
+        if self.congested(reply) {
+            Err(self.congested_refusal())
+        } else {
+            Ok(answer())
+        }
+    }
+
+    pub(crate) fn wrong_epoch(&self, epoch: u64) -> Error {
+        Error::new(
+            ErrorCode::WrongEpoch {
+                current: self.config.epoch,
+            },
+            format!(
+                "request names epoch {epoch}; the master's epoch is {}",
+                self.config.epoch
+            ),
+        )
+    }
+}

@@ -1,0 +1,276 @@
+//! The master task: the single owner of the state machine, the leases, the
+//! held KeepAlives and the timers that drive them.
+//!
+//! Connections send [`Call`]s over a channel, each with the way back to
+//! its connection (`reply.rs`), so no lock is ever held and a held
+//! KeepAlive costs a few dozen bytes, not a task. Each session has one
+//! timer, kept in its lease (`lease.rs`), for its held KeepAlive's answer
+//! or its lease's end; other timers (watches, waits, lock-delay) are in an
+//! ordered set of their own (`timers.rs`). Neither is ever scanned.
+//!
+//! This file is the task: its loop, and the clock, which nothing else
+//! reads. Each turn of the loop reads the clock once and hands that time
+//! to what it runs: requests (`dispatch.rs`), timers, the store's progress.
+//! What a timer or a promotion means is decided in `policy.rs`, without a
+//! runtime; this task carries the decision out.
+
+use leasehold_protocol::SessionId;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::acquire::Acquires;
+use crate::commit::Committer;
+use crate::config::Config;
+use crate::events::Events;
+use crate::ids::Ids;
+use crate::keepalive::Held;
+use crate::lease::Leases;
+use crate::policy;
+use crate::recovery::Start;
+use crate::state::{Command, State};
+use crate::time::Millis;
+use crate::timers::Timers;
+use crate::watch::Watches;
+
+mod apply;
+mod dispatch;
+mod handle;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use crate::reply::ReplyTx;
+pub(crate) use dispatch::mismatch;
+pub(crate) use handle::Call;
+pub(crate) use handle::MasterHandle;
+
+/// KeepAlives the master takes in a row before anything else gets a turn.
+const KEEPALIVE_RUN: u32 = 64;
+
+/// Resolves when the log's durable point moves; never without a store.
+async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::RecvError> {
+    match commit {
+        Some(commit) => commit.progress.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The master's timers other than sessions' own.
+#[derive(Debug, Clone)]
+pub(crate) enum Timer {
+    WatchTimeout(u64),
+    AcquireTimeout(u64),
+    LockDelayEnd(String),
+}
+
+pub(crate) struct Master {
+    pub(crate) config: Config,
+    pub(crate) state: State,
+    pub(crate) leases: Leases<Held>,
+    pub(crate) timers: Timers<Timer>,
+    pub(crate) watches: Watches,
+    pub(crate) acquires: Acquires,
+    pub(crate) events: Events,
+    ids: Ids,
+    /// The clock's reading when this master started...
+    start: Instant,
+    /// ...and master time then: time goes on from where the previous
+    /// master stopped, so times in the recovered state keep their meaning.
+    offset: Millis,
+    /// Master time of the current turn of the loop: everything one turn
+    /// does happens at this time.
+    pub(crate) now: Millis,
+    /// Group commit to the store; `None` runs in memory.
+    commit: Option<Committer>,
+    /// Set when the store failed: the master stops.
+    failed: bool,
+    /// What each peer address has taken of shared resources ("Quotas").
+    pub(crate) quotas: crate::quota::Quotas,
+    /// How many `apply` calls are under way (one inside another's events).
+    depth: u32,
+    /// Commands to apply once the current one is finished.
+    deferred: std::collections::VecDeque<Command>,
+    /// Recovered sessions that have not yet acknowledged the fail-over
+    /// event; only KeepAlives are served for them (`FO-5`).
+    pub(crate) failover_pending: std::collections::BTreeSet<SessionId>,
+    /// Recovered sessions no KeepAlive has named yet (`FO-2`).
+    pub(crate) unheard: std::collections::BTreeSet<SessionId>,
+}
+
+/// Starts the master task; it stops when every handle is dropped or
+/// `shutdown` resolves.
+pub(crate) fn spawn(
+    config: Config,
+    start: Start,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (MasterHandle, tokio::task::JoinHandle<()>) {
+    let (calls, rx) = mpsc::channel(1024);
+    let (keepalives, keepalives_rx) = mpsc::channel(1024);
+    let master = Master::new(config, start, Instant::now());
+    let task = tokio::spawn(master.run(rx, keepalives_rx, shutdown));
+    (MasterHandle { calls, keepalives }, task)
+}
+
+impl Master {
+    /// A master starting at `clock`, which is master time `start.offset`.
+    fn new(config: Config, start: Start, clock: Instant) -> Self {
+        let mut master = Master {
+            state: start.state,
+            ids: Ids::new(config.ids),
+            config,
+            leases: Leases::default(),
+            timers: Timers::default(),
+            watches: Watches::default(),
+            acquires: Acquires::default(),
+            events: Events::default(),
+            start: clock,
+            offset: start.offset,
+            now: start.offset,
+            commit: start.commit,
+            failed: false,
+            quotas: Default::default(),
+            depth: 0,
+            deferred: Default::default(),
+            failover_pending: Default::default(),
+            unheard: Default::default(),
+        };
+        master.events.budget = crate::events::EventBudget {
+            per_peer: master.config.event_bytes_per_peer,
+            all: master.config.all_event_bytes,
+        };
+        if start.recovered {
+            master.promote();
+        }
+        master
+    }
+
+    /// Takes over a recovered state, as `policy::promote` says
+    /// (`FO-2`..`FO-5`).
+    fn promote(&mut self) {
+        let now = self.now;
+        let promotion = policy::promote(&self.state, now);
+        self.leases = promotion.leases;
+        for id in promotion.sessions {
+            self.events.push_failover(id, self.config.epoch);
+            self.failover_pending.insert(id);
+            self.unheard.insert(id);
+        }
+        for (key, until) in promotion.lock_delays {
+            self.timers.insert(until, Timer::LockDelayEnd(key));
+        }
+        for (key, ticket) in promotion.abandoned_waits {
+            let _ = self.apply(Command::CancelWait { key, ticket }, now);
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut calls: mpsc::Receiver<Call>,
+        mut keepalives: mpsc::Receiver<Call>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let timer = tokio::time::sleep_until(self.start);
+        tokio::pin!(timer);
+        let mut armed: Option<Millis> = None;
+        // KeepAlives taken in a row: past KEEPALIVE_RUN another request
+        // gets a turn, so a flood of KeepAlives cannot starve the rest.
+        let mut run = 0;
+        loop {
+            if self.events.owes() {
+                self.deliver_events();
+            }
+            if run >= KEEPALIVE_RUN {
+                run = 0;
+                if let Ok(call) = calls.try_recv() {
+                    self.now = self.read_clock();
+                    self.handle(call);
+                    continue;
+                }
+            }
+            let next = match (self.leases.next_due(), self.timers.next_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if next != armed {
+                if let Some(due) = next {
+                    timer.as_mut().reset(self.instant(due));
+                }
+                armed = next;
+            }
+            tokio::select! {
+                // Timers first: a lease that has run out ends before any
+                // request can see it (`SES-6`).
+                biased;
+                () = &mut timer, if armed.is_some() => {
+                    self.now = self.read_clock();
+                    // Requests waiting for the master, for `FO-2`.
+                    let backlog = calls.len() + keepalives.len();
+                    self.fire_timers(backlog);
+                    // Fired: set it again even if the earliest is the same.
+                    armed = None;
+                }
+                // Then what the disk made durable, which only answers
+                // what waited for it; then KeepAlives, ahead of other
+                // requests and of fan-out (`EV-9`).
+                Ok(()) = durable(&mut self.commit) => {
+                    self.now = self.read_clock();
+                    self.on_durable();
+                }
+                Some(call) = keepalives.recv() => {
+                    run += 1;
+                    self.now = self.read_clock();
+                    self.handle(call);
+                }
+                call = calls.recv() => match call {
+                    Some(call) => {
+                        run = 0;
+                        self.now = self.read_clock();
+                        self.handle(call);
+                    }
+                    None => break,
+                },
+                () = &mut shutdown => break,
+                // Fan-out left to do: go round again for its next slice,
+                // yielding first, so that the runtime's cooperative budget
+                // is renewed and the channels above are seen again.
+                () = tokio::task::yield_now(), if self.events.owes() => {
+                    self.now = self.read_clock();
+                }
+            }
+            if self.failed {
+                break;
+            }
+        }
+        debug!("master stopped");
+    }
+
+    /// Master time by the clock: the one place the master reads it.
+    fn read_clock(&self) -> Millis {
+        self.offset + self.start.elapsed()
+    }
+
+    /// The clock's reading at master time `at`.
+    fn instant(&self, at: Millis) -> Instant {
+        self.start + at.since(self.offset)
+    }
+
+    /// Handles every timer due by now: sessions' first, so a lease that
+    /// has run out ends before anything that timer's turn does; `backlog`
+    /// is how many requests wait for the master (`FO-2`).
+    fn fire_timers(&mut self, backlog: usize) {
+        let now = self.now;
+        while let Some(id) = self.leases.pop_due(now) {
+            self.session_timer_fired(id, backlog);
+        }
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
+                Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
+                Timer::LockDelayEnd(key) => {
+                    let _ = self.apply(Command::GrantWaiters { key }, now);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The master task's handling, driven by hand: each test sets the time of
+//! the turn and calls what the loop would.
+
+use std::time::Duration;
+
+use leasehold_protocol::{
+    Behavior, CreateSession, Error, ErrorCode, KeepAlive, Request, Response, SessionToken,
+};
+use tokio::time::Instant;
+
+use super::{Call, Master};
+use crate::config::Config;
+
+/// A master on `config`'s store, as `Server::open` starts one.
+fn started(config: &mut Config) -> Master {
+    let start = crate::recovery::open(config).unwrap();
+    Master::new(config.clone(), start, Instant::now())
+}
+
+fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
+    let (reply, mut rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request,
+        reply,
+        peer: None,
+    });
+    // A change is answered once the store has it.
+    master.on_durable();
+    *rx.try_recv().expect("answered at once").body
+}
+
+/// Creates a session named `name` and returns its token.
+fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionToken {
+    let created = call(
+        master,
+        Request::CreateSession(CreateSession {
+            name: name.into(),
+            lease_ms,
+            lock_delay_ms: None,
+            behavior: Behavior::Release,
+            checks: Vec::new(),
+        }),
+    );
+    let Ok(Response::SessionCreated {
+        session, secret, ..
+    }) = created
+    else {
+        panic!("expected a session, got {created:?}");
+    };
+    SessionToken {
+        id: session,
+        secret,
+    }
+}
+
+// SES-6, KA-7
+#[tokio::test]
+async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_runs() {
+    let mut master = started(&mut Config {
+        min_lease: Duration::from_millis(100),
+        ..Config::default()
+    });
+    let token = created(&mut master, "late", Some(1_000));
+    // The lease-end timer has not been handled: only the KeepAlive's own
+    // check can catch this.
+    master.now = master.now + Duration::from_millis(1_001);
+    let reply = call(
+        &mut master,
+        Request::KeepAlive(KeepAlive {
+            session: token,
+            epoch: 1,
+            acked_seq: 0,
+            hold: false,
+        }),
+    );
+    assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
+    assert!(master.state.session(token.id).is_none());
+}
+
+const LEASE: Duration = Duration::from_millis(1_000);
+
+/// A master restarted on a store holding one session, which no
+/// KeepAlive has named since.
+fn restarted_with_a_session() -> (Master, SessionToken) {
+    let mut config = Config {
+        min_lease: Duration::from_millis(100),
+        memory_store: Some(crate::MemoryStore::default()),
+        ..Config::default()
+    };
+    let mut first = started(&mut config);
+    let token = created(&mut first, "recovered", Some(LEASE.as_millis() as u64));
+    drop(first);
+    (started(&mut config), token)
+}
+
+// FO-2
+#[tokio::test]
+async fn a_recovered_session_unheard_from_gets_one_more_lease_while_requests_wait() {
+    let (mut master, session) = restarted_with_a_session();
+    master.now = master.now + LEASE;
+    master.fire_timers(5);
+    assert!(master.state.session(session.id).is_some(), "one more lease");
+    master.now = master.now + LEASE;
+    master.fire_timers(5);
+    assert!(master.state.session(session.id).is_none(), "only once");
+}
+
+// FO-2
+#[tokio::test]
+async fn a_recovered_session_unheard_from_ends_with_its_lease_when_no_request_waits() {
+    let (mut master, session) = restarted_with_a_session();
+    master.now = master.now + LEASE;
+    master.fire_timers(0);
+    assert!(master.state.session(session.id).is_none());
+}
+
+// FO-2
+#[tokio::test]
+async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_while_requests_wait() {
+    let (mut master, session) = restarted_with_a_session();
+    let epoch = master.config.epoch;
+    let reply = call(
+        &mut master,
+        Request::KeepAlive(KeepAlive {
+            session,
+            epoch,
+            acked_seq: 0,
+            hold: false,
+        }),
+    );
+    assert!(reply.is_ok(), "{reply:?}");
+    master.now = master.now + LEASE;
+    master.fire_timers(5);
+    assert!(master.state.session(session.id).is_none());
+}
+
+/// A master in memory with `n` sessions, each subscribed to every
+/// key (a prefix subscription on the root).
+fn watched_by(n: usize, config: Config) -> (Master, Vec<SessionToken>) {
+    let mut config = config;
+    let mut master = started(&mut config);
+    let sessions = (0..n).map(|_| subscribed(&mut master)).collect();
+    (master, sessions)
+}
+
+fn subscribed(master: &mut Master) -> SessionToken {
+    subscribed_to(master, "", true)
+}
+
+fn subscribed_to(master: &mut Master, key: &str, prefix: bool) -> SessionToken {
+    let token = created(master, "watcher", None);
+    let subscribe = Request::Subscribe {
+        session: token,
+        key: key.into(),
+        prefix,
+        mask: leasehold_protocol::event_mask::CONTENTS,
+    };
+    assert!(call(master, subscribe).is_ok());
+    token
+}
+
+fn put(key: &str) -> Request {
+    Request::Put(leasehold_protocol::Put {
+        key: key.into(),
+        contents: Vec::new(),
+        flags: 0,
+        cas: None,
+        ephemeral: None,
+    })
+}
+
+fn told(master: &Master, sessions: &[SessionToken]) -> usize {
+    sessions
+        .iter()
+        .filter(|s| master.events.has_pending(s.id))
+        .count()
+}
+
+fn heard(master: &Master, session: SessionToken) -> Vec<String> {
+    master
+        .events
+        .pending(session.id, usize::MAX)
+        .into_iter()
+        .map(|e| match e.kind {
+            leasehold_protocol::EventKind::Node { key, .. } => key,
+            other => panic!("expected a node event, got {other:?}"),
+        })
+        .collect()
+}
+
+// EV-9
+#[tokio::test]
+async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
+    let n = crate::events::FANOUT_SLICE + 100;
+    let (mut master, sessions) = watched_by(n, Config::default());
+    assert!(call(&mut master, put("k")).is_ok());
+    assert_eq!(told(&master, &sessions), crate::events::FANOUT_SLICE);
+    assert!(master.events.owes());
+    master.deliver_events();
+    assert_eq!(told(&master, &sessions), n);
+    assert!(!master.events.owes());
+}
+
+// EV-5, EV-9: a write costs what matches it, not what exists.
+#[tokio::test]
+async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
+    let mut master = started(&mut Config::default());
+    let mut sessions = Vec::new();
+    for i in 0..crate::events::FANOUT_SLICE * 4 {
+        let token = subscribed_to(&mut master, &format!("k{i}"), false);
+        sessions.push(token);
+    }
+    assert!(call(&mut master, put("elsewhere")).is_ok());
+    assert!(!master.events.owes(), "nothing matched, nothing to walk");
+    assert_eq!(master.events.owed(), 0);
+    assert!(call(&mut master, put("k7")).is_ok());
+    assert_eq!(told(&master, &sessions), 1);
+}
+
+// EV-5, EV-9
+#[tokio::test]
+async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() {
+    let (mut master, _) = watched_by(crate::events::FANOUT_SLICE + 100, Config::default());
+    let parent = subscribed_to(&mut master, "k", false);
+    assert!(call(&mut master, put("k/c")).is_ok());
+    assert!(master.events.owes(), "k/c's fan-out is still under way");
+    let widen = Request::Subscribe {
+        session: parent,
+        key: "k".into(),
+        prefix: false,
+        mask: leasehold_protocol::event_mask::CHILD_ADDED,
+    };
+    assert!(call(&mut master, widen).is_ok());
+    while master.events.owes() {
+        master.deliver_events();
+    }
+    assert_eq!(heard(&master, parent), Vec::<String>::new());
+    assert!(call(&mut master, put("k/d")).is_ok());
+    while master.events.owes() {
+        master.deliver_events();
+    }
+    assert_eq!(heard(&master, parent), ["k"], "k/d's ChildAdded");
+}
+
+// EV-1, EV-9
+#[tokio::test]
+async fn events_of_a_later_change_come_after_those_still_owed() {
+    let n = crate::events::FANOUT_SLICE + 100;
+    let (mut master, sessions) = watched_by(n, Config::default());
+    let last = sessions[n - 1];
+    assert!(call(&mut master, put("a")).is_ok());
+    assert!(call(&mut master, put("b")).is_ok());
+    while master.events.owes() {
+        master.deliver_events();
+    }
+    assert_eq!(heard(&master, last), ["a", "b"]);
+    assert_eq!(heard(&master, sessions[0]), ["a", "b"]);
+}
+
+// EV-9
+#[tokio::test]
+async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
+    let n = crate::events::FANOUT_SLICE + 100;
+    let (mut master, _) = watched_by(n, Config::default());
+    assert!(call(&mut master, put("a")).is_ok());
+    assert!(master.events.owes());
+    let late = subscribed(&mut master);
+    while master.events.owes() {
+        master.deliver_events();
+    }
+    assert_eq!(heard(&master, late), Vec::<String>::new());
+}
+
+// EV-9, ERR-16
+#[tokio::test]
+async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_after() {
+    let config = Config {
+        fanout_backlog: 2 * crate::events::FANOUT_SLICE,
+        ..Config::default()
+    };
+    let (mut master, sessions) = watched_by(crate::events::FANOUT_SLICE + 1_000, config);
+    // Each write adds more than a slice's worth, so the debt grows.
+    let mut refused = None;
+    for n in 0..100 {
+        if let Err(e) = call(&mut master, put(&format!("k{n}"))) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.expect("a write refused once the fan-out fell behind");
+    assert!(
+        matches!(refused.code, ErrorCode::Congested { .. }),
+        "{refused:?}"
+    );
+    // Reads and KeepAlives are still served.
+    let keepalive = Request::KeepAlive(KeepAlive {
+        session: sessions[0],
+        epoch: master.config.epoch,
+        acked_seq: 0,
+        hold: false,
+    });
+    assert!(call(&mut master, keepalive).is_ok());
+    while master.events.owes() {
+        master.deliver_events();
+    }
+    assert!(call(&mut master, put("after")).is_ok());
+}
