@@ -12,24 +12,25 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Starts a master on loopback over `dir`; returns its address and a
-/// sender that stops it.
-pub async fn serve(
-    dir: &Path,
-) -> anyhow::Result<(
-    String,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-)> {
+/// A master serving in this process.
+pub struct Served {
+    pub addr: String,
+    /// Stops the master.
+    pub stop: tokio::sync::oneshot::Sender<()>,
+    pub task: tokio::task::JoinHandle<()>,
+    /// Its store's fsyncs of batches.
+    pub syncs: leasehold_server::SyncCount,
+}
+
+/// Starts a master on loopback over `dir`.
+pub async fn serve(dir: &Path) -> anyhow::Result<Served> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
-    let config = Config {
-        data_dir: Some(dir.to_path_buf()),
-        ..Config::default()
-    };
+    let store = leasehold_server::FileStore::open(dir)?;
+    let syncs = store.syncs();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        if let Err(e) = leasehold_server::run(listener, config, async {
+        if let Err(e) = leasehold_server::run(listener, Config::default(), store, async {
             let _ = stopped.await;
         })
         .await
@@ -37,5 +38,10 @@ pub async fn serve(
             eprintln!("master: {e}");
         }
     });
-    Ok((addr, stop, task))
+    Ok(Served {
+        addr,
+        stop,
+        task,
+        syncs,
+    })
 }

@@ -14,7 +14,7 @@ use crate::inprocess::{scratch, serve};
 /// Writes a data directory holding `sessions` sessions and `nodes` nodes as
 /// a log of the commands that made them.
 pub fn build(dir: &Path, sessions: u64, nodes: u64) -> anyhow::Result<()> {
-    let (mut store, _) = FileStore::open(dir)?;
+    let mut store = FileStore::open(dir)?;
     store.append(&Record::Epoch(1))?;
     for s in 0..sessions {
         store.append(&Record::Command {
@@ -60,7 +60,9 @@ pub async fn recovery(sessions: u64, nodes: u64) -> anyhow::Result<()> {
     // loads that snapshot.
     for what in ["from the log", "from a snapshot"] {
         let started = Instant::now();
-        let (addr, stop, task) = serve(&dir).await?;
+        let crate::inprocess::Served {
+            addr, stop, task, ..
+        } = serve(&dir).await?;
         // The handshake waits for recovery; the client gives up on it after
         // its timeout, so try again until the master answers.
         let deadline = started + Duration::from_secs(600);

@@ -12,9 +12,14 @@ use crate::inprocess::{scratch, serve};
 
 pub async fn writes(clients: usize, seconds: u64, max_writes: u64) -> anyhow::Result<()> {
     let dir = scratch(&format!("writes{clients}"));
-    let (addr, stop, task) = serve(&dir).await?;
+    let crate::inprocess::Served {
+        addr,
+        stop,
+        task,
+        syncs,
+    } = serve(&dir).await?;
     let done = Arc::new(AtomicU64::new(0));
-    let fsyncs_before = leasehold_server::fsync_count();
+    let fsyncs_before = syncs.get();
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
@@ -45,7 +50,7 @@ pub async fn writes(clients: usize, seconds: u64, max_writes: u64) -> anyhow::Re
         latencies.extend(t.await??);
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let fsyncs = leasehold_server::fsync_count() - fsyncs_before;
+    let fsyncs = syncs.get() - fsyncs_before;
     let writes = done.load(Ordering::Relaxed);
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];

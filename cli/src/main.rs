@@ -530,13 +530,18 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
         max_subscriptions_per_peer: args.max_subscriptions_per_peer,
         max_waiters_per_peer: args.max_waiters_per_peer,
         max_bytes_per_peer: args.max_bytes_per_peer,
-        data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..Default::default()
     };
     // Before anything is announced: a data directory another master holds
     // is refused here, and nobody is told of an address that never serves.
-    let server = leasehold_server::Server::open(config.clone())?;
+    let data_dir = (!args.in_memory).then_some(&args.data_dir);
+    let server = match data_dir {
+        Some(dir) => {
+            leasehold_server::Server::open(config.clone(), leasehold_server::FileStore::open(dir)?)?
+        }
+        None => leasehold_server::Server::volatile(config.clone())?,
+    };
     let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
     let stop = async move {
         let signal = signal.await;
@@ -548,7 +553,7 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     let addr = listener.local_addr()?;
     // On stdout, so scripts and tests can learn the port of `--listen :0`.
     println!("listening on {addr}");
-    match &config.data_dir {
+    match data_dir {
         Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
     }

@@ -63,15 +63,6 @@ impl Sizes {
     }
 }
 
-/// fsyncs of the log by every master in this process, for benchmarks.
-static FSYNCS: AtomicU64 = AtomicU64::new(0);
-
-/// How many times masters in this process have fsynced their log: with
-/// group commit, far fewer than the writes they acknowledged.
-pub fn fsync_count() -> u64 {
-    FSYNCS.load(Ordering::Relaxed)
-}
-
 /// Work for the writer thread, in log order.
 enum Job {
     Record(Record),
@@ -287,7 +278,6 @@ impl Writing {
             }
             other => other?,
         }
-        FSYNCS.fetch_add(1, Ordering::Relaxed);
         self.synced = self.appended;
         self.unsealed = true;
         self.batch.clear();
@@ -335,17 +325,12 @@ impl Writing {
 
 impl Committer {
     /// Starts writing to `store`, whose next record is at `next_seq`: from
-    /// a writer thread, or from the master itself when `inline`.
-    pub(crate) fn start(
-        store: Box<dyn Store>,
-        next_seq: u64,
-        compaction: Compaction,
-        inline: bool,
-    ) -> Committer {
+    /// a writer thread if it blocks, else from the master itself.
+    pub(crate) fn start(store: Box<dyn Store>, next_seq: u64, compaction: Compaction) -> Committer {
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
         let sizes = Arc::new(Sizes::default());
         sizes.publish(store.sizes());
-        let writer = if inline {
+        let writer = if !store.blocking() {
             Writer::Inline {
                 store,
                 progress: progress_tx,
@@ -560,6 +545,16 @@ mod tests {
     }
 
     impl Store for Noting {
+        fn recover(&mut self) -> Result<crate::store::Recovered, crate::store::StoreError> {
+            Ok(crate::store::Recovered {
+                snapshot: None,
+                records: Vec::new(),
+                next_seq: 0,
+            })
+        }
+        fn location(&self) -> String {
+            "noting".into()
+        }
         fn append(&mut self, _: &Record) -> Result<(), crate::store::StoreError> {
             self.0.lock().unwrap().push("append");
             Ok(())
@@ -591,8 +586,8 @@ mod tests {
     async fn an_idle_writer_makes_the_last_batch_end_durable() {
         let dir = std::env::temp_dir().join(format!("leasehold-seal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let (store, _) = crate::store::FileStore::open(&dir).unwrap();
-        let mut commit = Committer::start(Box::new(store), 0, NEVER, false);
+        let store = crate::store::FileStore::open(&dir).unwrap();
+        let mut commit = Committer::start(Box::new(store), 0, NEVER);
         commit.append(Record::Epoch(7));
         let (reply, _replies) = crate::reply::channel(1);
         commit.reply(reply, Ok(Response::Destroyed), None);
@@ -624,7 +619,7 @@ mod tests {
     #[tokio::test]
     async fn a_record_no_reply_waits_for_is_not_fsynced_on_its_own() {
         let store = Noting::default();
-        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER, false);
+        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER);
         commit.append(Record::Epoch(7));
         let appended = async {
             while store.calls().is_empty() {
@@ -643,7 +638,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_waits_for_an_fsync_of_every_record_before_it() {
         let store = Noting::default();
-        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER, false);
+        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER);
         commit.append(Record::Epoch(7));
         commit.append(Record::Epoch(8));
         let (reply, mut replies) = crate::reply::channel(1);

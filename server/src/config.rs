@@ -149,12 +149,6 @@ pub struct Config {
     /// Time a connection with nothing in flight may stay silent (`CONN-11`).
     pub idle_timeout: Duration,
     pub ids: IdSource,
-    /// Where durable state lives (`STORE-1`); `None` keeps everything in
-    /// memory, for tests and benchmarks: a restart then forgets it all.
-    pub data_dir: Option<std::path::PathBuf>,
-    /// Durable state held in memory across master restarts within one
-    /// process, for simulations; excludes `data_dir`.
-    pub memory_store: Option<crate::MemoryStore>,
     /// Log records between snapshots taken while serving (`STORE-2`):
     /// recovery replays at most about this many.
     pub compact_every: u64,
@@ -201,8 +195,6 @@ impl Default for Config {
             frame_read_timeout: FRAME_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             ids: IdSource::Random,
-            data_dir: None,
-            memory_store: None,
             compact_every: DEFAULT_COMPACT_EVERY,
             compact_min_log_bytes: DEFAULT_COMPACT_MIN_LOG_BYTES,
             disk_reserve: DEFAULT_DISK_RESERVE,
@@ -239,11 +231,6 @@ impl Config {
             return fail(format!(
                 "the maximum frame must lie between {MIN_FRAME} and {MAX_FRAME_CAP} bytes"
             ));
-        }
-        if self.data_dir.is_some() && self.memory_store.is_some() {
-            return fail(
-                "a master keeps its state in a data directory or in memory, not both".into(),
-            );
         }
         if self.operator_token.as_ref().is_some_and(|t| t.len() < 16) {
             return fail("an operator token must be at least 16 bytes long".into());

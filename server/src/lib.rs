@@ -63,7 +63,6 @@ mod timers;
 mod watch;
 
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
-pub use commit::fsync_count;
 pub use config::*;
 pub use lease::Leases;
 pub use lock::{LockState, Locks, Waiter};
@@ -73,5 +72,5 @@ pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use server::{run, Listener, Server, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};
-pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError, StoreSizes};
+pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError, StoreSizes, SyncCount};
 pub use time::Millis;

@@ -15,11 +15,16 @@ use crate::store::{decode, encode, Record, Recovered, Snapshot, Store, StoreErro
 /// on it. Cheap to clone: clones are the same store.
 ///
 /// ```
-/// use leasehold_server::{Config, MemoryStore};
+/// use leasehold_server::{MemoryStore, Record, Store};
 ///
 /// let store = MemoryStore::default();
-/// let config = Config { memory_store: Some(store.clone()), ..Config::default() };
-/// assert!(config.memory_store.is_some());
+/// // A master would be handed one clone; what it writes, the next reads.
+/// let mut first = store.clone();
+/// first.append(&Record::Epoch(1))?;
+/// first.sync()?;
+/// let mut second = store.clone();
+/// assert_eq!(second.recover()?.records, [Record::Epoch(1)]);
+/// # Ok::<(), leasehold_server::StoreError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore(Arc<Mutex<Contents>>);
@@ -34,8 +39,13 @@ struct Contents {
 }
 
 impl MemoryStore {
-    /// What a master starting on this store recovers.
-    pub(crate) fn recover(&self) -> Result<Recovered, StoreError> {
+    fn contents(&self) -> std::sync::MutexGuard<'_, Contents> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Store for MemoryStore {
+    fn recover(&mut self) -> Result<Recovered, StoreError> {
         let contents = self.contents();
         let snapshot = match &contents.snapshot {
             Some(bytes) => {
@@ -62,12 +72,16 @@ impl MemoryStore {
         })
     }
 
-    fn contents(&self) -> std::sync::MutexGuard<'_, Contents> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// Never: the master writes it itself, in its own turn, so that a
+    /// simulation stays deterministic.
+    fn blocking(&self) -> bool {
+        false
     }
-}
 
-impl Store for MemoryStore {
+    fn location(&self) -> String {
+        "memory".into()
+    }
+
     fn append(&mut self, record: &Record) -> Result<(), StoreError> {
         if !matches!(record, Record::BatchEnd) {
             self.contents().records.push(record.clone());

@@ -1,13 +1,13 @@
-//! Starting a master from its data directory (SPEC `STORE-2`, `FO-1`..):
-//! load the snapshot, apply the log, take a new epoch, and make that
-//! durable before anything is served.
+//! Starting a master from its store (SPEC `STORE-2`, `FO-1`..): load the
+//! snapshot, apply the log, take a new epoch, and make that durable before
+//! anything is served.
 
 use tracing::{info, warn};
 
 use crate::commit::Committer;
 use crate::config::Config;
 use crate::state::{Bounds, State};
-use crate::store::{FileStore, Record, Snapshot, Store, StoreError};
+use crate::store::{Record, Snapshot, Store, StoreError};
 use crate::time::Millis;
 
 /// What a master starts from.
@@ -22,32 +22,24 @@ pub(crate) struct Start {
     pub(crate) recovered: bool,
 }
 
-/// Opens the store `config` names, if any, and returns the state to start
-/// from; `config.epoch` becomes the new epoch.
-pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
+/// Recovers the state to start from out of `store`, or starts afresh
+/// without one; `config.epoch` becomes the new epoch.
+pub(crate) fn open(
+    config: &mut Config,
+    store: Option<Box<dyn Store>>,
+) -> Result<Start, StoreError> {
     let bounds = Bounds::from(&*config);
-    // A writer thread overlaps fsyncs with serving; a store in memory is
-    // written by the master itself, which keeps simulations deterministic.
-    let (mut store, recovered, inline, place): (Box<dyn Store>, _, _, String) =
-        match (&config.data_dir, &config.memory_store) {
-            (Some(dir), _) => {
-                let (mut store, recovered) = FileStore::open(dir)?;
-                store.set_reserve(config.disk_reserve)?;
-                (Box::new(store), recovered, false, dir.display().to_string())
-            }
-            (None, Some(memory)) => {
-                let recovered = memory.recover()?;
-                (Box::new(memory.clone()), recovered, true, "memory".into())
-            }
-            (None, None) => {
-                return Ok(Start {
-                    state: State::new(bounds),
-                    offset: Millis::ZERO,
-                    commit: None,
-                    recovered: false,
-                })
-            }
-        };
+    let Some(mut store) = store else {
+        return Ok(Start {
+            state: State::new(bounds),
+            offset: Millis::ZERO,
+            commit: None,
+            recovered: false,
+        });
+    };
+    store.set_reserve(config.disk_reserve)?;
+    let recovered = store.recover()?;
+    let place = store.location();
     let (mut state, mut epoch, mut now) = match recovered.snapshot {
         Some(s) => (s.state, s.epoch, s.now),
         None => (State::new(bounds.clone()), 0, Millis::ZERO),
@@ -98,7 +90,6 @@ pub(crate) fn open(config: &mut Config) -> Result<Start, StoreError> {
                 every: config.compact_every,
                 min_log_bytes: config.compact_min_log_bytes,
             },
-            inline,
         )),
         recovered: true,
     })

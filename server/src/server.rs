@@ -16,7 +16,7 @@ use crate::config::{Config, ConfigError};
 use crate::connection;
 use crate::master;
 use crate::recovery;
-use crate::store::StoreError;
+use crate::store::{Store, StoreError};
 
 /// A source of connections.
 pub trait Listener: Send + 'static {
@@ -58,27 +58,30 @@ pub enum ServerError {
 }
 
 /// Serves connections from `listener` until `shutdown` resolves, then closes
-/// every connection. Fails at once if `config` is invalid or its data
-/// directory unusable; recovers the state stored there first. The same as
-/// [`Server::open`] then [`Server::serve`].
+/// every connection, keeping the state durable in `store`. Fails at once if
+/// `config` is invalid or the store cannot be recovered; recovers the state
+/// it holds first. The same as [`Server::open`] then [`Server::serve`].
 ///
 /// ```no_run
-/// # async fn example() -> std::io::Result<()> {
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use leasehold_server::{Config, FileStore};
+///
+/// let store = FileStore::open("/var/lib/leasehold".as_ref())?;
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:7171").await?;
-/// leasehold_server::run(listener, leasehold_server::Config::default(), async {
+/// leasehold_server::run(listener, Config::default(), store, async {
 ///     let _ = tokio::signal::ctrl_c().await;
 /// })
-/// .await
-/// .expect("a valid configuration");
+/// .await?;
 /// # Ok(())
 /// # }
 /// ```
 pub async fn run<L: Listener>(
     listener: L,
     config: Config,
+    store: impl Store,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
-    Server::open(config)?.serve(listener, shutdown).await
+    Server::open(config, store)?.serve(listener, shutdown).await
 }
 
 /// A master whose configuration is checked and whose data directory is
@@ -87,7 +90,10 @@ pub async fn run<L: Listener>(
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// let server = leasehold_server::Server::open(leasehold_server::Config::default())?;
+/// use leasehold_server::{Config, FileStore, Server};
+///
+/// let store = FileStore::open("/var/lib/leasehold".as_ref())?;
+/// let server = Server::open(Config::default(), store)?;
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:7171").await?;
 /// println!("listening on {}", listener.local_addr()?);
 /// server
@@ -112,12 +118,29 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Checks `config`, takes its data directory (refused if another
-    /// master holds it) and recovers the state stored there.
-    pub fn open(config: Config) -> Result<Server, ServerError> {
+    /// Checks `config` and recovers the state `store` holds (a new epoch
+    /// is durable in it before this returns, `FO-1`). Every change is
+    /// made durable in `store` before it is acknowledged.
+    pub fn open(config: Config, store: impl Store) -> Result<Server, ServerError> {
+        Self::start(config, Some(Box::new(store)))
+    }
+
+    /// A master whose state lives in its memory alone: a restart forgets
+    /// everything. For tests and trials, never for locks anyone relies on.
+    ///
+    /// ```
+    /// let server = leasehold_server::Server::volatile(leasehold_server::Config::default())?;
+    /// # drop(server);
+    /// # Ok::<(), leasehold_server::ServerError>(())
+    /// ```
+    pub fn volatile(config: Config) -> Result<Server, ServerError> {
+        Self::start(config, None)
+    }
+
+    fn start(config: Config, store: Option<Box<dyn Store>>) -> Result<Server, ServerError> {
         config.validate()?;
         let mut config = config;
-        let start = recovery::open(&mut config)?;
+        let start = recovery::open(&mut config, store)?;
         Ok(Server { config, start })
     }
 

@@ -91,14 +91,47 @@ pub struct Recovered {
     pub next_seq: u64,
 }
 
-/// Where durable records go. Appends are buffered until `sync`, which makes
-/// every record appended so far durable before it returns.
+/// Where a master keeps its durable state: a snapshot, and a log of the
+/// records appended after it.
 ///
-/// Obligations: a record `sync` has returned for survives any crash, and
-/// so does everything before it; a crash loses at most a suffix of the
-/// records appended since the last `sync`; `compact` never loses a record
-/// the snapshot does not include.
+/// A master recovers from its store once, as it starts, then appends a
+/// record for every command it applies and calls `sync`; it replies to a
+/// request only once a `sync` covering every record before the reply has
+/// returned (`STORE-1`). [`FileStore`] keeps a data directory;
+/// [`MemoryStore`](crate::MemoryStore) keeps the same records in memory for
+/// simulations. The replicated cell's log storage is meant to be another
+/// implementation of this same contract.
+///
+/// # To ensure correctness
+///
+/// Every promise the master makes about durability rests on these; an
+/// implementation must keep all of them.
+///
+/// - **Durable before returning.** When `sync` returns `Ok`, every record
+///   appended before it survives any crash, power loss included. `compact`
+///   is durable when it returns, too.
+/// - **No holes.** `recover` returns the records in the order they were
+///   appended, and a prefix of them: a crash may lose only records appended
+///   since the last `sync` returned, and only a suffix of those, never one
+///   from the middle.
+/// - **Torn tails cut, damage refused.** A record only partly written when
+///   the process died (never acknowledged) is dropped. Anything else that
+///   fails its checks is an error from `recover`, never skipped: skipping
+///   it would quietly take back something a client was told.
+/// - **Compaction loses nothing.** After `compact(snapshot)`, `recover`
+///   yields that snapshot (or a later one) and every record from
+///   `snapshot.next_seq` on. A crash during `compact` leaves either the
+///   old snapshot and log or the new ones, both whole.
+/// - **One master.** While a store is open, no other master writes to the
+///   same place (a data directory is locked).
+///
+/// A store may block on I/O in any method; [`Store::blocking`] says so, and
+/// the master then calls it from a writer thread, never from its own task.
 pub trait Store: Send + 'static {
+    /// What the store holds: the latest snapshot and the records after it,
+    /// in order. Called once, before the first `append`.
+    fn recover(&mut self) -> Result<Recovered, StoreError>;
+    /// Appends a record. It may sit in a buffer until the next `sync`.
     fn append(&mut self, record: &Record) -> Result<(), StoreError>;
     /// Makes everything appended durable, then marks the batch's end
     /// ([`Record::BatchEnd`], carried to disk by the next batch).
@@ -118,6 +151,12 @@ pub trait Store: Send + 'static {
     fn sizes(&self) -> StoreSizes {
         StoreSizes::default()
     }
+    /// Sets `bytes` aside for when the disk fills (`STORE-5`); 0 sets none
+    /// aside. Fails if the disk has no room for them.
+    fn set_reserve(&mut self, bytes: u64) -> Result<(), StoreError> {
+        let _ = bytes;
+        Ok(())
+    }
     /// Frees the space set aside for a full disk (`STORE-5`); says whether
     /// there was any to free.
     fn release_reserve(&mut self) -> bool {
@@ -132,6 +171,32 @@ pub trait Store: Send + 'static {
     /// again from the start rather than after a half-written record.
     fn rewind(&mut self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// Whether calls may block on I/O. The master writes a blocking store
+    /// from a thread of its own, overlapping fsyncs with serving; one that
+    /// never blocks it writes itself, which keeps a simulation in virtual
+    /// time deterministic.
+    fn blocking(&self) -> bool {
+        true
+    }
+    /// Where the store keeps its data, for the master's log lines.
+    fn location(&self) -> String;
+}
+
+/// How many times a store has made a batch durable (its fsyncs), readable
+/// while the store is in the master's hands. Cheap to clone: clones share
+/// the count.
+#[derive(Debug, Clone, Default)]
+pub struct SyncCount(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl SyncCount {
+    /// Batches made durable so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn add_one(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -160,6 +225,9 @@ pub struct FileStore {
     /// whether they are set aside now.
     reserve: u64,
     reserved: bool,
+    /// What `open` read, until `recover` hands it over.
+    recovered: Option<Recovered>,
+    syncs: SyncCount,
     /// Held (locked) while the store is open: one master per directory.
     _lock: File,
 }
@@ -198,11 +266,25 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 }
 
 impl FileStore {
-    /// Opens (or creates) the data directory and reads what it holds. A
-    /// torn last record, left by a crash before its fsync (so never
-    /// acknowledged), is dropped; anything else that fails its checks is
-    /// refused.
-    pub fn open(dir: &Path) -> Result<(FileStore, Recovered), StoreError> {
+    /// Opens (or creates) the data directory, takes its lock and reads what
+    /// it holds, which [`Store::recover`] then returns. A torn last record,
+    /// left by a crash before its fsync (so never acknowledged), is cut
+    /// off; anything else that fails its checks is refused here.
+    ///
+    /// ```
+    /// use leasehold_server::{FileStore, Store};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("leasehold-doc-{}", std::process::id()));
+    /// let mut store = FileStore::open(&dir)?;
+    /// let recovered = store.recover()?;
+    /// assert!(recovered.snapshot.is_none() && recovered.records.is_empty());
+    /// // A second master is refused while this one holds the directory.
+    /// assert!(FileStore::open(&dir).is_err());
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), leasehold_server::StoreError>(())
+    /// ```
+    pub fn open(dir: &Path) -> Result<FileStore, StoreError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let format = dir.join("FORMAT");
         match fs::read_to_string(&format) {
@@ -308,29 +390,58 @@ impl FileStore {
                 file
             }
         };
-        Ok((
-            FileStore {
-                dir: dir.to_path_buf(),
-                log: BufWriter::new(log),
-                sizes: StoreSizes {
-                    log_bytes: valid_len.unwrap_or(16),
-                    snapshot_bytes,
-                },
-                synced_len: valid_len.unwrap_or(16),
-                reserve: 0,
-                reserved: false,
-                _lock: lock,
+        Ok(FileStore {
+            dir: dir.to_path_buf(),
+            log: BufWriter::new(log),
+            sizes: StoreSizes {
+                log_bytes: valid_len.unwrap_or(16),
+                snapshot_bytes,
             },
-            Recovered {
+            synced_len: valid_len.unwrap_or(16),
+            reserve: 0,
+            reserved: false,
+            recovered: Some(Recovered {
                 snapshot,
                 records,
                 next_seq,
-            },
-        ))
+            }),
+            syncs: SyncCount::default(),
+            _lock: lock,
+        })
+    }
+
+    /// Counts this store's fsyncs of batches, from now on and wherever the
+    /// store goes.
+    pub fn syncs(&self) -> SyncCount {
+        self.syncs.clone()
     }
 }
 
 impl Store for FileStore {
+    fn recover(&mut self) -> Result<Recovered, StoreError> {
+        self.recovered.take().ok_or_else(|| {
+            corrupt(
+                &self.dir,
+                "recovered twice: what the store holds was handed over when the master started",
+            )
+        })
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn set_reserve(&mut self, bytes: u64) -> Result<(), StoreError> {
+        self.reserve = bytes;
+        if bytes == 0 {
+            let _ = fs::remove_file(self.dir.join("reserve"));
+            return Ok(());
+        }
+        self.set_reserve_aside()?;
+        self.reserved = true;
+        Ok(())
+    }
+
     /// Writes `snapshot` and starts an empty log after it: recovery then
     /// reads one file instead of the whole history.
     fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
@@ -412,6 +523,7 @@ impl Store for FileStore {
         let path = self.dir.join("log");
         self.log.flush().map_err(io_error(&path))?;
         self.log.get_ref().sync_data().map_err(io_error(&path))?;
+        self.syncs.add_one();
         self.synced_len = self.sizes.log_bytes;
         // Written only now that the batch is on disk, and carried to disk
         // by the next one: a marker proves that everything before it was
@@ -421,20 +533,9 @@ impl Store for FileStore {
 }
 
 impl FileStore {
-    /// Sets `bytes` aside in the file `reserve`, allocated on disk, so that
+    /// Allocates the reserve in the file `reserve`, on disk, so that
     /// a full disk leaves room to finish what was acknowledged and to keep
     /// ending sessions while writes are refused (`STORE-5`).
-    pub fn set_reserve(&mut self, bytes: u64) -> Result<(), StoreError> {
-        self.reserve = bytes;
-        if bytes == 0 {
-            let _ = fs::remove_file(self.dir.join("reserve"));
-            return Ok(());
-        }
-        self.set_reserve_aside()?;
-        self.reserved = true;
-        Ok(())
-    }
-
     fn set_reserve_aside(&self) -> Result<(), StoreError> {
         let path = self.dir.join("reserve");
         let file = OpenOptions::new()
@@ -619,6 +720,14 @@ mod tests {
     use leasehold_protocol::{Behavior, SessionId};
 
     use super::*;
+
+    /// The store in `dir` and what it holds, as a master starting on it
+    /// sees them.
+    fn opened(dir: &Path) -> (FileStore, Recovered) {
+        let mut store = FileStore::open(dir).unwrap();
+        let recovered = store.recover().unwrap();
+        (store, recovered)
+    }
     use crate::config::Config;
     use crate::state::Bounds;
     use crate::state::NewSession;
@@ -646,18 +755,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn what_a_store_holds_is_handed_over_once() {
+        let dir = dir("twice");
+        let (mut store, _) = opened(&dir);
+        let again = store.recover().unwrap_err();
+        assert!(again.to_string().contains("recovered twice"), "{again}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn each_store_counts_its_own_fsyncs() {
+        let (one, two) = (dir("count-one"), dir("count-two"));
+        let (mut first, _) = opened(&one);
+        let (mut second, _) = opened(&two);
+        let (first_syncs, second_syncs) = (first.syncs(), second.syncs());
+        for n in 1..=3 {
+            first.append(&create(n)).unwrap();
+            first.sync().unwrap();
+        }
+        second.sync().unwrap();
+        assert_eq!((first_syncs.get(), second_syncs.get()), (3, 1));
+        drop((first, second));
+        let _ = (fs::remove_dir_all(&one), fs::remove_dir_all(&two));
+    }
+
     // STORE-1
     #[test]
     fn synced_records_come_back_in_order() {
         let dir = dir("order");
-        let (mut store, recovered) = FileStore::open(&dir).unwrap();
+        let (mut store, recovered) = opened(&dir);
         assert!(recovered.records.is_empty() && recovered.snapshot.is_none());
         for n in 1..=3 {
             store.append(&create(n)).unwrap();
         }
         store.sync().unwrap();
         drop(store);
-        let (_, recovered) = FileStore::open(&dir).unwrap();
+        let (_, recovered) = opened(&dir);
         assert_eq!(recovered.records, [create(1), create(2), create(3)]);
         assert_eq!(recovered.next_seq, 3);
         let _ = fs::remove_dir_all(&dir);
@@ -676,7 +810,7 @@ mod tests {
     #[test]
     fn a_torn_last_record_is_dropped_and_later_appends_follow_the_last_whole_one() {
         let dir = dir("torn");
-        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let (mut store, _) = opened(&dir);
         store.append(&create(1)).unwrap();
         store.sync().unwrap();
         store.append(&create(2)).unwrap();
@@ -686,12 +820,12 @@ mod tests {
         let mut torn = vec![100, 0, 0, 0, 1, 2, 3, 4];
         torn.extend([7; 10]);
         scribble(&dir, &torn);
-        let (mut store, recovered) = FileStore::open(&dir).unwrap();
+        let (mut store, recovered) = opened(&dir);
         assert_eq!(recovered.records, [create(1), create(2)]);
         store.append(&create(3)).unwrap();
         store.sync().unwrap();
         drop(store);
-        let (_, recovered) = FileStore::open(&dir).unwrap();
+        let (_, recovered) = opened(&dir);
         assert_eq!(recovered.records, [create(1), create(2), create(3)]);
         let _ = fs::remove_dir_all(&dir);
     }
@@ -700,7 +834,7 @@ mod tests {
     #[test]
     fn a_damaged_record_in_the_last_unsynced_batch_ends_the_log_there() {
         let dir = dir("unsynced");
-        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let (mut store, _) = opened(&dir);
         store.append(&create(1)).unwrap();
         store.sync().unwrap();
         drop(store);
@@ -712,7 +846,7 @@ mod tests {
         second.extend(crc32fast::hash(&body).to_le_bytes());
         second.extend(&body);
         scribble(&dir, &second);
-        let (_, recovered) = FileStore::open(&dir).unwrap();
+        let (_, recovered) = opened(&dir);
         assert_eq!(recovered.records, [create(1)]);
         let _ = fs::remove_dir_all(&dir);
     }
@@ -721,7 +855,7 @@ mod tests {
     #[test]
     fn a_damaged_length_before_a_synced_batch_is_refused_not_truncated() {
         let dir = dir("length");
-        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let (mut store, _) = opened(&dir);
         for n in 1..=3 {
             store.append(&create(n)).unwrap();
             store.sync().unwrap();
@@ -742,7 +876,7 @@ mod tests {
     #[test]
     fn a_damaged_record_in_a_synced_batch_is_refused() {
         let dir = dir("damaged");
-        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let (mut store, _) = opened(&dir);
         store.append(&create(1)).unwrap();
         store.append(&create(2)).unwrap();
         store.sync().unwrap();
@@ -760,7 +894,7 @@ mod tests {
     #[test]
     fn a_snapshot_without_the_log_after_it_is_refused() {
         let dir = dir("no-log");
-        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let (mut store, _) = opened(&dir);
         store.append(&create(1)).unwrap();
         store.sync().unwrap();
         let snapshot = Snapshot {
@@ -787,7 +921,7 @@ mod tests {
     #[test]
     fn a_directory_in_use_is_refused() {
         let dir = dir("in-use");
-        let (_store, _) = FileStore::open(&dir).unwrap();
+        let (_store, _) = opened(&dir);
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("another master"), "{err}");
         let _ = fs::remove_dir_all(&dir);
@@ -849,7 +983,7 @@ mod tests {
     #[test]
     fn a_compacted_store_recovers_the_snapshot_and_only_later_records() {
         let dir = dir("compact");
-        let (mut store, _) = FileStore::open(&dir).unwrap();
+        let (mut store, _) = opened(&dir);
         let mut state = State::new(Bounds::from(&Config::default()));
         for n in 1..=2 {
             let record = create(n);
@@ -869,7 +1003,7 @@ mod tests {
         store.append(&create(3)).unwrap();
         store.sync().unwrap();
         drop(store);
-        let (_, recovered) = FileStore::open(&dir).unwrap();
+        let (_, recovered) = opened(&dir);
         let snapshot = recovered.snapshot.unwrap();
         assert_eq!(snapshot.epoch, 3);
         assert_eq!(snapshot.state.sessions().count(), 2);

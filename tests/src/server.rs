@@ -1,8 +1,9 @@
 //! A master on a loopback port, stopped when its guard is dropped.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
-use leasehold_server::{Config, ServerError};
+use leasehold_server::{Config, FileStore, Server, ServerError};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -23,22 +24,60 @@ impl TestServer {
     }
 }
 
-/// Starts a master with `config` on 127.0.0.1 and an ephemeral port.
-pub async fn start(config: Config) -> TestServer {
-    start_on("127.0.0.1:0".parse().unwrap(), config).await
+/// What a test master starts from: its configuration and, if it keeps its
+/// state durable, the data directory it keeps it in.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub config: Config,
+    pub data_dir: Option<PathBuf>,
 }
 
-/// Starts a master with `config` on `addr` (a loopback address; port 0
-/// picks one), for a restart on the address a client already knows.
-pub async fn start_on(addr: SocketAddr, config: Config) -> TestServer {
+impl Setup {
+    /// A master keeping its state in `dir`.
+    pub fn durable(dir: impl Into<PathBuf>, config: Config) -> Setup {
+        Setup {
+            config,
+            data_dir: Some(dir.into()),
+        }
+    }
+}
+
+impl From<Config> for Setup {
+    /// A master whose state lives in its memory alone.
+    fn from(config: Config) -> Setup {
+        Setup {
+            config,
+            data_dir: None,
+        }
+    }
+}
+
+/// Starts a master on 127.0.0.1 and an ephemeral port.
+pub async fn start(setup: impl Into<Setup>) -> TestServer {
+    start_on("127.0.0.1:0".parse().unwrap(), setup).await
+}
+
+/// Starts a master on `addr` (a loopback address; port 0 picks one), for a
+/// restart on the address a client already knows. A data directory that
+/// cannot be taken fails the master's task, as it fails `serve`.
+pub async fn start_on(addr: SocketAddr, setup: impl Into<Setup>) -> TestServer {
+    let Setup { config, data_dir } = setup.into();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .expect("bind a loopback port");
     let addr = listener.local_addr().expect("local address");
     let (stop, stopped) = oneshot::channel();
-    let task = tokio::spawn(leasehold_server::run(listener, config, async {
-        let _ = stopped.await;
-    }));
+    let task = tokio::spawn(async move {
+        let server = match data_dir {
+            Some(dir) => Server::open(config, FileStore::open(&dir)?)?,
+            None => Server::volatile(config)?,
+        };
+        server
+            .serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
     TestServer { addr, stop, task }
 }
 

@@ -10,7 +10,7 @@ use leasehold_protocol::{
     ClientFrame, FrameCodec, Request, Response, Sequencer, ServerFrame, DEFAULT_MAX_FRAME,
 };
 use leasehold_tests::conformance::{self, Ctx};
-use leasehold_tests::server::{short_lease_config, start, start_on};
+use leasehold_tests::server::{short_lease_config, start, start_on, Setup};
 use tokio_util::codec::Framed;
 
 // Every case, the failover ones included: the harness restarts the master
@@ -19,10 +19,7 @@ use tokio_util::codec::Framed;
 async fn the_server_passes_every_conformance_case() {
     let dir = std::env::temp_dir().join(format!("leasehold-conformance-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let config = leasehold_server::Config {
-        data_dir: Some(dir.clone()),
-        ..short_lease_config()
-    };
+    let config = Setup::durable(&dir, short_lease_config());
     let server = start(config.clone()).await;
     let addr = server.addr;
     let running = Arc::new(tokio::sync::Mutex::new(Some(server)));

@@ -8,7 +8,7 @@ use leasehold::{
     SubscribeOptions, SubscriptionEvent,
 };
 use leasehold_server::Config;
-use leasehold_tests::server::{short_lease_config, start, start_on};
+use leasehold_tests::server::{short_lease_config, start, start_on, Setup};
 use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
 
@@ -21,11 +21,8 @@ fn data_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn durable(dir: &Path) -> Config {
-    Config {
-        data_dir: Some(dir.to_path_buf()),
-        ..short_lease_config()
-    }
+fn durable(dir: &Path) -> Setup {
+    Setup::durable(dir, short_lease_config())
 }
 
 // STORE-1, STORE-2, FO-1
@@ -345,10 +342,13 @@ async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe(
 #[tokio::test]
 async fn snapshots_taken_while_serving_keep_the_log_short_and_lose_nothing() {
     let dir = data_dir("compact");
-    let config = Config {
-        compact_every: 10,
-        ..durable(&dir)
-    };
+    let config = Setup::durable(
+        &dir,
+        Config {
+            compact_every: 10,
+            ..short_lease_config()
+        },
+    );
     let server = start(config.clone()).await;
     let client = Client::connect(server.addr.to_string()).await.unwrap();
     for n in 0..35 {
@@ -438,10 +438,13 @@ fn dir_bytes(dir: &Path) -> u64 {
 #[tokio::test]
 async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
     let dir = data_dir("rewrites");
-    let config = Config {
-        compact_min_log_bytes: 256 * 1024,
-        ..durable(&dir)
-    };
+    let config = Setup::durable(
+        &dir,
+        Config {
+            compact_min_log_bytes: 256 * 1024,
+            ..short_lease_config()
+        },
+    );
     let server = start(config).await;
     let client = Client::connect(server.addr.to_string()).await.unwrap();
     let contents = vec![b'x'; 64 * 1024];

@@ -11,7 +11,7 @@ use leasehold_protocol::{
 };
 use leasehold_server::Config;
 use leasehold_tests::raw::RawConnection;
-use leasehold_tests::server::{short_lease_config, start};
+use leasehold_tests::server::{short_lease_config, start, Setup};
 
 const LONG: Duration = Duration::from_secs(30);
 const OPERATOR_TOKEN: &str = "operator-token-for-tests";
@@ -468,10 +468,7 @@ async fn a_client_with_the_operator_token_destroys_sessions_and_deletes_locked_n
 async fn a_session_secret_survives_a_restart_of_the_master() {
     let dir = std::env::temp_dir().join(format!("leasehold-ownership-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let config = || Config {
-        data_dir: Some(dir.clone()),
-        ..short_lease_config()
-    };
+    let config = || Setup::durable(&dir, short_lease_config());
     let server = start(config()).await;
     let (mut conn, _) = RawConnection::open(server.addr).await;
     let session = conn.create_session(LONG).await;

@@ -23,7 +23,9 @@ fn simulation() -> turmoil::Sim<'static> {
             ids: IdSource::Seeded(1),
             ..Config::default()
         };
-        leasehold_server::run(listener, config, std::future::pending()).await?;
+        leasehold_server::Server::volatile(config)?
+            .serve(listener, std::future::pending())
+            .await?;
         Ok(())
     });
     sim

@@ -12,8 +12,9 @@ use super::{Call, Master};
 use crate::config::Config;
 
 /// A master on `config`'s store, as `Server::open` starts one.
-fn started(config: &mut Config) -> Master {
-    let start = crate::recovery::open(config).unwrap();
+fn started(config: &mut Config, store: Option<crate::MemoryStore>) -> Master {
+    let store = store.map(|s| Box::new(s) as Box<dyn crate::Store>);
+    let start = crate::recovery::open(config, store).unwrap();
     Master::new(config.clone(), start, Instant::now())
 }
 
@@ -56,10 +57,13 @@ fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionTok
 // SES-6, KA-7
 #[tokio::test]
 async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_runs() {
-    let mut master = started(&mut Config {
-        min_lease: Duration::from_millis(100),
-        ..Config::default()
-    });
+    let mut master = started(
+        &mut Config {
+            min_lease: Duration::from_millis(100),
+            ..Config::default()
+        },
+        None,
+    );
     let token = created(&mut master, "late", Some(1_000));
     // The lease-end timer has not been handled: only the KeepAlive's own
     // check can catch this.
@@ -84,13 +88,13 @@ const LEASE: Duration = Duration::from_millis(1_000);
 fn restarted_with_a_session() -> (Master, SessionToken) {
     let mut config = Config {
         min_lease: Duration::from_millis(100),
-        memory_store: Some(crate::MemoryStore::default()),
         ..Config::default()
     };
-    let mut first = started(&mut config);
+    let store = crate::MemoryStore::default();
+    let mut first = started(&mut config, Some(store.clone()));
     let token = created(&mut first, "recovered", Some(LEASE.as_millis() as u64));
     drop(first);
-    (started(&mut config), token)
+    (started(&mut config, Some(store)), token)
 }
 
 // FO-2
@@ -138,7 +142,7 @@ async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_whil
 /// key (a prefix subscription on the root).
 fn watched_by(n: usize, config: Config) -> (Master, Vec<SessionToken>) {
     let mut config = config;
-    let mut master = started(&mut config);
+    let mut master = started(&mut config, None);
     let sessions = (0..n).map(|_| subscribed(&mut master)).collect();
     (master, sessions)
 }
@@ -204,7 +208,7 @@ async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
 // EV-5, EV-9: a write costs what matches it, not what exists.
 #[tokio::test]
 async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
-    let mut master = started(&mut Config::default());
+    let mut master = started(&mut Config::default(), None);
     let mut sessions = Vec::new();
     for i in 0..crate::events::FANOUT_SLICE * 4 {
         let token = subscribed_to(&mut master, &format!("k{i}"), false);

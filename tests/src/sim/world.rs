@@ -161,10 +161,9 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             let listener = SimListener::bind().await?;
             let config = Config {
                 ids: IdSource::Seeded(seed ^ (start << 48)),
-                memory_store: Some(store),
                 ..Config::default()
             };
-            leasehold_server::run(listener, config, std::future::pending()).await?;
+            leasehold_server::run(listener, config, store, std::future::pending()).await?;
             Ok(())
         }
     });
