@@ -1,6 +1,7 @@
 //! Support for Leasehold's integration tests and network simulations.
 //!
-//! - [`server`]: a real master on a loopback port.
+//! - [`server`]: a real master on a loopback port; [`fixture`]: a master, a
+//!   client, a session with its states recorded, a temporary directory.
 //! - [`raw`]: a connection that speaks frames built by hand, so a test of the
 //!   server cannot be hidden by the client library's logic.
 //! - [`proxy`]: a loopback relay between client and master whose link can be
@@ -13,6 +14,7 @@
 //!   `leasehold-conformance` binary runs it against any server).
 
 pub mod conformance;
+pub mod fixture;
 pub mod proxy;
 pub mod raw;
 pub mod scripted;

@@ -6,11 +6,11 @@ use leasehold::{
     Behavior, CheckStatus, Client, ErrorCode, LockOptions, PutOptions, Session, SessionOptions,
     SessionState,
 };
-use leasehold_tests::server::{short_lease_config, start, TestServer};
+use leasehold_tests::fixture::Fixture;
+use leasehold_tests::server::TestServer;
 
 async fn client() -> (TestServer, Client) {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture { server, client } = Fixture::new().await;
     (server, client)
 }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use leasehold::{Client, ErrorCode, Session, SessionOptions, SessionState};
 use leasehold_protocol::{Event, EventKind, LeaseGrant, Request, Response, SessionId};
+use leasehold_tests::fixture::{recorded, Fixture};
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::scripted::{grant, ScriptedConnection, ScriptedMaster};
 use leasehold_tests::server::{short_lease_config, start};
@@ -33,15 +34,17 @@ async fn wait_for(session: &Session, state: SessionState, within: Duration) {
 // CS-1, SES-6
 #[tokio::test]
 async fn a_session_with_a_healthy_link_stays_normal_past_many_leases() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     // Long enough that a loaded machine's scheduling cannot make a reply
     // late by a quarter of it; still several leases within the test.
-    let session = client
-        .create_session(SessionOptions::new("steady").lease(Duration::from_secs(2)))
-        .await
-        .unwrap();
-    let seen = StateLog::record(&session);
+    let (session, seen) = recorded(
+        &client,
+        SessionOptions::new("steady").lease(Duration::from_secs(2)),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(seen.states(), []);
     assert_eq!(session.state(), SessionState::Normal);
@@ -55,11 +58,11 @@ async fn a_cut_link_goes_normal_jeopardy_expired_on_time() {
     let proxy = Proxy::start(server.addr).await;
     let client = Client::connect(proxy.addr.to_string()).await.unwrap();
     let lease = Duration::from_secs(2);
-    let session = client
-        .create_session(SessionOptions::new("cut").lease(lease).grace(GRACE))
-        .await
-        .unwrap();
-    let seen = StateLog::record(&session);
+    let (session, seen) = recorded(
+        &client,
+        SessionOptions::new("cut").lease(lease).grace(GRACE),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let cut_at = Instant::now();
     proxy.set(Link::Cut);
@@ -93,15 +96,13 @@ async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_
     let proxy = Proxy::start(server.addr).await;
     let client = Client::connect(proxy.addr.to_string()).await.unwrap();
     let lease = Duration::from_secs(2);
-    let session = client
-        .create_session(
-            SessionOptions::new("held")
-                .lease(lease)
-                .grace(Duration::from_secs(10)),
-        )
-        .await
-        .unwrap();
-    let seen = StateLog::record(&session);
+    let (session, seen) = recorded(
+        &client,
+        SessionOptions::new("held")
+            .lease(lease)
+            .grace(Duration::from_secs(10)),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.set(Link::Hold);
     // The master answers the held KeepAlive (extending the lease) while the
@@ -119,7 +120,7 @@ async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_
             SessionState::Normal
         ]
     );
-    let direct = Client::connect(server.addr.to_string()).await.unwrap();
+    let direct = server.client().await;
     assert!(direct.session_info(session.id()).await.is_ok());
     tokio::time::sleep(lease + lease / 2).await;
     assert_eq!(session.state(), SessionState::Normal, "it stays normal");
@@ -128,14 +129,13 @@ async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_
 // CS-6
 #[tokio::test]
 async fn a_session_destroyed_by_another_client_expires_at_once() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
-    let session = client
-        .create_session(SessionOptions::new("victim").lease(Duration::from_secs(10)))
-        .await
-        .unwrap();
-    let seen = StateLog::record(&session);
-    let operator = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture { server, client } = Fixture::new().await;
+    let (session, seen) = recorded(
+        &client,
+        SessionOptions::new("victim").lease(Duration::from_secs(10)),
+    )
+    .await;
+    let operator = server.client().await;
     operator.destroy_session(session.id()).await.unwrap();
     wait_for(&session, SessionState::Expired, Duration::from_secs(2)).await;
     assert_eq!(seen.states(), [SessionState::Expired]);
@@ -148,19 +148,17 @@ async fn a_session_destroyed_while_in_jeopardy_expires_at_next_contact_not_after
     let proxy = Proxy::start(server.addr).await;
     let client = Client::connect(proxy.addr.to_string()).await.unwrap();
     let lease = Duration::from_secs(2);
-    let session = client
-        .create_session(
-            SessionOptions::new("destroyed-in-jeopardy")
-                .lease(lease)
-                .grace(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
-    let seen = StateLog::record(&session);
+    let (session, seen) = recorded(
+        &client,
+        SessionOptions::new("destroyed-in-jeopardy")
+            .lease(lease)
+            .grace(Duration::from_secs(30)),
+    )
+    .await;
     // Cut once the master holds a KeepAlive: it answers it a margin before
     // the lease ends and extends the lease, so the master's lease outlives
     // the client's by most of a lease, time to destroy the session there.
-    let direct = Client::connect(server.addr.to_string()).await.unwrap();
+    let direct = server.client().await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !direct
         .session_info(session.id())
@@ -173,7 +171,7 @@ async fn a_session_destroyed_while_in_jeopardy_expires_at_next_contact_not_after
     }
     proxy.set(Link::Cut);
     wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
-    let operator = Client::connect(server.addr.to_string()).await.unwrap();
+    let operator = server.client().await;
     operator.destroy_session(session.id()).await.unwrap();
     proxy.set(Link::Pass);
     wait_for(&session, SessionState::Expired, Duration::from_secs(5)).await;
@@ -186,8 +184,10 @@ async fn a_session_destroyed_while_in_jeopardy_expires_at_next_contact_not_after
 // SES-8
 #[tokio::test]
 async fn closing_a_session_destroys_it_on_the_master() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let session = client
         .create_session(SessionOptions::new("closing"))
         .await
@@ -201,8 +201,10 @@ async fn closing_a_session_destroys_it_on_the_master() {
 // CS-8
 #[tokio::test]
 async fn closing_or_detaching_a_session_makes_every_clone_closed_not_expired() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     for detach in [false, true] {
         let session = client
             .create_session(SessionOptions::new("clones"))
@@ -227,8 +229,10 @@ async fn closing_or_detaching_a_session_makes_every_clone_closed_not_expired() {
 // SES-8
 #[tokio::test]
 async fn dropping_the_last_handle_destroys_the_session() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let session = client
         .create_session(SessionOptions::new("dropped"))
         .await
@@ -248,8 +252,10 @@ async fn dropping_the_last_handle_destroys_the_session() {
 // SES-9
 #[tokio::test]
 async fn a_detached_session_stays_on_the_master_until_its_lease_runs_out() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let session = client
         .create_session(SessionOptions::new("detached").lease(Duration::from_millis(500)))
         .await
@@ -264,8 +270,10 @@ async fn a_detached_session_stays_on_the_master_until_its_lease_runs_out() {
 // CS-7
 #[tokio::test]
 async fn a_session_keeper_reuses_the_live_session_and_replaces_an_expired_one() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let keeper = leasehold::SessionKeeper::new(client.clone(), SessionOptions::new("keeper"));
     let first = keeper.session().await.unwrap();
     assert_eq!(keeper.session().await.unwrap().id(), first.id());

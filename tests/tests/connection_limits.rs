@@ -182,9 +182,7 @@ async fn the_client_library_rides_out_a_burst_larger_than_its_budget() {
         ..short_lease_config()
     })
     .await;
-    let client = leasehold::Client::connect(server.addr.to_string())
-        .await
-        .unwrap();
+    let client = server.client().await;
     client
         .put("big", vec![7u8; 32 * 1024], leasehold::PutOptions::new())
         .await

@@ -23,7 +23,7 @@ async fn requests_beyond_the_servers_in_flight_limit_wait_instead_of_being_refus
         ..Config::default()
     })
     .await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let session = client
         .create_session(SessionOptions::new("busy"))
         .await
@@ -119,7 +119,7 @@ async fn the_client_reads_replies_while_its_own_writes_are_blocked() {
 #[tokio::test]
 async fn listing_pages_through_every_session_in_id_order() {
     let server = start(Config::default()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let mut ids = Vec::new();
     for _ in 0..2_500 {
         let session = client
@@ -159,7 +159,7 @@ async fn with_a_small_frame_listing_pages_by_size_and_still_returns_everything()
         panic!("expected a page");
     };
     assert!(more && sessions.len() < 200, "{} sessions", sessions.len());
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     assert_eq!(client.list_sessions().await.unwrap().len(), 200);
 }
 

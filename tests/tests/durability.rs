@@ -1,6 +1,6 @@
 //! State survives a restart of the master on its data directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use leasehold::{
@@ -8,29 +8,21 @@ use leasehold::{
     SubscribeOptions, SubscriptionEvent,
 };
 use leasehold_server::Config;
+use leasehold_tests::fixture::TempDir;
 use leasehold_tests::server::{short_lease_config, start, start_on, Setup};
 use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
 
-fn data_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-durability-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-fn durable(dir: &Path) -> Setup {
-    Setup::durable(dir, short_lease_config())
+fn durable(dir: &TempDir) -> Setup {
+    Setup::durable(dir.path(), short_lease_config())
 }
 
 // STORE-1, STORE-2, FO-1
 #[tokio::test]
 async fn acknowledged_writes_sessions_and_locks_survive_a_restart_under_a_new_epoch() {
-    let dir = data_dir("survive");
+    let dir = TempDir::new("durability-survive");
     let server = start(durable(&dir)).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let first_epoch = client.epoch().await.unwrap();
     let index = client
         .put("svc/db", "10.0.0.5", PutOptions::new().flags(3))
@@ -51,7 +43,7 @@ async fn acknowledged_writes_sessions_and_locks_survive_a_restart_under_a_new_ep
     server.shutdown().await.unwrap();
 
     let server = start(durable(&dir)).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     assert!(client.epoch().await.unwrap() > first_epoch);
     let node = client
         .get("svc/db")
@@ -66,7 +58,6 @@ async fn acknowledged_writes_sessions_and_locks_survive_a_restart_under_a_new_ep
     let leader = client.leader("svc/leader").await.unwrap().unwrap();
     assert_eq!(leader.session, id);
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // FO-2, LOCK-6: a holder that never comes back loses its lock after a full
@@ -74,11 +65,11 @@ async fn acknowledged_writes_sessions_and_locks_survive_a_restart_under_a_new_ep
 // generation.
 #[tokio::test]
 async fn a_holder_that_never_returns_loses_its_lock_after_lease_and_lock_delay() {
-    let dir = data_dir("gone");
+    let dir = TempDir::new("durability-gone");
     let lease = Duration::from_millis(800);
     let lock_delay = Duration::from_millis(500);
     let server = start(durable(&dir)).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let gone = client
         .create_session(
             SessionOptions::new("gone")
@@ -96,7 +87,7 @@ async fn a_holder_that_never_returns_loses_its_lock_after_lease_and_lock_delay()
 
     let server = start(durable(&dir)).await;
     let restarted = Instant::now();
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let next = client
         .create_session(SessionOptions::new("next").lock_delay(Duration::ZERO))
         .await
@@ -116,7 +107,6 @@ async fn a_holder_that_never_returns_loses_its_lock_after_lease_and_lock_delay()
     drop(guard);
     next.close().await.unwrap();
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // FO-1, FO-6, KA-6: a client holding a lock across a restart keeps it, with
@@ -124,7 +114,7 @@ async fn a_holder_that_never_returns_loses_its_lock_after_lease_and_lock_delay()
 // subscription is made again and says events may have been lost.
 #[tokio::test]
 async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
-    let dir = data_dir("keep");
+    let dir = TempDir::new("durability-keep");
     let server = start(durable(&dir)).await;
     let addr = server.addr;
     let client = Client::connect(addr.to_string()).await.unwrap();
@@ -199,14 +189,12 @@ async fn a_client_keeps_its_lock_and_sequencer_across_a_restart() {
     guard.release().await.unwrap();
     session.close().await.unwrap();
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // STORE-3
 #[tokio::test]
 async fn a_foreign_data_directory_is_refused() {
-    let dir = data_dir("foreign");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("durability-foreign");
     std::fs::write(dir.join("precious.txt"), "not ours").unwrap();
     let server = start(durable(&dir)).await;
     let ended = server.shutdown().await.unwrap_err();
@@ -215,7 +203,6 @@ async fn a_foreign_data_directory_is_refused() {
         "{ended}"
     );
     assert!(dir.join("precious.txt").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // FO-5, ERR-14: until a recovered session acknowledges the fail-over
@@ -225,7 +212,7 @@ async fn a_recovered_session_is_served_only_keepalives_until_it_acknowledges_the
     use leasehold_protocol::{Acquire, EventKind, KeepAlive, LockMode, Request, Response};
     use leasehold_tests::raw::RawConnection;
 
-    let dir = data_dir("gate");
+    let dir = TempDir::new("durability-gate");
     let server = start(durable(&dir)).await;
     let (mut conn, _) = RawConnection::open(server.addr).await;
     let session = conn.create_session(Duration::from_secs(30)).await;
@@ -277,7 +264,6 @@ async fn a_recovered_session_is_served_only_keepalives_until_it_acknowledges_the
         Ok(Response::Acquired { .. })
     ));
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // FO-2, FO-6, CS-4: a master that is back within the client's grace period
@@ -285,7 +271,7 @@ async fn a_recovered_session_is_served_only_keepalives_until_it_acknowledges_the
 // and all.
 #[tokio::test]
 async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe() {
-    let dir = data_dir("grace");
+    let dir = TempDir::new("durability-grace");
     let server = start(durable(&dir)).await;
     let addr = server.addr;
     let client = Client::connect(addr.to_string()).await.unwrap();
@@ -334,23 +320,22 @@ async fn a_restart_longer_than_the_lease_but_within_grace_is_jeopardy_then_safe(
         .unwrap());
     assert!(guard.is_held());
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // STORE-2: snapshots taken while serving keep the log short and lose
 // nothing.
 #[tokio::test]
 async fn snapshots_taken_while_serving_keep_the_log_short_and_lose_nothing() {
-    let dir = data_dir("compact");
+    let dir = TempDir::new("durability-compact");
     let config = Setup::durable(
-        &dir,
+        dir.path(),
         Config {
             compact_every: 10,
             ..short_lease_config()
         },
     );
     let server = start(config.clone()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     for n in 0..35 {
         client
             .put(&format!("n/{n}"), n.to_string(), PutOptions::new())
@@ -365,20 +350,19 @@ async fn snapshots_taken_while_serving_keep_the_log_short_and_lose_nothing() {
     assert!(log < 400, "the log holds {log} bytes");
 
     let server = start(config).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     for n in 0..35 {
         let node = client.get(&format!("n/{n}")).await.unwrap().unwrap();
         assert_eq!(node.contents, Some(n.to_string().into_bytes()));
     }
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // FO-6: every subscription is made again on the new master, each hearing
 // its own key.
 #[tokio::test]
 async fn every_subscription_is_made_again_after_a_restart() {
-    let dir = data_dir("subs");
+    let dir = TempDir::new("durability-subs");
     let server = start(durable(&dir)).await;
     let addr = server.addr;
     let client = Client::connect(addr.to_string()).await.unwrap();
@@ -420,7 +404,6 @@ async fn every_subscription_is_made_again_after_a_restart() {
         assert!(heard, "{key} is subscribed again");
     }
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Bytes of every file in `dir` but the fixed reserve (`STORE-5`).
@@ -437,16 +420,16 @@ fn dir_bytes(dir: &Path) -> u64 {
 // multiple of the live state, not of everything ever written.
 #[tokio::test]
 async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
-    let dir = data_dir("rewrites");
+    let dir = TempDir::new("durability-rewrites");
     let config = Setup::durable(
-        &dir,
+        dir.path(),
         Config {
             compact_min_log_bytes: 256 * 1024,
             ..short_lease_config()
         },
     );
     let server = start(config).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let contents = vec![b'x'; 64 * 1024];
     for _ in 0..200 {
         client
@@ -457,7 +440,7 @@ async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
     drop(client);
     server.shutdown().await.unwrap();
     // 12.5 MiB were written; the live state is one 64 KiB node.
-    let on_disk = dir_bytes(&dir);
+    let on_disk = dir_bytes(dir.path());
     assert!(
         on_disk < 1024 * 1024,
         "the directory holds {} KiB",
@@ -465,11 +448,10 @@ async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
     );
     // And nothing was lost to the compactions.
     let server = start(durable(&dir)).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let node = client.get("big").await.unwrap().expect("the node");
     assert_eq!(node.stat.content_generation, 200);
     assert_eq!(node.contents.unwrap(), contents);
     drop(client);
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }

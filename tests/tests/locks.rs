@@ -5,13 +5,13 @@ use std::time::Duration;
 use leasehold::{
     Client, ErrorCode, LockGuard, LockMode, LockOptions, Session, SessionOptions, SessionState,
 };
+use leasehold_tests::fixture::Fixture;
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::server::{short_lease_config, start, TestServer};
 use tokio::time::Instant;
 
 async fn setup() -> (TestServer, Client) {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture { server, client } = Fixture::new().await;
     (server, client)
 }
 

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use leasehold::{Client, DeleteOptions, ErrorCode, PutOptions, SessionOptions};
 use leasehold_server::MAX_CONTENTS;
-use leasehold_tests::server::{short_lease_config, start, TestServer};
+use leasehold_tests::fixture::Fixture;
+use leasehold_tests::server::TestServer;
 
 async fn client() -> (TestServer, Client) {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture { server, client } = Fixture::new().await;
     (server, client)
 }
 

@@ -10,6 +10,7 @@ use leasehold_protocol::{
     SessionSecret, SessionToken,
 };
 use leasehold_server::Config;
+use leasehold_tests::fixture::{Fixture, TempDir};
 use leasehold_tests::raw::RawConnection;
 use leasehold_tests::server::{short_lease_config, start, Setup};
 
@@ -379,7 +380,7 @@ async fn without_an_operator_token_anyone_may_delete_a_locked_node() {
 #[tokio::test]
 async fn a_token_lets_another_client_take_over_keeping_a_session_alive() {
     let server = start(short_lease_config()).await;
-    let creator = Client::connect(server.addr.to_string()).await.unwrap();
+    let creator = server.client().await;
     let session = creator
         .create_session(SessionOptions::new("handed-over").lease(Duration::from_secs(2)))
         .await
@@ -389,7 +390,7 @@ async fn a_token_lets_another_client_take_over_keeping_a_session_alive() {
     let token = session.detach().await;
     let text = token.to_string();
 
-    let successor = Client::connect(server.addr.to_string()).await.unwrap();
+    let successor = server.client().await;
     let attached = successor
         .attach_session(text.parse().unwrap(), SessionOptions::new("handed-over"))
         .await
@@ -406,8 +407,10 @@ async fn a_token_lets_another_client_take_over_keeping_a_session_alive() {
 // AUTH-2
 #[tokio::test]
 async fn attaching_with_a_wrong_secret_is_refused() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let session = client
         .create_session(SessionOptions::new("mine"))
         .await
@@ -424,7 +427,7 @@ async fn attaching_with_a_wrong_secret_is_refused() {
 #[tokio::test]
 async fn a_client_with_the_operator_token_destroys_sessions_and_deletes_locked_nodes() {
     let server = start(with_operator_token()).await;
-    let owner = Client::connect(server.addr.to_string()).await.unwrap();
+    let owner = server.client().await;
     let session = owner
         .create_session(SessionOptions::new("held"))
         .await
@@ -433,7 +436,7 @@ async fn a_client_with_the_operator_token_destroys_sessions_and_deletes_locked_n
         .try_lock("k", LockOptions::exclusive())
         .await
         .unwrap();
-    let plain = Client::connect(server.addr.to_string()).await.unwrap();
+    let plain = server.client().await;
     let refused = plain.delete("k", DeleteOptions::default()).await;
     assert_eq!(
         refused.unwrap_err().code(),
@@ -466,9 +469,8 @@ async fn a_client_with_the_operator_token_destroys_sessions_and_deletes_locked_n
 // AUTH-1
 #[tokio::test]
 async fn a_session_secret_survives_a_restart_of_the_master() {
-    let dir = std::env::temp_dir().join(format!("leasehold-ownership-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = || Setup::durable(&dir, short_lease_config());
+    let dir = TempDir::new("ownership");
+    let config = || Setup::durable(dir.path(), short_lease_config());
     let server = start(config()).await;
     let (mut conn, _) = RawConnection::open(server.addr).await;
     let session = conn.create_session(LONG).await;
@@ -490,5 +492,4 @@ async fn a_session_secret_survives_a_restart_of_the_master() {
     assert!(matches!(kept, Ok(Response::KeepAlive { .. })), "{kept:?}");
     drop(conn);
     server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{Client, Election, Semaphore, Session, SessionOptions};
+use leasehold_tests::fixture::Fixture;
 use leasehold_tests::proxy::{Link, Proxy};
-use leasehold_tests::server::{short_lease_config, start, TestServer};
+use leasehold_tests::server::TestServer;
 use tokio::time::Instant;
 
 /// The lease of a contender that is meant to die: short, so the test
@@ -57,8 +58,7 @@ fn left_normal(session: &Session) -> Arc<std::sync::Mutex<Option<Instant>>> {
 }
 
 async fn setup() -> (TestServer, Client) {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture { server, client } = Fixture::new().await;
     (server, client)
 }
 

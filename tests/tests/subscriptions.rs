@@ -6,6 +6,7 @@ use leasehold::{
     event_mask, Change, Client, DeleteOptions, LockOptions, PutOptions, Session, SessionOptions,
     SessionState, SubscribeOptions, SubscriptionEvent,
 };
+use leasehold_tests::fixture::Fixture;
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::server::{short_lease_config, start};
 
@@ -34,8 +35,7 @@ async fn next_full(sub: &mut leasehold::Subscription) -> SubscriptionEvent {
 
 /// A master, a client of it and a session of that client.
 async fn one_session() -> (leasehold_tests::server::TestServer, Client, Session) {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture { server, client } = Fixture::new().await;
     let session = client
         .create_session(SessionOptions::new("w"))
         .await
@@ -140,7 +140,7 @@ async fn events_arrive_once_each_and_in_order_across_a_dropped_connection() {
     let server = start(short_lease_config()).await;
     let proxy = Proxy::start(server.addr).await;
     let watcher = Client::connect(proxy.addr.to_string()).await.unwrap();
-    let writer = Client::connect(server.addr.to_string()).await.unwrap();
+    let writer = server.client().await;
     let session = watcher
         .create_session(
             SessionOptions::new("w")
@@ -197,8 +197,10 @@ async fn events_arrive_once_each_and_in_order_across_a_dropped_connection() {
 // EV-6, LOCK-10
 #[tokio::test]
 async fn a_guard_hears_that_the_master_took_its_lock() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let session = client
         .create_session(SessionOptions::new("h"))
         .await
@@ -218,8 +220,10 @@ async fn a_guard_hears_that_the_master_took_its_lock() {
 // EV-6
 #[tokio::test]
 async fn a_holder_hears_that_someone_waits_and_can_hand_the_lock_over() {
-    let server = start(short_lease_config()).await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let Fixture {
+        server: _server,
+        client,
+    } = Fixture::new().await;
     let holder = client
         .create_session(SessionOptions::new("h"))
         .await
@@ -301,7 +305,7 @@ async fn events_that_outgrow_a_frame_arrive_over_several_replies() {
         ..short_lease_config()
     })
     .await;
-    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let client = server.client().await;
     let session = client
         .create_session(SessionOptions::new("w"))
         .await
