@@ -199,12 +199,17 @@ impl Client {
     }
 
     /// Abandons connection `id` (as [`Client::abandon`]) unless it has
-    /// delivered a frame within `window`: one that is delivering replies is
-    /// slow, not dead. Says whether it was abandoned.
-    pub(crate) fn abandon_if_silent(&self, id: u64, window: Duration) -> bool {
+    /// delivered a frame within `window` before `now`: one that is
+    /// delivering replies is slow, not dead. Says whether it was abandoned.
+    pub(crate) fn abandon_if_silent(
+        &self,
+        id: u64,
+        window: Duration,
+        now: tokio::time::Instant,
+    ) -> bool {
         let mut current = self.current();
         let silent = current.as_ref().is_some_and(|c| {
-            c.id() == id && c.heard().latest() + window <= tokio::time::Instant::now()
+            c.id() == id && c.heard().latest().is_some_and(|at| at + window <= now)
         });
         if silent {
             *current = None;
@@ -213,11 +218,12 @@ impl Client {
     }
 
     /// Sends `request` on `conn`, abandoning the connection if it broke.
+    /// Says when the request was written, with the reply.
     pub(crate) async fn call_on(
         &self,
         conn: &Connection,
         request: Request,
-    ) -> Result<Response, ClientError> {
+    ) -> Result<(Response, tokio::time::Instant), ClientError> {
         let result = conn.request(request).await;
         if matches!(
             result,
@@ -234,6 +240,15 @@ impl Client {
         self.call_waiting(request, Duration::ZERO).await
     }
 
+    /// As [`Client::call`], also saying when the request that was answered
+    /// was written: a lease in the reply counts from then (`LEASE-4`).
+    async fn call_sent(
+        &self,
+        request: Request,
+    ) -> Result<(Response, tokio::time::Instant), ClientError> {
+        self.call_retrying(request, Duration::ZERO).await
+    }
+
     /// Like [`Client::call`], for a request the server holds for up to
     /// `held` on purpose: the timeout is that much longer.
     ///
@@ -248,7 +263,20 @@ impl Client {
         request: Request,
         held: Duration,
     ) -> Result<Response, ClientError> {
-        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        self.call_retrying(request, held)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    async fn call_retrying(
+        &self,
+        request: Request,
+        held: Duration,
+    ) -> Result<(Response, tokio::time::Instant), ClientError> {
+        // Retries stop when the request timeout has run out: the refusal
+        // in hand is then the answer.
+        let budget = tokio::time::sleep(self.inner.config.request_timeout);
+        tokio::pin!(budget);
         loop {
             let result = self.call_once(request.clone(), held).await;
             let hint = match &result {
@@ -261,15 +289,19 @@ impl Client {
                 },
                 Ok(_) => return result,
             };
-            let retry_at = tokio::time::Instant::now() + Duration::from_millis(hint.max(1));
-            if retry_at > deadline {
-                return result;
+            tokio::select! {
+                biased;
+                () = &mut budget => return result,
+                () = tokio::time::sleep(Duration::from_millis(hint.max(1))) => {}
             }
-            tokio::time::sleep_until(retry_at).await;
         }
     }
 
-    async fn call_once(&self, request: Request, held: Duration) -> Result<Response, ClientError> {
+    async fn call_once(
+        &self,
+        request: Request,
+        held: Duration,
+    ) -> Result<(Response, tokio::time::Instant), ClientError> {
         let conn = self.connection().await?;
         let timeout = self.inner.config.request_timeout + held;
         match tokio::time::timeout(timeout, self.call_on(&conn, request)).await {
@@ -295,14 +327,16 @@ impl Client {
             behavior: options.behavior,
             checks: options.checks.clone(),
         });
-        let sent = tokio::time::Instant::now();
-        match self.call(request).await? {
-            Response::SessionCreated {
-                session,
-                secret,
-                epoch,
-                lease,
-            } => Ok(Session::start(
+        match self.call_sent(request).await? {
+            (
+                Response::SessionCreated {
+                    session,
+                    secret,
+                    epoch,
+                    lease,
+                },
+                sent,
+            ) => Ok(Session::start(
                 self.clone(),
                 SessionToken {
                     id: session,
@@ -313,7 +347,7 @@ impl Client {
                 lease,
                 options,
             )),
-            other => Err(unexpected(other)),
+            (other, _) => Err(unexpected(other)),
         }
     }
 
@@ -346,9 +380,8 @@ impl Client {
                 acked_seq: 0,
                 hold: false,
             });
-            let sent = tokio::time::Instant::now();
-            match self.call(request).await {
-                Ok(Response::KeepAlive { epoch, lease, .. }) => {
+            match self.call_sent(request).await {
+                Ok((Response::KeepAlive { epoch, lease, .. }, sent)) => {
                     // The reply's events are not acknowledged, so the
                     // session's next KeepAlive brings them again and they
                     // are delivered then.
@@ -361,7 +394,7 @@ impl Client {
                         options,
                     ));
                 }
-                Ok(other) => return Err(unexpected(other)),
+                Ok((other, _)) => return Err(unexpected(other)),
                 Err(e) => match e.code() {
                     Some(ErrorCode::WrongEpoch { current }) => epoch = current,
                     _ => return Err(e),

@@ -22,7 +22,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use crate::error::ClientError;
 use crate::transport::BoxTransport;
 
-type ReplyTx = oneshot::Sender<Result<Response, ClientError>>;
+type ReplyTx = oneshot::Sender<Result<(Response, Instant), ClientError>>;
 /// A request on its way out: its reply channel, and the in-flight permit it
 /// holds until its reply arrives. KeepAlives take no permit: the master
 /// does not count them against the in-flight limit, since it holds at most
@@ -45,7 +45,9 @@ static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Default)]
 struct PendingRequests {
-    replies: BTreeMap<u64, (ReplyTx, Option<OwnedSemaphorePermit>)>,
+    /// Each request's reply channel, its in-flight permit, and when it was
+    /// written to the socket.
+    replies: BTreeMap<u64, (ReplyTx, Option<OwnedSemaphorePermit>, Instant)>,
     /// Set once the connection has failed; later requests fail at once.
     failed: bool,
 }
@@ -65,29 +67,33 @@ pub(crate) struct Connection {
 /// When a connection last delivered a frame. A connection that is
 /// delivering replies is alive however slow its answers are, and opening
 /// another to the same master would only add to that master's load.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Heard {
-    opened: Instant,
+    /// When the reader started, just after the Welcome arrived.
+    opened: Arc<std::sync::OnceLock<Instant>>,
     /// Milliseconds from `opened` to the latest frame.
     latest_ms: Arc<AtomicU64>,
 }
 
 impl Heard {
-    fn new() -> Self {
-        Heard {
-            opened: Instant::now(),
-            latest_ms: Arc::default(),
+    /// The reader starts at `now`: the Welcome has just arrived.
+    fn start(&self, now: Instant) {
+        let _ = self.opened.set(now);
+    }
+
+    /// A frame arrived at `now`.
+    fn frame_at(&self, now: Instant) {
+        if let Some(opened) = self.opened.get() {
+            let ms = now.saturating_duration_since(*opened).as_millis() as u64;
+            self.latest_ms.fetch_max(ms, Ordering::Relaxed);
         }
     }
 
-    fn now(&self) {
-        let ms = self.opened.elapsed().as_millis() as u64;
-        self.latest_ms.fetch_max(ms, Ordering::Relaxed);
-    }
-
-    /// When the latest frame arrived (the opening, before any).
-    pub(crate) fn latest(&self) -> Instant {
-        self.opened + Duration::from_millis(self.latest_ms.load(Ordering::Relaxed))
+    /// When the latest frame arrived (the Welcome, before any other);
+    /// `None` until the reader has started.
+    pub(crate) fn latest(&self) -> Option<Instant> {
+        let opened = *self.opened.get()?;
+        Some(opened + Duration::from_millis(self.latest_ms.load(Ordering::Relaxed)))
     }
 }
 
@@ -122,7 +128,7 @@ impl Connection {
             .await
             .map_err(|_| ClientError::Timeout(handshake_timeout))??;
         let pending: Pending = Arc::default();
-        let heard = Heard::new();
+        let heard = Heard::default();
         let (requests, queue) = mpsc::channel(256);
         let (reader_done, reader_stopped) = oneshot::channel();
         let reading = tokio::spawn(read_replies(
@@ -160,8 +166,12 @@ impl Connection {
         &self.heard
     }
 
-    /// Sends `request` and waits for its reply.
-    pub(crate) async fn request(&self, request: Request) -> Result<Response, ClientError> {
+    /// Sends `request` and waits for its reply; says when the request was
+    /// written to the socket, which the master cannot have read before.
+    pub(crate) async fn request(
+        &self,
+        request: Request,
+    ) -> Result<(Response, Instant), ClientError> {
         // The permit travels with the request and is released when its reply
         // arrives, not when the caller stops waiting: the server counts the
         // request until it answers.
@@ -221,7 +231,7 @@ async fn write_requests(
                                 let _ = reply.send(Err(ClientError::Disconnected));
                                 break;
                             }
-                            pending.replies.insert(id, (reply, permit));
+                            pending.replies.insert(id, (reply, permit, Instant::now()));
                         }
                         if writer.feed(ClientFrame::Request { id, body }).await.is_err() {
                             break 'writing;
@@ -237,7 +247,7 @@ async fn write_requests(
             },
             _ = prune.tick(), if handles_gone => {
                 let mut pending = lock(&pending);
-                pending.replies.retain(|_, (reply, _)| !reply.is_closed());
+                pending.replies.retain(|_, (reply, _, _)| !reply.is_closed());
                 if pending.replies.is_empty() {
                     break;
                 }
@@ -264,13 +274,14 @@ async fn read_replies(
     heard: Heard,
     done: oneshot::Sender<()>,
 ) {
+    heard.start(Instant::now());
     let failure = loop {
         let frame = reader.next().await;
-        heard.now();
+        heard.frame_at(Instant::now());
         match frame {
             Some(Ok(ServerFrame::Reply { id, body })) => {
-                if let Some((reply, _permit)) = lock(&pending).replies.remove(&id) {
-                    let _ = reply.send(body.map_err(ClientError::Server));
+                if let Some((reply, _permit, sent)) = lock(&pending).replies.remove(&id) {
+                    let _ = reply.send(body.map(|r| (r, sent)).map_err(ClientError::Server));
                 }
             }
             Some(Ok(ServerFrame::Close(e))) => break Some(e),
@@ -284,7 +295,7 @@ async fn read_replies(
 fn fail_all(pending: &Pending, failure: Option<leasehold_protocol::Error>) {
     let mut pending = lock(pending);
     pending.failed = true;
-    for (_, (reply, _permit)) in std::mem::take(&mut pending.replies) {
+    for (_, (reply, _permit, _sent)) in std::mem::take(&mut pending.replies) {
         let error = match &failure {
             Some(e) => ClientError::Closed(e.clone()),
             None => ClientError::Disconnected,

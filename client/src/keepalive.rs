@@ -175,6 +175,7 @@ impl Keeper {
                     self.client.abandon_if_silent(
                         self.last_connection.load(Ordering::Relaxed),
                         PROBE_TIMEOUT,
+                        Instant::now(),
                     );
                 }
                 Action::Deliver(events) => {
@@ -226,7 +227,12 @@ impl Keeper {
                     acked_seq,
                     hold,
                 });
-                let reply = client.call_on(&conn, request);
+                // Stamped above, before connecting, rather than when
+                // written: the earlier time is the conservative one.
+                let reply = async {
+                    let (response, _written) = client.call_on(&conn, request).await?;
+                    Ok(response)
+                };
                 if hold {
                     return reply.await;
                 }
@@ -236,9 +242,9 @@ impl Keeper {
                     tokio::select! {
                         result = &mut reply => return result,
                         () = sleep_until(deadline) => {
-                            let alive_until = conn.heard().latest() + PROBE_TIMEOUT;
-                            if alive_until > Instant::now() {
-                                deadline = alive_until;
+                            let alive_until = conn.heard().latest().map(|at| at + PROBE_TIMEOUT);
+                            if let Some(until) = alive_until.filter(|u| *u > Instant::now()) {
+                                deadline = until;
                                 continue;
                             }
                             client.abandon(conn.id());

@@ -20,7 +20,6 @@ use leasehold_protocol::{event_mask, ErrorCode, SessionId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::error::ClientError;
 use crate::events::{SubscribeOptions, Subscription, SubscriptionEvent};
@@ -107,7 +106,9 @@ impl Semaphore {
                 "a semaphore needs a limit of at least 1".into(),
             ));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // Counted from the call, whatever the subscription and the first
+        // attempts take.
+        let mut expiry = timeout.map(|t| Box::pin(tokio::time::sleep(t)));
         // Subscribed before the first read, so no change between a read
         // and the wait is missed.
         let mut changes = self.subscribe().await?;
@@ -120,10 +121,14 @@ impl Semaphore {
                     Attempt::Full => {}
                 }
                 let next = changes.next();
-                let event = match deadline {
-                    Some(d) => tokio::time::timeout_at(d, next)
-                        .await
-                        .map_err(|_| ClientError::Timeout(timeout.unwrap_or_default()))?,
+                let event = match expiry.as_mut() {
+                    Some(expiry) => tokio::select! {
+                        biased;
+                        event = next => event,
+                        () = expiry.as_mut() => {
+                            return Err(ClientError::Timeout(timeout.unwrap_or_default()))
+                        }
+                    },
                     None => next.await,
                 };
                 match event {
