@@ -9,13 +9,14 @@ use leasehold_protocol::{
     ClientFrame, CodecError, CreateSession, FrameCodec, Hello, KeepAlive, Request, Response,
     ServerFrame, SessionToken, DEFAULT_MAX_FRAME,
 };
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
-/// A raw protocol connection.
-pub struct RawConnection {
-    framed: Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>,
+/// A raw protocol connection, over TCP unless made [`RawConnection::over`]
+/// another stream (turmoil's, for tests in virtual time).
+pub struct RawConnection<S = TcpStream> {
+    framed: Framed<S, FrameCodec<ServerFrame, ClientFrame>>,
     next_id: u64,
     /// How long [`RawConnection::recv`] waits for a frame before failing.
     patience: Duration,
@@ -56,12 +57,6 @@ impl RawConnection {
         }
     }
 
-    /// Waits up to `patience` for each frame (10 s unless set).
-    pub fn with_patience(mut self, patience: Duration) -> Self {
-        self.patience = patience;
-        self
-    }
-
     /// Connects and completes the handshake.
     pub async fn open(addr: SocketAddr) -> (RawConnection, Welcome) {
         let mut conn = RawConnection::connect(addr).await;
@@ -70,6 +65,28 @@ impl RawConnection {
             Some(ServerFrame::Welcome(w)) => (conn, w),
             other => panic!("expected Welcome, got {other:?}"),
         }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> RawConnection<S> {
+    /// Completes the handshake over `stream`, already connected.
+    pub async fn over(stream: S) -> (RawConnection<S>, Welcome) {
+        let mut conn = RawConnection {
+            framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
+            next_id: 1,
+            patience: Duration::from_secs(10),
+        };
+        conn.send(ClientFrame::Hello(Hello::current())).await;
+        match conn.recv().await {
+            Some(ServerFrame::Welcome(w)) => (conn, w),
+            other => panic!("expected Welcome, got {other:?}"),
+        }
+    }
+
+    /// Waits up to `patience` for each frame (10 s unless set).
+    pub fn with_patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
     }
 
     /// Sends one frame.
