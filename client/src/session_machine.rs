@@ -290,7 +290,10 @@ impl SessionMachine {
     /// The session was closed or detached by this client (`CS-8`).
     pub(crate) fn on_close(&mut self) -> Vec<Action> {
         let mut actions = Vec::new();
-        self.enter(SessionState::Closed, &mut actions);
+        // Expired is final: a session already lost is not given up (CS-8).
+        if self.state != SessionState::Expired {
+            self.enter(SessionState::Closed, &mut actions);
+        }
         actions.push(Action::Stop);
         actions
     }
@@ -570,6 +573,23 @@ mod tests {
         let (mut m, t0) = machine();
         m.on_tick(t0);
         assert_eq!(m.on_close(), [Action::Enter(Closed), Action::Stop]);
+    }
+
+    // CS-8
+    #[test]
+    fn closing_in_jeopardy_is_closed() {
+        let (mut m, t0) = machine();
+        into_jeopardy(&mut m, t0);
+        assert_eq!(m.on_close(), [Action::Enter(Closed), Action::Stop]);
+    }
+
+    // CS-3, CS-8
+    #[test]
+    fn closing_an_expired_session_leaves_it_expired() {
+        let (mut m, t0) = machine();
+        let now = into_jeopardy(&mut m, t0);
+        m.on_reply(t0, true, Reply::Gone, now);
+        assert_eq!(m.on_close(), [Action::Stop]);
     }
 
     // CS-7
