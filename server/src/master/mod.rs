@@ -178,6 +178,9 @@ impl Master {
         let mut run = 0;
         loop {
             if self.events.owes() {
+                // A turn of its own: it answers held KeepAlives, at the
+                // time it runs, not the time of the turn before.
+                self.now = self.read_clock();
                 self.deliver_events();
             }
             if run >= KEEPALIVE_RUN {
