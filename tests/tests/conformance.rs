@@ -182,11 +182,11 @@ async fn a_server_that_reuses_a_lock_generation_fails_lock_2() {
     let addr = broken(server.addr, same, generation_one).await;
     let failed = failing(addr, &["LOCK-2", "NS-6"]).await;
     assert!(
-        failed.contains(&"lock_modes_generations_and_release"),
+        failed.contains(&"a_lock_generation_rises_only_when_the_lock_goes_from_free_to_held"),
         "{failed:?}"
     );
     assert!(
-        !failed.contains(&"puts_count_and_compare_and_set_guards"),
+        !failed.contains(&"a_put_with_cas_writes_only_at_the_index_it_names"),
         "{failed:?}"
     );
 }

@@ -5,8 +5,14 @@
 //! Each [`Case`] names the rule IDs it checks. [`coverage`] compares those,
 //! and the rules listed in [`UNOBSERVABLE`] with the reason, against every
 //! rule ID in SPEC.md.
+//!
+//! The cases live in `cases/`, one module per SPEC section, each listing
+//! its own; `common.rs` holds what they share: the `case!`, `ensure!`,
+//! `expect_reply!`, `expect_error!` and `expect_close!` macros and the
+//! helpers that build requests.
 
 mod cases;
+mod common;
 
 use std::collections::BTreeSet;
 use std::future::Future;

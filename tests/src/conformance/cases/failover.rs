@@ -1,0 +1,179 @@
+//! SPEC.md, "Epochs and failover": the epoch a master runs in, and what a
+//! restart (which the harness drives) keeps and changes for sessions and
+//! locks.
+
+use std::time::Duration;
+
+use leasehold_protocol::{Authority, Behavior, ErrorCode, EventKind, LockMode, Request, Response};
+
+use crate::conformance::common::{
+    acquire, case, create, ensure, expect_error, expect_reply, generation, keepalive, key,
+    needs_restart, open, restart, session,
+};
+use crate::conformance::{Case, Check, Ctx};
+
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(&["EP-1"], welcome_announces_an_epoch),
+        case!(
+            &["FO-1"],
+            a_restart_takes_a_greater_epoch_and_refuses_the_old_one
+        ),
+        case!(&["FO-2"], a_recovered_session_gets_a_full_lease),
+        case!(
+            &["FO-3", "FO-4"],
+            lock_delay_survives_a_restart_and_dead_waiters_do_not
+        ),
+        case!(
+            &["FO-5", "ERR-14"],
+            a_recovered_session_acknowledges_the_failover_first
+        ),
+    ]
+}
+
+async fn welcome_announces_an_epoch(ctx: Ctx) -> Check {
+    let (_, w) = open(&ctx).await;
+    ensure!(w.epoch >= 1, "epoch {} is below 1", w.epoch);
+    Ok(())
+}
+
+async fn a_restart_takes_a_greater_epoch_and_refuses_the_old_one(ctx: Ctx) -> Check {
+    needs_restart(&ctx)?;
+    let (mut conn, before) = open(&ctx).await;
+    let s = session(&mut conn, &before).await?;
+    drop(conn);
+    let (mut conn, after) = restart(&ctx).await?;
+    ensure!(
+        after.epoch > before.epoch,
+        "epoch {} after {}",
+        after.epoch,
+        before.epoch
+    );
+    let stale = conn.call(keepalive(s, &before, 0, false)).await;
+    expect_error!(stale, ErrorCode::WrongEpoch { current } if current == after.epoch)
+        .map_err(|e| format!("old epoch: {e}"))
+}
+
+async fn a_recovered_session_gets_a_full_lease(ctx: Ctx) -> Check {
+    needs_restart(&ctx)?;
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    let kept = conn.call(keepalive(s, &w, 0, false)).await;
+    let lease = expect_reply!(kept, Response::KeepAlive { lease, .. } => lease)
+        .map_err(|e| format!("KeepAlive: {e}"))?;
+    ensure!(
+        lease.remaining_ms + 10 >= 30_000.min(w.limits.max_lease_ms),
+        "lease {lease:?} after the restart"
+    );
+    Ok(())
+}
+
+async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Check {
+    needs_restart(&ctx)?;
+    let (mut conn, w) = open(&ctx).await;
+    let delay = 5_000.min(w.limits.max_lock_delay_ms);
+    let lease = 30_000.min(w.limits.max_lease_ms);
+    let doomed = create(&mut conn, lease, Some(delay), Behavior::Release, vec![]).await?;
+    let holder = session(&mut conn, &w).await?;
+    let delayed = key("delayed");
+    let queued = key("queued");
+    generation(
+        &conn
+            .call(acquire(&delayed, doomed, LockMode::Exclusive, None))
+            .await,
+    )?;
+    conn.call(Request::DestroySession {
+        session: doomed.id,
+        authority: Authority::Session(doomed),
+    })
+    .await
+    .map_err(|e| format!("destroy: {e}"))?;
+    generation(
+        &conn
+            .call(acquire(&queued, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut waiting, _) = open(&ctx).await;
+    let waiter = session(&mut waiting, &w).await?;
+    waiting
+        .request(acquire(&queued, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(waiting);
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    let fresh = session(&mut conn, &w).await?;
+    let refused = conn
+        .call(acquire(&delayed, fresh, LockMode::Exclusive, None))
+        .await;
+    expect_error!(
+        refused,
+        ErrorCode::LockDelayed { remaining_ms } if remaining_ms > 0 && remaining_ms <= delay
+    )
+    .map_err(|e| format!("lock-delay after the restart: {e}"))?;
+    // The holder of `queued` acknowledges the fail-over and releases; the
+    // waiter from before the restart is gone, so the lock is free.
+    let kept = conn.call(keepalive(holder, &w, 0, false)).await;
+    let events = expect_reply!(kept, Response::KeepAlive { events, .. } => events)
+        .map_err(|e| format!("KeepAlive: {e}"))?;
+    let seq = events.last().map_or(0, |e| e.seq);
+    conn.call(keepalive(holder, &w, seq, false))
+        .await
+        .map_err(|e| format!("ack: {e}"))?;
+    conn.call(Request::Release {
+        key: queued.clone(),
+        session: holder,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    generation(
+        &conn
+            .call(acquire(&queued, fresh, LockMode::Exclusive, None))
+            .await,
+    )
+    .map_err(|e| format!("the lock went to a waiter from before the restart: {e}"))?;
+    Ok(())
+}
+
+async fn a_recovered_session_acknowledges_the_failover_first(ctx: Ctx) -> Check {
+    needs_restart(&ctx)?;
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("kept-lock");
+    let acquired = conn.call(acquire(&k, s, LockMode::Exclusive, None)).await;
+    let sequencer = expect_reply!(acquired, Response::Acquired { sequencer, .. } => sequencer)
+        .map_err(|e| format!("acquire: {e}"))?;
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    let gated = conn.call(acquire(&k, s, LockMode::Exclusive, None)).await;
+    expect_error!(
+        gated,
+        ErrorCode::FailoverInProgress { retry_after_ms } if retry_after_ms > 0
+    )
+    .map_err(|e| format!("before the acknowledgement: {e}"))?;
+    let valid = conn
+        .call(Request::CheckSequencer {
+            sequencer: sequencer.clone(),
+        })
+        .await;
+    expect_reply!(valid, Response::SequencerChecked { valid: true })
+        .map_err(|e| format!("the holding survives: {e}"))?;
+    let kept = conn.call(keepalive(s, &w, 0, false)).await;
+    let events = expect_reply!(kept, Response::KeepAlive { events, .. } => events)
+        .map_err(|e| format!("KeepAlive: {e}"))?;
+    ensure!(
+        matches!(events.first().map(|e| &e.kind), Some(EventKind::Failover { epoch }) if *epoch == w.epoch),
+        "first event {events:?}"
+    );
+    let seq = events[0].seq;
+    conn.call(keepalive(s, &w, seq, false))
+        .await
+        .map_err(|e| format!("acknowledging: {e}"))?;
+    let again = conn.call(acquire(&k, s, LockMode::Exclusive, None)).await;
+    let again = expect_reply!(again, Response::Acquired { sequencer, .. } => sequencer)
+        .map_err(|e| format!("after the acknowledgement: {e}"))?;
+    ensure!(again == sequencer, "the holding changed across the restart");
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! SPEC.md, "Handshake": `Hello` first, answered by `Welcome` or refused
+//! with `Close`, within the handshake timeout.
+
+use std::time::{Duration, Instant};
+
+use leasehold_protocol::{ClientFrame, ErrorCode, Hello, Request, MAGIC};
+
+use crate::conformance::common::{case, ensure, expect_close, open};
+use crate::conformance::{Case, Check, Ctx};
+use crate::raw::RawConnection;
+
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(&["HS-1", "WIRE-1"], hello_is_answered_with_welcome),
+        case!(
+            &["HS-1", "ERR-4"],
+            a_request_before_hello_closes_the_connection
+        ),
+        case!(
+            &["HS-2", "ERR-8"],
+            another_version_is_refused_with_the_supported_one
+        ),
+        case!(&["HS-3"], welcome_names_the_version_and_sane_limits),
+        case!(&["HS-4"], a_connection_without_hello_is_closed),
+    ]
+}
+
+// One frame each way proves both rules: the Hello, framed and encoded as
+// WIRE-1 says, is answered with a Welcome that decodes the same way.
+async fn hello_is_answered_with_welcome(ctx: Ctx) -> Check {
+    // `open` sends the Hello and fails the case unless a Welcome comes back.
+    open(&ctx).await;
+    Ok(())
+}
+
+async fn a_request_before_hello_closes_the_connection(ctx: Ctx) -> Check {
+    let mut conn = RawConnection::connect(ctx.addr).await;
+    conn.send(ClientFrame::Request {
+        id: 1,
+        body: Request::ListSessions {
+            after: None,
+            limit: 1,
+        },
+    })
+    .await;
+    expect_close!(conn.closed_with().await, ErrorCode::Malformed)
+}
+
+async fn another_version_is_refused_with_the_supported_one(ctx: Ctx) -> Check {
+    let mut conn = RawConnection::connect(ctx.addr).await;
+    conn.send(ClientFrame::Hello(Hello {
+        magic: MAGIC,
+        version: 9_999,
+    }))
+    .await;
+    expect_close!(
+        conn.closed_with().await,
+        ErrorCode::VersionMismatch { supported }
+            if supported == leasehold_protocol::PROTOCOL_VERSION
+    )
+}
+
+async fn welcome_names_the_version_and_sane_limits(ctx: Ctx) -> Check {
+    let (_, w) = open(&ctx).await;
+    ensure!(
+        w.version == leasehold_protocol::PROTOCOL_VERSION,
+        "Welcome names version {}",
+        w.version
+    );
+    let l = &w.limits;
+    ensure!(
+        l.min_lease_ms <= l.max_lease_ms,
+        "lease bounds out of order: {l:?}"
+    );
+    ensure!(
+        (1024..=4 << 20).contains(&(l.max_frame as usize)),
+        "max frame {} out of range",
+        l.max_frame
+    );
+    ensure!(
+        l.keepalive_margin_ms >= 100,
+        "margin {} under 100 ms",
+        l.keepalive_margin_ms
+    );
+    Ok(())
+}
+
+async fn a_connection_without_hello_is_closed(ctx: Ctx) -> Check {
+    // The server's handshake timeout (10 s by default) closes it: wait up
+    // to 20 s.
+    let conn = RawConnection::connect(ctx.addr)
+        .await
+        .with_patience(Duration::from_secs(20));
+    let started = Instant::now();
+    expect_close!(conn.closed_with().await, ErrorCode::Malformed)
+        .map_err(|e| format!("after {:?}: {e}", started.elapsed()))
+}

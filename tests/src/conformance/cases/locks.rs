@@ -1,0 +1,330 @@
+//! SPEC.md, "Locks": modes, generations, releases, the line of waiters,
+//! lock-delay, sequencers, grants nobody hears, and transient nodes.
+
+use std::time::{Duration, Instant};
+
+use leasehold_protocol::{Acquire, Authority, Behavior, ErrorCode, LockMode, Request, Response};
+
+use crate::conformance::common::{
+    acquire, case, create, ensure, expect_error, expect_reply, generation, key, open, put, session,
+    stat_of, written,
+};
+use crate::conformance::{Case, Check, Ctx};
+
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            &["LOCK-1", "ERR-11"],
+            an_exclusive_lock_has_one_holder_and_a_shared_lock_many
+        ),
+        case!(
+            &["LOCK-2"],
+            a_lock_generation_rises_only_when_the_lock_goes_from_free_to_held
+        ),
+        case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
+        case!(&["LOCK-4", "ERR-13"], only_a_holder_may_release_a_lock),
+        case!(
+            &["LOCK-6", "ERR-12"],
+            lock_delay_follows_invalidation_not_release
+        ),
+        case!(
+            &["LOCK-7", "LOCK-8"],
+            a_sequencer_is_valid_only_while_its_holding_lasts
+        ),
+        case!(&["LOCK-9"], a_grant_nobody_can_hear_is_released),
+        case!(
+            &["LOCK-12", "NS-2"],
+            a_transient_lock_node_goes_when_its_lock_is_free
+        ),
+    ]
+}
+
+async fn an_exclusive_lock_has_one_holder_and_a_shared_lock_many(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let b = session(&mut conn, &w).await?;
+    let k = key("lock");
+    generation(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    let held = conn.call(acquire(&k, b, LockMode::Exclusive, None)).await;
+    expect_error!(held, ErrorCode::LockHeld).map_err(|e| format!("second exclusive: {e}"))?;
+    conn.call(Request::Release {
+        key: k.clone(),
+        session: a,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    generation(&conn.call(acquire(&k, a, LockMode::Shared, None)).await)?;
+    generation(&conn.call(acquire(&k, b, LockMode::Shared, None)).await)?;
+    Ok(())
+}
+
+async fn a_lock_generation_rises_only_when_the_lock_goes_from_free_to_held(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let b = session(&mut conn, &w).await?;
+    let k = key("lock");
+    let g1 = generation(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    let again = generation(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    ensure!(
+        again == g1,
+        "re-acquire changed the generation: {g1} to {again}"
+    );
+    conn.call(Request::Release {
+        key: k.clone(),
+        session: a,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    let s1 = generation(&conn.call(acquire(&k, a, LockMode::Shared, None)).await)?;
+    let s2 = generation(&conn.call(acquire(&k, b, LockMode::Shared, None)).await)?;
+    ensure!(
+        s1 == g1 + 1 && s2 == s1,
+        "shared generations {s1}, {s2} after {g1}"
+    );
+    Ok(())
+}
+
+async fn waiters_are_served_in_order(ctx: Ctx) -> Check {
+    let (mut holder, w) = open(&ctx).await;
+    let h = session(&mut holder, &w).await?;
+    let k = key("fifo");
+    generation(&holder.call(acquire(&k, h, LockMode::Exclusive, None)).await)?;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let (mut conn, _) = open(&ctx).await;
+        let s = session(&mut conn, &w).await?;
+        conn.request(acquire(&k, s, LockMode::Exclusive, Some(10_000)))
+            .await;
+        waiters.push((conn, s));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    holder
+        .call(Request::Release {
+            key: k.clone(),
+            session: h,
+        })
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    for (n, (conn, s)) in waiters.iter_mut().enumerate() {
+        let (_, reply) = conn.reply().await;
+        generation(&reply).map_err(|e| format!("waiter {n}: {e}"))?;
+        conn.call(Request::Release {
+            key: k.clone(),
+            session: *s,
+        })
+        .await
+        .map_err(|e| format!("release {n}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn only_a_holder_may_release_a_lock(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let b = session(&mut conn, &w).await?;
+    let k = key("lock");
+    generation(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    let not_held = conn
+        .call(Request::Release {
+            key: k.clone(),
+            session: b,
+        })
+        .await;
+    expect_error!(not_held, ErrorCode::LockNotHeld)
+        .map_err(|e| format!("release by a non-holder: {e}"))?;
+    conn.call(Request::Release {
+        key: k.clone(),
+        session: a,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    Ok(())
+}
+
+async fn lock_delay_follows_invalidation_not_release(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let delay = 2_000.min(w.limits.max_lock_delay_ms);
+    let lease = 30_000.min(w.limits.max_lease_ms);
+    let holder = create(&mut conn, lease, Some(delay), Behavior::Release, vec![]).await?;
+    let next = session(&mut conn, &w).await?;
+    let k = key("delay");
+    generation(
+        &conn
+            .call(acquire(&k, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    conn.call(Request::Release {
+        key: k.clone(),
+        session: holder,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    generation(
+        &conn
+            .call(acquire(&k, next, LockMode::Exclusive, None))
+            .await,
+    )
+    .map_err(|e| format!("after a release there is no lock-delay: {e}"))?;
+    conn.call(Request::Release {
+        key: k.clone(),
+        session: next,
+    })
+    .await
+    .map_err(|e| format!("release: {e}"))?;
+    generation(
+        &conn
+            .call(acquire(&k, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    conn.call(Request::DestroySession {
+        session: holder.id,
+        authority: Authority::Session(holder),
+    })
+    .await
+    .map_err(|e| format!("destroy: {e}"))?;
+    // Before asking: the master measures the remainder after this.
+    let asked = Instant::now();
+    let refused = conn
+        .call(acquire(&k, next, LockMode::Exclusive, None))
+        .await;
+    let remaining_ms =
+        expect_error!(refused, ErrorCode::LockDelayed { remaining_ms } => remaining_ms)
+            .map_err(|e| format!("after destroy: {e}"))?;
+    ensure!(
+        remaining_ms > 0 && remaining_ms <= delay,
+        "remaining {remaining_ms} of {delay} ms"
+    );
+    let remaining = Duration::from_millis(remaining_ms);
+    generation(
+        &conn
+            .call(acquire(&k, next, LockMode::Exclusive, Some(10_000)))
+            .await,
+    )
+    .map_err(|e| format!("a waiting acquire waits lock-delay out: {e}"))?;
+    // Less 2 ms for the master's millisecond clock.
+    ensure!(
+        asked.elapsed() + Duration::from_millis(2) >= remaining,
+        "granted {:?} after asking, with {remaining:?} of lock-delay left",
+        asked.elapsed()
+    );
+    Ok(())
+}
+
+async fn a_sequencer_is_valid_only_while_its_holding_lasts(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let k = key("seq");
+    let acquired = conn.call(acquire(&k, a, LockMode::Exclusive, None)).await;
+    let bytes = expect_reply!(acquired, Response::Acquired { sequencer, .. } => sequencer)
+        .map_err(|e| format!("acquire: {e}"))?;
+    let check = |s: Vec<u8>| Request::CheckSequencer { sequencer: s };
+    let valid = conn.call(check(bytes.clone())).await;
+    expect_reply!(valid, Response::SequencerChecked { valid: true })
+        .map_err(|e| format!("while held: {e}"))?;
+    conn.call(Request::Delete {
+        key: k.clone(),
+        cas: None,
+        recursive: false,
+        authority: Authority::Anonymous,
+    })
+    .await
+    .map_err(|e| format!("delete: {e}"))?;
+    let after = conn.call(check(bytes)).await;
+    expect_reply!(after, Response::SequencerChecked { valid: false })
+        .map_err(|e| format!("after the node was deleted: {e}"))?;
+    let garbage = conn.call(check(vec![1, 2, 3])).await;
+    expect_error!(garbage, ErrorCode::InvalidArgument).map_err(|e| format!("garbage: {e}"))
+}
+
+async fn a_grant_nobody_can_hear_is_released(ctx: Ctx) -> Check {
+    let (mut holder, w) = open(&ctx).await;
+    let h = session(&mut holder, &w).await?;
+    let k = key("unheard");
+    generation(&holder.call(acquire(&k, h, LockMode::Exclusive, None)).await)?;
+    let (mut gone, _) = open(&ctx).await;
+    let g = session(&mut gone, &w).await?;
+    gone.request(acquire(&k, g, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder
+        .call(Request::Release {
+            key: k.clone(),
+            session: h,
+        })
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let third = session(&mut holder, &w).await?;
+    let mut last = None;
+    // The departed waiter may be granted first and released at once.
+    for _ in 0..20 {
+        let reply = holder
+            .call(acquire(&k, third, LockMode::Exclusive, None))
+            .await;
+        if generation(&reply).is_ok() {
+            return Ok(());
+        }
+        last = Some(reply);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!(
+        "the lock stayed with a waiter that had left: {last:?}"
+    ))
+}
+
+async fn a_transient_lock_node_goes_when_its_lock_is_free(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let release = |key: &str| Request::Release {
+        key: key.into(),
+        session: a,
+    };
+    let transient = |key: &str| {
+        let Request::Acquire(acquire) = acquire(key, a, LockMode::Exclusive, None) else {
+            unreachable!()
+        };
+        Request::Acquire(Acquire {
+            transient: true,
+            ..acquire
+        })
+    };
+    let k = key("transient");
+    let first = generation(&conn.call(transient(&k)).await)?;
+    let stat = stat_of(&mut conn, &k).await?;
+    ensure!(
+        stat.as_ref().is_some_and(|s| s.transient),
+        "a node created by a transient acquire: {stat:?}"
+    );
+    conn.call(release(&k))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let after = stat_of(&mut conn, &k).await?;
+    ensure!(
+        after.is_none(),
+        "the node outlived its free lock: {after:?}"
+    );
+    // NS-2: the node made anew takes a higher generation than the one that
+    // went, so resources fenced by generation never go backwards.
+    let again = generation(&conn.call(transient(&k)).await)?;
+    ensure!(
+        again > first,
+        "generation {again} after {first} on a node made anew"
+    );
+    conn.call(release(&k))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    // A node that existed before is never made transient.
+    let kept = key("kept");
+    written(&mut conn, put(&kept, b"v", None, None), "Put").await?;
+    generation(&conn.call(transient(&kept)).await)?;
+    conn.call(release(&kept))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let after = stat_of(&mut conn, &kept).await?;
+    ensure!(
+        after.as_ref().is_some_and(|s| !s.transient),
+        "a node written by Put went with the lock: {after:?}"
+    );
+    Ok(())
+}
