@@ -227,7 +227,7 @@ impl Client {
         let result = conn.request(request).await;
         if matches!(
             result,
-            Err(ClientError::Disconnected) | Err(ClientError::Closed(_))
+            Err(ClientError::Disconnected | ClientError::Closed(_) | ClientError::Interrupted(_))
         ) {
             self.abandon(conn.id());
         }

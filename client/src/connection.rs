@@ -297,7 +297,9 @@ fn fail_all(pending: &Pending, failure: Option<leasehold_protocol::Error>) {
     pending.failed = true;
     for (_, (reply, _permit, _sent)) in std::mem::take(&mut pending.replies) {
         let error = match &failure {
-            Some(e) => ClientError::Closed(e.clone()),
+            // Written, so the master may have carried them out before it
+            // closed.
+            Some(e) => ClientError::Interrupted(e.clone()),
             None => ClientError::Disconnected,
         };
         let _ = reply.send(Err(error));

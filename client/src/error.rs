@@ -28,9 +28,14 @@ pub enum ClientError {
     /// and [`ClientError::code`] gives the code.
     #[error(transparent)]
     Server(#[from] leasehold_protocol::Error),
-    /// The server closed the connection, saying why.
+    /// The server closed the connection, saying why, before the request
+    /// went out on it: nothing was carried out.
     #[error("server closed the connection: {0}")]
     Closed(leasehold_protocol::Error),
+    /// The server closed the connection, saying why, while the request was
+    /// in flight on it: the request may or may not have been carried out.
+    #[error("server closed the connection with the request in flight: {0}")]
+    Interrupted(leasehold_protocol::Error),
     /// The peer sent something this library cannot read.
     #[error("protocol violation: {0}")]
     Protocol(String),
@@ -58,7 +63,9 @@ impl ClientError {
     pub fn remedy(&self) -> Remedy {
         match self {
             ClientError::Connect { .. } => Remedy::Reconnect,
-            ClientError::Disconnected | ClientError::Timeout(_) => Remedy::OutcomeUnknown,
+            ClientError::Disconnected | ClientError::Timeout(_) | ClientError::Interrupted(_) => {
+                Remedy::OutcomeUnknown
+            }
             ClientError::Server(e) => e.code.remedy(),
             // A closed connection takes a new one before anything is sent
             // again.
@@ -98,7 +105,9 @@ impl ClientError {
     /// The server's error code, when the server answered with one.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            ClientError::Server(e) | ClientError::Closed(e) => Some(e.code),
+            ClientError::Server(e) | ClientError::Closed(e) | ClientError::Interrupted(e) => {
+                Some(e.code)
+            }
             _ => None,
         }
     }
@@ -130,6 +139,10 @@ mod tests {
         for e in [
             ClientError::Disconnected,
             ClientError::Timeout(Duration::from_secs(1)),
+            ClientError::Interrupted(leasehold_protocol::Error::new(
+                ErrorCode::Malformed,
+                "a frame after this one could not be read",
+            )),
         ] {
             assert!(!e.is_retryable(), "{e:?}");
             assert!(e.outcome_unknown(), "{e:?}");

@@ -220,7 +220,7 @@ async fn a_frame_arriving_with_the_welcome_is_read_at_once() {
     assert!(
         matches!(
             error,
-            leasehold::ClientError::Closed(_) | leasehold::ClientError::Disconnected
+            leasehold::ClientError::Interrupted(_) | leasehold::ClientError::Disconnected
         ),
         "{error}"
     );
