@@ -242,9 +242,13 @@ impl Keeper {
                     tokio::select! {
                         result = &mut reply => return result,
                         () = sleep_until(deadline) => {
-                            let alive_until = conn.heard().latest().map(|at| at + PROBE_TIMEOUT);
-                            if let Some(until) = alive_until.filter(|u| *u > Instant::now()) {
-                                deadline = until;
+                            // A reader not yet started has heard nothing
+                            // yet, and is not silent either (as in
+                            // `abandon_if_silent`).
+                            let now = Instant::now();
+                            let heard = conn.heard().latest().unwrap_or(now);
+                            if heard + PROBE_TIMEOUT > now {
+                                deadline = heard + PROBE_TIMEOUT;
                                 continue;
                             }
                             client.abandon(conn.id());
