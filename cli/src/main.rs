@@ -535,6 +535,9 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     };
     // Before anything is announced: a data directory another master holds
     // is refused here, and nobody is told of an address that never serves.
+    // Checked before the data directory is opened, which may create it or
+    // cut a torn log tail: a refused configuration leaves it untouched.
+    config.validate()?;
     let data_dir = (!args.in_memory).then_some(&args.data_dir);
     let server = match data_dir {
         Some(dir) => {
