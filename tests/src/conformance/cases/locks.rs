@@ -69,6 +69,17 @@ async fn a_lock_generation_rises_only_when_the_lock_goes_from_free_to_held(ctx: 
         again == g1,
         "re-acquire changed the generation: {g1} to {again}"
     );
+    // Refused requests in between change nothing either.
+    let held = conn.call(acquire(&k, b, LockMode::Exclusive, None)).await;
+    expect_error!(held, ErrorCode::LockHeld).map_err(|e| format!("second exclusive: {e}"))?;
+    let not_held = conn
+        .call(Request::Release {
+            key: k.clone(),
+            session: b,
+        })
+        .await;
+    expect_error!(not_held, ErrorCode::LockNotHeld)
+        .map_err(|e| format!("release by a non-holder: {e}"))?;
     conn.call(Request::Release {
         key: k.clone(),
         session: a,

@@ -190,12 +190,36 @@ async fn a_put_with_cas_writes_only_at_the_index_it_names(ctx: Ctx) -> Check {
     let again = conn.call(put(&k, b"b", Some(0), None)).await;
     expect_error!(again, ErrorCode::CasMismatch { current } if current == first)
         .map_err(|e| format!("second create-only put: {e}"))?;
-    written(
+    let second = written(
         &mut conn,
         put(&k, b"b", Some(first), None),
         "put with the right cas",
     )
     .await?;
+    // The refused put left nothing behind: one write since the first.
+    let node = conn
+        .call(Request::Get {
+            key: k.clone(),
+            stat_only: false,
+        })
+        .await;
+    let node = expect_reply!(node, Response::Node { node: Some(n), .. } => n)
+        .map_err(|e| format!("get: {e}"))?;
+    ensure!(
+        node.contents.as_deref() == Some(&b"b"[..]),
+        "contents {:?}",
+        node.contents
+    );
+    ensure!(
+        node.stat.content_generation == 2,
+        "content generation {}",
+        node.stat.content_generation
+    );
+    ensure!(
+        node.stat.modify_index == second,
+        "modify index {}",
+        node.stat.modify_index
+    );
     Ok(())
 }
 
