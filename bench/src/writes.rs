@@ -19,12 +19,17 @@ pub async fn writes(clients: usize, seconds: u64, max_writes: u64) -> anyhow::Re
         syncs,
     } = serve(&dir).await?;
     let done = Arc::new(AtomicU64::new(0));
+    // Connected first: a handshake waits for recovery, whose own fsyncs
+    // (the new epoch) are not the writes'.
+    let mut connected = Vec::new();
+    for _ in 0..clients {
+        connected.push(Client::connect(addr.clone()).await?);
+    }
     let fsyncs_before = syncs.get();
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
-    for c in 0..clients {
-        let client = Client::connect(addr.clone()).await?;
+    for (c, client) in connected.into_iter().enumerate() {
         let done = done.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
