@@ -70,9 +70,10 @@ impl Master {
                     Some(0) | None => MAX_WATCH_TIMEOUT,
                     Some(ms) => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
                 };
-                let timer = self
-                    .timers
-                    .insert(now + timeout, Timer::AcquireTimeout(ticket));
+                // One millisecond more, as a watch's: never before the
+                // timeout has passed since the acquire arrived.
+                let due = now + timeout + Duration::from_millis(1);
+                let timer = self.timers.insert(due, Timer::AcquireTimeout(ticket));
                 if let Some(peer) = peer {
                     self.quotas.waiters.take(ticket, peer, 1); // QUOTA-4
                 }

@@ -43,9 +43,10 @@ impl Master {
         };
         let id = self.watches.next;
         self.watches.next += 1;
-        let timer = self
-            .timers
-            .insert(self.now + timeout, Timer::WatchTimeout(id));
+        // Master time counts whole milliseconds: one more, so the watch
+        // never ends before its timeout has passed since it arrived.
+        let due = self.now + timeout + Duration::from_millis(1);
+        let timer = self.timers.insert(due, Timer::WatchTimeout(id));
         self.watches.by_key.entry(key.clone()).or_default().push(id);
         self.watches
             .waiting
