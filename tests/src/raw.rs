@@ -45,16 +45,7 @@ impl RawConnection {
             .bind((from, 0).into())
             .expect("bind the local address");
         let stream = socket.connect(addr).await.expect("connect");
-        let mut conn = RawConnection {
-            framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
-            next_id: 1,
-            patience: Duration::from_secs(10),
-        };
-        conn.send(ClientFrame::Hello(Hello::current())).await;
-        match conn.recv().await {
-            Some(ServerFrame::Welcome(w)) => (conn, w),
-            other => panic!("expected Welcome, got {other:?}"),
-        }
+        RawConnection::over(stream).await
     }
 
     /// Connects and completes the handshake.

@@ -81,6 +81,18 @@ async fn create(
     (token, Instant::now())
 }
 
+/// An exclusive acquire of the key "k": at once, or waiting `wait_ms`.
+fn acquire(session: SessionToken, wait_ms: Option<u64>) -> Request {
+    Request::Acquire(Acquire {
+        key: "k".into(),
+        session,
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms,
+        transient: false,
+    })
+}
+
 /// Asserts `actual` is `expected`, give or take a [`TICK`].
 fn near(what: &str, actual: Duration, expected: Duration) {
     assert!(
@@ -153,16 +165,6 @@ fn a_wait_for_a_lock_ends_exactly_when_its_time_is_up() {
         let long = Duration::from_secs(30);
         let (holder, _) = create(&mut conn, long, Duration::ZERO).await;
         let (waiter, _) = create(&mut conn, long, Duration::ZERO).await;
-        let acquire = |session, wait_ms| {
-            Request::Acquire(Acquire {
-                key: "k".into(),
-                session,
-                mode: LockMode::Exclusive,
-                contents: None,
-                wait_ms,
-                transient: false,
-            })
-        };
         let held = conn.call(acquire(holder, None)).await;
         assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
         let asked = Instant::now();
@@ -187,16 +189,6 @@ fn lock_delay_runs_from_the_holders_expiry_to_the_millisecond() {
         let (lease, delay) = (Duration::from_millis(300), Duration::from_millis(800));
         let (dying, granted) = create(&mut conn, lease, delay).await;
         let (next, _) = create(&mut conn, Duration::from_secs(30), Duration::ZERO).await;
-        let acquire = |session, wait_ms| {
-            Request::Acquire(Acquire {
-                key: "k".into(),
-                session,
-                mode: LockMode::Exclusive,
-                contents: None,
-                wait_ms,
-                transient: false,
-            })
-        };
         let held = conn.call(acquire(dying, None)).await;
         assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
         // No KeepAlive: the holder's lease ends one lease after the master
