@@ -172,6 +172,14 @@ pub(super) fn keepalive(session: SessionToken, w: &Welcome, acked_seq: u64, hold
     })
 }
 
+/// A release of `key`'s lock by `session`.
+pub(super) fn release(key: &str, session: SessionToken) -> Request {
+    Request::Release {
+        key: key.to_string(),
+        session,
+    }
+}
+
 /// An acquire of `key`'s lock, with no contents, on a node that is kept.
 pub(super) fn acquire(
     key: &str,

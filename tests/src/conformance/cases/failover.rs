@@ -8,7 +8,7 @@ use leasehold_protocol::{Authority, Behavior, ErrorCode, EventKind, LockMode, Re
 
 use crate::conformance::common::{
     acquire, case, create, ensure, expect_error, expect_reply, generation, keepalive, key,
-    needs_restart, open, restart, session,
+    needs_restart, open, release, restart, session,
 };
 use crate::conformance::{Case, Check, Ctx};
 
@@ -122,12 +122,9 @@ async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Chec
     conn.call(keepalive(holder, &w, seq, false))
         .await
         .map_err(|e| format!("ack: {e}"))?;
-    conn.call(Request::Release {
-        key: queued.clone(),
-        session: holder,
-    })
-    .await
-    .map_err(|e| format!("release: {e}"))?;
+    conn.call(release(&queued, holder))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     generation(
         &conn
             .call(acquire(&queued, fresh, LockMode::Exclusive, None))

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use leasehold_protocol::{Acquire, Authority, Behavior, ErrorCode, LockMode, Request, Response};
 
 use crate::conformance::common::{
-    acquire, case, create, ensure, expect_error, expect_reply, generation, key, open, put, session,
-    stat_of, written,
+    acquire, case, create, ensure, expect_error, expect_reply, generation, key, open, put, release,
+    session, stat_of, written,
 };
 use crate::conformance::{Case, Check, Ctx};
 
@@ -47,12 +47,9 @@ async fn an_exclusive_lock_has_one_holder_and_a_shared_lock_many(ctx: Ctx) -> Ch
     generation(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
     let held = conn.call(acquire(&k, b, LockMode::Exclusive, None)).await;
     expect_error!(held, ErrorCode::LockHeld).map_err(|e| format!("second exclusive: {e}"))?;
-    conn.call(Request::Release {
-        key: k.clone(),
-        session: a,
-    })
-    .await
-    .map_err(|e| format!("release: {e}"))?;
+    conn.call(release(&k, a))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     generation(&conn.call(acquire(&k, a, LockMode::Shared, None)).await)?;
     generation(&conn.call(acquire(&k, b, LockMode::Shared, None)).await)?;
     Ok(())
@@ -72,20 +69,12 @@ async fn a_lock_generation_rises_only_when_the_lock_goes_from_free_to_held(ctx: 
     // Refused requests in between change nothing either.
     let held = conn.call(acquire(&k, b, LockMode::Exclusive, None)).await;
     expect_error!(held, ErrorCode::LockHeld).map_err(|e| format!("second exclusive: {e}"))?;
-    let not_held = conn
-        .call(Request::Release {
-            key: k.clone(),
-            session: b,
-        })
-        .await;
+    let not_held = conn.call(release(&k, b)).await;
     expect_error!(not_held, ErrorCode::LockNotHeld)
         .map_err(|e| format!("release by a non-holder: {e}"))?;
-    conn.call(Request::Release {
-        key: k.clone(),
-        session: a,
-    })
-    .await
-    .map_err(|e| format!("release: {e}"))?;
+    conn.call(release(&k, a))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     let s1 = generation(&conn.call(acquire(&k, a, LockMode::Shared, None)).await)?;
     let s2 = generation(&conn.call(acquire(&k, b, LockMode::Shared, None)).await)?;
     ensure!(
@@ -110,10 +99,7 @@ async fn waiters_are_served_in_order(ctx: Ctx) -> Check {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     holder
-        .call(Request::Release {
-            key: k.clone(),
-            session: h,
-        })
+        .call(release(&k, h))
         .await
         .map_err(|e| format!("release: {e}"))?;
     for (n, (conn, s)) in waiters.iter_mut().enumerate() {
@@ -135,20 +121,12 @@ async fn only_a_holder_may_release_a_lock(ctx: Ctx) -> Check {
     let b = session(&mut conn, &w).await?;
     let k = key("lock");
     generation(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
-    let not_held = conn
-        .call(Request::Release {
-            key: k.clone(),
-            session: b,
-        })
-        .await;
+    let not_held = conn.call(release(&k, b)).await;
     expect_error!(not_held, ErrorCode::LockNotHeld)
         .map_err(|e| format!("release by a non-holder: {e}"))?;
-    conn.call(Request::Release {
-        key: k.clone(),
-        session: a,
-    })
-    .await
-    .map_err(|e| format!("release: {e}"))?;
+    conn.call(release(&k, a))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     Ok(())
 }
 
@@ -164,24 +142,18 @@ async fn lock_delay_follows_invalidation_not_release(ctx: Ctx) -> Check {
             .call(acquire(&k, holder, LockMode::Exclusive, None))
             .await,
     )?;
-    conn.call(Request::Release {
-        key: k.clone(),
-        session: holder,
-    })
-    .await
-    .map_err(|e| format!("release: {e}"))?;
+    conn.call(release(&k, holder))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     generation(
         &conn
             .call(acquire(&k, next, LockMode::Exclusive, None))
             .await,
     )
     .map_err(|e| format!("after a release there is no lock-delay: {e}"))?;
-    conn.call(Request::Release {
-        key: k.clone(),
-        session: next,
-    })
-    .await
-    .map_err(|e| format!("release: {e}"))?;
+    conn.call(release(&k, next))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     generation(
         &conn
             .call(acquire(&k, holder, LockMode::Exclusive, None))
@@ -260,10 +232,7 @@ async fn a_grant_nobody_can_hear_is_released(ctx: Ctx) -> Check {
     drop(gone);
     tokio::time::sleep(Duration::from_millis(200)).await;
     holder
-        .call(Request::Release {
-            key: k.clone(),
-            session: h,
-        })
+        .call(release(&k, h))
         .await
         .map_err(|e| format!("release: {e}"))?;
     let third = session(&mut holder, &w).await?;
