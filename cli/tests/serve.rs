@@ -161,3 +161,26 @@ fn a_second_master_on_a_busy_data_directory_fails_before_announcing_an_address()
     let stderr = stderr_of(&mut second);
     assert!(stderr.contains("another master"), "{stderr}");
 }
+
+#[test]
+fn a_refused_configuration_leaves_the_data_directory_untouched() {
+    let dir = scratch("refused");
+    let mut serve = start(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--min-lease",
+            "10s",
+            "--max-lease",
+            "1s",
+        ],
+        &[],
+    );
+    let status = exit_within(&mut serve, Duration::from_secs(10));
+    assert!(!status.success());
+    assert_eq!(first_line(&mut serve), "", "announced an address");
+    assert!(!dir.exists(), "the data directory was created");
+}
