@@ -273,10 +273,10 @@ impl Client {
         request: Request,
         held: Duration,
     ) -> Result<(Response, tokio::time::Instant), ClientError> {
-        // Retries stop when the request timeout has run out: the refusal
-        // in hand is then the answer.
-        let budget = tokio::time::sleep(self.inner.config.request_timeout);
-        tokio::pin!(budget);
+        // Retries go on for up to the request timeout from the first
+        // refusal, then the refusal in hand is the answer. Set only then,
+        // so a request answered at once costs no timer.
+        let mut budget: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
         loop {
             let result = self.call_once(request.clone(), held).await;
             let hint = match &result {
@@ -289,9 +289,11 @@ impl Client {
                 },
                 Ok(_) => return result,
             };
+            let timeout = self.inner.config.request_timeout;
+            let budget = budget.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
             tokio::select! {
                 biased;
-                () = &mut budget => return result,
+                () = budget.as_mut() => return result,
                 () = tokio::time::sleep(Duration::from_millis(hint.max(1))) => {}
             }
         }
