@@ -10,6 +10,7 @@ use leasehold_protocol::{
     SessionToken, DEFAULT_MAX_FRAME,
 };
 
+use crate::clock::Clock;
 use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::session::{Session, SessionOptions};
@@ -28,6 +29,11 @@ pub struct ClientConfig {
     /// The master's operator token (`AUTH-3`): with it, this client may
     /// destroy any session and delete nodes other sessions have locked.
     pub operator_token: Option<String>,
+    /// How fast this client's clock runs against true time: 1.0 on a real
+    /// machine, whose clock's error the session's drift allowance covers
+    /// (`SessionOptions::clock_drift`, SPEC `LEASE-4`). Simulations give
+    /// each host a rate of its own. Taken within 0.5..=2.0.
+    pub clock_rate: f64,
 }
 
 impl Default for ClientConfig {
@@ -37,6 +43,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             operator_token: None,
+            clock_rate: 1.0,
         }
     }
 }
@@ -48,6 +55,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("max_frame", &self.max_frame)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("clock_rate", &self.clock_rate)
             .field(
                 "operator_token",
                 &self.operator_token.as_ref().map(|_| ".."),
@@ -82,6 +90,9 @@ struct Inner {
     connecting: tokio::sync::Mutex<Option<std::io::ErrorKind>>,
     /// Connection attempts finished so far.
     attempts: AtomicU64,
+    /// Where sessions' timers and the connections' time stamps read the
+    /// time.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Client {
@@ -116,14 +127,20 @@ impl Client {
         let client = Client {
             inner: Arc::new(Inner {
                 connector: Box::new(connector),
-                config,
                 current: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(None),
                 attempts: AtomicU64::new(0),
+                clock: Clock::new(config.clock_rate),
+                config,
             }),
         };
         client.connection().await?;
         Ok(client)
+    }
+
+    /// This client's clock.
+    pub(crate) fn clock(&self) -> Clock {
+        self.inner.clock
     }
 
     /// The current connection, opening one if there is none.
@@ -172,7 +189,13 @@ impl Client {
                         source,
                     }
                 })?;
-                Connection::open(transport, self.inner.config.max_frame, timeout).await
+                Connection::open(
+                    transport,
+                    self.inner.config.max_frame,
+                    timeout,
+                    self.inner.clock,
+                )
+                .await
             };
         let conn =
             tokio::time::timeout(timeout, open)

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use crate::clock::Clock;
 use crate::error::ClientError;
 use crate::transport::BoxTransport;
 
@@ -103,6 +104,7 @@ impl Connection {
         transport: BoxTransport,
         max_frame: usize,
         handshake_timeout: Duration,
+        clock: Clock,
     ) -> Result<Connection, ClientError> {
         // Split from the start: a frame that arrives with the Welcome stays
         // in the reader's buffer and is decoded on the next read.
@@ -136,6 +138,7 @@ impl Connection {
             pending.clone(),
             heard.clone(),
             reader_done,
+            clock,
         ));
         tokio::spawn(write_requests(
             writer,
@@ -143,6 +146,7 @@ impl Connection {
             pending,
             reader_stopped,
             reading,
+            clock,
         ));
         let permits = (welcome.limits.max_in_flight as usize).clamp(1, Semaphore::MAX_PERMITS);
         Ok(Connection {
@@ -205,6 +209,7 @@ async fn write_requests(
     pending: Pending,
     mut reader_stopped: oneshot::Receiver<()>,
     reading: tokio::task::JoinHandle<()>,
+    clock: Clock,
 ) {
     let mut next_id = 1u64;
     let mut handles_gone = false;
@@ -231,7 +236,7 @@ async fn write_requests(
                                 let _ = reply.send(Err(ClientError::Disconnected));
                                 break;
                             }
-                            pending.replies.insert(id, (reply, permit, Instant::now()));
+                            pending.replies.insert(id, (reply, permit, clock.now()));
                         }
                         if writer.feed(ClientFrame::Request { id, body }).await.is_err() {
                             break 'writing;
@@ -273,11 +278,12 @@ async fn read_replies(
     pending: Pending,
     heard: Heard,
     done: oneshot::Sender<()>,
+    clock: Clock,
 ) {
-    heard.start(Instant::now());
+    heard.start(clock.now());
     let failure = loop {
         let frame = reader.next().await;
-        heard.frame_at(Instant::now());
+        heard.frame_at(clock.now());
         match frame {
             Some(Ok(ServerFrame::Reply { id, body })) => {
                 if let Some((reply, _permit, sent)) = lock(&pending).replies.remove(&id) {

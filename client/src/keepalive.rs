@@ -19,7 +19,7 @@ use leasehold_protocol::{
 };
 use tokio::sync::{oneshot, watch};
 
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client::Client;
@@ -95,7 +95,7 @@ impl Keeper {
             local_expiry,
             options.grace,
             options.clock_drift,
-            Instant::now(),
+            client.clock().now(),
         );
         Keeper {
             client,
@@ -112,7 +112,8 @@ impl Keeper {
     /// and the time in, KeepAlives, states and events out.
     pub(crate) async fn run(mut self, mut close: oneshot::Receiver<Stop>) {
         let mut in_flight = FuturesUnordered::<InFlight>::new();
-        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let clock = self.client.clock();
+        let far = clock.now() + Duration::from_secs(86_400 * 365);
         loop {
             let deadline = self.machine.deadline();
             let actions = tokio::select! {
@@ -133,10 +134,10 @@ impl Keeper {
                     return;
                 }
                 Some((sent, held, result)) = in_flight.next() => {
-                    self.machine.on_reply(sent, held, sorted(result), Instant::now())
+                    self.machine.on_reply(sent, held, sorted(result), clock.now())
                 }
-                () = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
-                    self.machine.on_tick(Instant::now())
+                () = clock.sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                    self.machine.on_tick(clock.now())
                 }
             };
             if self.execute(actions, &mut in_flight) {
@@ -175,7 +176,7 @@ impl Keeper {
                     self.client.abandon_if_silent(
                         self.last_connection.load(Ordering::Relaxed),
                         PROBE_TIMEOUT,
-                        Instant::now(),
+                        self.client.clock().now(),
                     );
                 }
                 Action::Deliver(events) => {
@@ -207,7 +208,8 @@ impl Keeper {
         Box::pin(async move {
             // Taken before connecting: the earliest the master can have seen
             // the request, so the local lease stays conservative.
-            let sent = Instant::now();
+            let clock = client.clock();
+            let sent = clock.now();
             let attempt = async {
                 let conn = client.connection().await?;
                 last_connection.store(conn.id(), Ordering::Relaxed);
@@ -237,15 +239,15 @@ impl Keeper {
                     return reply.await;
                 }
                 tokio::pin!(reply);
-                let mut deadline = Instant::now() + PROBE_TIMEOUT;
+                let mut deadline = clock.now() + PROBE_TIMEOUT;
                 loop {
                     tokio::select! {
                         result = &mut reply => return result,
-                        () = sleep_until(deadline) => {
+                        () = clock.sleep_until(deadline) => {
                             // A reader not yet started has heard nothing
                             // yet, and is not silent either (as in
                             // `abandon_if_silent`).
-                            let now = Instant::now();
+                            let now = clock.now();
                             let heard = conn.heard().latest().unwrap_or(now);
                             if heard + PROBE_TIMEOUT > now {
                                 deadline = heard + PROBE_TIMEOUT;

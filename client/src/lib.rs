@@ -46,6 +46,7 @@
 
 mod check;
 mod client;
+mod clock;
 mod connection;
 mod election;
 mod error;

@@ -306,10 +306,17 @@ impl Session {
     /// the session, so work that must end while this client may act for it
     /// (a write under a lock) can check how long it has.
     pub fn local_lease_expiry(&self) -> Instant {
-        let expiry = self.inner.shared.local_expiry.lock();
-        expiry
-            .unwrap_or_else(|e| e.into_inner())
-            .expect("set when the session starts")
+        let expiry = *self
+            .inner
+            .shared
+            .local_expiry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Kept in this client's clock (`ClientConfig::clock_rate`).
+        self.inner
+            .client
+            .clock()
+            .runtime_instant(expiry.expect("set when the session starts"))
     }
 
     /// A channel that always holds the latest state. It may skip the brief

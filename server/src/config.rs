@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use leasehold_protocol::{Limits, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
 
+use crate::observe::LeaseObserver;
+
 /// Lease a session gets when it asks for none (`SES-2`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(12);
 /// Shortest lease accepted unless the server is started with other bounds.
@@ -162,6 +164,15 @@ pub struct Config {
     /// a request carrying this token may destroy the session or delete a
     /// node another session has locked; without one, anyone may.
     pub operator_token: Option<String>,
+    /// How fast this master's clock runs against true time: 1.0 on a real
+    /// machine, whose clock's error clients' drift allowance covers
+    /// (`LEASE-4`). Simulations give each host a rate of its own. Between
+    /// 0.5 and 2.0.
+    pub clock_rate: f64,
+    /// Told of every lease the master grants and every session it ends,
+    /// in master time; `None` tells no one. Simulations check with it that
+    /// clients' beliefs stay inside the master's leases.
+    pub lease_observer: Option<LeaseObserver>,
 }
 
 impl Default for Config {
@@ -199,6 +210,8 @@ impl Default for Config {
             compact_min_log_bytes: DEFAULT_COMPACT_MIN_LOG_BYTES,
             disk_reserve: DEFAULT_DISK_RESERVE,
             operator_token: None,
+            clock_rate: 1.0,
+            lease_observer: None,
         }
     }
 }
@@ -230,6 +243,12 @@ impl Config {
         if !(MIN_FRAME..=MAX_FRAME_CAP).contains(&self.max_frame) {
             return fail(format!(
                 "the maximum frame must lie between {MIN_FRAME} and {MAX_FRAME_CAP} bytes"
+            ));
+        }
+        if !(0.5..=2.0).contains(&self.clock_rate) {
+            return fail(format!(
+                "the clock rate {} must lie between 0.5 and 2.0",
+                self.clock_rate
             ));
         }
         if self.operator_token.as_ref().is_some_and(|t| t.len() < 16) {

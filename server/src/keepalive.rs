@@ -11,6 +11,7 @@ use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
 use tracing::debug;
 
 use crate::master::{Master, ReplyTx};
+use crate::observe::{Grant, LeaseEvent};
 use crate::policy::{self, SessionDue};
 use crate::session::EndCause;
 use crate::state::Command;
@@ -86,6 +87,12 @@ impl Master {
             return;
         };
         self.leases.arm(id, expires);
+        self.observe(|| LeaseEvent::Granted {
+            session: id,
+            now,
+            expires,
+            why: Grant::KeepAlive,
+        });
         let congested = !self.may_carry_events(&held.reply);
         self.deliver(
             held.reply,
@@ -130,6 +137,12 @@ impl Master {
                 if let Some(expires) = self.leases.extend(id, now) {
                     debug!(session = %id, backlog, "recovered session unheard from while requests wait: one more lease");
                     self.leases.arm(id, expires);
+                    self.observe(|| LeaseEvent::Granted {
+                        session: id,
+                        now,
+                        expires,
+                        why: Grant::OneMore,
+                    });
                 }
             }
             SessionDue::Expire => {

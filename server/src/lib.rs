@@ -20,6 +20,8 @@
 //! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
 //!   Watches until their key changes; `acquire.rs`: holding blocking
 //!   acquires until they get the lock.
+//! - `observe.rs`: telling an observer of every lease granted and every
+//!   session ended, for checks from outside the master.
 //! - `quota.rs`: what each peer address may take of what the master shares.
 //! - `master/`: the task that owns state, leases and timers, and the only
 //!   reader of the clock (`mod.rs`); requests to commands to responses
@@ -50,6 +52,7 @@ mod memory;
 mod memstore;
 mod namespace;
 mod node;
+mod observe;
 mod policy;
 mod quota;
 mod recovery;
@@ -69,6 +72,7 @@ pub use lock::{LockState, Locks, Waiter};
 pub use memstore::MemoryStore;
 pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
+pub use observe::{Grant, LeaseEvent, LeaseObserver};
 pub use server::{run, Listener, Server, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};

@@ -6,6 +6,7 @@ use leasehold_protocol::{Error, Response};
 use tracing::info;
 
 use super::{Master, ReplyTx, Timer};
+use crate::observe::{Grant, LeaseEvent};
 use crate::state::{Applied, Command, StateEvent};
 use crate::store::{Record, Snapshot};
 use crate::time::Millis;
@@ -114,6 +115,12 @@ impl Master {
                 info!(session = %id, name = %session.name, lease = ?session.lease, "session created");
                 let expires = self.leases.start(id, session.lease, now);
                 self.leases.arm(id, expires);
+                self.observe(|| LeaseEvent::Granted {
+                    session: id,
+                    now,
+                    expires,
+                    why: Grant::Created,
+                });
             }
             // Heard of through `publish` alone.
             StateEvent::LockAcquired { .. }
@@ -136,6 +143,11 @@ impl Master {
             }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
+                self.observe(|| LeaseEvent::Ended {
+                    session: id,
+                    now,
+                    cause,
+                });
                 self.quotas.sessions.give_back(&id);
                 self.failover_pending.remove(&id);
                 self.unheard.remove(&id);

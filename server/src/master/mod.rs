@@ -26,6 +26,7 @@ use crate::events::Events;
 use crate::ids::Ids;
 use crate::keepalive::Held;
 use crate::lease::Leases;
+use crate::observe::{Grant, LeaseEvent};
 use crate::policy;
 use crate::recovery::Start;
 use crate::state::{Command, State};
@@ -151,6 +152,14 @@ impl Master {
         let promotion = policy::promote(&self.state, now);
         self.leases = promotion.leases;
         for id in promotion.sessions {
+            if let Some(expires) = self.leases.expires_at(id) {
+                self.observe(|| LeaseEvent::Granted {
+                    session: id,
+                    now,
+                    expires,
+                    why: Grant::Failover,
+                });
+            }
             self.events.push_failover(id, self.config.epoch);
             self.failover_pending.insert(id);
             self.unheard.insert(id);
@@ -248,14 +257,39 @@ impl Master {
         debug!("master stopped");
     }
 
-    /// Master time by the clock: the one place the master reads it.
+    /// Master time by the clock: the one place the master reads it. A
+    /// master whose clock runs at a rate of its own (`Config::clock_rate`)
+    /// counts its time at that rate.
     fn read_clock(&self) -> Millis {
-        self.offset + self.start.elapsed()
+        let elapsed = self.start.elapsed();
+        match self.rate() {
+            None => self.offset + elapsed,
+            Some(rate) => self.offset + elapsed.mul_f64(rate),
+        }
     }
 
-    /// The clock's reading at master time `at`.
+    /// The runtime's instant at which this master's clock reads `at`,
+    /// rounded up: a timer set for it never fires before `at`.
     fn instant(&self, at: Millis) -> Instant {
-        self.start + at.since(self.offset)
+        let since = at.since(self.offset);
+        match self.rate() {
+            None => self.start + since,
+            Some(rate) => self.start + since.div_f64(rate) + std::time::Duration::from_micros(1),
+        }
+    }
+
+    /// The clock's rate, or `None` at true rate, which reads the runtime's
+    /// clock unchanged.
+    fn rate(&self) -> Option<f64> {
+        let rate = self.config.clock_rate;
+        ((rate - 1.0).abs() > f64::EPSILON).then_some(rate)
+    }
+
+    /// Tells the observer, if there is one, of `event`.
+    pub(crate) fn observe(&self, event: impl FnOnce() -> LeaseEvent) {
+        if let Some(observer) = &self.config.lease_observer {
+            observer.tell(&event());
+        }
     }
 
     /// Handles every timer due by now: sessions' first, so a lease that

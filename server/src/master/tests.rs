@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::{Call, Master};
 use crate::config::Config;
+use crate::observe::{Grant, LeaseEvent, LeaseObserver};
 
 /// A master on `config`'s store, as `Server::open` starts one.
 fn started(config: &mut Config, store: Option<crate::MemoryStore>) -> Master {
@@ -308,4 +309,107 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
         master.deliver_events();
     }
     assert!(call(&mut master, put("after")).is_ok());
+}
+
+/// A master whose observer writes down every lease event.
+fn observed(config: Config) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<LeaseEvent>>>) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let mut config = Config {
+        lease_observer: Some(LeaseObserver::new(move |e: &LeaseEvent| {
+            log.lock().unwrap().push(e.clone());
+        })),
+        ..config
+    };
+    (started(&mut config, None), seen)
+}
+
+// LEASE-1, LEASE-2, SES-6
+#[tokio::test]
+async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_session() {
+    let (mut master, seen) = observed(Config::default());
+    let start = master.now;
+    let token = created(&mut master, "watched", Some(5_000));
+    master.now = start + Duration::from_millis(1_000);
+    let kept = call(
+        &mut master,
+        Request::KeepAlive(KeepAlive {
+            session: token,
+            epoch: 1,
+            acked_seq: 0,
+            hold: false,
+        }),
+    );
+    assert!(kept.is_ok(), "{kept:?}");
+    master.now = start + Duration::from_millis(6_000);
+    master.fire_timers(0);
+    let id = token.id;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            LeaseEvent::Granted {
+                session: id,
+                now: start,
+                expires: start + Duration::from_millis(5_000),
+                why: Grant::Created
+            },
+            LeaseEvent::Granted {
+                session: id,
+                now: start + Duration::from_millis(1_000),
+                expires: start + Duration::from_millis(6_000),
+                why: Grant::KeepAlive
+            },
+            LeaseEvent::Ended {
+                session: id,
+                now: start + Duration::from_millis(6_000),
+                cause: crate::EndCause::Expired
+            },
+        ]
+    );
+}
+
+// FO-2
+#[tokio::test]
+async fn a_master_that_recovers_sessions_tells_the_observer_of_their_fresh_leases() {
+    let store = crate::MemoryStore::default();
+    let mut first = started(&mut Config::default(), Some(store.clone()));
+    let token = created(&mut first, "survivor", Some(5_000));
+    drop(first);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let mut config = Config {
+        lease_observer: Some(LeaseObserver::new(move |e: &LeaseEvent| {
+            log.lock().unwrap().push(e.clone());
+        })),
+        ..Config::default()
+    };
+    let second = started(&mut config, Some(store));
+    let now = second.now;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [LeaseEvent::Granted {
+            session: token.id,
+            now,
+            expires: now + Duration::from_millis(5_000),
+            why: Grant::Failover
+        }]
+    );
+}
+
+// LEASE-4
+#[tokio::test(start_paused = true)]
+async fn a_master_whose_clock_runs_fast_counts_master_time_at_its_rate() {
+    let master = started(
+        &mut Config {
+            clock_rate: 1.25,
+            ..Config::default()
+        },
+        None,
+    );
+    tokio::time::advance(Duration::from_secs(8)).await;
+    assert_eq!(master.read_clock(), master.offset + Duration::from_secs(10));
+    // And its timers wake when its own clock reaches their time.
+    let due = master.offset + Duration::from_secs(20);
+    assert!(master.instant(due) >= master.start + Duration::from_secs(16));
+    assert!(master.instant(due) <= master.start + Duration::from_millis(16_001));
 }

@@ -1,0 +1,87 @@
+//! Watching the master's leases from outside the process that keeps them.
+//!
+//! Chubby's safety argument rests on one containment: whatever a client
+//! believes while its session is `Normal` (that it holds a lock, that it
+//! leads) lies inside the lease the master keeps for that session. A
+//! [`LeaseObserver`] is told of every lease the master grants and every
+//! session it ends, so a simulation can check that containment from the
+//! master's side rather than trust the client's own account of it.
+
+use std::sync::Arc;
+
+use leasehold_protocol::SessionId;
+
+use crate::session::EndCause;
+use crate::time::Millis;
+
+/// Why a master granted a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Grant {
+    /// A new session's first lease (`LEASE-1`).
+    Created,
+    /// A KeepAlive was answered (`LEASE-2`, `KA-4`).
+    KeepAlive,
+    /// A master took over the session after a restart (`FO-2`).
+    Failover,
+    /// The one more lease a recovered session unheard from gets while
+    /// requests wait (`FO-2`).
+    OneMore,
+}
+
+/// What the master did to a session's lease, in master time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseEvent {
+    /// From `now` the session is live until `expires` at least: a lease
+    /// never moves backward (`LEASE-2`).
+    Granted {
+        session: SessionId,
+        now: Millis,
+        expires: Millis,
+        why: Grant,
+    },
+    /// The master ended the session at `now`.
+    Ended {
+        session: SessionId,
+        now: Millis,
+        cause: EndCause,
+    },
+}
+
+/// Told of every [`LeaseEvent`], on the master's task: it must return
+/// quickly and never call back into the master. Cheap to clone.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use leasehold_server::{Config, LeaseEvent, LeaseObserver};
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let log = seen.clone();
+/// let config = Config {
+///     lease_observer: Some(LeaseObserver::new(move |event: &LeaseEvent| {
+///         log.lock().unwrap().push(event.clone());
+///     })),
+///     ..Config::default()
+/// };
+/// # let _ = config;
+/// ```
+#[derive(Clone)]
+pub struct LeaseObserver(Arc<dyn Fn(&LeaseEvent) + Send + Sync>);
+
+impl LeaseObserver {
+    /// An observer that calls `tell` with each event.
+    pub fn new(tell: impl Fn(&LeaseEvent) + Send + Sync + 'static) -> LeaseObserver {
+        LeaseObserver(Arc::new(tell))
+    }
+
+    pub(crate) fn tell(&self, event: &LeaseEvent) {
+        (self.0)(event);
+    }
+}
+
+impl std::fmt::Debug for LeaseObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseObserver")
+    }
+}
