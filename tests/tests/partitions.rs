@@ -61,6 +61,9 @@ scenarios! {
     election_holds_every_invariant => "election",
     semaphore_holds_every_invariant => "semaphore",
     random_holds_every_invariant => "random",
+    lock_contention_without_lock_delay_holds_every_invariant => "lock-contention-no-delay",
+    election_without_lock_delay_holds_every_invariant => "election-no-delay",
+    lease_edges_hold_every_invariant => "lease-edges",
 }
 
 #[test]
@@ -110,16 +113,104 @@ fn a_partition_inside_the_local_lease_never_leaves_normal() {
 fn broken() -> Settings {
     Settings {
         ignore_jeopardy: true,
-        lock_delay: std::time::Duration::ZERO,
+        lock_delay: Some(std::time::Duration::ZERO),
         ..Settings::default()
     }
 }
 
-/// The first of a few seeds whose run breaks `invariant`.
+/// The first of a few seeds whose run of `long-partition` breaks
+/// `invariant`.
 fn first_broken(settings: Settings, invariant: &str) -> Option<(Run, Report)> {
+    first_broken_in("long-partition", settings, invariant)
+}
+
+/// The first of a few seeds whose run of `scenario` breaks `invariant`.
+fn first_broken_in(scenario: &str, settings: Settings, invariant: &str) -> Option<(Run, Report)> {
     (1..=5)
-        .map(|seed| judged("long-partition", seed, settings.clone()))
+        .map(|seed| judged(scenario, seed, settings.clone()))
         .find(|(_, report)| !report.of(invariant).is_empty())
+}
+
+// LEASE-4: the drift allowance covers clocks up to 1% apart. Clocks 3%
+// either side of true time leave a client Normal after the master's
+// lease for its session has run out.
+#[test]
+fn clocks_further_apart_than_the_drift_allowance_break_lease_containment() {
+    let settings = Settings {
+        clock_spread: 0.03,
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("lease-edges", settings, "containment")
+        .expect("the containment checker fires within 5 seeds");
+    assert!(
+        report.of("containment")[0]
+            .detail
+            .contains("believed normal"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
+// LEASE-4: with clocks as close as the allowance expects, a client that
+// makes no allowance for them still outlives the master's lease whenever
+// the master's clock is the faster.
+#[test]
+fn a_client_without_a_drift_allowance_outlives_the_masters_lease() {
+    let settings = Settings {
+        clock_drift: 0.0,
+        ..Settings::default()
+    };
+    first_broken_in("lease-edges", settings, "containment")
+        .expect("the containment checker fires within 5 seeds");
+}
+
+// CS-2: a contender that goes on believing in its lock in jeopardy has
+// left its lease, whatever lock-delay hides from the exclusion check.
+#[test]
+fn ignoring_jeopardy_breaks_lease_containment_even_behind_lock_delay() {
+    let settings = Settings {
+        ignore_jeopardy: true,
+        ..Settings::default()
+    };
+    let (run, report) = first_broken(settings, "containment")
+        .expect("the containment checker fires within 5 seeds");
+    assert!(
+        report
+            .of("containment")
+            .iter()
+            .any(|v| v.detail.contains("locks/work")),
+        "{}",
+        report.summary(&run)
+    );
+}
+
+// The lease-edges scenario cuts a client's messages to the master just
+// after the master answers its KeepAlive: the KeepAlive that answer sets
+// off is lost.
+#[test]
+fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
+    let (run, _) = judged("lease-edges", 1, Settings::default());
+    let mut session_of = std::collections::BTreeMap::new();
+    let mut granted = std::collections::BTreeMap::new();
+    let mut timed = 0;
+    for e in &run.entries {
+        match &e.what {
+            What::SessionStarted { session } => {
+                session_of.insert(e.who.clone(), session.clone());
+            }
+            What::Lease { session, .. } => {
+                granted.insert(session.clone(), e.at);
+            }
+            What::Fault { fault, .. } if fault == "partition-to-master" => {
+                let last = session_of.get(&e.who).and_then(|s| granted.get(s));
+                if last.is_some_and(|at| e.at - at <= 25) {
+                    timed += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(timed >= 2, "only {timed} cuts just after an answer");
 }
 
 #[test]
@@ -197,7 +288,9 @@ fn the_timeline_draws_the_masters_epochs_and_names_each_lock() {
         .entries
         .iter()
         .find_map(|e| match &e.what {
-            What::Holding { lock, generation } => Some((lock.clone(), *generation)),
+            What::Holding {
+                lock, generation, ..
+            } => Some((lock.clone(), *generation)),
             _ => None,
         })
         .expect("somebody held a lock");

@@ -32,9 +32,20 @@ struct Knobs {
     /// Break it another way: a storage host that does not check sequencers.
     #[arg(long)]
     no_fencing: bool,
-    /// Lock-delay of every session, in milliseconds (default 2000).
+    /// Lock-delay of every session, in milliseconds (default: the
+    /// scenario's, 2000 in most).
     #[arg(long)]
     lock_delay_ms: Option<u64>,
+    /// Each host's clock runs at a rate drawn from 1 ± this (default
+    /// 0.0025, a quarter of the clients' drift allowance). More than half
+    /// the allowance breaks the setup: a local lease can outlast the
+    /// master's.
+    #[arg(long)]
+    clock_spread: Option<f64>,
+    /// The clients' clock-drift allowance (default 0.01). 0 breaks the
+    /// setup when clocks differ.
+    #[arg(long)]
+    clock_drift: Option<f64>,
 }
 
 impl Knobs {
@@ -46,7 +57,13 @@ impl Knobs {
             ..Settings::default()
         };
         if let Some(ms) = self.lock_delay_ms {
-            settings.lock_delay = Duration::from_millis(ms);
+            settings.lock_delay = Some(Duration::from_millis(ms));
+        }
+        if let Some(spread) = self.clock_spread {
+            settings.clock_spread = spread;
+        }
+        if let Some(drift) = self.clock_drift {
+            settings.clock_drift = drift;
         }
         settings
     }
@@ -64,6 +81,12 @@ impl Knobs {
         }
         if let Some(ms) = self.lock_delay_ms {
             flags.push_str(&format!(" --lock-delay-ms {ms}"));
+        }
+        if let Some(spread) = self.clock_spread {
+            flags.push_str(&format!(" --clock-spread {spread}"));
+        }
+        if let Some(drift) = self.clock_drift {
+            flags.push_str(&format!(" --clock-drift {drift}"));
         }
         flags
     }

@@ -54,21 +54,48 @@ pub const WATCHED: &str = "kv/own";
 /// When each client's local lease runs out, as the fault schedule sees
 /// it: in virtual milliseconds since the run began, since hosts' clocks are
 /// not comparable and the run's elapsed time is.
+/// Also each client's session of the moment, by its name in the trace.
 #[derive(Debug, Clone, Default)]
-pub struct Leases(Arc<Mutex<BTreeMap<String, u64>>>);
+pub struct Leases(Arc<Mutex<BTreeMap<String, Published>>>);
+
+/// A client's local lease's end, once known, and its session's name.
+type Published = (Option<u64>, String);
 
 impl Leases {
     pub fn until(&self, client: &str) -> Option<u64> {
-        self.0.lock().unwrap().get(client).copied()
+        self.0
+            .lock()
+            .unwrap()
+            .get(client)
+            .and_then(|(until, _)| *until)
+    }
+
+    /// The session `client` has now, if it has one.
+    pub fn session(&self, client: &str) -> Option<String> {
+        let leases = self.0.lock().unwrap();
+        leases.get(client).map(|(_, session)| session.clone())
+    }
+
+    fn started(&self, client: &str, session: &str) {
+        let entry = (None, session.to_string());
+        self.0.lock().unwrap().insert(client.to_string(), entry);
     }
 
     fn set(&self, client: &str, until: u64) {
-        self.0.lock().unwrap().insert(client.to_string(), until);
+        if let Some((lease, _)) = self.0.lock().unwrap().get_mut(client) {
+            *lease = Some(until);
+        }
     }
 
     fn forget(&self, client: &str) {
         self.0.lock().unwrap().remove(client);
     }
+}
+
+/// How a session is named in the trace: the first 8 characters of its id,
+/// by the client and the master alike.
+pub fn short_id(id: leasehold::SessionId) -> String {
+    id.to_string()[..8].to_string()
 }
 
 /// What every application gets.
@@ -87,6 +114,8 @@ pub struct Ctx {
     pub watching: Arc<AtomicBool>,
     /// Numbers key/value calls across the run.
     pub ops: Arc<AtomicU64>,
+    /// How fast this host's clock runs against true time.
+    pub clock_rate: f64,
 }
 
 pub async fn run(role: Role, mut ctx: Ctx) -> turmoil::Result {
@@ -98,19 +127,20 @@ pub async fn run(role: Role, mut ctx: Ctx) -> turmoil::Result {
     Ok(())
 }
 
-fn client_config() -> ClientConfig {
+fn client_config(ctx: &Ctx) -> ClientConfig {
     ClientConfig {
         connect_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(3),
+        clock_rate: ctx.clock_rate,
         ..ClientConfig::default()
     }
 }
 
-async fn connect() -> Option<Client> {
+async fn connect(ctx: &Ctx) -> Option<Client> {
     let connector = SimConnector {
         host: "master".into(),
     };
-    Client::with_connector(connector, client_config())
+    Client::with_connector(connector, client_config(ctx))
         .await
         .ok()
 }
@@ -127,11 +157,15 @@ struct Belief {
 
 impl Belief {
     fn start(&self, session: &Session, lock: &str, generation: u64) {
-        let id = session.id().to_string()[..8].to_string();
-        *self.held.lock().unwrap() = Some((lock.to_string(), generation, id));
+        let id = short_id(session.id());
+        *self.held.lock().unwrap() = Some((lock.to_string(), generation, id.clone()));
         let lock = lock.to_string();
-        self.trace
-            .push(&self.who, What::Holding { lock, generation });
+        let holding = What::Holding {
+            lock,
+            generation,
+            session: id,
+        };
+        self.trace.push(&self.who, holding);
     }
 
     fn holds(&self) -> bool {
@@ -189,15 +223,17 @@ impl Live {
 
 async fn open_session(ctx: &mut Ctx, belief: Option<&Belief>, until: u64) -> Option<Live> {
     while now_ms() < until {
-        if let Some(client) = connect().await {
+        if let Some(client) = connect(ctx).await {
             let options = SessionOptions::new(ctx.name.clone())
                 .lease(ctx.settings.lease)
                 .grace(ctx.settings.grace)
-                .lock_delay(ctx.settings.lock_delay);
+                .lock_delay(ctx.settings.lock_delay.unwrap_or_default())
+                .clock_drift(ctx.settings.clock_drift);
             if let Ok(Ok(session)) =
                 timeout(Duration::from_secs(3), client.create_session(options)).await
             {
-                let id = session.id().to_string()[..8].to_string();
+                let id = short_id(session.id());
+                ctx.leases.started(&ctx.name, &id);
                 ctx.trace.push(
                     &ctx.name,
                     What::SessionStarted {
@@ -390,7 +426,7 @@ async fn hold(
 
 async fn writer(ctx: &mut Ctx) {
     let client = loop {
-        if let Some(client) = connect().await {
+        if let Some(client) = connect(ctx).await {
             break client;
         }
         if now_ms() >= ctx.work_until {
@@ -549,7 +585,7 @@ pub async fn final_reads(mut ctx: Ctx) -> turmoil::Result {
         .collect();
     keys.sort();
     keys.dedup();
-    let Some(client) = connect().await else {
+    let Some(client) = connect(&ctx).await else {
         return Err("the final reader could not reach the master".into());
     };
     for key in keys {

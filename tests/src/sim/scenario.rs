@@ -2,6 +2,8 @@
 //! run's seed, against a set of contending clients plus two writers and a
 //! watcher.
 
+use std::time::Duration;
+
 use super::app::Role;
 use super::rng::Rng;
 use super::world::Settings;
@@ -39,6 +41,25 @@ pub enum Action {
     Flap { client: String, ms: u64 },
     /// Crash the master and start it again `ms` later.
     Crash { ms: u64 },
+    /// Once the master next grants `client`'s session a lease (answers
+    /// its KeepAlive), wait `delay` and cut it off for `ms`: a fault timed
+    /// to a phase of the KeepAlive cycle. With a short delay and
+    /// `ToMaster`, the KeepAlive the reply sets off is lost.
+    AfterGrant {
+        client: String,
+        delay: u64,
+        direction: Direction,
+        ms: u64,
+    },
+    /// Hold `client`'s traffic for `hold`, then cut its messages to the
+    /// master off for `ms` from `delay` after the held messages are let
+    /// go: the stale reply arrives, the KeepAlive it sets off is lost.
+    StaleThenLost {
+        client: String,
+        hold: u64,
+        delay: u64,
+        ms: u64,
+    },
 }
 
 /// What a scenario's plan function gets and fills in.
@@ -111,6 +132,57 @@ impl Planner {
         self.add(at, Action::PartitionHolder { direction, ms });
     }
 
+    /// One client's faults timed to the lease's edges, one after another:
+    /// a cut toward the master just after a KeepAlive reply, a one-way or
+    /// two-way cut at any phase of the KeepAlive cycle, a stale reply
+    /// followed by a lost KeepAlive.
+    fn edge_faults(&mut self, client: &str) {
+        let (lease, grace) = (self.lease(), self.grace());
+        let mut at = self.rng.range(2_000, 6_000);
+        while at + 4_000 < self.work() {
+            let client = client.to_string();
+            let ms = self.rng.range(lease / 2, lease + grace + 2_000);
+            let (action, took) = match self.rng.range(0, 3) {
+                0 => {
+                    let delay = self.rng.range(0, 20);
+                    let direction = Direction::ToMaster;
+                    let cut = Action::AfterGrant {
+                        client,
+                        delay,
+                        direction,
+                        ms,
+                    };
+                    (cut, lease + ms)
+                }
+                1 => {
+                    let delay = self.rng.range(0, lease);
+                    let directions = [Direction::ToMaster, Direction::FromMaster, Direction::Both];
+                    let direction = *self.rng.pick(&directions);
+                    let cut = Action::AfterGrant {
+                        client,
+                        delay,
+                        direction,
+                        ms,
+                    };
+                    (cut, lease + delay + ms)
+                }
+                _ => {
+                    let hold = self.rng.range(200, lease);
+                    let delay = self.rng.range(1, 30);
+                    let stale = Action::StaleThenLost {
+                        client,
+                        hold,
+                        delay,
+                        ms,
+                    };
+                    (stale, hold + delay + ms)
+                }
+            };
+            self.add(at, action);
+            at += took + self.rng.range(1_000, 5_000);
+        }
+    }
+
     /// One client's faults, one after another, of every kind.
     fn random_faults(&mut self, client: &str) {
         let (lease, grace) = (self.lease(), self.grace());
@@ -154,8 +226,13 @@ pub struct Scenario {
     /// What the contenders do; `None` mixes locks, elections and semaphores.
     pub role: Option<Role>,
     pub contenders: usize,
+    /// Every session's lock-delay, unless the settings name one.
+    pub lock_delay: Duration,
     pub plan: fn(&mut Planner),
 }
+
+/// The lock-delay of most scenarios.
+pub const LOCK_DELAY: Duration = Duration::from_secs(2);
 
 impl Scenario {
     /// The role of contender number `i`. A mix has more semaphore holders
@@ -177,6 +254,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "contenders cut off for less than their local lease has left (traffic delayed, as over TCP): they must stay Normal",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             for client in p.contenders.clone() {
                 let mut at = p.rng.range(2_000, 5_000);
@@ -196,6 +274,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "contenders cut off for longer than their local lease but less than the grace period: jeopardy, then safe",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.5, Direction::Both, lease + 500, lease + grace - 1_500);
@@ -207,6 +286,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "contenders cut off for longer than lease plus grace: the session expires and the lock passes on",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.4, Direction::Both, lease + grace + 1_000, lease + grace + 4_000);
@@ -218,6 +298,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "one-way partitions: the contender's messages to the master are dropped, the master's still arrive",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::ToMaster, lease / 2, lease + grace + 2_000);
@@ -228,6 +309,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "one-way partitions: the master's messages to the contender are dropped, the contender's still arrive",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::FromMaster, lease / 2, lease + grace + 2_000);
@@ -238,6 +320,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "messages between a contender and the master and storage held, then delivered late: stale replies and late writes",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             for client in p.contenders.clone() {
@@ -254,6 +337,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "a contender's link cut and healed every few hundred milliseconds for several seconds",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             for client in p.contenders.clone().into_iter().take(2) {
                 let ms = p.rng.range(8_000, 15_000);
@@ -267,6 +351,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "the master crashes twice and is back within half a lease: sessions and locks survive (Failover)",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let half = p.work() / 2;
             for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
@@ -281,6 +366,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "the master crashes and is down for longer than the lease, within the grace period: jeopardy, then safe",
         role: Some(Role::Locker),
         contenders: 4,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             let ms = p.lease() + p.rng.range(500, p.grace() - 2_000);
             let at = p.start_for(ms);
@@ -292,6 +378,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "many contenders for one exclusive lock, some of them cut off for a while",
         role: Some(Role::Locker),
         contenders: 8,
+        lock_delay: LOCK_DELAY,
         plan: contended,
     },
     Scenario {
@@ -299,6 +386,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "many candidates in one election, some of them cut off for a while; leaders fence their writes",
         role: Some(Role::Elector),
         contenders: 8,
+        lock_delay: LOCK_DELAY,
         plan: contended,
     },
     Scenario {
@@ -306,6 +394,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "many contenders for a two-slot semaphore, some of them cut off for a while",
         role: Some(Role::SemaphoreHolder),
         contenders: 8,
+        lock_delay: LOCK_DELAY,
         plan: contended,
     },
     Scenario {
@@ -313,6 +402,7 @@ pub static SCENARIOS: &[Scenario] = &[
         about: "locks, an election and a semaphore at once, under a random mix of every fault, writers and watcher included",
         role: None,
         contenders: 6,
+        lock_delay: LOCK_DELAY,
         plan: |p| {
             for client in p.contenders.clone().iter().chain(p.bystanders.clone().iter()) {
                 p.random_faults(client);
@@ -325,6 +415,43 @@ pub static SCENARIOS: &[Scenario] = &[
                 };
                 let at = p.start_for(ms);
                 p.add(at, Action::Crash { ms });
+            }
+        },
+    },
+    Scenario {
+        name: "lock-contention-no-delay",
+        about: "lock-contention with no lock-delay: only the leases keep two holders apart",
+        role: Some(Role::Locker),
+        contenders: 8,
+        lock_delay: Duration::ZERO,
+        plan: contended,
+    },
+    Scenario {
+        name: "election-no-delay",
+        about: "election with no lock-delay: only the leases keep two leaders apart",
+        role: Some(Role::Elector),
+        contenders: 8,
+        lock_delay: Duration::ZERO,
+        plan: contended,
+    },
+    Scenario {
+        name: "lease-edges",
+        about: "no lock-delay; cuts timed to the KeepAlive cycle (just after a reply, any phase, one-way both ways), stale replies then lost KeepAlives, a master crash while the holder is cut off",
+        role: Some(Role::Locker),
+        contenders: 4,
+        lock_delay: Duration::ZERO,
+        plan: |p| {
+            for client in p.contenders.clone() {
+                p.edge_faults(&client);
+            }
+            if p.rng.chance(0.5) {
+                let (lease, grace) = (p.lease(), p.grace());
+                let ms = p.rng.range(lease, lease + grace);
+                let at = p.start_for(ms);
+                p.add(at, Action::PartitionHolder { direction: Direction::Both, ms });
+                let down = p.rng.range(200, lease + grace - 2_000);
+                let crash = at + p.rng.range(0, ms / 2);
+                p.add(crash, Action::Crash { ms: down });
             }
         },
     },

@@ -154,7 +154,9 @@ pub fn svg(run: &Run, report: &Report) -> String {
                     );
                 }
             }
-            What::Holding { lock, generation } => {
+            What::Holding {
+                lock, generation, ..
+            } => {
                 holding.insert((&e.who, lock), (e.at, *generation));
             }
             What::Released { lock, .. } => {

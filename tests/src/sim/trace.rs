@@ -57,9 +57,13 @@ pub enum What {
     Closing,
     /// The client's session `session` entered this state (`CS-7`).
     State { state: String, session: String },
-    /// From now on the client believes it holds `lock` with `generation`,
-    /// and acts on it.
-    Holding { lock: String, generation: u64 },
+    /// From now on the client believes it holds `lock` with `generation`
+    /// under `session`, and acts on it.
+    Holding {
+        lock: String,
+        generation: u64,
+        session: String,
+    },
     /// The client no longer believes it holds `lock`.
     Released {
         lock: String,
@@ -86,6 +90,16 @@ pub enum What {
     Event { key: String, change: String },
     /// The application was told that events were lost (`EV-4`, `FO-6`).
     EventsLost,
+    /// The master granted `session` a lease until virtual time `until`
+    /// (its own clock's expiry, at its rate): on creation, a KeepAlive's
+    /// answer, a promotion (`failover`) or the one more lease of `FO-2`.
+    Lease {
+        session: String,
+        until: u64,
+        why: String,
+    },
+    /// The master ended `session`.
+    SessionEnded { session: String, cause: String },
 }
 
 /// The trace of one run, shared by every host.

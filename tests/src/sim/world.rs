@@ -4,28 +4,37 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_server::{Config, IdSource, MemoryStore};
+use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver, MemoryStore};
 
-use super::app::{self, Ctx, Leases, Role};
+use super::app::{self, short_id, Ctx, Leases, Role};
 use super::net::SimListener;
 use super::rng::Rng;
 use super::scenario::{Action, Direction, Planner, Scenario};
 use super::storage;
-use super::trace::{Entry, Trace, What};
+use super::trace::{now_ms, Entry, Trace, What};
 
 /// How a run is set up. The defaults are the product's safe use; the
-/// `ignore_jeopardy`, `fencing` and `lock_delay` knobs exist to break it on
-/// purpose and see the checkers fire.
+/// `ignore_jeopardy`, `fencing`, `lock_delay`, `clock_spread` and
+/// `clock_drift` knobs exist to break it on purpose and see the checkers
+/// fire.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Contending clients; `None`: the scenario's own number.
     pub contenders: Option<usize>,
     pub lease: Duration,
     pub grace: Duration,
-    pub lock_delay: Duration,
+    /// Every session's lock-delay; `None`: the scenario's own.
+    pub lock_delay: Option<Duration>,
+    /// Each host's clock runs at a rate drawn from `1 ± clock_spread`
+    /// times true time. Within half the clients' drift allowance, master
+    /// and client differ by less than the allowance (`LEASE-4`); beyond
+    /// it, a client's local lease can outlast the master's.
+    pub clock_spread: f64,
+    /// The clients' drift allowance (`SessionOptions::clock_drift`).
+    pub clock_drift: f64,
     pub semaphore_limit: u32,
     /// Contenders keep believing they hold their lock in jeopardy.
     pub ignore_jeopardy: bool,
@@ -47,7 +56,9 @@ impl Default for Settings {
             contenders: None,
             lease: Duration::from_secs(4),
             grace: Duration::from_secs(6),
-            lock_delay: Duration::from_secs(2),
+            lock_delay: None,
+            clock_spread: DEFAULT_CLOCK_SPREAD,
+            clock_drift: leasehold::lease::DEFAULT_CLOCK_DRIFT,
             semaphore_limit: 2,
             ignore_jeopardy: false,
             fencing: true,
@@ -57,6 +68,84 @@ impl Default for Settings {
             tick: Duration::from_millis(5),
         }
     }
+}
+
+/// The clocks' default spread: a quarter of the clients' default drift
+/// allowance, so master and client clocks differ by at most half of it and
+/// a local lease stays tens of milliseconds inside the master's, several
+/// simulation ticks.
+pub const DEFAULT_CLOCK_SPREAD: f64 = leasehold::lease::DEFAULT_CLOCK_DRIFT / 4.0;
+
+/// Each host's clock rate, drawn from the run's seed.
+#[derive(Debug, Clone, Default)]
+pub struct Clocks(BTreeMap<String, f64>);
+
+impl Clocks {
+    fn draw(rng: &mut Rng, spread: f64, hosts: &[String]) -> Clocks {
+        let mut rates = BTreeMap::new();
+        for host in hosts {
+            let unit = rng.range(0, 1_000_001) as f64 / 1_000_000.0;
+            rates.insert(host.clone(), 1.0 + spread * (2.0 * unit - 1.0));
+        }
+        Clocks(rates)
+    }
+
+    /// The rate of `host`'s clock; 1.0 for a host that has none drawn.
+    pub fn rate(&self, host: &str) -> f64 {
+        self.0.get(host).copied().unwrap_or(1.0)
+    }
+}
+
+/// When the master last granted each session a lease, by the session's
+/// name in the trace: what lets the driver time a fault to a point of the
+/// KeepAlive cycle.
+#[derive(Debug, Clone, Default)]
+pub struct Grants(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Grants {
+    fn granted(&self, session: &str, at: u64) {
+        self.0.lock().unwrap().insert(session.to_string(), at);
+    }
+
+    fn last(&self, session: &str) -> Option<u64> {
+        self.0.lock().unwrap().get(session).copied()
+    }
+}
+
+/// An observer that writes the master's leases into the trace in virtual
+/// time: a master clock at `rate` reaches a lease's expiry after the
+/// master time left divided by its rate, less a millisecond for the
+/// fraction of a millisecond master time drops.
+fn lease_observer(trace: Trace, grants: Grants, rate: f64) -> LeaseObserver {
+    LeaseObserver::new(move |event: &LeaseEvent| {
+        let at = now_ms();
+        match event {
+            LeaseEvent::Granted {
+                session,
+                now,
+                expires,
+                why,
+            } => {
+                let left = expires.since(*now).as_secs_f64() * 1_000.0 / rate;
+                let session = short_id(*session);
+                grants.granted(&session, at);
+                let what = What::Lease {
+                    session,
+                    until: (at + left as u64).saturating_sub(1),
+                    why: format!("{why:?}").to_lowercase(),
+                };
+                trace.push_at(at, "master", what);
+            }
+            LeaseEvent::Ended { session, cause, .. } => {
+                let what = What::SessionEnded {
+                    session: short_id(*session),
+                    cause: format!("{cause:?}").to_lowercase(),
+                };
+                trace.push_at(at, "master", what);
+            }
+            _ => {}
+        }
+    })
 }
 
 /// What a run produced.
@@ -71,6 +160,8 @@ pub struct Run {
     pub error: Option<String>,
     /// Virtual milliseconds the run took.
     pub end: u64,
+    /// Each host's clock rate.
+    pub clocks: Clocks,
 }
 
 /// A fault as the driver applies it. A fault that finds its client
@@ -115,6 +206,16 @@ enum Step {
         direction: Direction,
         ms: u64,
     },
+    /// Cut `client` off `delay` after the master next grants its session
+    /// a lease later than `since`, watching until `give_up`.
+    AfterGrant {
+        client: String,
+        delay: u64,
+        direction: Direction,
+        ms: u64,
+        since: Option<u64>,
+        give_up: u64,
+    },
 }
 
 fn names(direction: Direction) -> (&'static str, &'static str) {
@@ -127,6 +228,10 @@ fn names(direction: Direction) -> (&'static str, &'static str) {
 
 /// Runs `scenario` with `seed`.
 pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
+    let settings = Settings {
+        lock_delay: Some(settings.lock_delay.unwrap_or(scenario.lock_delay)),
+        ..settings
+    };
     let mut rng = Rng::new(seed);
     let contenders = settings.contenders.unwrap_or(scenario.contenders);
     let contender_names: Vec<String> = (1..=contenders).map(|i| format!("c{i}")).collect();
@@ -151,16 +256,25 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         .tick_duration(settings.tick)
         .build();
 
+    let mut hosts = vec!["master".to_string()];
+    hosts.extend(contender_names.iter().chain(&bystanders).cloned());
+    let clocks = Clocks::draw(&mut rng.fork(5), settings.clock_spread, &hosts);
+    let grants = Grants::default();
+
     let store = MemoryStore::default();
     let starts = Arc::new(AtomicU64::new(0));
+    let observer = lease_observer(trace.clone(), grants.clone(), clocks.rate("master"));
+    let master_rate = clocks.rate("master");
     sim.host("master", move || {
-        let store = store.clone();
+        let (store, observer) = (store.clone(), observer.clone());
         // A restarted master must not hand out the ids of the first.
         let start = starts.fetch_add(1, Ordering::Relaxed);
         async move {
             let listener = SimListener::bind().await?;
             let config = Config {
                 ids: IdSource::Seeded(seed ^ (start << 48)),
+                clock_rate: master_rate,
+                lease_observer: Some(observer),
                 ..Config::default()
             };
             leasehold_server::run(listener, config, store, std::future::pending()).await?;
@@ -182,6 +296,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         listen_until,
         watching: Arc::new(AtomicBool::new(false)),
         ops: Arc::new(AtomicU64::new(0)),
+        clock_rate: 1.0,
     };
     let mut roles: Vec<(String, Role)> = contender_names
         .iter()
@@ -195,6 +310,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         let ctx = Ctx {
             name: name.clone(),
             rng: rng.fork(100 + i as u64),
+            clock_rate: clocks.rate(&name),
             ..base.clone()
         };
         sim.client(name, app::run(role, ctx));
@@ -215,6 +331,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         settings: settings.clone(),
         active: BTreeMap::new(),
         master_down: false,
+        grants,
     };
     for (at, action) in planner.actions {
         driver.schedule(at, action);
@@ -242,6 +359,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         entries: trace.entries(),
         error,
         end: sim.elapsed().as_millis() as u64,
+        clocks,
     }
 }
 
@@ -256,6 +374,7 @@ struct Driver {
     /// fault, and how to repair it.
     active: BTreeMap<(String, &'static str), (u64, Step)>,
     master_down: bool,
+    grants: Grants,
 }
 
 impl Driver {
@@ -297,6 +416,38 @@ impl Driver {
             Action::Crash { ms } => {
                 self.push(at + ms, Step::Restart);
                 Step::Crash
+            }
+            Action::AfterGrant {
+                client,
+                delay,
+                direction,
+                ms,
+            } => Step::AfterGrant {
+                client,
+                delay,
+                direction,
+                ms,
+                since: None,
+                give_up: at + 2 * self.settings.lease.as_millis() as u64,
+            },
+            Action::StaleThenLost {
+                client,
+                hold,
+                delay,
+                ms,
+            } => {
+                let cut = Step::Cut {
+                    client: client.clone(),
+                    direction: Direction::ToMaster,
+                    ms,
+                    expect_normal: false,
+                };
+                self.push(at + hold + delay, cut);
+                Step::Hold {
+                    client,
+                    ms: hold,
+                    expect_normal: false,
+                }
             }
         };
         self.push(at, step);
@@ -465,6 +616,43 @@ impl Driver {
                     expect_normal,
                 };
                 self.apply(sim, now, cut);
+            }
+            Step::AfterGrant {
+                client,
+                delay,
+                direction,
+                ms,
+                since,
+                give_up,
+            } => {
+                let last = self
+                    .leases
+                    .session(&client)
+                    .and_then(|session| self.grants.last(&session));
+                match since {
+                    Some(since) if last.is_some_and(|at| at > since) => {
+                        let at = last.unwrap_or(now) + delay;
+                        let cut = Step::Cut {
+                            client,
+                            direction,
+                            ms,
+                            expect_normal: false,
+                        };
+                        self.push(at.max(now), cut);
+                    }
+                    _ if now >= give_up => {}
+                    _ => {
+                        let watch = Step::AfterGrant {
+                            client,
+                            delay,
+                            direction,
+                            ms,
+                            since: Some(since.unwrap_or(last.unwrap_or(0))),
+                            give_up,
+                        };
+                        self.push(now + 1, watch);
+                    }
+                }
             }
             Step::Short {
                 client,

@@ -32,7 +32,9 @@ pub fn beliefs(run: &Run) -> (Vec<Belief>, Vec<Violation>) {
     let mut malformed = Vec::new();
     for e in &run.entries {
         match &e.what {
-            What::Holding { lock, generation } => {
+            What::Holding {
+                lock, generation, ..
+            } => {
                 let key = (e.who.clone(), lock.clone());
                 if open.insert(key, (e.at, *generation)).is_some() {
                     malformed.push(Violation {

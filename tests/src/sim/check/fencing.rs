@@ -26,7 +26,9 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let mut writes = 0;
     for e in &run.entries {
         match &e.what {
-            What::Holding { lock, generation } if lock.as_str() != SEMAPHORE => {
+            What::Holding {
+                lock, generation, ..
+            } if lock.as_str() != SEMAPHORE => {
                 granted.insert((&e.who, lock, *generation));
                 let (top, by) = highest.get(lock.as_str()).copied().unwrap_or((0, ""));
                 if by != e.who && *generation <= top {

@@ -11,10 +11,16 @@
 //! - [`events`]: events reach the application in order, with no gap and no
 //!   duplicate.
 //! - [`linearizable`]: the key/value history is linearizable.
+//! - [`containment`]: every belief a client held of its session lies
+//!   inside the lease the master kept for it.
+//! - [`failover`]: a session whose client was not cut off does not
+//!   expire.
 
+pub mod containment;
 pub mod durability;
 pub mod events;
 pub mod exclusion;
+pub mod failover;
 pub mod fencing;
 pub mod history;
 pub mod linearizable;
@@ -121,6 +127,8 @@ pub fn all(run: &Run) -> Report {
     add(states::NAME, (count, violations));
     add(events::NAME, events::check(run));
     add(linearizable::NAME, linearizable::check(run));
+    add(containment::NAME, containment::check(run));
+    add(failover::NAME, failover::check(run));
     report.transitions = transitions;
     report
 }
@@ -148,6 +156,7 @@ mod tests {
             end: entries.last().map_or(0, |e| e.at + 1),
             entries,
             error: None,
+            clocks: Default::default(),
         }
     }
 
@@ -276,6 +285,120 @@ mod tests {
         kept.extend(put(2, 20, A, "2"));
         kept.extend(read(3, 30, "final", A, Some("2")));
         assert!(durability::check(&run_of(kept)).1.is_empty());
+    }
+
+    fn lease(at: u64, session: &str, until: u64) -> (u64, &'static str, What) {
+        let what = What::Lease {
+            session: session.into(),
+            until,
+            why: "keepalive".into(),
+        };
+        (at, "master", what)
+    }
+
+    fn state(at: u64, who: &'static str, state: &str) -> (u64, &'static str, What) {
+        let what = What::State {
+            state: state.into(),
+            session: "s".into(),
+        };
+        (at, who, what)
+    }
+
+    fn started(at: u64, who: &'static str) -> (u64, &'static str, What) {
+        let what = What::SessionStarted {
+            session: "s".into(),
+        };
+        (at, who, what)
+    }
+
+    #[test]
+    fn a_client_normal_past_the_masters_lease_breaks_containment() {
+        let inside = run_of(vec![
+            lease(0, "s", 100),
+            started(2, "c1"),
+            lease(80, "s", 180),
+            state(170, "c1", "jeopardy"),
+        ]);
+        assert!(containment::check(&inside).1.is_empty());
+        let outside = run_of(vec![
+            lease(0, "s", 100),
+            started(2, "c1"),
+            state(120, "c1", "jeopardy"),
+        ]);
+        let (_, violations) = containment::check(&outside);
+        assert_eq!(violations.len(), 1);
+        assert_eq!(violations[0].at, 100);
+    }
+
+    #[test]
+    fn a_lock_believed_after_the_master_ended_the_session_breaks_containment() {
+        let holding = What::Holding {
+            lock: "locks/work".into(),
+            generation: 3,
+            session: "s".into(),
+        };
+        let released = What::Released {
+            lock: "locks/work".into(),
+            generation: 3,
+            why: "released".into(),
+        };
+        let ended = What::SessionEnded {
+            session: "s".into(),
+            cause: "expired".into(),
+        };
+        let run = run_of(vec![
+            lease(0, "s", 1_000),
+            started(2, "c1"),
+            (10, "c1", holding),
+            state(50, "c1", "jeopardy"),
+            (60, "master", ended),
+            (90, "c1", released),
+        ]);
+        let (_, violations) = containment::check(&run);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].detail.contains("locks/work"));
+    }
+
+    fn fault(at: u64, who: &'static str, fault: &str) -> (u64, &'static str, What) {
+        let what = What::Fault {
+            fault: fault.into(),
+            peer: "master".into(),
+            expect_normal: false,
+        };
+        (at, who, what)
+    }
+
+    // FO-2: a master back in time gives the session a full lease.
+    #[test]
+    fn a_session_that_expires_though_its_client_was_never_cut_off_breaks_the_failover_promise() {
+        let run = run_of(vec![
+            started(0, "c1"),
+            fault(10_000, "master", "crash"),
+            fault(14_000, "master", "restart"),
+            state(15_000, "c1", "jeopardy"),
+            state(21_000, "c1", "expired"),
+        ]);
+        assert_eq!(failover::check(&run).1.len(), 1);
+    }
+
+    #[test]
+    fn a_session_lost_to_its_own_cut_or_to_a_master_back_too_late_breaks_no_promise() {
+        let cut = run_of(vec![
+            started(0, "c1"),
+            fault(10_000, "c1", "partition"),
+            state(14_000, "c1", "jeopardy"),
+            state(20_000, "c1", "expired"),
+            fault(21_000, "c1", "repair"),
+        ]);
+        assert!(failover::check(&cut).1.is_empty());
+        let late = run_of(vec![
+            started(0, "c1"),
+            fault(10_000, "master", "crash"),
+            state(14_000, "c1", "jeopardy"),
+            fault(19_500, "master", "restart"),
+            state(20_000, "c1", "expired"),
+        ]);
+        assert!(failover::check(&late).1.is_empty());
     }
 
     #[test]

@@ -1,0 +1,226 @@
+//! Lease containment, the invariant Chubby's safety argument rests on:
+//! every instant a client believed its session `Normal`, and every instant
+//! it believed it held a lock, lies inside the lease the master kept for
+//! that session (`LEASE-4`, `CS-1`). The master's side comes from the
+//! master itself ([`leasehold_server::LeaseObserver`]): each lease it
+//! granted, until when by its own clock, in virtual time; the client's
+//! from its reported states and holdings. Exclusion follows: the master
+//! grants a lock again only once the holder's session has ended, which is
+//! never before its lease ran out, so whatever lock-delay adds is cushion,
+//! not the reason two holders never overlap.
+
+use std::collections::BTreeMap;
+
+use super::Violation;
+use crate::sim::trace::What;
+use crate::sim::world::Run;
+
+pub const NAME: &str = "containment";
+
+/// What a client believed of one session over `[from, to)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Belief {
+    who: String,
+    session: String,
+    /// "normal", or the lock it believed it held.
+    what: String,
+    from: u64,
+    to: u64,
+}
+
+/// What the master granted one session: each grant's time and expiry, in
+/// order, and when it ended the session.
+#[derive(Debug, Default)]
+struct Leases {
+    grants: Vec<(u64, u64)>,
+    ended: Option<u64>,
+}
+
+impl Leases {
+    /// The first instant of `[from, to)` the session held no lease: none
+    /// granted by then had an expiry past it, or the master had ended it.
+    fn first_uncovered(&self, from: u64, to: u64) -> Option<u64> {
+        let ended = self.ended.unwrap_or(u64::MAX);
+        let mut t = from;
+        let mut until: Option<u64> = None;
+        let mut next = 0;
+        while t < to {
+            while let Some(&(at, expires)) = self.grants.get(next).filter(|(at, _)| *at <= t) {
+                let _ = at;
+                until = Some(until.map_or(expires, |u| u.max(expires)));
+                next += 1;
+            }
+            let covered_to = until.unwrap_or(0).min(ended);
+            if t >= covered_to {
+                return Some(t);
+            }
+            t = covered_to;
+        }
+        None
+    }
+}
+
+fn beliefs(run: &Run) -> Vec<Belief> {
+    let mut done = Vec::new();
+    // Each client's session, and since when it has been Normal.
+    let mut normal: BTreeMap<&str, (String, Option<u64>)> = BTreeMap::new();
+    let mut holding: BTreeMap<(&str, &str), (String, u64)> = BTreeMap::new();
+    let mut end = |who: &str, session: &str, what: &str, from: u64, to: u64| {
+        done.push(Belief {
+            who: who.to_string(),
+            session: session.to_string(),
+            what: what.to_string(),
+            from,
+            to,
+        });
+    };
+    for e in &run.entries {
+        let who = e.who.as_str();
+        match &e.what {
+            What::SessionStarted { session } => {
+                normal.insert(who, (session.clone(), Some(e.at)));
+            }
+            What::State { state, session } => {
+                let Some((current, since)) = normal.get_mut(who) else {
+                    continue;
+                };
+                if current != session {
+                    continue;
+                }
+                match (state.as_str(), *since) {
+                    ("normal", None) => *since = Some(e.at),
+                    ("normal", Some(_)) => {}
+                    (_, Some(from)) => {
+                        end(who, session, "normal", from, e.at);
+                        *since = None;
+                    }
+                    (_, None) => {}
+                }
+            }
+            // The client gives its session up: what follows (its
+            // `Closed`, which comes once the master has destroyed it) is
+            // its own doing, not a belief.
+            What::Closing => {
+                if let Some((session, since)) = normal.get_mut(who) {
+                    if let Some(from) = since.take() {
+                        end(who, session, "normal", from, e.at);
+                    }
+                }
+            }
+            What::Holding { lock, session, .. } => {
+                holding.insert((who, lock), (session.clone(), e.at));
+            }
+            What::Released { lock, .. } => {
+                if let Some((session, from)) = holding.remove(&(who, lock.as_str())) {
+                    end(who, &session, lock, from, e.at);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (who, (session, since)) in normal {
+        if let Some(from) = since {
+            end(who, &session, "normal", from, run.end);
+        }
+    }
+    for ((who, lock), (session, from)) in holding {
+        end(who, &session, lock, from, run.end);
+    }
+    done
+}
+
+fn leases(run: &Run) -> BTreeMap<&str, Leases> {
+    let mut leases: BTreeMap<&str, Leases> = BTreeMap::new();
+    for e in &run.entries {
+        match &e.what {
+            What::Lease { session, until, .. } => {
+                leases
+                    .entry(session)
+                    .or_default()
+                    .grants
+                    .push((e.at, *until));
+            }
+            What::SessionEnded { session, .. } => {
+                let ended = &mut leases.entry(session).or_default().ended;
+                ended.get_or_insert(e.at);
+            }
+            _ => {}
+        }
+    }
+    leases
+}
+
+pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+    let leases = leases(run);
+    let none = Leases::default();
+    let all = beliefs(run);
+    let mut violations = Vec::new();
+    for b in all.iter().filter(|b| b.to > b.from) {
+        let granted = leases.get(b.session.as_str()).unwrap_or(&none);
+        let Some(at) = granted.first_uncovered(b.from, b.to) else {
+            continue;
+        };
+        let lease = match (
+            granted.grants.iter().rev().find(|(g, _)| *g <= at),
+            granted.ended,
+        ) {
+            (_, Some(ended)) if ended <= at => format!("the master ended it at {ended} ms"),
+            (Some((g, until)), _) => {
+                format!("the master's lease (granted at {g} ms) ran to {until} ms")
+            }
+            (None, _) => "the master had granted it no lease yet".to_string(),
+        };
+        violations.push(Violation {
+            invariant: NAME,
+            at,
+            detail: format!(
+                "{} believed {} of session {} from {} ms to {} ms, but {lease}",
+                b.who, b.what, b.session, b.from, b.to
+            ),
+        });
+    }
+    (all.len(), violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leases(grants: &[(u64, u64)], ended: Option<u64>) -> Leases {
+        Leases {
+            grants: grants.to_vec(),
+            ended,
+        }
+    }
+
+    #[test]
+    fn a_belief_inside_one_grant_is_covered() {
+        assert_eq!(leases(&[(0, 100)], None).first_uncovered(10, 100), None);
+    }
+
+    #[test]
+    fn a_belief_that_outlasts_the_lease_is_uncovered_from_its_expiry() {
+        assert_eq!(
+            leases(&[(0, 100)], None).first_uncovered(10, 101),
+            Some(100)
+        );
+    }
+
+    #[test]
+    fn grants_in_turn_cover_a_long_belief() {
+        let chain = leases(&[(0, 100), (90, 190), (180, 280)], None);
+        assert_eq!(chain.first_uncovered(0, 280), None);
+        // A grant after the lease ran out does not cover the gap.
+        let late = leases(&[(0, 100), (120, 220)], None);
+        assert_eq!(late.first_uncovered(0, 200), Some(100));
+    }
+
+    #[test]
+    fn a_belief_before_any_grant_or_after_the_end_is_uncovered() {
+        assert_eq!(leases(&[(50, 150)], None).first_uncovered(40, 60), Some(40));
+        assert_eq!(
+            leases(&[(0, 150)], Some(80)).first_uncovered(0, 90),
+            Some(80)
+        );
+    }
+}
