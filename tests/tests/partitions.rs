@@ -184,6 +184,23 @@ fn ignoring_jeopardy_breaks_lease_containment_even_behind_lock_delay() {
     );
 }
 
+// FO-2: a master that gives the sessions it recovers a short lease turns
+// jeopardy -> safe into jeopardy -> expired for clients never cut off.
+#[test]
+fn a_master_that_gives_recovered_sessions_a_short_lease_breaks_the_failover_promise() {
+    let settings = Settings {
+        short_recovered_leases: true,
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("master-restart-slow", settings, "failover")
+        .expect("the failover checker fires within 5 seeds");
+    assert!(
+        report.of("failover")[0].detail.contains("still held it"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
 // The lease-edges scenario cuts a client's messages to the master just
 // after the master answers its KeepAlive: the KeepAlive that answer sets
 // off is lost.

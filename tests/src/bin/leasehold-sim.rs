@@ -46,6 +46,10 @@ struct Knobs {
     /// setup when clocks differ.
     #[arg(long)]
     clock_drift: Option<f64>,
+    /// Break it another way: a master that gives the sessions it recovers
+    /// a lease of 100 ms.
+    #[arg(long)]
+    short_recovered_leases: bool,
 }
 
 impl Knobs {
@@ -54,6 +58,7 @@ impl Knobs {
             contenders: self.clients,
             ignore_jeopardy: self.ignore_jeopardy,
             fencing: !self.no_fencing,
+            short_recovered_leases: self.short_recovered_leases,
             ..Settings::default()
         };
         if let Some(ms) = self.lock_delay_ms {
@@ -87,6 +92,9 @@ impl Knobs {
         }
         if let Some(drift) = self.clock_drift {
             flags.push_str(&format!(" --clock-drift {drift}"));
+        }
+        if self.short_recovered_leases {
+            flags.push_str(" --short-recovered-leases");
         }
         flags
     }

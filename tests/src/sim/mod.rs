@@ -17,6 +17,7 @@ pub mod check;
 mod net;
 pub mod rng;
 pub mod scenario;
+pub mod short_leases;
 pub mod storage;
 pub mod timeline;
 pub mod trace;

@@ -13,6 +13,7 @@ use super::app::{self, short_id, Ctx, Leases, Role};
 use super::net::SimListener;
 use super::rng::Rng;
 use super::scenario::{Action, Direction, Planner, Scenario};
+use super::short_leases::{ShortLeases, SHORT};
 use super::storage;
 use super::trace::{now_ms, Entry, Trace, What};
 
@@ -35,6 +36,8 @@ pub struct Settings {
     pub clock_spread: f64,
     /// The clients' drift allowance (`SessionOptions::clock_drift`).
     pub clock_drift: f64,
+    /// The master gives the sessions it recovers a lease of 100 ms.
+    pub short_recovered_leases: bool,
     pub semaphore_limit: u32,
     /// Contenders keep believing they hold their lock in jeopardy.
     pub ignore_jeopardy: bool,
@@ -59,6 +62,7 @@ impl Default for Settings {
             lock_delay: None,
             clock_spread: DEFAULT_CLOCK_SPREAD,
             clock_drift: leasehold::lease::DEFAULT_CLOCK_DRIFT,
+            short_recovered_leases: false,
             semaphore_limit: 2,
             ignore_jeopardy: false,
             fencing: true,
@@ -265,8 +269,13 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let starts = Arc::new(AtomicU64::new(0));
     let observer = lease_observer(trace.clone(), grants.clone(), clocks.rate("master"));
     let master_rate = clocks.rate("master");
+    let short = settings.short_recovered_leases;
     sim.host("master", move || {
         let (store, observer) = (store.clone(), observer.clone());
+        let store = ShortLeases {
+            inner: store,
+            broken: short,
+        };
         // A restarted master must not hand out the ids of the first.
         let start = starts.fetch_add(1, Ordering::Relaxed);
         async move {
@@ -275,6 +284,12 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
                 ids: IdSource::Seeded(seed ^ (start << 48)),
                 clock_rate: master_rate,
                 lease_observer: Some(observer),
+                // The short lease is below the usual minimum.
+                min_lease: if short {
+                    SHORT
+                } else {
+                    Config::default().min_lease
+                },
                 ..Config::default()
             };
             leasehold_server::run(listener, config, store, std::future::pending()).await?;

@@ -3,7 +3,8 @@
 //! grace period gives every session a full lease (`FO-2`), and its client,
 //! probing with at most a second between tries (`CS-2`), reaches it; only
 //! a client cut off itself, or a master back too late for a probe to
-//! reach it, can lose its session.
+//! reach it, can lose its session. And the master expires no session its
+//! client still holds unless that client was cut off.
 
 use std::collections::BTreeMap;
 
@@ -61,8 +62,42 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let grace = run.settings.grace.as_millis() as u64;
     let mut violations = Vec::new();
     let mut sessions = 0;
+    // Each session's client, and when that client last saw it end.
+    let mut client_of: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut gone: BTreeMap<&str, u64> = BTreeMap::new();
     for e in &run.entries {
         match &e.what {
+            What::SessionStarted { session } => {
+                client_of.insert(session, &e.who);
+            }
+            What::State { state, session } if state == "expired" || state == "closed" => {
+                gone.entry(session).or_insert(e.at);
+            }
+            _ => {}
+        }
+    }
+    for e in &run.entries {
+        match &e.what {
+            // A correct master ends a recovered session only a full lease
+            // after it came back (`FO-2`), by when a client that is not cut
+            // off has reached it, or has given the session up itself.
+            What::SessionEnded { session, cause } if cause == "expired" => {
+                let Some(&client) = client_of.get(session.as_str()) else {
+                    continue;
+                };
+                let since = e.at.saturating_sub(lease + grace + 3_000);
+                let given_up = gone.get(session.as_str()).is_some_and(|at| *at <= e.at);
+                if given_up || overlaps(outages.get(client), since, e.at) {
+                    continue;
+                }
+                violations.push(Violation {
+                    invariant: NAME,
+                    at: e.at,
+                    detail: format!(
+                        "the master expired {client}'s session {session} while {client} still held it, and {client} was not cut off since {since} ms"
+                    ),
+                });
+            }
             What::SessionStarted { .. } => sessions += 1,
             What::State { state, session } if state == "expired" => {
                 let since = e.at.saturating_sub(lease + grace + 3_000);

@@ -381,6 +381,36 @@ mod tests {
         assert_eq!(failover::check(&run).1.len(), 1);
     }
 
+    // FO-2
+    #[test]
+    fn a_master_that_expires_a_session_its_uncut_client_still_holds_breaks_the_promise() {
+        let ended = |at| {
+            let what = What::SessionEnded {
+                session: "s".into(),
+                cause: "expired".into(),
+            };
+            (at, "master", what)
+        };
+        let early = run_of(vec![
+            started(0, "c1"),
+            fault(10_000, "master", "crash"),
+            state(13_000, "c1", "jeopardy"),
+            fault(15_000, "master", "restart"),
+            ended(15_100),
+            state(15_200, "c1", "expired"),
+        ]);
+        assert_eq!(failover::check(&early).1.len(), 1);
+        // Once the client gave the session up, the master's expiry is due.
+        let due = run_of(vec![
+            started(0, "c1"),
+            fault(10_000, "c1", "partition"),
+            state(13_000, "c1", "jeopardy"),
+            state(19_000, "c1", "expired"),
+            ended(19_500),
+        ]);
+        assert!(failover::check(&due).1.is_empty());
+    }
+
     #[test]
     fn a_session_lost_to_its_own_cut_or_to_a_master_back_too_late_breaks_no_promise() {
         let cut = run_of(vec![
