@@ -326,6 +326,14 @@ mod tests {
                 max_in_flight: 0,
                 ..Config::default()
             },
+            Config {
+                clock_rate: 0.0,
+                ..Config::default()
+            },
+            Config {
+                clock_rate: f64::NAN,
+                ..Config::default()
+            },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");
