@@ -155,9 +155,12 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let none = Leases::default();
     let all = beliefs(run);
     let mut violations = Vec::new();
-    for b in all.iter().filter(|b| b.to > b.from) {
+    for b in &all {
         let granted = leases.get(b.session.as_str()).unwrap_or(&none);
-        let Some(at) = granted.first_uncovered(b.from, b.to) else {
+        // A state reported and left in the same instant was still
+        // believed in that instant: an application may act on it.
+        let to = b.to.max(b.from + 1);
+        let Some(at) = granted.first_uncovered(b.from, to) else {
             continue;
         };
         let lease = match (

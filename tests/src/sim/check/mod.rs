@@ -330,6 +330,24 @@ mod tests {
         assert_eq!(violations[0].at, 100);
     }
 
+    // CS-5: a reply that arrives after the lease it granted has run out
+    // proves nothing; a client that goes back to Normal on it, even for an
+    // instant, believes outside the master's lease.
+    #[test]
+    fn normal_for_an_instant_outside_the_lease_breaks_containment() {
+        let run = run_of(vec![
+            lease(0, "s", 100),
+            started(2, "c1"),
+            state(90, "c1", "jeopardy"),
+            state(150, "c1", "safe"),
+            state(150, "c1", "normal"),
+            state(150, "c1", "jeopardy"),
+        ]);
+        let (_, violations) = containment::check(&run);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].at, 150);
+    }
+
     #[test]
     fn a_lock_believed_after_the_master_ended_the_session_breaks_containment() {
         let holding = What::Holding {
