@@ -56,7 +56,10 @@ pub const WATCHED: &str = "kv/own";
 /// not comparable and the run's elapsed time is.
 /// Also each client's session of the moment, by its name in the trace.
 #[derive(Debug, Clone, Default)]
-pub struct Leases(Arc<Mutex<BTreeMap<String, Published>>>);
+pub struct Leases(
+    Arc<Mutex<BTreeMap<String, Published>>>,
+    Arc<Mutex<std::collections::BTreeSet<String>>>,
+);
 
 /// A client's local lease's end, once known, and its session's name.
 type Published = (Option<u64>, String);
@@ -74,6 +77,21 @@ impl Leases {
     pub fn session(&self, client: &str) -> Option<String> {
         let leases = self.0.lock().unwrap();
         leases.get(client).map(|(_, session)| session.clone())
+    }
+
+    /// From now on `client`'s lease is published every step rather than
+    /// every 50 ms, or no longer.
+    pub fn watch(&self, client: &str, watched: bool) {
+        let mut watching = self.1.lock().unwrap();
+        if watched {
+            watching.insert(client.to_string());
+        } else {
+            watching.remove(client);
+        }
+    }
+
+    fn watched(&self, client: &str) -> bool {
+        self.1.lock().unwrap().contains(client)
     }
 
     fn started(&self, client: &str, session: &str) {
@@ -275,7 +293,10 @@ async fn publish_lease(session: Session, leases: Leases, name: String) {
         let expiry = session.local_lease_expiry();
         let left = expiry.saturating_duration_since(Instant::now()).as_millis() as u64;
         leases.set(&name, now_ms() + left);
-        sleep(Duration::from_millis(50)).await;
+        // Every step while a fault waits for a renewal (`Edge::Hold`): it
+        // must begin before the KeepAlive the renewal sets off arrives.
+        let every = if leases.watched(&name) { 1 } else { 50 };
+        sleep(Duration::from_millis(every)).await;
     }
     leases.forget(&name);
 }

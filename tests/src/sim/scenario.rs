@@ -42,14 +42,12 @@ pub enum Action {
     /// Crash the master and start it again `ms` later.
     Crash { ms: u64 },
     /// Once the master next grants `client`'s session a lease (answers
-    /// its KeepAlive), wait `delay` and cut it off for `ms`: a fault timed
-    /// to a phase of the KeepAlive cycle. With a short delay and
-    /// `ToMaster`, the KeepAlive the reply sets off is lost.
+    /// its KeepAlive), wait `delay`, then `edge`: a fault timed to a phase
+    /// of the KeepAlive cycle.
     AfterGrant {
         client: String,
         delay: u64,
-        direction: Direction,
-        ms: u64,
+        edge: Edge,
     },
     /// Hold `client`'s traffic for `hold`, then cut its messages to the
     /// master off for `ms` from `delay` after the held messages are let
@@ -60,6 +58,19 @@ pub enum Action {
         delay: u64,
         ms: u64,
     },
+}
+
+/// A fault timed to the master's answer of a KeepAlive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// Cut the client off for `ms`. Soon after the answer and `ToMaster`,
+    /// the KeepAlive the answer sets off is lost.
+    Cut { direction: Direction, ms: u64 },
+    /// Hold the client's traffic for less than its local lease has left,
+    /// catching the KeepAlive the answer sets off on its way: a request
+    /// delayed on its way to the master (`KA-9`). The client must stay
+    /// Normal.
+    Hold,
 }
 
 /// What a scenario's plan function gets and fills in.
@@ -134,23 +145,24 @@ impl Planner {
 
     /// One client's faults timed to the lease's edges, one after another:
     /// a cut toward the master just after a KeepAlive reply, a one-way or
-    /// two-way cut at any phase of the KeepAlive cycle, a stale reply
-    /// followed by a lost KeepAlive.
+    /// two-way cut at any phase of the KeepAlive cycle, a hold that
+    /// delays the KeepAlive a reply sets off, a stale reply followed by a
+    /// lost KeepAlive.
     fn edge_faults(&mut self, client: &str) {
         let (lease, grace) = (self.lease(), self.grace());
         let mut at = self.rng.range(2_000, 6_000);
         while at + 4_000 < self.work() {
             let client = client.to_string();
             let ms = self.rng.range(lease / 2, lease + grace + 2_000);
-            let (action, took) = match self.rng.range(0, 3) {
+            let (action, took) = match self.rng.range(0, 4) {
                 0 => {
                     let delay = self.rng.range(0, 20);
                     let direction = Direction::ToMaster;
+                    let edge = Edge::Cut { direction, ms };
                     let cut = Action::AfterGrant {
                         client,
                         delay,
-                        direction,
-                        ms,
+                        edge,
                     };
                     (cut, lease + ms)
                 }
@@ -158,13 +170,23 @@ impl Planner {
                     let delay = self.rng.range(0, lease);
                     let directions = [Direction::ToMaster, Direction::FromMaster, Direction::Both];
                     let direction = *self.rng.pick(&directions);
+                    let edge = Edge::Cut { direction, ms };
                     let cut = Action::AfterGrant {
                         client,
                         delay,
-                        direction,
-                        ms,
+                        edge,
                     };
                     (cut, lease + delay + ms)
+                }
+                2 => {
+                    let delay = self.rng.range(0, 15);
+                    let edge = Edge::Hold;
+                    let hold = Action::AfterGrant {
+                        client,
+                        delay,
+                        edge,
+                    };
+                    (hold, 2 * lease)
                 }
                 _ => {
                     let hold = self.rng.range(200, lease);
@@ -436,7 +458,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "lease-edges",
-        about: "no lock-delay; cuts timed to the KeepAlive cycle (just after a reply, any phase, one-way both ways), stale replies then lost KeepAlives, a master crash while the holder is cut off",
+        about: "no lock-delay; faults timed to the KeepAlive cycle (a cut just after a reply, cuts one-way either way at any phase, a hold delaying the next KeepAlive), stale replies then lost KeepAlives, a master crash while the holder is cut off",
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: Duration::ZERO,

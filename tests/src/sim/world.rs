@@ -12,7 +12,7 @@ use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver, MemoryStore}
 use super::app::{self, short_id, Ctx, Leases, Role};
 use super::net::SimListener;
 use super::rng::Rng;
-use super::scenario::{Action, Direction, Planner, Scenario};
+use super::scenario::{Action, Direction, Edge, Planner, Scenario};
 use super::short_leases::{ShortLeases, SHORT};
 use super::storage;
 use super::trace::{now_ms, Entry, Trace, What};
@@ -111,6 +111,7 @@ impl Grants {
         self.0.lock().unwrap().insert(session.to_string(), at);
     }
 
+    /// When the master last granted `session` a lease.
     fn last(&self, session: &str) -> Option<u64> {
         self.0.lock().unwrap().get(session).copied()
     }
@@ -132,10 +133,11 @@ fn lease_observer(trace: Trace, grants: Grants, rate: f64) -> LeaseObserver {
             } => {
                 let left = expires.since(*now).as_secs_f64() * 1_000.0 / rate;
                 let session = short_id(*session);
+                let until = (at + left as u64).saturating_sub(1);
                 grants.granted(&session, at);
                 let what = What::Lease {
                     session,
-                    until: (at + left as u64).saturating_sub(1),
+                    until,
                     why: format!("{why:?}").to_lowercase(),
                 };
                 trace.push_at(at, "master", what);
@@ -210,14 +212,26 @@ enum Step {
         direction: Direction,
         ms: u64,
     },
-    /// Cut `client` off `delay` after the master next grants its session
-    /// a lease later than `since`, watching until `give_up`.
+    /// `edge`, `delay` after the master next grants `client`'s session a
+    /// lease later than `since`, watching until `give_up`.
     AfterGrant {
         client: String,
         delay: u64,
-        direction: Direction,
-        ms: u64,
+        edge: Edge,
         since: Option<u64>,
+        give_up: u64,
+    },
+    /// Publish `client`'s local lease every step, or every 50 ms again.
+    Watch {
+        client: String,
+        watched: bool,
+    },
+    /// Once `client`'s local lease is no longer `before` (a reply has
+    /// renewed it), hold its traffic for less than that lease has left;
+    /// watching until `give_up`.
+    AfterRenewal {
+        client: String,
+        before: Option<u64>,
         give_up: u64,
     },
 }
@@ -435,16 +449,24 @@ impl Driver {
             Action::AfterGrant {
                 client,
                 delay,
-                direction,
-                ms,
-            } => Step::AfterGrant {
-                client,
-                delay,
-                direction,
-                ms,
-                since: None,
-                give_up: at + 2 * self.settings.lease.as_millis() as u64,
-            },
+                edge,
+            } => {
+                if edge == Edge::Hold {
+                    // Published every step by the time the grant comes.
+                    let watch = Step::Watch {
+                        client: client.clone(),
+                        watched: true,
+                    };
+                    self.push(at.saturating_sub(100), watch);
+                }
+                Step::AfterGrant {
+                    client,
+                    delay,
+                    edge,
+                    since: None,
+                    give_up: at + 2 * self.settings.lease.as_millis() as u64,
+                }
+            }
             Action::StaleThenLost {
                 client,
                 hold,
@@ -635,8 +657,7 @@ impl Driver {
             Step::AfterGrant {
                 client,
                 delay,
-                direction,
-                ms,
+                edge,
                 since,
                 give_up,
             } => {
@@ -644,29 +665,46 @@ impl Driver {
                     .leases
                     .session(&client)
                     .and_then(|session| self.grants.last(&session));
-                match since {
-                    Some(since) if last.is_some_and(|at| at > since) => {
-                        let at = last.unwrap_or(now) + delay;
-                        let cut = Step::Cut {
-                            client,
-                            direction,
-                            ms,
-                            expect_normal: false,
-                        };
-                        self.push(at.max(now), cut);
+                match (since, last) {
+                    (Some(since), Some(granted)) if granted > since => {
+                        let at = (granted + delay).max(now);
+                        if let Some(step) = self.edge(client, edge, at) {
+                            self.push(at, step);
+                        }
                     }
                     _ if now >= give_up => {}
                     _ => {
                         let watch = Step::AfterGrant {
                             client,
                             delay,
-                            direction,
-                            ms,
+                            edge,
                             since: Some(since.unwrap_or(last.unwrap_or(0))),
                             give_up,
                         };
                         self.push(now + 1, watch);
                     }
+                }
+            }
+            Step::Watch { client, watched } => self.leases.watch(&client, watched),
+            Step::AfterRenewal {
+                client,
+                before,
+                give_up,
+            } => {
+                let until = self.leases.until(&client);
+                let renewed = until.is_some() && until != before;
+                if renewed || now >= give_up {
+                    self.leases.watch(&client, false);
+                }
+                if renewed {
+                    self.short(now, client, now, true);
+                } else if now < give_up {
+                    let watch = Step::AfterRenewal {
+                        client,
+                        before,
+                        give_up,
+                    };
+                    self.push(now + 1, watch);
                 }
             }
             Step::Short {
@@ -690,6 +728,26 @@ impl Driver {
                 self.apply(sim, now, cut);
                 self.push(now + ms + healed, Step::Flap { client, until });
             }
+        }
+    }
+
+    /// The fault `edge` for `client`, beginning at `at`, just after the
+    /// master granted it a lease.
+    fn edge(&mut self, client: String, edge: Edge, at: u64) -> Option<Step> {
+        match edge {
+            Edge::Cut { direction, ms } => Some(Step::Cut {
+                client,
+                direction,
+                ms,
+                expect_normal: false,
+            }),
+            // The answer's reply is on its way: hold once it has arrived,
+            // while the KeepAlive it sets off may still be in flight.
+            Edge::Hold => Some(Step::AfterRenewal {
+                before: self.leases.until(&client),
+                client,
+                give_up: at + 100,
+            }),
         }
     }
 
@@ -718,7 +776,7 @@ impl Driver {
     fn short(&mut self, now: u64, client: String, give_up: u64, expect_normal: bool) {
         let latency = self.settings.max_latency.as_millis() as u64;
         if let Some(until) = self.leases.until(&client) {
-            // The lease is sampled every 50 ms; the answer needs a couple
+            // The lease is sampled every step; the answer needs a couple
             // of message latencies to arrive after the heal.
             let heal_by = until.saturating_sub(100 + 4 * latency);
             if heal_by > now + 300 {

@@ -99,6 +99,16 @@ fn short_partitions_stay_normal(run: &Run) -> Vec<Violation> {
             .iter()
             .find(|r| r.who == e.who && matches!(&r.what, What::Fault { fault, .. } if fault.starts_with("repair") || fault == "release"))
             .map_or(run.end, |r| r.at);
+        // A fault that begins before then (another cut of this client, a
+        // master crash) voids the promise.
+        let interrupted = rest.iter().take_while(|r| r.at <= healed + 1_000).any(|r| {
+            (r.who == e.who || r.who == "master")
+                && matches!(&r.what, What::Fault { fault, .. }
+                        if fault.starts_with("partition") || fault == "hold" || fault == "crash")
+        });
+        if interrupted {
+            continue;
+        }
         // Until the client closes its session itself.
         let left = rest
             .iter()
