@@ -201,12 +201,10 @@ fn a_master_that_gives_recovered_sessions_a_short_lease_breaks_the_failover_prom
     );
 }
 
-// The lease-edges scenario cuts a client's messages to the master just
-// after the master answers its KeepAlive: the KeepAlive that answer sets
-// off is lost.
-#[test]
-fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
-    let (run, _) = judged("lease-edges", 1, Settings::default());
+/// How many faults named `fault` (and, for a hold, promising Normal)
+/// began within `within` ms after the master last answered the client's
+/// KeepAlive, in a run of `lease-edges`.
+fn faults_just_after_an_answer(run: &Run, fault: &str, within: u64) -> usize {
     let mut session_of = std::collections::BTreeMap::new();
     let mut granted = std::collections::BTreeMap::new();
     let mut timed = 0;
@@ -218,16 +216,41 @@ fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
             What::Lease { session, .. } => {
                 granted.insert(session.clone(), e.at);
             }
-            What::Fault { fault, .. } if fault == "partition-to-master" => {
+            What::Fault {
+                fault: f,
+                expect_normal,
+                ..
+            } if f == fault && (fault != "hold" || *expect_normal) => {
                 let last = session_of.get(&e.who).and_then(|s| granted.get(s));
-                if last.is_some_and(|at| e.at - at <= 25) {
+                if last.is_some_and(|at| e.at - at <= within) {
                     timed += 1;
                 }
             }
             _ => {}
         }
     }
+    timed
+}
+
+// The lease-edges scenario cuts a client's messages to the master just
+// after the master answers its KeepAlive: the KeepAlive that answer sets
+// off is lost.
+#[test]
+fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
+    let (run, _) = judged("lease-edges", 1, Settings::default());
+    let timed = faults_just_after_an_answer(&run, "partition-to-master", 25);
     assert!(timed >= 2, "only {timed} cuts just after an answer");
+}
+
+// KA-9: lease-edges also holds a client's traffic as soon as the answer
+// has renewed its lease, delaying the KeepAlive the answer sets off, and
+// the client stays Normal (CS-1).
+#[test]
+fn lease_edges_delay_the_keepalive_an_answer_sets_off_and_the_client_stays_normal() {
+    let (run, report) = judged("lease-edges", 1, Settings::default());
+    let timed = faults_just_after_an_answer(&run, "hold", 25);
+    assert!(timed >= 1, "no hold just after an answer");
+    assert!(report.of("states").is_empty(), "{}", report.summary(&run));
 }
 
 #[test]
