@@ -343,43 +343,12 @@ impl FileStore {
         let snapshot = read_snapshot(&snapshot_path)?;
         let snapshot_bytes = fs::metadata(&snapshot_path).map_or(0, |m| m.len());
         let log_path = dir.join("log");
-        let (base, records, valid_len) = read_log(&log_path)?;
-        // A snapshot is always followed by a log (compaction writes the new
-        // log right after it): without one, every change acknowledged since
-        // the snapshot is gone, and serving would hide that.
-        if let (Some(s), None) = (&snapshot, valid_len) {
-            return Err(corrupt(
-                dir,
-                format!(
-                    "the snapshot is followed by no log: the records from {} on, every change \
-                     acknowledged since the snapshot, are missing",
-                    s.next_seq
-                ),
-            ));
-        }
-        let from = snapshot.as_ref().map_or(0, |s| s.next_seq);
-        let base = base.unwrap_or(from);
-        if base > from {
-            return Err(corrupt(
-                dir,
-                format!("the log starts at record {base} but the snapshot ends at {from}"),
-            ));
-        }
-        let skip = (from - base) as usize;
-        if skip > records.len() {
-            return Err(corrupt(
-                dir,
-                format!(
-                    "the snapshot ends at record {from} but the log holds only up to {}",
-                    base + records.len() as u64
-                ),
-            ));
-        }
-        let next_seq = base + records.len() as u64;
-        let records = records.into_iter().skip(skip).collect();
+        let log = read_log(&log_path)?;
+        let valid_len = log.as_ref().map(|l| l.valid_len);
+        let recovered = recovered(dir, snapshot, log)?;
         let log = match valid_len {
-            // No log yet: start one after the snapshot.
-            None => new_log(dir, from)?,
+            // No log yet (nor a snapshot): start one.
+            None => new_log(dir, recovered.next_seq)?,
             Some(len) => {
                 let file = OpenOptions::new()
                     .write(true)
@@ -404,11 +373,7 @@ impl FileStore {
             synced_len: valid_len.unwrap_or(16),
             reserve: 0,
             reserved: false,
-            recovered: Some(Recovered {
-                snapshot,
-                records,
-                next_seq,
-            }),
+            recovered: Some(recovered),
             syncs: SyncCount::default(),
             _lock: lock,
         })
@@ -507,14 +472,10 @@ impl Store for FileStore {
     }
 
     fn append(&mut self, record: &Record) -> Result<(), StoreError> {
-        let body = encode(record);
+        let framed = frame(record);
         let path = self.dir.join("log");
-        let mut head = [0u8; 8];
-        head[..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
-        head[4..].copy_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        self.log.write_all(&head).map_err(io_error(&path))?;
-        self.log.write_all(&body).map_err(io_error(&path))?;
-        self.sizes.log_bytes += (head.len() + body.len()) as u64;
+        self.log.write_all(&framed).map_err(io_error(&path))?;
+        self.sizes.log_bytes += framed.len() as u64;
         Ok(())
     }
 
@@ -591,10 +552,7 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreErr
 /// A new, empty log whose first record will be `base`, replacing any old
 /// one atomically.
 fn new_log(dir: &Path, base: u64) -> Result<File, StoreError> {
-    let mut header = Vec::with_capacity(16);
-    header.extend_from_slice(LOG_MAGIC);
-    header.extend_from_slice(&base.to_le_bytes());
-    write_atomically(dir, "log", &header)?;
+    write_atomically(dir, "log", &log_header(base))?;
     let path = dir.join("log");
     OpenOptions::new()
         .append(true)
@@ -651,18 +609,33 @@ fn is_batch_end(bytes: &[u8], at: usize) -> bool {
     len <= 8 && matches!(whole_record(bytes, at), Some((Ok(Record::BatchEnd), _)))
 }
 
-/// The log's base sequence number, its records, and the length of its whole
-/// records (`None`: there is no log).
-#[allow(clippy::type_complexity)]
-fn read_log(path: &Path) -> Result<(Option<u64>, Vec<Record>, Option<u64>), StoreError> {
+/// The log in the file at `path`, if there is one.
+fn read_log(path: &Path) -> Result<Option<LogImage>, StoreError> {
     let mut bytes = Vec::new();
     match File::open(path) {
         Ok(mut f) => {
             f.read_to_end(&mut bytes).map_err(io_error(path))?;
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, Vec::new(), None)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(path)(e)),
     }
+    parse_log(&bytes, path).map(Some)
+}
+
+/// What a log holds: the sequence number of its first record, its records,
+/// and the length of the bytes they take up (a torn tail after them is
+/// not counted, and is to be cut).
+#[derive(Debug)]
+pub(crate) struct LogImage {
+    pub(crate) base: u64,
+    pub(crate) records: Vec<Record>,
+    pub(crate) valid_len: u64,
+}
+
+/// Reads a log's bytes as recovery does, whichever store kept them: a
+/// torn tail is cut (with a warning naming `path`), damage before a synced
+/// batch's end is refused (`STORE-3`).
+pub(crate) fn parse_log(bytes: &[u8], path: &Path) -> Result<LogImage, StoreError> {
     if bytes.len() < 16 || &bytes[..8] != LOG_MAGIC {
         return Err(corrupt(path, "not a log (bad magic)"));
     }
@@ -670,13 +643,13 @@ fn read_log(path: &Path) -> Result<(Option<u64>, Vec<Record>, Option<u64>), Stor
     let mut records = Vec::new();
     let mut at = 16;
     while at < bytes.len() {
-        let Some((record, next)) = whole_record(&bytes, at) else {
+        let Some((record, next)) = whole_record(bytes, at) else {
             // Damage. Within the last batch, which was never fully
             // fsynced (a crash cut the write short, or the file system
             // kept some of its pages and not others), nothing was
             // acknowledged: the log ends here. Before a later batch's end
             // marker, it is damage to synced data: refuse.
-            if let Some(marker) = (at + 1..bytes.len()).find(|o| is_batch_end(&bytes, *o)) {
+            if let Some(marker) = (at + 1..bytes.len()).find(|o| is_batch_end(bytes, *o)) {
                 return Err(corrupt(
                     path,
                     format!(
@@ -709,7 +682,83 @@ fn read_log(path: &Path) -> Result<(Option<u64>, Vec<Record>, Option<u64>), Stor
         }
         at = next;
     }
-    Ok((Some(base), records, Some(at as u64)))
+    Ok(LogImage {
+        base,
+        records,
+        valid_len: at as u64,
+    })
+}
+
+/// The header of a log whose first record is `base`.
+pub(crate) fn log_header(base: u64) -> Vec<u8> {
+    let mut header = Vec::with_capacity(16);
+    header.extend_from_slice(LOG_MAGIC);
+    header.extend_from_slice(&base.to_le_bytes());
+    header
+}
+
+/// A record as the log holds it: length, CRC-32 of the body, body.
+pub(crate) fn frame(record: &Record) -> Vec<u8> {
+    let body = encode(record);
+    let mut framed = Vec::with_capacity(8 + body.len());
+    framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    framed.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    framed.extend_from_slice(&body);
+    framed
+}
+
+/// What a store at `place` holds, from its snapshot and the log after it
+/// (`None`: no log): the records the snapshot does not include. A log that
+/// does not reach the snapshot, or a snapshot with no log, is refused:
+/// changes acknowledged since the snapshot would be missing.
+pub(crate) fn recovered(
+    place: &Path,
+    snapshot: Option<Snapshot>,
+    log: Option<LogImage>,
+) -> Result<Recovered, StoreError> {
+    let from = snapshot.as_ref().map_or(0, |s| s.next_seq);
+    // A snapshot is always followed by a log (compaction writes the new
+    // log right after it): without one, every change acknowledged since
+    // the snapshot is gone, and serving would hide that.
+    let Some(LogImage { base, records, .. }) = log else {
+        if snapshot.is_some() {
+            return Err(corrupt(
+                place,
+                format!(
+                    "the snapshot is followed by no log: the records from {from} on, every change \
+                     acknowledged since the snapshot, are missing"
+                ),
+            ));
+        }
+        return Ok(Recovered {
+            snapshot,
+            records: Vec::new(),
+            next_seq: from,
+        });
+    };
+    if base > from {
+        return Err(corrupt(
+            place,
+            format!("the log starts at record {base} but the snapshot ends at {from}"),
+        ));
+    }
+    let skip = (from - base) as usize;
+    if skip > records.len() {
+        return Err(corrupt(
+            place,
+            format!(
+                "the snapshot ends at record {from} but the log holds only up to {}",
+                base + records.len() as u64
+            ),
+        ));
+    }
+    let next_seq = base + records.len() as u64;
+    let records = records.into_iter().skip(skip).collect();
+    Ok(Recovered {
+        snapshot,
+        records,
+        next_seq,
+    })
 }
 
 #[cfg(test)]
