@@ -1,8 +1,8 @@
-//! Group commit: applied commands go to a writer thread, which appends
-//! every record waiting, fsyncs once, and reports how far the log is
-//! durable. Replies wait in an outbox until everything applied before them
-//! is durable, so no client ever sees (or is told of) a change a crash
-//! could take back (`STORE-1`).
+//! Group commit: applied commands go to a writer, which appends every
+//! record waiting, fsyncs once, and reports how far the log is durable.
+//! Replies wait in an outbox until everything applied before them is
+//! durable, so no client ever sees (or is told of) a change a crash could
+//! take back (`STORE-1`).
 //!
 //! The writer fsyncs only when a reply waits for it. A record nobody waits
 //! for (a request joining a lock's line, a lease running out) rides along
@@ -10,12 +10,18 @@
 //! and the log loses only a suffix in a crash, so losing it takes back
 //! nothing anyone was told. It costs the hand-off after it no fsync of its
 //! own to wait behind.
+//!
+//! The writer is one loop, run where its store wants it: a store that
+//! blocks on I/O gets a thread of its own (with a runtime of its own for
+//! the loop's timers), so fsyncs overlap with serving; one that never
+//! blocks gets a task on the master's runtime, so that in a simulation
+//! appends, fsyncs and crashes happen at instants of virtual time, in an
+//! order the seed fixes.
 
 use std::collections::VecDeque;
-use std::sync::mpsc as std_mpsc;
 
 use leasehold_protocol::{Error, ErrorCode, Response};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,7 +69,7 @@ impl Sizes {
     }
 }
 
-/// Work for the writer thread, in log order.
+/// Work for the writer, in log order.
 enum Job {
     Record(Record),
     /// A reply waits for every record sent before this.
@@ -97,6 +103,9 @@ struct Pending {
 
 /// The master's side of group commit.
 pub(crate) struct Committer {
+    /// To the writer, in log order. A closed writer has reported its
+    /// failure through `progress`.
+    jobs: mpsc::UnboundedSender<Job>,
     writer: Writer,
     /// Log position of the next record.
     pub(crate) next_seq: u64,
@@ -113,31 +122,29 @@ pub(crate) struct Committer {
     outbox: VecDeque<Pending>,
 }
 
-/// Who writes the log.
+/// Where the writer runs.
 enum Writer {
     /// A thread, which fsyncs one batch while the master goes on.
     Thread {
-        jobs: std_mpsc::Sender<Job>,
         /// Joined on drop, so a stopped master has finished with its store.
         handle: Option<std::thread::JoinHandle<()>>,
     },
-    /// The master itself, record by record: for a store in memory, where
-    /// a thread would only make a simulation's timing nondeterministic.
-    Inline {
-        store: Box<dyn Store>,
-        progress: watch::Sender<Durable>,
-        failed: bool,
+    /// A task on the master's runtime, for a store that never blocks:
+    /// spawned with the first job, so that a store can be recovered before
+    /// any runtime runs.
+    Task {
+        unstarted: Option<Box<(Writing, mpsc::UnboundedReceiver<Job>)>>,
     },
 }
 
 impl Drop for Committer {
-    /// Lets the writer finish what it was given and waits for it, so the
-    /// data directory is free (and its lock released) once the master is
-    /// gone.
+    /// Lets the writer finish what it was given and, if it is a thread,
+    /// waits for it, so the data directory is free (and its lock released)
+    /// once the master is gone. A task finishes on its own.
     fn drop(&mut self) {
-        if let Writer::Thread { jobs, handle } = &mut self.writer {
-            let (closed, _) = std_mpsc::channel();
-            drop(std::mem::replace(jobs, closed));
+        if let Writer::Thread { handle } = &mut self.writer {
+            let (closed, _) = mpsc::unbounded_channel();
+            drop(std::mem::replace(&mut self.jobs, closed));
             if let Some(handle) = handle.take() {
                 let _ = handle.join();
             }
@@ -156,8 +163,8 @@ impl std::fmt::Debug for Committer {
     }
 }
 
-/// The commit thread: appends, fsyncs, seals and compacts, in log order,
-/// and rides out a full disk on its reserve (`STORE-5`).
+/// The writer: appends, fsyncs, seals and compacts, in log order, and
+/// rides out a full disk on its reserve (`STORE-5`).
 struct Writing {
     store: Box<dyn Store>,
     progress: watch::Sender<Durable>,
@@ -175,7 +182,7 @@ struct Writing {
 
 impl Writing {
     /// Ends when the master drops its sender, or when the store fails.
-    fn run(mut self, rx: std_mpsc::Receiver<Job>) {
+    async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
         loop {
             let wait = if self.sizes.disk_full.load(Ordering::Acquire) {
                 Some(if self.unsealed {
@@ -188,38 +195,29 @@ impl Writing {
             } else {
                 None
             };
-            let first = match wait {
-                Some(wait) => match rx.recv_timeout(wait) {
-                    Ok(job) => job,
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
+            let next = match wait {
+                Some(wait) => match tokio::time::timeout(wait, jobs.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
                         if let Err(e) = self.idle() {
                             return self.fail(e);
                         }
                         continue;
                     }
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                 },
-                None => match rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
+                None => jobs.recv().await,
             };
-            let mut wanted = false;
-            let mut outcome = Ok(());
-            for job in std::iter::once(first).chain(rx.try_iter()) {
-                outcome = match job {
-                    Job::Record(record) => self.append(record),
-                    Job::Sync => {
-                        wanted = true;
-                        Ok(())
-                    }
-                    Job::Compact(snapshot) => self.compact(&snapshot),
-                };
-                if outcome.is_err() {
-                    break;
+            let Some(first) = next else { break };
+            let batch = self.take(first, &mut jobs);
+            let wanted = matches!(batch, Ok(true));
+            let mut outcome = batch.map(|_| ());
+            if wanted && self.appended > self.synced {
+                // Jobs sent meanwhile wait for the next batch, as they
+                // would behind a real fsync.
+                let latency = self.store.sync_latency();
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
                 }
-            }
-            if outcome.is_ok() && wanted && self.appended > self.synced {
                 outcome = self.sync();
             }
             self.sizes.publish(self.store.sizes());
@@ -234,6 +232,28 @@ impl Writing {
         if self.appended > self.synced || self.unsealed {
             if let Err(e) = self.sync().and_then(|()| self.store.seal()) {
                 self.fail(e);
+            }
+        }
+    }
+
+    /// Carries out `first` and every job already waiting behind it, in
+    /// log order; says whether a reply waits for them to be durable.
+    fn take(
+        &mut self,
+        first: Job,
+        jobs: &mut mpsc::UnboundedReceiver<Job>,
+    ) -> Result<bool, StoreError> {
+        let mut wanted = false;
+        let mut job = first;
+        loop {
+            match job {
+                Job::Record(record) => self.append(record)?,
+                Job::Sync => wanted = true,
+                Job::Compact(snapshot) => self.compact(&snapshot)?,
+            }
+            match jobs.try_recv() {
+                Ok(next) => job = next,
+                Err(_) => return Ok(wanted),
             }
         }
     }
@@ -325,21 +345,42 @@ impl Writing {
 
 impl Committer {
     /// Starts writing to `store`, whose next record is at `next_seq`: from
-    /// a writer thread if it blocks, else from the master itself.
+    /// a writer thread if it blocks, else from a task on the master's
+    /// runtime.
     pub(crate) fn start(store: Box<dyn Store>, next_seq: u64, compaction: Compaction) -> Committer {
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
         let sizes = Arc::new(Sizes::default());
         sizes.publish(store.sizes());
-        let writer = if !store.blocking() {
-            Writer::Inline {
-                store,
-                progress: progress_tx,
-                failed: false,
+        let blocking = store.blocking();
+        let writing = Writing {
+            store,
+            progress: progress_tx,
+            sizes: sizes.clone(),
+            appended: 0,
+            synced: 0,
+            unsealed: false,
+            batch: Vec::new(),
+        };
+        let (jobs, rx) = mpsc::unbounded_channel::<Job>();
+        let writer = if blocking {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a runtime for the commit thread");
+            let handle = std::thread::Builder::new()
+                .name("leasehold-commit".into())
+                .spawn(move || runtime.block_on(writing.run(rx)))
+                .expect("spawn the commit thread");
+            Writer::Thread {
+                handle: Some(handle),
             }
         } else {
-            Self::spawn_writer(store, progress_tx, sizes.clone())
+            Writer::Task {
+                unstarted: Some(Box::new((writing, rx))),
+            }
         };
         Committer {
+            jobs,
             writer,
             next_seq,
             since_snapshot: 0,
@@ -357,69 +398,14 @@ impl Committer {
         }
     }
 
-    fn spawn_writer(
-        store: Box<dyn Store>,
-        progress: watch::Sender<Durable>,
-        sizes: Arc<Sizes>,
-    ) -> Writer {
-        let (jobs, rx) = std_mpsc::channel::<Job>();
-        let writing = Writing {
-            store,
-            progress,
-            sizes,
-            appended: 0,
-            synced: 0,
-            unsealed: false,
-            batch: Vec::new(),
-        };
-        let writer = std::thread::Builder::new()
-            .name("leasehold-commit".into())
-            .spawn(move || writing.run(rx))
-            .expect("spawn the commit thread");
-        Writer::Thread {
-            jobs,
-            handle: Some(writer),
-        }
-    }
-
     fn write(&mut self, job: Job) {
-        let appended = self.appended;
-        match &mut self.writer {
-            // A closed writer has reported its failure through `progress`.
-            Writer::Thread { jobs, .. } => {
-                let _ = jobs.send(job);
-            }
-            Writer::Inline {
-                store,
-                progress,
-                failed,
-            } => {
-                if *failed {
-                    return;
-                }
-                let outcome = match &job {
-                    Job::Record(r) => store.append(r),
-                    // Every record is synced as it comes.
-                    Job::Sync => return,
-                    Job::Compact(snapshot) => store.compact(snapshot),
-                };
-                if matches!(job, Job::Compact(_)) {
-                    self.sizes.compactions.fetch_add(1, Ordering::AcqRel);
-                }
-                let outcome = outcome.and_then(|()| store.sync());
-                self.sizes.publish(store.sizes());
-                match outcome {
-                    Ok(()) => {
-                        let _ = progress.send(Durable::Upto(appended));
-                    }
-                    Err(e) => {
-                        error!(error = %e, "the store failed: no further change is acknowledged");
-                        *failed = true;
-                        let _ = progress.send(Durable::Failed(e.to_string()));
-                    }
-                }
+        if let Writer::Task { unstarted } = &mut self.writer {
+            if let Some(start) = unstarted.take() {
+                let (writing, rx) = *start;
+                tokio::spawn(writing.run(rx));
             }
         }
+        let _ = self.jobs.send(job);
     }
 
     /// Queues a record for the log.
@@ -536,9 +522,14 @@ mod tests {
     };
 
     #[derive(Clone, Default)]
-    struct Noting(Arc<Mutex<Vec<&'static str>>>);
+    struct Noting(Arc<Mutex<Vec<&'static str>>>, Option<Duration>);
 
     impl Noting {
+        /// A store that never blocks, whose syncs take `latency`.
+        fn slow(latency: Duration) -> Noting {
+            Noting(Arc::default(), Some(latency))
+        }
+
         fn calls(&self) -> Vec<&'static str> {
             self.0.lock().unwrap().clone()
         }
@@ -566,6 +557,12 @@ mod tests {
         fn compact(&mut self, _: &Snapshot) -> Result<(), crate::store::StoreError> {
             self.0.lock().unwrap().push("compact");
             Ok(())
+        }
+        fn blocking(&self) -> bool {
+            self.1.is_none()
+        }
+        fn sync_latency(&mut self) -> Duration {
+            self.1.unwrap_or_default()
         }
     }
 
@@ -648,5 +645,25 @@ mod tests {
         commit.advance().unwrap();
         assert!(replies.try_recv().is_ok());
         assert_eq!(store.calls(), ["append", "append", "sync"]);
+    }
+
+    // STORE-1: a store that never blocks is written from a task, which
+    // spends the store's sync latency before the sync, in the runtime's
+    // time; the reply waits all the while.
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_waits_out_the_sync_latency_of_a_store_that_never_blocks() {
+        let store = Noting::slow(Duration::from_millis(5));
+        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER);
+        let began = tokio::time::Instant::now();
+        commit.append(Record::Epoch(7));
+        let (reply, mut replies) = crate::reply::channel(1);
+        assert!(commit.reply(reply, Ok(Response::Destroyed), None).is_none());
+        tokio::time::sleep(Duration::from_millis(4)).await;
+        assert_eq!(store.calls(), ["append"], "appended, not yet synced");
+        until_durable(&mut commit, 1).await;
+        assert_eq!(began.elapsed(), Duration::from_millis(5));
+        assert_eq!(store.calls(), ["append", "sync"]);
+        commit.advance().unwrap();
+        assert!(replies.try_recv().is_ok());
     }
 }

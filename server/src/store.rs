@@ -22,6 +22,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bincode::config::{self, Configuration, Limit};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -128,6 +129,11 @@ pub struct Recovered {
 ///   old snapshot and log or the new ones, both whole.
 /// - **One master.** While a store is open, no other master writes to the
 ///   same place (a data directory is locked).
+/// - **A sync's time is spent before it.** A store that says its `sync`
+///   takes time ([`Store::sync_latency`]) is given that time before `sync`
+///   is called, and a crash may come at any moment of it: nothing appended
+///   may be durable on account of the wait alone, only once `sync` is
+///   called.
 ///
 /// A store may block on I/O in any method; [`Store::blocking`] says so, and
 /// the master then calls it from a writer thread, never from its own task.
@@ -178,10 +184,18 @@ pub trait Store: Send + 'static {
     }
     /// Whether calls may block on I/O. The master writes a blocking store
     /// from a thread of its own, overlapping fsyncs with serving; one that
-    /// never blocks it writes itself, which keeps a simulation in virtual
-    /// time deterministic.
+    /// never blocks, from a task on the master's own runtime, which keeps a
+    /// simulation in virtual time deterministic.
     fn blocking(&self) -> bool {
         true
+    }
+    /// How long the next `sync` takes, for a store that never blocks but
+    /// stands for a device that would (a simulated disk): the master's
+    /// writer task waits this long, by its runtime's clock, then calls
+    /// `sync`, and replies wait all the while (`STORE-1`). A blocking store
+    /// spends its time inside `sync` and leaves this at zero.
+    fn sync_latency(&mut self) -> Duration {
+        Duration::ZERO
     }
     /// Where the store keeps its data, for the master's log lines.
     fn location(&self) -> String;

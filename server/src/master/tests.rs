@@ -19,7 +19,7 @@ fn started(config: &mut Config, store: Option<crate::MemoryStore>) -> Master {
     Master::new(config.clone(), start, Instant::now())
 }
 
-fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
+async fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
     let (reply, mut rx) = crate::reply::channel(1);
     master.handle(Call {
         request,
@@ -27,12 +27,20 @@ fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
         peer: None,
     });
     // A change is answered once the store has it.
-    master.on_durable();
-    *rx.try_recv().expect("answered at once").body
+    loop {
+        master.on_durable();
+        if let Ok(reply) = rx.try_recv() {
+            return *reply.body;
+        }
+        assert!(master.commit.is_some(), "answered at once without a store");
+        super::durable(&mut master.commit)
+            .await
+            .expect("the writer goes on");
+    }
 }
 
 /// Creates a session named `name` and returns its token.
-fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionToken {
+async fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionToken {
     let created = call(
         master,
         Request::CreateSession(CreateSession {
@@ -42,7 +50,8 @@ fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionTok
             behavior: Behavior::Release,
             checks: Vec::new(),
         }),
-    );
+    )
+    .await;
     let Ok(Response::SessionCreated {
         session, secret, ..
     }) = created
@@ -65,7 +74,7 @@ async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_ru
         },
         None,
     );
-    let token = created(&mut master, "late", Some(1_000));
+    let token = created(&mut master, "late", Some(1_000)).await;
     // The lease-end timer has not been handled: only the KeepAlive's own
     // check can catch this.
     master.now = master.now + Duration::from_millis(1_001);
@@ -77,7 +86,8 @@ async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_ru
             acked_seq: 0,
             hold: false,
         }),
-    );
+    )
+    .await;
     assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
     assert!(master.state.session(token.id).is_none());
 }
@@ -86,14 +96,14 @@ const LEASE: Duration = Duration::from_millis(1_000);
 
 /// A master restarted on a store holding one session, which no
 /// KeepAlive has named since.
-fn restarted_with_a_session() -> (Master, SessionToken) {
+async fn restarted_with_a_session() -> (Master, SessionToken) {
     let mut config = Config {
         min_lease: Duration::from_millis(100),
         ..Config::default()
     };
     let store = crate::MemoryStore::default();
     let mut first = started(&mut config, Some(store.clone()));
-    let token = created(&mut first, "recovered", Some(LEASE.as_millis() as u64));
+    let token = created(&mut first, "recovered", Some(LEASE.as_millis() as u64)).await;
     drop(first);
     (started(&mut config, Some(store)), token)
 }
@@ -101,7 +111,7 @@ fn restarted_with_a_session() -> (Master, SessionToken) {
 // FO-2
 #[tokio::test]
 async fn a_recovered_session_unheard_from_gets_one_more_lease_while_requests_wait() {
-    let (mut master, session) = restarted_with_a_session();
+    let (mut master, session) = restarted_with_a_session().await;
     master.now = master.now + LEASE;
     master.fire_timers(5);
     assert!(master.state.session(session.id).is_some(), "one more lease");
@@ -113,7 +123,7 @@ async fn a_recovered_session_unheard_from_gets_one_more_lease_while_requests_wai
 // FO-2
 #[tokio::test]
 async fn a_recovered_session_unheard_from_ends_with_its_lease_when_no_request_waits() {
-    let (mut master, session) = restarted_with_a_session();
+    let (mut master, session) = restarted_with_a_session().await;
     master.now = master.now + LEASE;
     master.fire_timers(0);
     assert!(master.state.session(session.id).is_none());
@@ -122,7 +132,7 @@ async fn a_recovered_session_unheard_from_ends_with_its_lease_when_no_request_wa
 // FO-2
 #[tokio::test]
 async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_while_requests_wait() {
-    let (mut master, session) = restarted_with_a_session();
+    let (mut master, session) = restarted_with_a_session().await;
     let epoch = master.config.epoch;
     let reply = call(
         &mut master,
@@ -132,7 +142,8 @@ async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_whil
             acked_seq: 0,
             hold: false,
         }),
-    );
+    )
+    .await;
     assert!(reply.is_ok(), "{reply:?}");
     master.now = master.now + LEASE;
     master.fire_timers(5);
@@ -141,26 +152,29 @@ async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_whil
 
 /// A master in memory with `n` sessions, each subscribed to every
 /// key (a prefix subscription on the root).
-fn watched_by(n: usize, config: Config) -> (Master, Vec<SessionToken>) {
+async fn watched_by(n: usize, config: Config) -> (Master, Vec<SessionToken>) {
     let mut config = config;
     let mut master = started(&mut config, None);
-    let sessions = (0..n).map(|_| subscribed(&mut master)).collect();
+    let mut sessions = Vec::with_capacity(n);
+    for _ in 0..n {
+        sessions.push(subscribed(&mut master).await);
+    }
     (master, sessions)
 }
 
-fn subscribed(master: &mut Master) -> SessionToken {
-    subscribed_to(master, "", true)
+async fn subscribed(master: &mut Master) -> SessionToken {
+    subscribed_to(master, "", true).await
 }
 
-fn subscribed_to(master: &mut Master, key: &str, prefix: bool) -> SessionToken {
-    let token = created(master, "watcher", None);
+async fn subscribed_to(master: &mut Master, key: &str, prefix: bool) -> SessionToken {
+    let token = created(master, "watcher", None).await;
     let subscribe = Request::Subscribe {
         session: token,
         key: key.into(),
         prefix,
         mask: leasehold_protocol::event_mask::CONTENTS,
     };
-    assert!(call(master, subscribe).is_ok());
+    assert!(call(master, subscribe).await.is_ok());
     token
 }
 
@@ -197,8 +211,8 @@ fn heard(master: &Master, session: SessionToken) -> Vec<String> {
 #[tokio::test]
 async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
     let n = crate::events::FANOUT_SLICE + 100;
-    let (mut master, sessions) = watched_by(n, Config::default());
-    assert!(call(&mut master, put("k")).is_ok());
+    let (mut master, sessions) = watched_by(n, Config::default()).await;
+    assert!(call(&mut master, put("k")).await.is_ok());
     assert_eq!(told(&master, &sessions), crate::events::FANOUT_SLICE);
     assert!(master.events.owes());
     master.deliver_events();
@@ -212,22 +226,22 @@ async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
     let mut master = started(&mut Config::default(), None);
     let mut sessions = Vec::new();
     for i in 0..crate::events::FANOUT_SLICE * 4 {
-        let token = subscribed_to(&mut master, &format!("k{i}"), false);
+        let token = subscribed_to(&mut master, &format!("k{i}"), false).await;
         sessions.push(token);
     }
-    assert!(call(&mut master, put("elsewhere")).is_ok());
+    assert!(call(&mut master, put("elsewhere")).await.is_ok());
     assert!(!master.events.owes(), "nothing matched, nothing to walk");
     assert_eq!(master.events.owed(), 0);
-    assert!(call(&mut master, put("k7")).is_ok());
+    assert!(call(&mut master, put("k7")).await.is_ok());
     assert_eq!(told(&master, &sessions), 1);
 }
 
 // EV-5, EV-9
 #[tokio::test]
 async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() {
-    let (mut master, _) = watched_by(crate::events::FANOUT_SLICE + 100, Config::default());
-    let parent = subscribed_to(&mut master, "k", false);
-    assert!(call(&mut master, put("k/c")).is_ok());
+    let (mut master, _) = watched_by(crate::events::FANOUT_SLICE + 100, Config::default()).await;
+    let parent = subscribed_to(&mut master, "k", false).await;
+    assert!(call(&mut master, put("k/c")).await.is_ok());
     assert!(master.events.owes(), "k/c's fan-out is still under way");
     let widen = Request::Subscribe {
         session: parent,
@@ -235,12 +249,12 @@ async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() 
         prefix: false,
         mask: leasehold_protocol::event_mask::CHILD_ADDED,
     };
-    assert!(call(&mut master, widen).is_ok());
+    assert!(call(&mut master, widen).await.is_ok());
     while master.events.owes() {
         master.deliver_events();
     }
     assert_eq!(heard(&master, parent), Vec::<String>::new());
-    assert!(call(&mut master, put("k/d")).is_ok());
+    assert!(call(&mut master, put("k/d")).await.is_ok());
     while master.events.owes() {
         master.deliver_events();
     }
@@ -251,10 +265,10 @@ async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() 
 #[tokio::test]
 async fn events_of_a_later_change_come_after_those_still_owed() {
     let n = crate::events::FANOUT_SLICE + 100;
-    let (mut master, sessions) = watched_by(n, Config::default());
+    let (mut master, sessions) = watched_by(n, Config::default()).await;
     let last = sessions[n - 1];
-    assert!(call(&mut master, put("a")).is_ok());
-    assert!(call(&mut master, put("b")).is_ok());
+    assert!(call(&mut master, put("a")).await.is_ok());
+    assert!(call(&mut master, put("b")).await.is_ok());
     while master.events.owes() {
         master.deliver_events();
     }
@@ -266,10 +280,10 @@ async fn events_of_a_later_change_come_after_those_still_owed() {
 #[tokio::test]
 async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
     let n = crate::events::FANOUT_SLICE + 100;
-    let (mut master, _) = watched_by(n, Config::default());
-    assert!(call(&mut master, put("a")).is_ok());
+    let (mut master, _) = watched_by(n, Config::default()).await;
+    assert!(call(&mut master, put("a")).await.is_ok());
     assert!(master.events.owes());
-    let late = subscribed(&mut master);
+    let late = subscribed(&mut master).await;
     while master.events.owes() {
         master.deliver_events();
     }
@@ -283,11 +297,11 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
         fanout_backlog: 2 * crate::events::FANOUT_SLICE,
         ..Config::default()
     };
-    let (mut master, sessions) = watched_by(crate::events::FANOUT_SLICE + 1_000, config);
+    let (mut master, sessions) = watched_by(crate::events::FANOUT_SLICE + 1_000, config).await;
     // Each write adds more than a slice's worth, so the debt grows.
     let mut refused = None;
     for n in 0..100 {
-        if let Err(e) = call(&mut master, put(&format!("k{n}"))) {
+        if let Err(e) = call(&mut master, put(&format!("k{n}"))).await {
             refused = Some(e);
             break;
         }
@@ -304,11 +318,11 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
         acked_seq: 0,
         hold: false,
     });
-    assert!(call(&mut master, keepalive).is_ok());
+    assert!(call(&mut master, keepalive).await.is_ok());
     while master.events.owes() {
         master.deliver_events();
     }
-    assert!(call(&mut master, put("after")).is_ok());
+    assert!(call(&mut master, put("after")).await.is_ok());
 }
 
 /// A master whose observer writes down every lease event.
