@@ -31,10 +31,12 @@
 //!   `reply.rs`: the budget of replies a connection may leave unread;
 //!   `auth.rs`: who may act for a session; `memory.rs`: giving memory back.
 //! - The durability path: `store.rs`, the [`Store`] trait and the data
-//!   directory's files; `commit.rs`, the writer thread that appends and
-//!   fsyncs batches (group commit); `memstore.rs`, a store in memory for
-//!   tests and simulations; `recovery.rs`, rebuilding state (and a new
-//!   epoch) from a store; `ids.rs`, session ids and secrets.
+//!   directory's files; `commit.rs`, the writer (a thread, or a task for a
+//!   store that never blocks) that appends and fsyncs batches (group
+//!   commit); `memstore.rs`, a store in memory that keeps what a disk
+//!   would through a crash, for tests and simulations; `recovery.rs`,
+//!   rebuilding state (and a new epoch) from a store; `ids.rs`, session
+//!   ids and secrets.
 
 mod acquire;
 mod auth;
