@@ -1,8 +1,8 @@
 //! Deterministic network-partition simulations of Leasehold.
 //!
 //! A run puts the real master and client library on turmoil's simulated
-//! network, in virtual time: a master host (durable state in a
-//! [`leasehold_server::MemoryStore`], so it can crash and restart), a
+//! network, in virtual time: a master host (durable state on a simulated
+//! [disk](disk) that keeps only what was synced when the host crashes), a
 //! storage host that fences writes by sequencer, contending clients, two
 //! key/value writers and a watcher. A [scenario](scenario) schedules faults
 //! from the run's seed; everything that happens goes to a
@@ -14,6 +14,7 @@
 
 pub mod app;
 pub mod check;
+pub mod disk;
 mod net;
 pub mod rng;
 pub mod scenario;

@@ -78,6 +78,10 @@ impl<S: Store> Store for ShortLeases<S> {
         self.inner.blocking()
     }
 
+    fn sync_latency(&mut self) -> Duration {
+        self.inner.sync_latency()
+    }
+
     fn location(&self) -> String {
         self.inner.location()
     }

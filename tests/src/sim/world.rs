@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver, MemoryStore};
+use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver};
 
 use super::app::{self, short_id, Ctx, Leases, Role};
+use super::disk::Disk;
 use super::net::SimListener;
 use super::rng::Rng;
 use super::scenario::{Action, Direction, Edge, Planner, Scenario};
@@ -244,6 +245,10 @@ fn names(direction: Direction) -> (&'static str, &'static str) {
     }
 }
 
+/// Log records between the simulated master's snapshots: few, so that
+/// snapshots and crashes interleave (`STORE-2`).
+const COMPACT_EVERY: u64 = 32;
+
 /// Runs `scenario` with `seed`.
 pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let settings = Settings {
@@ -279,15 +284,17 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let clocks = Clocks::draw(&mut rng.fork(5), settings.clock_spread, &hosts);
     let grants = Grants::default();
 
-    let store = MemoryStore::default();
+    // Its own generator, so that its draws move no other part's.
+    let disk = Disk::new(Rng::new(seed).fork(5));
     let starts = Arc::new(AtomicU64::new(0));
+    let master_disk = disk.clone();
     let observer = lease_observer(trace.clone(), grants.clone(), clocks.rate("master"));
     let master_rate = clocks.rate("master");
     let short = settings.short_recovered_leases;
     sim.host("master", move || {
-        let (store, observer) = (store.clone(), observer.clone());
-        let store = ShortLeases {
-            inner: store,
+        let observer = observer.clone();
+        let disk = ShortLeases {
+            inner: master_disk.clone(),
             broken: short,
         };
         // A restarted master must not hand out the ids of the first.
@@ -304,9 +311,15 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
                 } else {
                     Config::default().min_lease
                 },
+                // Only the log is shortened: no snapshot may cover it.
+                compact_every: if short {
+                    Config::default().compact_every
+                } else {
+                    COMPACT_EVERY
+                },
                 ..Config::default()
             };
-            leasehold_server::run(listener, config, store, std::future::pending()).await?;
+            leasehold_server::run(listener, config, disk, std::future::pending()).await?;
             Ok(())
         }
     });
@@ -361,6 +374,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         active: BTreeMap::new(),
         master_down: false,
         grants,
+        disk,
     };
     for (at, action) in planner.actions {
         driver.schedule(at, action);
@@ -404,6 +418,8 @@ struct Driver {
     active: BTreeMap<(String, &'static str), (u64, Step)>,
     master_down: bool,
     grants: Grants,
+    /// The master host's disk, told when the host crashes.
+    disk: Disk,
 }
 
 impl Driver {
@@ -622,6 +638,9 @@ impl Driver {
             Step::Crash => {
                 if !self.master_down {
                     sim.crash("master");
+                    // At the same instant: the writer's task is gone, and
+                    // what it had not synced is torn.
+                    self.disk.crash();
                     self.master_down = true;
                     self.fault(now, "master", "crash", "", false);
                 }
