@@ -4,7 +4,8 @@
 //! - contenders take a lock, lead an election or hold a semaphore slot, and
 //!   while they believe they hold it, write to the storage host with their
 //!   sequencer;
-//! - writers put and get keys (no session needed);
+//! - writers put and get keys (no session needed), and put keys of their
+//!   own exactly once each, whose loss no later write can hide;
 //! - the watcher subscribes to the writers' own keys and reports every
 //!   event it receives.
 //!
@@ -40,7 +41,7 @@ pub enum Role {
     Elector,
     /// Takes a slot of the semaphore `sem/pool`.
     SemaphoreHolder,
-    /// Puts and gets keys.
+    /// Puts and gets keys, and puts write-once keys.
     Writer,
     /// Subscribes to `kv/own/` and reports the events it hears.
     Watcher,
@@ -50,6 +51,9 @@ pub const LOCK: &str = "locks/work";
 pub const ELECTION: &str = "election/leader";
 pub const SEMAPHORE: &str = "sem/pool";
 pub const WATCHED: &str = "kv/own";
+/// Keys put once each (`kv/once/<writer>/<n>`), outside the watched
+/// prefix: an acknowledged put of one must be what the final read finds.
+pub const WRITE_ONCE: &str = "kv/once";
 
 /// When each client's local lease runs out, as the fault schedule sees
 /// it: in virtual milliseconds since the run began, since hosts' clocks are
@@ -467,14 +471,18 @@ async fn writer(ctx: &mut Ctx) {
     let shared = ["kv/shared/0".to_string(), "kv/shared/1".to_string()];
     let mut turn = 0;
     let mut written = 0;
+    let mut once = 0;
     while now_ms() < ctx.work_until {
-        let dice = ctx.rng.range(0, 10);
-        if dice < 7 {
+        let dice = ctx.rng.range(0, 12);
+        if dice < 9 {
             let key = if dice < 4 {
                 turn += 1;
                 own[turn % 2].clone()
-            } else {
+            } else if dice < 7 {
                 ctx.rng.pick(&shared).clone()
+            } else {
+                once += 1;
+                format!("{WRITE_ONCE}/{}/{once}", ctx.name)
             };
             written += 1;
             let value = format!("{}-{written}", ctx.name);

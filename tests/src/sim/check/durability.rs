@@ -1,9 +1,15 @@
 //! No acknowledged write is lost: once the network has healed (and the
 //! master restarted), the final read of each key returns a value written by
 //! a put that no acknowledged put of that key followed in real time.
+//!
+//! A later put of the same key can hide the loss of an earlier one (the
+//! final read finds the later value either way), so the writers also put
+//! write-once keys: one of those whose put was acknowledged must read back
+//! exactly that value at the end.
 
 use super::history::{by_key, ops, Op};
 use super::Violation;
+use crate::sim::app::WRITE_ONCE;
 use crate::sim::world::Run;
 
 pub const NAME: &str = "durability";
@@ -28,6 +34,10 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
         };
         let at = last.invoked;
         let value = last.read().expect("a successful get");
+        if key.starts_with(WRITE_ONCE) {
+            violations.extend(written_once(key, &acked, value, at));
+            continue;
+        }
         let Some(value) = value else {
             if let Some(lost) = acked.first() {
                 violations.push(Violation {
@@ -66,4 +76,24 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
         }
     }
     (acked_total, violations)
+}
+
+/// A write-once key, read as `read` at the end (at `at`): each
+/// acknowledged put of it must be what was read.
+fn written_once(key: &str, acked: &[&&Op], read: Option<&str>, at: u64) -> Vec<Violation> {
+    acked
+        .iter()
+        .filter(|put| put.written() != read)
+        .map(|put| Violation {
+            invariant: NAME,
+            at,
+            detail: format!(
+                "the write-once key {key} reads {read:?} at the end, though {} wrote {:?} \
+                 there and was acknowledged at {} ms: that write is lost",
+                put.who,
+                put.written().unwrap_or_default(),
+                put.completed.unwrap_or_default()
+            ),
+        })
+        .collect()
 }

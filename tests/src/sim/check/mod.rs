@@ -5,7 +5,8 @@
 //!   slots) while their local lease was valid.
 //! - [`fencing`]: the storage host accepted no write from a superseded
 //!   holder, nor under a sequencer its writer never held.
-//! - [`durability`]: no acknowledged write was lost.
+//! - [`durability`]: no acknowledged write was lost, not even one a later
+//!   write to its key would hide.
 //! - [`states`]: session states follow the SPEC diagram, and a partition
 //!   shorter than the lease never leaves `Normal`.
 //! - [`events`]: events reach the application in order, with no gap and no
@@ -447,6 +448,53 @@ mod tests {
             state(20_000, "c1", "expired"),
         ]);
         assert!(failover::check(&late).1.is_empty());
+    }
+
+    const ONCE: &str = "kv/once/w1/1";
+
+    #[test]
+    fn a_lost_write_once_key_is_caught() {
+        let mut entries = Vec::new();
+        entries.extend(put(1, 10, ONCE, "w1-1"));
+        entries.extend(read(2, 30, "final", ONCE, None));
+        let (_, violations) = durability::check(&run_of(entries));
+        assert_eq!(violations.len(), 1);
+        assert!(
+            violations[0].detail.contains("write-once key kv/once/w1/1"),
+            "{}",
+            violations[0]
+        );
+    }
+
+    #[test]
+    fn a_write_once_key_whose_put_went_unanswered_may_be_missing() {
+        let call = Call::Put {
+            value: "w1-1".into(),
+        };
+        let unknown = Outcome::Unknown {
+            error: "no answer in time".into(),
+        };
+        let mut entries = vec![
+            (
+                10,
+                "w1",
+                What::Invoke {
+                    op: 1,
+                    key: ONCE.into(),
+                    call,
+                },
+            ),
+            (
+                4_010,
+                "w1",
+                What::Complete {
+                    op: 1,
+                    result: unknown,
+                },
+            ),
+        ];
+        entries.extend(read(2, 5_000, "final", ONCE, None));
+        assert!(durability::check(&run_of(entries)).1.is_empty());
     }
 
     #[test]
