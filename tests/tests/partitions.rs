@@ -276,6 +276,29 @@ fn a_storage_host_that_ignores_sequencers_accepts_superseded_writes() {
     );
 }
 
+// STORE-1: a disk that acknowledges syncs it has not done loses
+// acknowledged writes when the master's host crashes, and the loss of a
+// write-once key shows, though later puts hide those of other keys. (On
+// an honest disk the same scenario loses nothing:
+// `master_restart_quick_holds_every_invariant`.)
+#[test]
+fn a_disk_that_lies_about_its_syncs_loses_acknowledged_writes_in_a_crash() {
+    let lying = Settings {
+        lying_disk: true,
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("master-restart-quick", lying, "durability")
+        .expect("the durability checker fires within 5 seeds");
+    assert!(
+        report
+            .of("durability")
+            .iter()
+            .any(|v| v.detail.contains("write-once")),
+        "{}",
+        report.summary(&run)
+    );
+}
+
 // SEM-4: seeds on which a contender key's late delete (a release given up
 // on a held link) removed the key of the same session's next slot, so three
 // clients believed they held a two-slot semaphore. Kept as regressions.

@@ -32,6 +32,10 @@ struct Knobs {
     /// Break it another way: a storage host that does not check sequencers.
     #[arg(long)]
     no_fencing: bool,
+    /// Break it another way: a master disk that acknowledges syncs it has
+    /// not done, so a crash of the master loses acknowledged writes.
+    #[arg(long)]
+    lying_disk: bool,
     /// Lock-delay of every session, in milliseconds (default: the
     /// scenario's, 2000 in most).
     #[arg(long)]
@@ -59,6 +63,7 @@ impl Knobs {
             ignore_jeopardy: self.ignore_jeopardy,
             fencing: !self.no_fencing,
             short_recovered_leases: self.short_recovered_leases,
+            lying_disk: self.lying_disk,
             ..Settings::default()
         };
         if let Some(ms) = self.lock_delay_ms {
@@ -83,6 +88,9 @@ impl Knobs {
         }
         if self.no_fencing {
             flags.push_str(" --no-fencing");
+        }
+        if self.lying_disk {
+            flags.push_str(" --lying-disk");
         }
         if let Some(ms) = self.lock_delay_ms {
             flags.push_str(&format!(" --lock-delay-ms {ms}"));

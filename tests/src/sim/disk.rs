@@ -9,7 +9,7 @@
 //! That model belongs with the store, whose format is private to the
 //! server. What is the simulation's alone stays here: the virtual time a
 //! sync takes and how much of the unsynced tail a crash keeps, both drawn
-//! from the run's seed.
+//! from the run's seed, and a disk that lies about its syncs.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,14 +29,19 @@ const SYNC_MS: (u64, u64) = (1, 8);
 pub struct Disk {
     bytes: MemoryStore,
     rng: Arc<Mutex<Rng>>,
+    /// `sync` and `seal` return at once and make nothing durable, as a
+    /// disk whose write cache acknowledges flushes it has not done. Only a
+    /// snapshot is written through.
+    lying: bool,
 }
 
 impl Disk {
-    /// An empty disk whose draws come from `rng`.
-    pub fn new(rng: Rng) -> Disk {
+    /// An empty disk whose draws come from `rng`; `lying` breaks it.
+    pub fn new(rng: Rng, lying: bool) -> Disk {
         Disk {
             bytes: MemoryStore::default(),
             rng: Arc::new(Mutex::new(rng)),
+            lying,
         }
     }
 
@@ -60,10 +65,16 @@ impl Store for Disk {
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
+        if self.lying {
+            return Ok(());
+        }
         self.bytes.sync()
     }
 
     fn seal(&mut self) -> Result<(), StoreError> {
+        if self.lying {
+            return Ok(());
+        }
         self.bytes.seal()
     }
 
@@ -90,7 +101,11 @@ impl Store for Disk {
     }
 
     fn location(&self) -> String {
-        "the simulated master's disk".into()
+        if self.lying {
+            "the simulated master's lying disk".into()
+        } else {
+            "the simulated master's disk".into()
+        }
     }
 }
 
@@ -102,7 +117,7 @@ mod tests {
     #[test]
     fn a_crash_never_takes_back_a_synced_record() {
         for seed in 0..20 {
-            let mut disk = Disk::new(Rng::new(seed));
+            let mut disk = Disk::new(Rng::new(seed), false);
             disk.append(&Record::Epoch(1)).unwrap();
             disk.sync().unwrap();
             disk.append(&Record::Epoch(2)).unwrap();
@@ -113,5 +128,17 @@ mod tests {
                 "seed {seed}: {records:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_lying_disk_can_lose_a_synced_record_in_a_crash() {
+        let lost = (0..20).any(|seed| {
+            let mut disk = Disk::new(Rng::new(seed), true);
+            disk.append(&Record::Epoch(1)).unwrap();
+            disk.sync().unwrap();
+            disk.crash();
+            disk.recover().unwrap().records.is_empty()
+        });
+        assert!(lost);
     }
 }

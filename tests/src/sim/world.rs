@@ -19,9 +19,9 @@ use super::storage;
 use super::trace::{now_ms, Entry, Trace, What};
 
 /// How a run is set up. The defaults are the product's safe use; the
-/// `ignore_jeopardy`, `fencing`, `lock_delay`, `clock_spread` and
-/// `clock_drift` knobs exist to break it on purpose and see the checkers
-/// fire.
+/// `ignore_jeopardy`, `fencing`, `lock_delay`, `lying_disk`,
+/// `clock_spread`, `clock_drift` and `short_recovered_leases` knobs exist
+/// to break it on purpose and see the checkers fire.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Contending clients; `None`: the scenario's own number.
@@ -44,6 +44,9 @@ pub struct Settings {
     pub ignore_jeopardy: bool,
     /// The storage host checks sequencers.
     pub fencing: bool,
+    /// The master's disk acknowledges syncs it has not done, so a crash
+    /// of the master's host loses acknowledged writes.
+    pub lying_disk: bool,
     /// How long the clients work; faults happen inside it.
     pub work: Duration,
     /// After the work, how long the watcher keeps listening before the
@@ -67,6 +70,7 @@ impl Default for Settings {
             semaphore_limit: 2,
             ignore_jeopardy: false,
             fencing: true,
+            lying_disk: false,
             work: Duration::from_secs(40),
             drain: Duration::from_secs(8),
             max_latency: Duration::from_millis(10),
@@ -285,7 +289,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let grants = Grants::default();
 
     // Its own generator, so that its draws move no other part's.
-    let disk = Disk::new(Rng::new(seed).fork(5));
+    let disk = Disk::new(Rng::new(seed).fork(5), settings.lying_disk);
     let starts = Arc::new(AtomicU64::new(0));
     let master_disk = disk.clone();
     let observer = lease_observer(trace.clone(), grants.clone(), clocks.rate("master"));
