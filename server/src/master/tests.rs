@@ -343,7 +343,7 @@ fn observed(config: Config) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<Leas
 async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_session() {
     let (mut master, seen) = observed(Config::default());
     let start = master.now;
-    let token = created(&mut master, "watched", Some(5_000));
+    let token = created(&mut master, "watched", Some(5_000)).await;
     master.now = start + Duration::from_millis(1_000);
     let kept = call(
         &mut master,
@@ -353,7 +353,8 @@ async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_sessio
             acked_seq: 0,
             hold: false,
         }),
-    );
+    )
+    .await;
     assert!(kept.is_ok(), "{kept:?}");
     master.now = start + Duration::from_millis(6_000);
     master.fire_timers(0);
@@ -387,7 +388,7 @@ async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_sessio
 async fn a_master_that_recovers_sessions_tells_the_observer_of_their_fresh_leases() {
     let store = crate::MemoryStore::default();
     let mut first = started(&mut Config::default(), Some(store.clone()));
-    let token = created(&mut first, "survivor", Some(5_000));
+    let token = created(&mut first, "survivor", Some(5_000)).await;
     drop(first);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
