@@ -150,10 +150,6 @@ impl Master {
             index,
             sequencer: sequencer.to_bytes(),
         };
-        let release = Command::Release {
-            key: sequencer.key,
-            session: sequencer.session,
-        };
-        self.deliver_or(reply, Ok(response), release);
+        self.deliver_grant(reply, Ok(response), sequencer);
     }
 }

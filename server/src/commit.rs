@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use leasehold_protocol::{Error, ErrorCode, Response};
+use leasehold_protocol::{Error, ErrorCode, Response, Sequencer};
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::master::ReplyTx;
-use crate::state::Command;
 use crate::store::{is_disk_full, Record, Snapshot, Store, StoreError, StoreSizes};
 
 /// How long the writer waits, idle, before it makes the last batch's end
@@ -97,8 +96,9 @@ struct Pending {
     needs: u64,
     reply: ReplyTx,
     result: Result<Response, Error>,
-    /// Applied if the reply cannot be delivered (`LOCK-9`).
-    undelivered: Option<Command>,
+    /// The grant the reply carries, given back if the reply cannot be
+    /// delivered (`LOCK-9`).
+    undelivered: Option<Sequencer>,
 }
 
 /// The master's side of group commit.
@@ -454,8 +454,8 @@ impl Committer {
         &mut self,
         reply: ReplyTx,
         result: Result<Response, Error>,
-        undelivered: Option<Command>,
-    ) -> Option<Command> {
+        undelivered: Option<Sequencer>,
+    ) -> Option<Sequencer> {
         if self.durable >= self.appended && self.outbox.is_empty() {
             return match reply.send(result) {
                 Ok(()) => None,
@@ -475,9 +475,9 @@ impl Committer {
         None
     }
 
-    /// Sends the replies the log now covers; returns the commands to apply
-    /// for the ones nobody was there to receive.
-    pub(crate) fn advance(&mut self) -> Result<Vec<Command>, String> {
+    /// Sends the replies the log now covers; returns the grants of the
+    /// ones nobody was there to receive.
+    pub(crate) fn advance(&mut self) -> Result<Vec<Sequencer>, String> {
         let durable = self.progress.borrow_and_update().clone();
         let upto = match durable {
             Durable::Upto(n) => n,

@@ -2,7 +2,7 @@
 //! snapshot when the log has grown), run its events, and reply only once
 //! what the reply depends on is durable.
 
-use leasehold_protocol::{Error, Response};
+use leasehold_protocol::{Error, Response, Sequencer};
 use tracing::info;
 
 use super::{Master, ReplyTx, Timer};
@@ -24,24 +24,55 @@ impl Master {
         }
     }
 
-    /// As `deliver`, applying `undelivered` if nobody is there to receive
-    /// the reply (`LOCK-9`).
-    pub(crate) fn deliver_or(
+    /// As `deliver` for a reply that grants `grant`, giving the lock back
+    /// if nobody is there to receive it (`LOCK-9`).
+    pub(crate) fn deliver_grant(
         &mut self,
         reply: ReplyTx,
         result: Result<Response, Error>,
-        undelivered: Command,
+        grant: Sequencer,
     ) {
+        let holding = (grant.session, grant.key.clone());
+        let told = self.told.entry(holding).or_insert((grant.clone(), 0));
+        if told.0 != grant {
+            *told = (grant.clone(), 0);
+        }
+        told.1 += 1;
         let unheard = match &mut self.commit {
-            Some(commit) => commit.reply(reply, result, Some(undelivered)),
-            None => reply.send(result).err().map(|_| undelivered),
+            Some(commit) => commit.reply(reply, result, Some(grant)),
+            None => reply.send(result).err().map(|_| grant),
         };
-        if let Some(command) = unheard {
-            if self.depth > 0 {
-                self.deferred.push_back(command);
-            } else {
-                let _ = self.apply(command, self.now);
+        if let Some(grant) = unheard {
+            self.grant_unheard(grant);
+        }
+    }
+
+    /// A reply granting `grant` found nobody to receive it. The lock goes
+    /// back unless another reply has told the session it holds this same
+    /// holding (it asked again while this one waited for the log, and was
+    /// told it already holds it, `LOCK-2`), or the holding is gone.
+    fn grant_unheard(&mut self, grant: Sequencer) {
+        let holding = (grant.session, grant.key.clone());
+        if let Some((told, replies)) = self.told.get_mut(&holding) {
+            if *told == grant {
+                *replies -= 1;
+                if *replies > 0 {
+                    return;
+                }
             }
+        }
+        if self.state.sequencer_of(&grant.key, grant.session).as_ref() != Some(&grant) {
+            return;
+        }
+        self.told.remove(&holding);
+        let release = Command::Release {
+            key: grant.key,
+            session: grant.session,
+        };
+        if self.depth > 0 {
+            self.deferred.push_back(release);
+        } else {
+            let _ = self.apply(release, self.now);
         }
     }
 
@@ -52,8 +83,8 @@ impl Master {
         };
         match commit.advance() {
             Ok(unheard) => {
-                for command in unheard {
-                    let _ = self.apply(command, self.now);
+                for grant in unheard {
+                    self.grant_unheard(grant);
                 }
             }
             Err(reason) => {
@@ -122,10 +153,11 @@ impl Master {
                     why: Grant::Created,
                 });
             }
+            StateEvent::LockReleased { key, session, .. } => {
+                self.told.remove(&(session, key));
+            }
             // Heard of through `publish` alone.
-            StateEvent::LockAcquired { .. }
-            | StateEvent::LockReleased { .. }
-            | StateEvent::LockWaiting { .. } => {}
+            StateEvent::LockAcquired { .. } | StateEvent::LockWaiting { .. } => {}
             StateEvent::NodeChanged { key, .. } => self.wake_watchers(&key),
             StateEvent::NodeDeleted { key } => {
                 self.quotas.bytes.give_back(&key);

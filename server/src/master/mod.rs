@@ -14,7 +14,7 @@
 //! What a timer or a promotion means is decided in `policy.rs`, without a
 //! runtime; this task carries the decision out.
 
-use leasehold_protocol::SessionId;
+use leasehold_protocol::{Sequencer, SessionId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::debug;
@@ -96,6 +96,10 @@ pub(crate) struct Master {
     pub(crate) failover_pending: std::collections::BTreeSet<SessionId>,
     /// Recovered sessions no KeepAlive has named yet (`FO-2`).
     pub(crate) unheard: std::collections::BTreeSet<SessionId>,
+    /// Each holding's grant and how many replies have told its session of
+    /// it, sent or waiting for the log: one of them undelivered gives the
+    /// lock back only if no other told the session (`LOCK-9`).
+    pub(crate) told: std::collections::BTreeMap<(SessionId, String), (Sequencer, u32)>,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -134,6 +138,7 @@ impl Master {
             deferred: Default::default(),
             failover_pending: Default::default(),
             unheard: Default::default(),
+            told: Default::default(),
         };
         master.events.budget = crate::events::EventBudget {
             per_peer: master.config.event_bytes_per_peer,

@@ -428,3 +428,63 @@ async fn a_master_whose_clock_runs_fast_counts_master_time_at_its_rate() {
     assert!(master.instant(due) >= master.start + Duration::from_secs(16));
     assert!(master.instant(due) <= master.start + Duration::from_millis(16_001));
 }
+
+fn acquire(session: SessionToken, wait_ms: Option<u64>) -> Request {
+    Request::Acquire(leasehold_protocol::Acquire {
+        key: "locks/a".into(),
+        session,
+        mode: leasehold_protocol::LockMode::Exclusive,
+        contents: None,
+        wait_ms,
+        transient: false,
+    })
+}
+
+/// Hands `request` to the master without waiting for its answer.
+fn handed(
+    master: &mut Master,
+    request: Request,
+) -> tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply> {
+    let (reply, rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request,
+        reply,
+        peer: None,
+    });
+    rx
+}
+
+// LOCK-2, LOCK-9: a session that waited for a lock on a connection now
+// gone, and asked again on another while the grant waited for the log, was
+// told it holds the lock: the grant nobody heard must not give it back.
+#[tokio::test]
+async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of() {
+    let mut master = started(&mut Config::default(), Some(crate::MemoryStore::default()));
+    let holder = created(&mut master, "holder", None).await;
+    let waiter = created(&mut master, "waiter", None).await;
+    let held = call(&mut master, acquire(holder, None)).await;
+    assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
+    let first = handed(&mut master, acquire(waiter, Some(60_000)));
+    let release = Request::Release {
+        key: "locks/a".into(),
+        session: holder,
+    };
+    let _released = handed(&mut master, release);
+    let mut second = handed(&mut master, acquire(waiter, Some(60_000)));
+    // The first acquire's connection closes before its grant is durable.
+    drop(first);
+    let told = loop {
+        master.on_durable();
+        if let Ok(reply) = second.try_recv() {
+            break *reply.body;
+        }
+        super::durable(&mut master.commit)
+            .await
+            .expect("the writer goes on");
+    };
+    assert!(matches!(told, Ok(Response::Acquired { .. })), "{told:?}");
+    assert!(
+        master.state.sequencer_of("locks/a", waiter.id).is_some(),
+        "the lock the waiter was told of was given back"
+    );
+}
