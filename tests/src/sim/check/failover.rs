@@ -62,13 +62,21 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let grace = run.settings.grace.as_millis() as u64;
     let mut violations = Vec::new();
     let mut sessions = 0;
-    // Each session's client, and when that client last saw it end.
+    // Each session's client, and when that client saw it end or began
+    // closing it: from then on it no longer holds it.
     let mut client_of: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut current: BTreeMap<&str, &str> = BTreeMap::new();
     let mut gone: BTreeMap<&str, u64> = BTreeMap::new();
     for e in &run.entries {
         match &e.what {
             What::SessionStarted { session } => {
                 client_of.insert(session, &e.who);
+                current.insert(&e.who, session);
+            }
+            What::Closing => {
+                if let Some(session) = current.get(e.who.as_str()) {
+                    gone.entry(session).or_insert(e.at);
+                }
             }
             What::State { state, session } if state == "expired" || state == "closed" => {
                 gone.entry(session).or_insert(e.at);

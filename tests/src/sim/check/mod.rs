@@ -419,6 +419,16 @@ mod tests {
             state(15_200, "c1", "expired"),
         ]);
         assert_eq!(failover::check(&early).1.len(), 1);
+        // A session its client began closing is no longer held by it.
+        let closing = run_of(vec![
+            started(0, "c1"),
+            fault(10_000, "master", "crash"),
+            state(13_000, "c1", "jeopardy"),
+            (14_000, "c1", What::Closing),
+            fault(15_000, "master", "restart"),
+            ended(19_000),
+        ]);
+        assert!(failover::check(&closing).1.is_empty());
         // Once the client gave the session up, the master's expiry is due.
         let due = run_of(vec![
             started(0, "c1"),
