@@ -134,6 +134,8 @@ enum Writer {
     /// any runtime runs.
     Task {
         unstarted: Option<Box<(Writing, mpsc::UnboundedReceiver<Job>)>>,
+        /// Waited for when the master stops (`Committer::finish`).
+        running: Option<tokio::task::JoinHandle<()>>,
     },
 }
 
@@ -377,6 +379,7 @@ impl Committer {
         } else {
             Writer::Task {
                 unstarted: Some(Box::new((writing, rx))),
+                running: None,
             }
         };
         Committer {
@@ -399,13 +402,26 @@ impl Committer {
     }
 
     fn write(&mut self, job: Job) {
-        if let Writer::Task { unstarted } = &mut self.writer {
+        if let Writer::Task { unstarted, running } = &mut self.writer {
             if let Some(start) = unstarted.take() {
                 let (writing, rx) = *start;
-                tokio::spawn(writing.run(rx));
+                *running = Some(tokio::spawn(writing.run(rx)));
             }
         }
         let _ = self.jobs.send(job);
+    }
+
+    /// Lets a writer task finish what it was given and waits for it: a
+    /// master started next on the same store must find everything this one
+    /// appended, and nothing of it written after it has recovered.
+    pub(crate) async fn finish(&mut self) {
+        if let Writer::Task { running, .. } = &mut self.writer {
+            let (closed, _) = mpsc::unbounded_channel();
+            drop(std::mem::replace(&mut self.jobs, closed));
+            if let Some(running) = running.take() {
+                let _ = running.await;
+            }
+        }
     }
 
     /// Queues a record for the log.

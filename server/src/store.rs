@@ -130,10 +130,10 @@ pub struct Recovered {
 /// - **One master.** While a store is open, no other master writes to the
 ///   same place (a data directory is locked).
 /// - **A sync's time is spent before it.** A store that says its `sync`
-///   takes time ([`Store::sync_latency`]) is given that time before `sync`
-///   is called, and a crash may come at any moment of it: nothing appended
-///   may be durable on account of the wait alone, only once `sync` is
-///   called.
+///   takes time ([`Store::sync_latency`]) is given that time before each
+///   batch's `sync` (the one a snapshot begins with is taken at once), and
+///   a crash may come at any moment of it: nothing appended may be durable
+///   on account of the wait alone, only once `sync` is called.
 ///
 /// A store may block on I/O in any method; [`Store::blocking`] says so, and
 /// the master then calls it from a writer thread, never from its own task.

@@ -259,6 +259,9 @@ impl Master {
                 break;
             }
         }
+        if let Some(commit) = &mut self.commit {
+            commit.finish().await;
+        }
         debug!("master stopped");
     }
 
