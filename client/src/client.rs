@@ -32,7 +32,8 @@ pub struct ClientConfig {
     /// How fast this client's clock runs against true time: 1.0 on a real
     /// machine, whose clock's error the session's drift allowance covers
     /// (`SessionOptions::clock_drift`, SPEC `LEASE-4`). Simulations give
-    /// each host a rate of its own. Taken within 0.5..=2.0.
+    /// each host a rate of its own. Taken within 0.5..=2.0 (the nearest
+    /// bound outside it), and as 1.0 if it is not a number.
     pub clock_rate: f64,
 }
 

@@ -55,12 +55,26 @@ impl Clock {
     /// The runtime's instant at which this clock reads `local`, rounded up
     /// a microsecond: a timer set for it never fires before this clock has
     /// reached `local`, so a deadline is never found still in the future.
-    pub(crate) fn runtime_instant(&self, local: Instant) -> Instant {
+    fn runtime_instant(&self, local: Instant) -> Instant {
         match self.rate {
             None => local,
             Some(rate) => {
                 let since = local.saturating_duration_since(self.origin);
                 self.origin + since.div_f64(rate) + Duration::from_micros(1)
+            }
+        }
+    }
+
+    /// The runtime's instant at which this clock reads `local`, rounded
+    /// down a microsecond: an expiry reported by it is never later than
+    /// the one this clock keeps.
+    pub(crate) fn runtime_instant_before(&self, local: Instant) -> Instant {
+        match self.rate {
+            None => local,
+            Some(rate) => {
+                let since = local.saturating_duration_since(self.origin);
+                let at = self.origin + since.div_f64(rate);
+                at.checked_sub(Duration::from_micros(1)).unwrap_or(at)
             }
         }
     }

@@ -316,7 +316,7 @@ impl Session {
         self.inner
             .client
             .clock()
-            .runtime_instant(expiry.expect("set when the session starts"))
+            .runtime_instant_before(expiry.expect("set when the session starts"))
     }
 
     /// A channel that always holds the latest state. It may skip the brief

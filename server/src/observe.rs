@@ -36,15 +36,22 @@ pub enum LeaseEvent {
     /// From `now` the session is live until `expires` at least: a lease
     /// never moves backward (`LEASE-2`).
     Granted {
+        /// The session.
         session: SessionId,
+        /// When the master granted it.
         now: Millis,
+        /// When the lease ends, by the master's clock.
         expires: Millis,
+        /// Why it was granted.
         why: Grant,
     },
     /// The master ended the session at `now`.
     Ended {
+        /// The session.
         session: SessionId,
+        /// When the master ended it.
         now: Millis,
+        /// Why it ended.
         cause: EndCause,
     },
 }
