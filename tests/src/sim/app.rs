@@ -60,17 +60,18 @@ pub const WRITE_ONCE: &str = "kv/once";
 /// not comparable and the run's elapsed time is.
 /// Also each client's session of the moment, by its name in the trace.
 #[derive(Debug, Clone, Default)]
-pub struct Leases(
-    Arc<Mutex<BTreeMap<String, Published>>>,
-    Arc<Mutex<std::collections::BTreeSet<String>>>,
-);
+pub struct Leases {
+    published: Arc<Mutex<BTreeMap<String, Published>>>,
+    /// Clients whose lease is published every step.
+    watched: Arc<Mutex<std::collections::BTreeSet<String>>>,
+}
 
 /// A client's local lease's end, once known, and its session's name.
 type Published = (Option<u64>, String);
 
 impl Leases {
     pub fn until(&self, client: &str) -> Option<u64> {
-        self.0
+        self.published
             .lock()
             .unwrap()
             .get(client)
@@ -79,14 +80,14 @@ impl Leases {
 
     /// The session `client` has now, if it has one.
     pub fn session(&self, client: &str) -> Option<String> {
-        let leases = self.0.lock().unwrap();
+        let leases = self.published.lock().unwrap();
         leases.get(client).map(|(_, session)| session.clone())
     }
 
     /// From now on `client`'s lease is published every step rather than
     /// every 50 ms, or no longer.
     pub fn watch(&self, client: &str, watched: bool) {
-        let mut watching = self.1.lock().unwrap();
+        let mut watching = self.watched.lock().unwrap();
         if watched {
             watching.insert(client.to_string());
         } else {
@@ -95,22 +96,25 @@ impl Leases {
     }
 
     fn watched(&self, client: &str) -> bool {
-        self.1.lock().unwrap().contains(client)
+        self.watched.lock().unwrap().contains(client)
     }
 
     fn started(&self, client: &str, session: &str) {
         let entry = (None, session.to_string());
-        self.0.lock().unwrap().insert(client.to_string(), entry);
+        self.published
+            .lock()
+            .unwrap()
+            .insert(client.to_string(), entry);
     }
 
     fn set(&self, client: &str, until: u64) {
-        if let Some((lease, _)) = self.0.lock().unwrap().get_mut(client) {
+        if let Some((lease, _)) = self.published.lock().unwrap().get_mut(client) {
             *lease = Some(until);
         }
     }
 
     fn forget(&self, client: &str) {
-        self.0.lock().unwrap().remove(client);
+        self.published.lock().unwrap().remove(client);
     }
 }
 

@@ -13,8 +13,11 @@ use leasehold_server::{Command, Record, Recovered, Snapshot, Store, StoreError, 
 pub const SHORT: Duration = Duration::from_millis(100);
 
 /// A store that hands the master its records with every session's lease
-/// cut to [`SHORT`], when `broken`; otherwise `S` unchanged. Only the log
-/// is rewritten, so runs with it on take no snapshots.
+/// cut to [`SHORT`], when `broken`; otherwise `S` unchanged. The recovered
+/// sessions keep the short lease for good, not only for the promotion.
+/// Only the log's records are rewritten, not a snapshot: runs with it on
+/// snapshot no more often than a master does by default, so that the
+/// sessions a crash recovers are still in the log.
 #[derive(Debug)]
 pub struct ShortLeases<S> {
     pub inner: S,

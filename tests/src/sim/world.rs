@@ -124,8 +124,8 @@ impl Grants {
 
 /// An observer that writes the master's leases into the trace in virtual
 /// time: a master clock at `rate` reaches a lease's expiry after the
-/// master time left divided by its rate, less a millisecond for the
-/// fraction of a millisecond master time drops.
+/// master time left divided by its rate; a millisecond less, since master
+/// time drops the fraction of a millisecond its clock had reached.
 fn lease_observer(trace: Trace, grants: Grants, rate: f64) -> LeaseObserver {
     LeaseObserver::new(move |event: &LeaseEvent| {
         let at = now_ms();
@@ -136,9 +136,10 @@ fn lease_observer(trace: Trace, grants: Grants, rate: f64) -> LeaseObserver {
                 expires,
                 why,
             } => {
-                let left = expires.since(*now).as_secs_f64() * 1_000.0 / rate;
+                let left = expires.since(*now).as_secs_f64() * 1_000.0;
+                let left = ((left - 1.0).max(0.0) / rate).floor() as u64;
                 let session = short_id(*session);
-                let until = (at + left as u64).saturating_sub(1);
+                let until = at + left;
                 grants.granted(&session, at);
                 let what = What::Lease {
                     session,
@@ -224,6 +225,9 @@ enum Step {
         delay: u64,
         edge: Edge,
         since: Option<u64>,
+        /// The client's local lease as published when last looked at:
+        /// what a renewal by the coming grant's reply will change.
+        published: Option<u64>,
         give_up: u64,
     },
     /// Publish `client`'s local lease every step, or every 50 ms again.
@@ -484,6 +488,7 @@ impl Driver {
                     delay,
                     edge,
                     since: None,
+                    published: None,
                     give_up: at + 2 * self.settings.lease.as_millis() as u64,
                 }
             }
@@ -682,6 +687,7 @@ impl Driver {
                 delay,
                 edge,
                 since,
+                published,
                 give_up,
             } => {
                 let last = self
@@ -691,13 +697,14 @@ impl Driver {
                 match (since, last) {
                     (Some(since), Some(granted)) if granted > since => {
                         let at = (granted + delay).max(now);
-                        if let Some(step) = self.edge(client, edge, at) {
+                        if let Some(step) = self.edge(client, edge, at, published) {
                             self.push(at, step);
                         }
                     }
                     _ if now >= give_up => {}
                     _ => {
                         let watch = Step::AfterGrant {
+                            published: self.leases.until(&client),
                             client,
                             delay,
                             edge,
@@ -755,8 +762,15 @@ impl Driver {
     }
 
     /// The fault `edge` for `client`, beginning at `at`, just after the
-    /// master granted it a lease.
-    fn edge(&mut self, client: String, edge: Edge, at: u64) -> Option<Step> {
+    /// master granted it a lease; `published` is its local lease as last
+    /// seen before that grant.
+    fn edge(
+        &mut self,
+        client: String,
+        edge: Edge,
+        at: u64,
+        published: Option<u64>,
+    ) -> Option<Step> {
         match edge {
             Edge::Cut { direction, ms } => Some(Step::Cut {
                 client,
@@ -767,7 +781,7 @@ impl Driver {
             // The answer's reply is on its way: hold once it has arrived,
             // while the KeepAlive it sets off may still be in flight.
             Edge::Hold => Some(Step::AfterRenewal {
-                before: self.leases.until(&client),
+                before: published,
                 client,
                 give_up: at + 100,
             }),
@@ -797,10 +811,14 @@ impl Driver {
     /// with no retransmission, which is the model for a connection that
     /// dies silently.
     fn short(&mut self, now: u64, client: String, give_up: u64, expect_normal: bool) {
+        // A master down or a cut already in force may take the client out
+        // of Normal whatever the hold does.
+        let expect_normal = expect_normal && !self.master_down && !self.is_cut(&client);
         let latency = self.settings.max_latency.as_millis() as u64;
         if let Some(until) = self.leases.until(&client) {
-            // The lease is sampled every step; the answer needs a couple
-            // of message latencies to arrive after the heal.
+            // The lease is sampled every 50 ms (every step while a fault
+            // waits for a renewal), and the answer needs a couple of
+            // message latencies to arrive after the heal.
             let heal_by = until.saturating_sub(100 + 4 * latency);
             if heal_by > now + 300 {
                 let ms = self.rng.range(200, heal_by - now);

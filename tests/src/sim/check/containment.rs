@@ -35,12 +35,20 @@ struct Leases {
     covered: Vec<(u64, u64)>,
     /// The last time the master ended the session, for messages.
     ended: Option<u64>,
+    /// Ended, and not taken up again by a master recovering it.
+    closed: bool,
 }
 
 impl Leases {
     /// A grant at `at` until `until`: a lease never moves backward
-    /// (`LEASE-2`).
-    fn grant(&mut self, at: u64, until: u64) {
+    /// (`LEASE-2`). After an end only a master that recovered the session
+    /// (`failover`) grants it again: any other grant is a revival the
+    /// master must never make (`KA-7`), and covers nothing.
+    fn grant(&mut self, at: u64, until: u64, failover: bool) {
+        if self.closed && !failover {
+            return;
+        }
+        self.closed = false;
         match self.covered.last_mut() {
             Some((_, to)) if *to >= at => *to = (*to).max(until),
             _ if until > at => self.covered.push((at, until)),
@@ -57,6 +65,7 @@ impl Leases {
             *to = (*to).min(at.max(*from));
         }
         self.ended = Some(at);
+        self.closed = true;
     }
 
     /// The first instant of `[from, to)` the session held no lease.
@@ -151,8 +160,16 @@ fn leases(run: &Run) -> BTreeMap<&str, Leases> {
     let mut leases: BTreeMap<&str, Leases> = BTreeMap::new();
     for e in &run.entries {
         match &e.what {
-            What::Lease { session, until, .. } => {
-                leases.entry(session).or_default().grant(e.at, *until);
+            What::Lease {
+                session,
+                until,
+                why,
+            } => {
+                let failover = why == "failover";
+                leases
+                    .entry(session)
+                    .or_default()
+                    .grant(e.at, *until, failover);
             }
             What::SessionEnded { session, .. } => {
                 leases.entry(session).or_default().end(e.at);
@@ -203,7 +220,7 @@ mod tests {
     fn leases(grants: &[(u64, u64)], ended: Option<u64>) -> Leases {
         let mut leases = Leases::default();
         for &(at, until) in grants {
-            leases.grant(at, until);
+            leases.grant(at, until, false);
         }
         if let Some(at) = ended {
             leases.end(at);
@@ -211,11 +228,13 @@ mod tests {
         leases
     }
 
+    // LEASE-4
     #[test]
     fn a_belief_inside_one_grant_is_covered() {
         assert_eq!(leases(&[(0, 100)], None).first_uncovered(10, 100), None);
     }
 
+    // LEASE-4
     #[test]
     fn a_belief_that_outlasts_the_lease_is_uncovered_from_its_expiry() {
         assert_eq!(
@@ -224,6 +243,7 @@ mod tests {
         );
     }
 
+    // LEASE-2
     #[test]
     fn grants_in_turn_cover_a_long_belief() {
         let chain = leases(&[(0, 100), (90, 190), (180, 280)], None);
@@ -235,13 +255,22 @@ mod tests {
 
     // FO-2: an end the crash took back, and the session recovered.
     #[test]
-    fn a_grant_after_the_end_covers_again() {
+    fn a_recovering_masters_grant_after_the_end_covers_again() {
         let mut recovered = leases(&[(0, 100)], Some(80));
-        recovered.grant(120, 220);
+        recovered.grant(120, 220, true);
         assert_eq!(recovered.first_uncovered(130, 200), None);
         assert_eq!(recovered.first_uncovered(70, 130), Some(80));
     }
 
+    // KA-7: a lease that has run out is never revived.
+    #[test]
+    fn a_keepalive_grant_after_the_end_covers_nothing() {
+        let mut revived = leases(&[(0, 100)], Some(80));
+        revived.grant(120, 220, false);
+        assert_eq!(revived.first_uncovered(130, 200), Some(130));
+    }
+
+    // LEASE-1, SES-6
     #[test]
     fn a_belief_before_any_grant_or_after_the_end_is_uncovered() {
         assert_eq!(leases(&[(50, 150)], None).first_uncovered(40, 60), Some(40));

@@ -312,6 +312,7 @@ mod tests {
         (at, who, what)
     }
 
+    // LEASE-4, CS-1
     #[test]
     fn a_client_normal_past_the_masters_lease_breaks_containment() {
         let inside = run_of(vec![
@@ -349,6 +350,7 @@ mod tests {
         assert_eq!(violations[0].at, 150);
     }
 
+    // LEASE-4, LOCK-10
     #[test]
     fn a_lock_believed_after_the_master_ended_the_session_breaks_containment() {
         let holding = What::Holding {
@@ -462,6 +464,7 @@ mod tests {
 
     const ONCE: &str = "kv/once/w1/1";
 
+    // STORE-1
     #[test]
     fn a_lost_write_once_key_is_caught() {
         let mut entries = Vec::new();
@@ -476,6 +479,7 @@ mod tests {
         );
     }
 
+    // STORE-1
     #[test]
     fn a_write_once_key_whose_put_went_unanswered_may_be_missing() {
         let call = Call::Put {
