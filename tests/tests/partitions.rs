@@ -356,6 +356,26 @@ fn a_session_still_listed_takes_its_slot_only_by_compare_and_set() {
     );
 }
 
+// LOCK-2, LOCK-9: seeds on which a session, told on a second connection
+// that it already held a lock whose grant was still waiting for the log,
+// lost the lock when the first connection's reply found nobody: two
+// holders. Kept as regressions.
+#[test]
+fn a_grant_nobody_heard_never_frees_a_lock_its_session_was_told_of() {
+    for (scenario, seed) in [
+        ("stale-replies", 579),
+        ("election", 328),
+        ("election-no-delay", 488),
+    ] {
+        let (run, report) = judged(scenario, seed, Settings::default());
+        assert!(
+            report.of("exclusion").is_empty(),
+            "{}",
+            report.summary(&run)
+        );
+    }
+}
+
 // The timeline shows the master's lane (up per epoch, down between a crash
 // and its restart) and names the lock on every holding bar.
 #[test]
