@@ -39,6 +39,16 @@ async fn call(master: &mut Master, request: Request) -> Result<Response, Error> 
     }
 }
 
+/// An unheld KeepAlive for `session` under epoch 1, acknowledging nothing.
+fn keepalive(session: SessionToken) -> Request {
+    Request::KeepAlive(KeepAlive {
+        session,
+        epoch: 1,
+        acked_seq: 0,
+        hold: false,
+    })
+}
+
 /// Creates a session named `name` and returns its token.
 async fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionToken {
     let created = call(
@@ -78,16 +88,7 @@ async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_ru
     // The lease-end timer has not been handled: only the KeepAlive's own
     // check can catch this.
     master.now = master.now + Duration::from_millis(1_001);
-    let reply = call(
-        &mut master,
-        Request::KeepAlive(KeepAlive {
-            session: token,
-            epoch: 1,
-            acked_seq: 0,
-            hold: false,
-        }),
-    )
-    .await;
+    let reply = call(&mut master, keepalive(token)).await;
     assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
     assert!(master.state.session(token.id).is_none());
 }
@@ -345,16 +346,7 @@ async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_sessio
     let start = master.now;
     let token = created(&mut master, "watched", Some(5_000)).await;
     master.now = start + Duration::from_millis(1_000);
-    let kept = call(
-        &mut master,
-        Request::KeepAlive(KeepAlive {
-            session: token,
-            epoch: 1,
-            acked_seq: 0,
-            hold: false,
-        }),
-    )
-    .await;
+    let kept = call(&mut master, keepalive(token)).await;
     assert!(kept.is_ok(), "{kept:?}");
     master.now = start + Duration::from_millis(6_000);
     master.fire_timers(0);
