@@ -3,6 +3,9 @@
 //! that the checkers are not vacuous. Long sweeps are `leasehold-sim
 //! sweep`; see tests/SIMULATION.md.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use leasehold_tests::sim::check::{self, Report};
 use leasehold_tests::sim::trace::{to_jsonl, What};
 use leasehold_tests::sim::{find, run, Run, Settings, SCENARIOS};
@@ -16,9 +19,25 @@ fn judged(name: &str, seed: u64, settings: Settings) -> (Run, Report) {
     (run, report)
 }
 
-fn holds_every_invariant(name: &str) {
+/// The run of `name` on `seed` with the default settings, judged once for
+/// every test that reads it: a run is deterministic, so running it again
+/// for another test would only cost time.
+fn shared(name: &'static str, seed: u64) -> &'static (Run, Report) {
+    type Cell = &'static OnceLock<(Run, Report)>;
+    static RUNS: OnceLock<Mutex<HashMap<(&'static str, u64), Cell>>> = OnceLock::new();
+    let cell: Cell = *RUNS
+        .get_or_init(Mutex::default)
+        .lock()
+        .expect("no test panics holding the cache")
+        .entry((name, seed))
+        .or_insert_with(|| Box::leak(Box::default()));
+    // Outside the map's lock: another test waits only for this run.
+    cell.get_or_init(|| judged(name, seed, Settings::default()))
+}
+
+fn holds_every_invariant(name: &'static str) {
     for seed in SEEDS {
-        let (run, report) = judged(name, seed, Settings::default());
+        let (run, report) = shared(name, seed);
         assert!(report.passed(), "{}", report.summary(&run));
         // Every invariant judged something: none passed for want of input.
         for (invariant, count) in &report.checked {
@@ -74,18 +93,20 @@ fn every_catalogued_scenario_runs_in_the_default_tests() {
 
 #[test]
 fn the_same_seed_gives_a_byte_identical_trace() {
-    let first = to_jsonl(&judged("random", 7, Settings::default()).0.entries);
+    // One of the two runs is the one other tests share, the other is run
+    // here afresh.
+    let first = to_jsonl(&shared("random", 7).0.entries);
     let again = to_jsonl(&judged("random", 7, Settings::default()).0.entries);
     assert!(first.len() > 10_000, "a trace with something in it");
     assert!(first == again, "seed 7 gave two different traces");
-    let other = to_jsonl(&judged("random", 8, Settings::default()).0.entries);
+    let other = to_jsonl(&shared("random", SEEDS[0]).0.entries);
     assert_ne!(first, other, "another seed, another run");
 }
 
 // CS-1: the short partitions really happened, and nobody left Normal.
 #[test]
 fn a_partition_inside_the_local_lease_never_leaves_normal() {
-    let (run, report) = judged("short-partition", 3, Settings::default());
+    let (run, report) = shared("short-partition", SEEDS[0]);
     assert!(report.passed(), "{}", report.summary(&run));
     let cuts = run
         .entries
@@ -238,7 +259,7 @@ fn faults_just_after_an_answer(run: &Run, fault: &str, within: u64) -> usize {
 // until the cut heals (KA-2).
 #[test]
 fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
-    let (run, _) = judged("lease-edges", 1, Settings::default());
+    let (run, _) = shared("lease-edges", 1);
     let timed = faults_just_after_an_answer(&run, "partition-to-master", 25);
     assert!(timed >= 2, "only {timed} cuts just after an answer");
     let mut session_of = std::collections::BTreeMap::new();
@@ -276,7 +297,7 @@ fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
 // the client stays Normal (CS-1).
 #[test]
 fn lease_edges_delay_the_keepalive_an_answer_sets_off_and_the_client_stays_normal() {
-    let (run, report) = judged("lease-edges", 1, Settings::default());
+    let (run, report) = shared("lease-edges", 1);
     let timed = faults_just_after_an_answer(&run, "hold", 25);
     assert!(timed >= 1, "no hold just after an answer");
     assert!(report.of("states").is_empty(), "{}", report.summary(&run));
@@ -380,7 +401,7 @@ fn a_grant_nobody_heard_never_frees_a_lock_its_session_was_told_of() {
 // and its restart) and names the lock on every holding bar.
 #[test]
 fn the_timeline_draws_the_masters_epochs_and_names_each_lock() {
-    let (run, report) = judged("master-restart-quick", 1, Settings::default());
+    let (run, report) = shared("master-restart-quick", 1);
     let svg = leasehold_tests::sim::timeline::svg(&run, &report);
     let crashes = run
         .entries
@@ -418,7 +439,7 @@ fn the_timeline_draws_the_masters_epochs_and_names_each_lock() {
 // SIMULATION.md shows this drawing: it must stay what the run draws.
 #[test]
 fn the_committed_timeline_is_what_random_seed_7_draws() {
-    let (run, report) = judged("random", 7, Settings::default());
+    let (run, report) = shared("random", 7);
     let drawn = leasehold_tests::sim::timeline::svg(&run, &report);
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/timelines/random-7.svg");
     let committed = std::fs::read_to_string(path).expect("the committed timeline");
