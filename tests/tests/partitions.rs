@@ -38,7 +38,7 @@ fn shared(name: &'static str, seed: u64) -> &'static (Run, Report) {
 fn holds_every_invariant(name: &'static str) {
     for seed in SEEDS {
         let (run, report) = shared(name, seed);
-        assert!(report.passed(), "{}", report.summary(&run));
+        assert!(report.passed(), "{}", report.summary(run));
         // Every invariant judged something: none passed for want of input.
         for (invariant, count) in &report.checked {
             // Semaphore slots carry no sequencer to fence writes with.
@@ -107,7 +107,7 @@ fn the_same_seed_gives_a_byte_identical_trace() {
 #[test]
 fn a_partition_inside_the_local_lease_never_leaves_normal() {
     let (run, report) = shared("short-partition", SEEDS[0]);
-    assert!(report.passed(), "{}", report.summary(&run));
+    assert!(report.passed(), "{}", report.summary(run));
     let cuts = run
         .entries
         .iter()
@@ -260,7 +260,7 @@ fn faults_just_after_an_answer(run: &Run, fault: &str, within: u64) -> usize {
 #[test]
 fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
     let (run, _) = shared("lease-edges", 1);
-    let timed = faults_just_after_an_answer(&run, "partition-to-master", 25);
+    let timed = faults_just_after_an_answer(run, "partition-to-master", 25);
     assert!(timed >= 2, "only {timed} cuts just after an answer");
     let mut session_of = std::collections::BTreeMap::new();
     let mut lost = 0;
@@ -298,9 +298,9 @@ fn lease_edges_cut_a_client_off_just_after_its_keepalive_is_answered() {
 #[test]
 fn lease_edges_delay_the_keepalive_an_answer_sets_off_and_the_client_stays_normal() {
     let (run, report) = shared("lease-edges", 1);
-    let timed = faults_just_after_an_answer(&run, "hold", 25);
+    let timed = faults_just_after_an_answer(run, "hold", 25);
     assert!(timed >= 1, "no hold just after an answer");
-    assert!(report.of("states").is_empty(), "{}", report.summary(&run));
+    assert!(report.of("states").is_empty(), "{}", report.summary(run));
 }
 
 #[test]
@@ -402,7 +402,7 @@ fn a_grant_nobody_heard_never_frees_a_lock_its_session_was_told_of() {
 #[test]
 fn the_timeline_draws_the_masters_epochs_and_names_each_lock() {
     let (run, report) = shared("master-restart-quick", 1);
-    let svg = leasehold_tests::sim::timeline::svg(&run, &report);
+    let svg = leasehold_tests::sim::timeline::svg(run, report);
     let crashes = run
         .entries
         .iter()
@@ -440,7 +440,7 @@ fn the_timeline_draws_the_masters_epochs_and_names_each_lock() {
 #[test]
 fn the_committed_timeline_is_what_random_seed_7_draws() {
     let (run, report) = shared("random", 7);
-    let drawn = leasehold_tests::sim::timeline::svg(&run, &report);
+    let drawn = leasehold_tests::sim::timeline::svg(run, report);
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/timelines/random-7.svg");
     let committed = std::fs::read_to_string(path).expect("the committed timeline");
     assert!(
