@@ -110,7 +110,14 @@ async fn a_prefix_too_large_for_one_reply_is_listed_page_by_page() {
         let key = format!("big/{stem}{n:06}");
         async move { client.put(&key, "x", PutOptions::new()).await.unwrap() }
     });
-    futures::future::join_all(writes).await;
+    // A few hundred in flight at once, not all 30,000: each request has
+    // its own timeout, which the last of 30,000 queued at once could
+    // outwait on a loaded machine.
+    use futures::StreamExt;
+    futures::stream::iter(writes)
+        .buffer_unordered(256)
+        .collect::<Vec<_>>()
+        .await;
     client
         .put("big/sub/deeper", "x", PutOptions::new())
         .await
