@@ -40,6 +40,7 @@
 
 mod acquire;
 mod auth;
+pub mod cell;
 mod check;
 mod commit;
 mod config;

@@ -250,14 +250,14 @@ pub struct FileStore {
     _lock: File,
 }
 
-fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+pub(crate) fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |error| StoreError::Io {
         path: path.to_path_buf(),
         error,
     }
 }
 
-fn corrupt(path: &Path, reason: impl Into<String>) -> StoreError {
+pub(crate) fn corrupt(path: &Path, reason: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
         path: path.to_path_buf(),
         reason: reason.into(),
@@ -277,7 +277,7 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     Ok(value)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_error(dir))
@@ -547,7 +547,7 @@ fn allocate(file: &File, len: u64) -> io::Result<()> {
 
 /// Writes `name` in `dir` so that a crash leaves either the old file or the
 /// new one, never a mixture. A write that fails leaves no temporary file.
-fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let written = (|| {
         let mut file = File::create(&tmp)?;

@@ -1,0 +1,530 @@
+//! The Raft log and vote of one member, durable in its data directory
+//! (SPEC `CELL-2`), with the single master's crash discipline: nothing is
+//! reported written before it is fsynced, every frame carries a checksum,
+//! a torn tail (a crash mid-write, never acknowledged) is cut, and damage
+//! before the tail is refused with the place it was found.
+//!
+//! One file, `raft-log`: a magic and then frames, one per call openraft
+//! makes (a batch of entries, a vote, the commit point, a truncation, a
+//! purge): magic, length (u32), CRC-32 of the body (u32), body. Replaying
+//! the frames in order rebuilds the log. Once purges leave most of the
+//! file dead it is rewritten, atomically, as the live log alone.
+//!
+//! Obligations openraft places on it (its `RaftLogStorage`): the vote is
+//! durable before `save_vote` returns; `append` reports completion only
+//! once the entries are durable; calls are made one at a time and leave no
+//! holes. The file's I/O runs on tokio's blocking pool, so an fsync never
+//! stalls the runtime that serves clients.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{CellTypes, NodeId};
+use crate::store::{corrupt, decode, encode, io_error, write_atomically, StoreError};
+
+const LOG_MAGIC: &[u8; 8] = b"LHRAFT01";
+const FRAME_MAGIC: &[u8; 4] = b"LHRF";
+const FRAME_HEAD: usize = 12;
+/// A frame's body may not claim more than this; bigger means damage.
+const MAX_FRAME: usize = 256 << 20;
+/// The file is rewritten once it is this many times the live log's size
+/// (and past `REWRITE_MIN`).
+const REWRITE_RATIO: u64 = 4;
+const REWRITE_MIN: u64 = 4 << 20;
+const FILE: &str = "raft-log";
+
+type CellEntry = Entry<CellTypes>;
+
+/// One durable change to the log, as a frame's body holds it.
+#[derive(Debug, Serialize, Deserialize)]
+enum LogOp {
+    Entries(Vec<CellEntry>),
+    /// Entries from this index on are removed (a conflicting suffix).
+    Truncate(u64),
+    /// Entries up to this id are removed: a snapshot covers them.
+    Purge(LogId<NodeId>),
+    Vote(Vote<NodeId>),
+    Committed(Option<LogId<NodeId>>),
+}
+
+/// The log as replaying its frames leaves it.
+#[derive(Debug, Default, Clone)]
+struct Image {
+    entries: BTreeMap<u64, CellEntry>,
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+    purged: Option<LogId<NodeId>>,
+}
+
+impl Image {
+    fn apply(&mut self, op: LogOp) {
+        match op {
+            LogOp::Entries(entries) => {
+                for entry in entries {
+                    self.entries.insert(entry.log_id.index, entry);
+                }
+            }
+            LogOp::Truncate(from) => {
+                self.entries.split_off(&from);
+            }
+            LogOp::Purge(upto) => {
+                self.entries = self.entries.split_off(&(upto.index + 1));
+                self.purged = Some(upto);
+            }
+            LogOp::Vote(vote) => self.vote = Some(vote),
+            LogOp::Committed(committed) => self.committed = committed,
+        }
+    }
+
+    /// The frames that rebuild this image from nothing.
+    fn frames(&self) -> Vec<u8> {
+        let mut bytes = LOG_MAGIC.to_vec();
+        if let Some(vote) = self.vote {
+            bytes.extend(frame(&LogOp::Vote(vote)));
+        }
+        if let Some(purged) = self.purged {
+            bytes.extend(frame(&LogOp::Purge(purged)));
+        }
+        bytes.extend(frame(&LogOp::Committed(self.committed)));
+        if !self.entries.is_empty() {
+            let entries = self.entries.values().cloned().collect();
+            bytes.extend(frame(&LogOp::Entries(entries)));
+        }
+        bytes
+    }
+}
+
+fn frame(op: &LogOp) -> Vec<u8> {
+    let body = encode(op);
+    let mut framed = Vec::with_capacity(FRAME_HEAD + body.len());
+    framed.extend_from_slice(FRAME_MAGIC);
+    framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    framed.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    framed.extend_from_slice(&body);
+    framed
+}
+
+/// The body of the frame at `at` if it is whole (magic, a length that
+/// fits, a checksum that holds), with the offset after it.
+fn whole_frame(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = bytes.get(at..)?;
+    if rest.len() < FRAME_HEAD || &rest[..4] != FRAME_MAGIC {
+        return None;
+    }
+    let len = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes"));
+    if len > MAX_FRAME || rest.len() < FRAME_HEAD + len {
+        return None;
+    }
+    let body = &rest[FRAME_HEAD..FRAME_HEAD + len];
+    (crc32fast::hash(body) == crc).then_some((body, at + FRAME_HEAD + len))
+}
+
+/// Replays a log file's bytes: the image and the length of the bytes that
+/// hold it. A damaged frame with no whole frame after it is a torn tail,
+/// cut; one with a whole frame after it is damage to what was fsynced and
+/// acknowledged, refused.
+fn parse(bytes: &[u8], path: &Path) -> Result<(Image, usize), StoreError> {
+    if bytes.len() < LOG_MAGIC.len() || &bytes[..LOG_MAGIC.len()] != LOG_MAGIC {
+        return Err(corrupt(path, "not a Raft log (bad magic)"));
+    }
+    let mut image = Image::default();
+    let mut at = LOG_MAGIC.len();
+    while at < bytes.len() {
+        let Some((body, next)) = whole_frame(bytes, at) else {
+            let later = (at + 1..bytes.len())
+                .filter(|o| bytes[*o..].starts_with(FRAME_MAGIC))
+                .find(|o| whole_frame(bytes, *o).is_some());
+            if let Some(later) = later {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "the Raft log's frame at byte {at} is damaged, and a whole frame \
+                         follows it at byte {later}: written data was lost"
+                    ),
+                ));
+            }
+            tracing::warn!(
+                log = %path.display(),
+                at,
+                bytes = bytes.len() - at,
+                "recovery cut the Raft log's tail: a write whose fsync had not returned \
+                 (a crash while writing); nothing in it was acknowledged"
+            );
+            break;
+        };
+        let op: LogOp = decode(body).map_err(|e| {
+            corrupt(
+                path,
+                format!("the Raft log's frame at byte {at} passes its checksum but does not decode: {e}"),
+            )
+        })?;
+        image.apply(op);
+        at = next;
+    }
+    Ok((image, at))
+}
+
+/// The file and what it holds, behind one lock: openraft makes one call at
+/// a time, and readers it hands out read the image.
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    file: File,
+    /// Bytes in the file.
+    len: u64,
+    image: Image,
+}
+
+impl Inner {
+    fn write(&mut self, op: LogOp) -> io::Result<()> {
+        let bytes = frame(&op);
+        self.file.write_all(&bytes)?;
+        self.file.sync_data()?;
+        self.len += bytes.len() as u64;
+        self.image.apply(op);
+        Ok(())
+    }
+
+    /// Rewrites the file as the live log alone once purges left most of
+    /// it dead.
+    fn maybe_rewrite(&mut self) -> Result<(), StoreError> {
+        let live: u64 = self
+            .image
+            .entries
+            .values()
+            .map(|e| encode(e).len() as u64)
+            .sum();
+        if self.len < REWRITE_MIN || self.len < REWRITE_RATIO * live.max(1) {
+            return Ok(());
+        }
+        let bytes = self.image.frames();
+        write_atomically(&self.dir, FILE, &bytes)?;
+        let path = self.dir.join(FILE);
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        self.len = bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// A member's Raft log and vote, durable in its data directory. Cheap to
+/// clone: clones share the file.
+#[derive(Debug, Clone)]
+pub struct CellLog {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn io_failed(e: impl std::fmt::Display) -> StorageError<NodeId> {
+    StorageIOError::write_logs(AnyError::error(e.to_string())).into()
+}
+
+impl CellLog {
+    /// Opens the log in `dir` (which the caller has locked), creating it
+    /// if there is none. A torn tail is cut; damage is refused.
+    pub fn open(dir: &Path) -> Result<CellLog, StoreError> {
+        let path = dir.join(FILE);
+        let mut bytes = Vec::new();
+        match File::open(&path) {
+            Ok(mut f) => {
+                f.read_to_end(&mut bytes).map_err(io_error(&path))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                write_atomically(dir, FILE, LOG_MAGIC)?;
+                bytes = LOG_MAGIC.to_vec();
+            }
+            Err(e) => return Err(io_error(&path)(e)),
+        }
+        let (image, valid) = parse(&bytes, &path)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        // New frames follow the last whole one.
+        file.set_len(valid as u64).map_err(io_error(&path))?;
+        file.sync_all().map_err(io_error(&path))?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        Ok(CellLog {
+            inner: Arc::new(Mutex::new(Inner {
+                dir: dir.to_path_buf(),
+                file,
+                len: valid as u64,
+                image,
+            })),
+        })
+    }
+
+    /// Whether nothing was ever written: no entry, no vote, no purge.
+    pub fn is_empty(&self) -> bool {
+        let inner = self.image();
+        inner.image.entries.is_empty() && inner.image.vote.is_none() && inner.image.purged.is_none()
+    }
+
+    /// Runs `f` on the file's state on the blocking pool: it may fsync.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Inner) -> Result<T, StorageError<NodeId>> + Send + 'static,
+    ) -> Result<T, StorageError<NodeId>> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&mut inner.lock().expect("log lock")))
+            .await
+            .map_err(io_failed)?
+    }
+
+    fn image(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("log lock")
+    }
+}
+
+impl RaftLogReader<CellTypes> for CellLog {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<CellEntry>, StorageError<NodeId>> {
+        Ok(self
+            .image()
+            .image
+            .entries
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<CellTypes> for CellLog {
+    type LogReader = CellLog;
+
+    async fn get_log_state(&mut self) -> Result<LogState<CellTypes>, StorageError<NodeId>> {
+        let inner = self.image();
+        let purged = inner.image.purged;
+        let last = inner
+            .image
+            .entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id)
+            .or(purged);
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let vote = *vote;
+        self.with(move |inner| {
+            inner
+                .write(LogOp::Vote(vote))
+                .map_err(|e| StorageIOError::write_vote(AnyError::error(e.to_string())).into())
+        })
+        .await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        Ok(self.image().image.vote)
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        self.with(move |inner| inner.write(LogOp::Committed(committed)).map_err(io_failed))
+            .await
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self.image().image.committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<CellTypes>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = CellEntry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<CellEntry> = entries.into_iter().collect();
+        let written = self
+            .with(move |inner| Ok(inner.write(LogOp::Entries(entries))))
+            .await?;
+        let failed = written.as_ref().err().map(io_failed);
+        callback.log_io_completed(written);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.with(move |inner| {
+            inner
+                .write(LogOp::Truncate(log_id.index))
+                .map_err(io_failed)
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.with(move |inner| {
+            inner.write(LogOp::Purge(log_id)).map_err(io_failed)?;
+            inner.maybe_rewrite().map_err(io_failed)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use crate::cell::Proposal;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-cell-log-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn entry(index: u64) -> CellEntry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Proposal::NewEpoch { node: index }),
+        }
+    }
+
+    fn write(log: &CellLog, op: LogOp) {
+        log.image().write(op).unwrap();
+    }
+
+    fn indexes(log: &CellLog) -> Vec<u64> {
+        log.image().image.entries.keys().copied().collect()
+    }
+
+    // CELL-2: what was written survives a reopen, vote and commit point
+    // included, with truncations and purges applied.
+    #[test]
+    fn a_reopened_log_holds_what_was_written() {
+        let dir = dir("reopen");
+        let log = CellLog::open(&dir).unwrap();
+        write(&log, LogOp::Entries((1..=5).map(entry).collect()));
+        write(&log, LogOp::Truncate(4));
+        write(&log, LogOp::Purge(entry(1).log_id));
+        let vote = Vote::new_committed(3, 2);
+        write(&log, LogOp::Vote(vote));
+        write(&log, LogOp::Committed(Some(entry(3).log_id)));
+        drop(log);
+        let log = CellLog::open(&dir).unwrap();
+        assert_eq!(indexes(&log), vec![2, 3]);
+        let inner = log.image();
+        assert_eq!(inner.image.vote, Some(vote));
+        assert_eq!(inner.image.committed, Some(entry(3).log_id));
+        assert_eq!(inner.image.purged, Some(entry(1).log_id));
+    }
+
+    // CELL-2: a crash mid-write leaves a torn last frame, never
+    // acknowledged: it is cut, and the log goes on after the last whole one.
+    #[test]
+    fn a_torn_last_frame_is_cut() {
+        let dir = dir("torn");
+        let log = CellLog::open(&dir).unwrap();
+        write(&log, LogOp::Entries(vec![entry(1)]));
+        write(&log, LogOp::Entries(vec![entry(2)]));
+        drop(log);
+        let path = dir.join(FILE);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(len - 3).unwrap();
+        drop(file);
+        let log = CellLog::open(&dir).unwrap();
+        assert_eq!(indexes(&log), vec![1]);
+        write(&log, LogOp::Entries(vec![entry(2)]));
+        drop(log);
+        assert_eq!(indexes(&CellLog::open(&dir).unwrap()), vec![1, 2]);
+    }
+
+    // CELL-2: damage with whole frames after it hit data that was fsynced
+    // and acknowledged: the member refuses to start on it.
+    #[test]
+    fn damage_before_the_last_frame_is_refused() {
+        let dir = dir("damaged");
+        let log = CellLog::open(&dir).unwrap();
+        write(&log, LogOp::Entries(vec![entry(1)]));
+        write(&log, LogOp::Entries(vec![entry(2)]));
+        drop(log);
+        let path = dir.join(FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[LOG_MAGIC.len() + FRAME_HEAD + 1] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = CellLog::open(&dir).unwrap_err().to_string();
+        assert!(error.contains("damaged"), "{error}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_raft_log_is_refused() {
+        let dir = dir("foreign");
+        std::fs::write(dir.join(FILE), b"something else entirely").unwrap();
+        let error = CellLog::open(&dir).unwrap_err().to_string();
+        assert!(error.contains("not a Raft log"), "{error}");
+    }
+
+    // Purges that leave most of the file dead rewrite it as the live log,
+    // which reopens to the same log.
+    #[test]
+    fn a_mostly_purged_log_is_rewritten_smaller() {
+        let dir = dir("rewrite");
+        let log = CellLog::open(&dir).unwrap();
+        let big = |index: u64| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Proposal::Commands {
+                epoch: 1,
+                commands: vec![(
+                    crate::time::Millis::ZERO,
+                    crate::state::Command::CancelWait {
+                        key: "k".repeat(64 << 10),
+                        ticket: index,
+                    },
+                )],
+            }),
+        };
+        for index in 1..=100 {
+            write(&log, LogOp::Entries(vec![big(index)]));
+        }
+        let before = log.image().len;
+        {
+            let mut inner = log.image();
+            inner.write(LogOp::Purge(big(95).log_id)).unwrap();
+            inner.maybe_rewrite().unwrap();
+        }
+        let after = log.image().len;
+        assert!(after < before / 10, "{before} -> {after}");
+        write(&log, LogOp::Entries(vec![big(101)]));
+        drop(log);
+        let log = CellLog::open(&dir).unwrap();
+        assert_eq!(indexes(&log), (96..=101).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,308 @@
+//! The state machine the cell's log drives, on every member alike: the
+//! master's durable state (`State`), the cell's epoch, and master time as
+//! the log last carried it (SPEC `CELL-3`).
+//!
+//! Applying is deterministic: a command applies at the master time it
+//! carries, an epoch is the one before plus one, and a deposed master's
+//! commands (an epoch that is no longer the cell's) change nothing. So
+//! every member that applied the same entries holds the same replica.
+//!
+//! Snapshots are durable in `raft-snapshot` (magic, length, CRC-32, body),
+//! written atomically before openraft is told of them: the log is purged
+//! only up to a snapshot that a crash cannot take back.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    AnyError, BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
+    StorageError, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{CellTypes, NodeId, Outcome, Proposal};
+use crate::state::{Bounds, State};
+use crate::store::{corrupt, decode, encode, io_error, write_atomically, StoreError};
+use crate::time::Millis;
+
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP01";
+const FILE: &str = "raft-snapshot";
+
+/// One member's copy of what the log has made of the state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Replica {
+    pub state: State,
+    /// The epoch of the cell's current master (0 before the first).
+    pub epoch: u64,
+    /// The latest master time a command carried.
+    pub now: Millis,
+    /// The last entry applied.
+    pub applied: Option<LogId<NodeId>>,
+    pub membership: StoredMembership<NodeId, BasicNode>,
+}
+
+impl Replica {
+    fn new(bounds: Bounds) -> Self {
+        Replica {
+            state: State::new(bounds),
+            epoch: 0,
+            now: Millis::ZERO,
+            applied: None,
+            membership: StoredMembership::default(),
+        }
+    }
+
+    /// Applies one entry of the log.
+    fn apply(&mut self, entry: Entry<CellTypes>) -> Outcome {
+        self.applied = Some(entry.log_id);
+        match entry.payload {
+            EntryPayload::Blank => Outcome::Nothing,
+            EntryPayload::Membership(membership) => {
+                self.membership = StoredMembership::new(Some(entry.log_id), membership);
+                Outcome::Nothing
+            }
+            EntryPayload::Normal(Proposal::NewEpoch { .. }) => {
+                self.epoch += 1;
+                Outcome::Epoch(self.epoch)
+            }
+            EntryPayload::Normal(Proposal::Commands { epoch, commands }) => {
+                if epoch != self.epoch {
+                    return Outcome::Commands { applied: false };
+                }
+                for (at, command) in commands {
+                    // Only commands that succeeded on the master were
+                    // proposed; the state machine is deterministic, so
+                    // they succeed here too.
+                    if let Err(e) = self.state.apply(command, at).0 {
+                        tracing::warn!(error = %e, "a replicated command failed to apply");
+                    }
+                    self.now = self.now.max(at);
+                }
+                Outcome::Commands { applied: true }
+            }
+        }
+    }
+}
+
+/// A snapshot as stored and sent: its metadata and the encoded replica.
+#[derive(Debug, Clone)]
+struct Stored {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    /// The limits this member enforces: a received state takes them.
+    bounds: Bounds,
+    replica: Replica,
+    snapshot: Option<Stored>,
+    /// Snapshots built so far, for their ids.
+    built: u64,
+}
+
+/// The state machine of one member. Cheap to clone: clones share it.
+#[derive(Debug, Clone)]
+pub struct CellMachine {
+    inner: Arc<Mutex<Inner>>,
+    applied: watch::Sender<Option<LogId<NodeId>>>,
+}
+
+fn sm_failed(e: impl std::fmt::Display) -> StorageError<NodeId> {
+    StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
+}
+
+fn snapshot_file(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Vec<u8> {
+    let body = encode(&(meta, data));
+    let mut bytes = SNAPSHOT_MAGIC.to_vec();
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+fn read_snapshot(path: &Path) -> Result<Option<Stored>, StoreError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path)(e)),
+    };
+    if bytes.len() < 20 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return Err(corrupt(path, "not a cell snapshot (bad magic)"));
+    }
+    let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    let body = &bytes[20..];
+    if body.len() != len || crc32fast::hash(body) != crc {
+        return Err(corrupt(
+            path,
+            "the cell snapshot fails its length or checksum",
+        ));
+    }
+    let (meta, data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(body)
+        .map_err(|e| corrupt(path, format!("the cell snapshot does not decode: {e}")))?;
+    Ok(Some(Stored { meta, data }))
+}
+
+impl CellMachine {
+    /// The state machine of the member whose data directory is `dir`
+    /// (locked by the caller): its last snapshot, or an empty state.
+    /// openraft applies the log's committed entries after it.
+    pub fn open(dir: &Path, bounds: Bounds) -> Result<CellMachine, StoreError> {
+        let path = dir.join(FILE);
+        let snapshot = read_snapshot(&path)?;
+        let replica = match &snapshot {
+            Some(stored) => {
+                let mut replica: Replica = decode(&stored.data).map_err(|e| {
+                    corrupt(
+                        &path,
+                        format!("the cell snapshot's state does not decode: {e}"),
+                    )
+                })?;
+                replica.state.set_bounds(bounds.clone());
+                replica
+            }
+            None => Replica::new(bounds.clone()),
+        };
+        let (applied, _) = watch::channel(replica.applied);
+        Ok(CellMachine {
+            inner: Arc::new(Mutex::new(Inner {
+                dir: dir.to_path_buf(),
+                bounds,
+                replica,
+                snapshot,
+                built: 0,
+            })),
+            applied,
+        })
+    }
+
+    /// A copy of the replica as it stands.
+    pub fn replica(&self) -> Replica {
+        self.lock().replica.clone()
+    }
+
+    /// Follows the last applied entry.
+    pub fn applied(&self) -> watch::Receiver<Option<LogId<NodeId>>> {
+        self.applied.subscribe()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("state machine lock")
+    }
+
+    /// Makes `stored` the current snapshot, durable first.
+    async fn keep(&self, stored: Stored) -> Result<(), StorageError<NodeId>> {
+        let dir = self.lock().dir.clone();
+        let bytes = snapshot_file(&stored.meta, &stored.data);
+        tokio::task::spawn_blocking(move || write_atomically(&dir, FILE, &bytes))
+            .await
+            .map_err(sm_failed)?
+            .map_err(sm_failed)?;
+        self.lock().snapshot = Some(stored);
+        Ok(())
+    }
+}
+
+impl RaftSnapshotBuilder<CellTypes> for CellMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<CellTypes>, StorageError<NodeId>> {
+        let stored = {
+            let mut inner = self.lock();
+            inner.built += 1;
+            let replica = &inner.replica;
+            let meta = SnapshotMeta {
+                last_log_id: replica.applied,
+                last_membership: replica.membership.clone(),
+                snapshot_id: format!("{}-{}", replica.applied.map_or(0, |l| l.index), inner.built),
+            };
+            Stored {
+                meta,
+                data: encode(replica),
+            }
+        };
+        self.keep(stored.clone()).await?;
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        })
+    }
+}
+
+impl RaftStateMachine<CellTypes> for CellMachine {
+    type SnapshotBuilder = CellMachine;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>>
+    {
+        let inner = self.lock();
+        Ok((inner.replica.applied, inner.replica.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<CellTypes>> + Send,
+        I::IntoIter: Send,
+    {
+        let (outcomes, applied) = {
+            let mut inner = self.lock();
+            let outcomes: Vec<Outcome> = entries
+                .into_iter()
+                .map(|entry| inner.replica.apply(entry))
+                .collect();
+            (outcomes, inner.replica.applied)
+        };
+        self.applied.send_replace(applied);
+        Ok(outcomes)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        let mut replica: Replica = decode(&data).map_err(|e| {
+            StorageError::from(StorageIOError::read_snapshot(
+                Some(meta.signature()),
+                AnyError::error(e),
+            ))
+        })?;
+        self.keep(Stored {
+            meta: meta.clone(),
+            data,
+        })
+        .await?;
+        let applied = {
+            let mut inner = self.lock();
+            replica.state.set_bounds(inner.bounds.clone());
+            inner.replica = replica;
+            inner.replica.applied
+        };
+        self.applied.send_replace(applied);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<CellTypes>>, StorageError<NodeId>> {
+        Ok(self.lock().snapshot.clone().map(|stored| Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        }))
+    }
+}

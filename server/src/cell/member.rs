@@ -1,0 +1,204 @@
+//! One member of a cell: its data directory, its Raft, and the peer side
+//! of its listener.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures::StreamExt;
+use openraft::{BasicNode, Raft};
+use tokio_util::codec::Framed;
+
+use super::log::CellLog;
+use super::machine::CellMachine;
+use super::network::{self, CellNetwork, Dialer, PeerHello, PeerStream};
+use super::{CellTypes, NodeId};
+use crate::state::Bounds;
+use crate::store::StoreError;
+
+/// Raft's timers (SPEC `CELL-5`). The master lease is derived from the
+/// election timeout, so every member of a cell must use the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat: Duration,
+    /// A follower that heard nothing from the leader for a time drawn
+    /// between these stands for election.
+    pub election_min: Duration,
+    pub election_max: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat: Duration::from_millis(100),
+            election_min: Duration::from_millis(500),
+            election_max: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// Who a member is and who its peers are.
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    /// The cell's id: peers of another cell are refused.
+    pub cell: String,
+    pub id: NodeId,
+    /// Every member's address as the others reach it, this one included.
+    pub members: BTreeMap<NodeId, String>,
+    pub data_dir: PathBuf,
+    pub timing: Timing,
+}
+
+/// Why a member could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the cell's settings do not work: {0}")]
+    Config(String),
+    #[error("the cell's engine failed: {0}")]
+    Engine(String),
+}
+
+/// A running member.
+#[derive(Clone)]
+pub struct Member {
+    pub(crate) config: MemberConfig,
+    pub(crate) raft: Raft<CellTypes>,
+    pub(crate) machine: CellMachine,
+}
+
+impl Member {
+    /// Opens the member's data directory (log, vote, snapshot) and starts
+    /// its Raft. A member whose log is empty proposes the configured
+    /// members as the cell's first membership; the others' logs say who
+    /// they are. The start waits one maximum election timeout first: a
+    /// member that restarts must not vote before the lease it may have
+    /// promised a leader has run out (SPEC `CELL-5`).
+    pub async fn start(
+        config: MemberConfig,
+        bounds: Bounds,
+        dialer: Arc<dyn Dialer>,
+    ) -> Result<Member, MemberError> {
+        if !config.members.contains_key(&config.id) {
+            return Err(MemberError::Config(format!(
+                "member {} is not among the cell's members {:?}",
+                config.id,
+                config.members.keys().collect::<Vec<_>>()
+            )));
+        }
+        let timing = config.timing;
+        let raft_config = openraft::Config {
+            cluster_name: config.cell.clone(),
+            heartbeat_interval: timing.heartbeat.as_millis() as u64,
+            election_timeout_min: timing.election_min.as_millis() as u64,
+            election_timeout_max: timing.election_max.as_millis() as u64,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1024),
+            max_in_snapshot_log_to_keep: 256,
+            max_payload_entries: 64,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| MemberError::Config(e.to_string()))?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(crate::store::io_error(&config.data_dir))?;
+        let log = CellLog::open(&config.data_dir)?;
+        let machine = CellMachine::open(&config.data_dir, bounds)?;
+        let fresh = log.is_empty();
+        tokio::time::sleep(timing.election_max).await;
+        let network = CellNetwork::new(config.cell.clone(), config.id, dialer);
+        let raft = Raft::new(
+            config.id,
+            Arc::new(raft_config),
+            network,
+            log,
+            machine.clone(),
+        )
+        .await
+        .map_err(|e| MemberError::Engine(e.to_string()))?;
+        if fresh {
+            let members: BTreeMap<NodeId, BasicNode> = config
+                .members
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode::new(addr)))
+                .collect();
+            // Every fresh member proposes the same first membership; the
+            // engine takes it once and the others' proposals are moot.
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!(error = %e, "the cell was initialized already");
+            }
+        }
+        Ok(Member {
+            config,
+            raft,
+            machine,
+        })
+    }
+
+    /// The Raft of this member.
+    pub fn raft(&self) -> &Raft<CellTypes> {
+        &self.raft
+    }
+
+    /// The state machine of this member.
+    pub fn machine(&self) -> &CellMachine {
+        &self.machine
+    }
+
+    /// Serves a peer's connection after its hello ([`first_frame`]).
+    pub async fn serve_peer<S: PeerStream>(
+        &self,
+        framed: Framed<S, tokio_util::codec::LengthDelimitedCodec>,
+        hello: PeerHello,
+    ) {
+        network::serve(
+            framed,
+            hello,
+            &self.config.cell,
+            self.config.id,
+            self.raft.clone(),
+        )
+        .await
+    }
+
+    /// Stops this member's Raft.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// Reads a connection's first frame, refusing one longer than `max`
+/// before reading it (a client's limit: both hellos are small), and, if
+/// it is a peer's hello, returns the framed stream, now taking peer-sized
+/// frames, and the hello; a client's first frame comes back as bytes, to
+/// be served as a client's connection.
+pub async fn first_frame<S: PeerStream>(stream: S, max: usize) -> std::io::Result<FirstFrame<S>> {
+    let mut codec = network::codec();
+    codec.set_max_frame_length(max);
+    let mut framed = Framed::new(stream, codec);
+    let Some(first) = framed.next().await else {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    };
+    let first: BytesMut = first?;
+    match PeerHello::parse(&first) {
+        Some(Ok(hello)) => {
+            framed
+                .codec_mut()
+                .set_max_frame_length(network::MAX_PEER_FRAME);
+            Ok(FirstFrame::Peer(framed, hello))
+        }
+        Some(Err(e)) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        None => Ok(FirstFrame::Client(framed, first)),
+    }
+}
+
+/// What a connection's first frame said it is.
+pub enum FirstFrame<S> {
+    Peer(
+        Framed<S, tokio_util::codec::LengthDelimitedCodec>,
+        PeerHello,
+    ),
+    Client(Framed<S, tokio_util::codec::LengthDelimitedCodec>, BytesMut),
+}

@@ -1,0 +1,78 @@
+//! The replicated cell: several members keep the same log of commands
+//! through Raft (openraft), and the member that leads it, while a quorum
+//! keeps acknowledging it, is the master (SPEC "The cell").
+//!
+//! openraft replicates and orders; everything Chubby adds is ours: the
+//! master lease, epochs taken through the log, and the conservative lease a
+//! new master gives every session. This module is the seam: the engine's
+//! types stop here, and the state machine (`State::apply(command, now)`)
+//! never sees them.
+//!
+//! - `log.rs`: the Raft log and vote, durable in the member's data
+//!   directory with the single master's crash discipline.
+//! - `machine.rs`: the state machine the log drives, and its snapshots.
+//! - `network.rs`: Raft's traffic between members, on the client port.
+//! - `member.rs`: one member: its data directory, its Raft, its peers.
+
+// openraft's error types are large, and its traits return them by value.
+#![allow(clippy::result_large_err)]
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::Command;
+use crate::time::Millis;
+
+mod log;
+mod machine;
+mod member;
+mod network;
+#[cfg(test)]
+mod tests;
+
+pub use log::CellLog;
+pub use machine::{CellMachine, Replica};
+pub use member::{first_frame, FirstFrame, Member, MemberConfig, MemberError, Timing};
+pub use network::{
+    CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, TcpDialer, MAX_PEER_FRAME, PEER_MAGIC,
+};
+
+/// A member's id within its cell.
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// The cell's Raft types: proposals carry the master's commands.
+    pub CellTypes:
+        D = Proposal,
+        R = Outcome,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+);
+
+/// What a master puts in the cell's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Proposal {
+    /// The proposing member's master takes the next epoch (`CELL-3`): the
+    /// state machine assigns it, so epochs rise with the log whatever the
+    /// Raft term.
+    NewEpoch { node: NodeId },
+    /// Commands a master applied, in order, each at its master time.
+    /// Applied only while `epoch` is the cell's: a deposed master's
+    /// commands change nothing, on every member alike.
+    Commands {
+        epoch: u64,
+        commands: Vec<(Millis, Command)>,
+    },
+}
+
+/// What applying a proposal did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The epoch a `NewEpoch` assigned.
+    Epoch(u64),
+    /// Whether the commands were applied (their epoch was the cell's).
+    Commands { applied: bool },
+    /// A blank or membership entry.
+    Nothing,
+}

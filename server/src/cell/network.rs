@@ -1,0 +1,309 @@
+//! Raft traffic between members (SPEC `CELL-4`): frames of a 4-byte
+//! big-endian length and a body, on the same port clients use. A peer's
+//! first frame starts with `LHCELL01`, which no client's `Hello` can (a
+//! client's first byte is a message kind, 0), then names the cell and the
+//! two members; a member answers only a peer of its own cell that
+//! addresses it by its id, so two cells on one machine never mix.
+//!
+//! Each member keeps one connection per (target, purpose) openraft asks
+//! for, made when first used and again after any failure; requests on it
+//! go one at a time, each bounded by the deadline openraft gives.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use super::{CellTypes, NodeId};
+use crate::store::{decode, encode};
+
+/// The first bytes of a peer's first frame.
+pub const PEER_MAGIC: &[u8; 8] = b"LHCELL01";
+/// The largest peer frame: a batch of entries or a snapshot chunk.
+pub const MAX_PEER_FRAME: usize = 64 << 20;
+
+/// A byte stream to another member.
+pub trait PeerStream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> PeerStream for T {}
+
+/// The future a [`Dialer`] returns.
+pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<Box<dyn PeerStream>>> + Send>>;
+
+/// Opens connections to other members: TCP in a real cell, a simulated
+/// network in a simulation.
+pub trait Dialer: Send + Sync + 'static {
+    fn dial(&self, addr: &str) -> DialFuture;
+}
+
+/// Dials over TCP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpDialer;
+
+impl Dialer for TcpDialer {
+    fn dial(&self, addr: &str) -> DialFuture {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            Ok(Box::new(stream) as Box<dyn PeerStream>)
+        })
+    }
+}
+
+/// Who a peer says it is, after the magic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerHello {
+    pub cell: String,
+    pub from: NodeId,
+    pub to: NodeId,
+}
+
+impl PeerHello {
+    fn frame(&self) -> Bytes {
+        let mut body = PEER_MAGIC.to_vec();
+        body.extend(encode(self));
+        body.into()
+    }
+
+    /// The hello in a first frame, if it is a peer's. `None`: a client's.
+    pub(crate) fn parse(first: &[u8]) -> Option<Result<PeerHello, String>> {
+        let rest = first.strip_prefix(PEER_MAGIC)?;
+        Some(decode(rest))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum PeerRequest {
+    Append(AppendEntriesRequest<CellTypes>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<CellTypes>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum PeerResponse {
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    /// The hello was refused: another cell, or another member's id.
+    Refused(String),
+}
+
+pub(crate) fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_PEER_FRAME)
+        .new_codec()
+}
+
+/// Serves one peer's connection after its hello: each request goes to
+/// this member's Raft, each answer back, until the peer hangs up.
+pub(crate) async fn serve<S: PeerStream>(
+    mut framed: Framed<S, LengthDelimitedCodec>,
+    hello: PeerHello,
+    cell: &str,
+    me: NodeId,
+    raft: openraft::Raft<CellTypes>,
+) {
+    let refusal = if hello.cell != cell {
+        Some(format!(
+            "this member belongs to cell {cell:?}, not {:?}",
+            hello.cell
+        ))
+    } else if hello.to != me {
+        Some(format!("this member is {me}, not {}", hello.to))
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        tracing::warn!(from = hello.from, %reason, "peer refused");
+        let _ = framed
+            .send(Bytes::from(encode(&PeerResponse::Refused(reason))))
+            .await;
+        return;
+    }
+    while let Some(Ok(frame)) = framed.next().await {
+        let request: PeerRequest = match decode(&frame) {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::warn!(from = hello.from, error = %e, "malformed peer frame");
+                return;
+            }
+        };
+        let response = match request {
+            PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
+            PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+            PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
+        };
+        if framed.send(Bytes::from(encode(&response))).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Makes the connections openraft asks for.
+#[derive(Clone)]
+pub struct CellNetwork {
+    cell: String,
+    me: NodeId,
+    dialer: Arc<dyn Dialer>,
+}
+
+impl CellNetwork {
+    pub fn new(cell: impl Into<String>, me: NodeId, dialer: Arc<dyn Dialer>) -> Self {
+        CellNetwork {
+            cell: cell.into(),
+            me,
+            dialer,
+        }
+    }
+}
+
+impl RaftNetworkFactory<CellTypes> for CellNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            hello: PeerHello {
+                cell: self.cell.clone(),
+                from: self.me,
+                to: target,
+            },
+            addr: node.addr.clone(),
+            dialer: self.dialer.clone(),
+            conn: None,
+        }
+    }
+}
+
+/// One connection to one member.
+pub struct PeerClient {
+    hello: PeerHello,
+    addr: String,
+    dialer: Arc<dyn Dialer>,
+    conn: Option<Framed<Box<dyn PeerStream>, LengthDelimitedCodec>>,
+}
+
+/// Why a call to a peer got no answer.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("cannot reach member {0}: {1}")]
+    Unreachable(NodeId, io::Error),
+    #[error("member {0} went silent: {1}")]
+    Lost(NodeId, String),
+}
+
+impl PeerClient {
+    async fn exchange(&mut self, request: &PeerRequest) -> Result<PeerResponse, CallError> {
+        let target = self.hello.to;
+        if self.conn.is_none() {
+            let stream = self
+                .dialer
+                .dial(&self.addr)
+                .await
+                .map_err(|e| CallError::Unreachable(target, e))?;
+            let mut framed = Framed::new(stream, codec());
+            framed
+                .send(self.hello.frame())
+                .await
+                .map_err(|e| CallError::Unreachable(target, e))?;
+            self.conn = Some(framed);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        let lost = |e: String| CallError::Lost(target, e);
+        conn.send(Bytes::from(encode(request)))
+            .await
+            .map_err(|e| lost(e.to_string()))?;
+        let frame = conn
+            .next()
+            .await
+            .ok_or_else(|| lost("the connection closed".into()))?
+            .map_err(|e| lost(e.to_string()))?;
+        match decode(&frame).map_err(lost)? {
+            PeerResponse::Refused(reason) => Err(lost(format!("refused: {reason}"))),
+            response => Ok(response),
+        }
+    }
+
+    /// Sends `request` and waits at most `option`'s deadline for the
+    /// answer. A connection that failed is dropped, to be made again.
+    async fn call<E: std::error::Error>(
+        &mut self,
+        request: PeerRequest,
+        option: &RPCOption,
+    ) -> Result<PeerResponse, RPCError<NodeId, BasicNode, E>> {
+        let answered = tokio::time::timeout(option.hard_ttl(), self.exchange(&request)).await;
+        let failed = match answered {
+            Ok(Ok(response)) => return Ok(response),
+            Ok(Err(e)) => e,
+            Err(_) => CallError::Lost(self.hello.to, "no answer in time".into()),
+        };
+        self.conn = None;
+        Err(match failed {
+            e @ CallError::Unreachable(..) => RPCError::Unreachable(Unreachable::new(&e)),
+            e @ CallError::Lost(..) => RPCError::Network(NetworkError::new(&e)),
+        })
+    }
+
+    fn unexpected<E: std::error::Error>(&self) -> RPCError<NodeId, BasicNode, E> {
+        let e = CallError::Lost(self.hello.to, "answered another request".into());
+        RPCError::Network(NetworkError::new(&e))
+    }
+}
+
+impl RaftNetwork<CellTypes> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<CellTypes>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self.call(PeerRequest::Append(rpc), &option).await? {
+            PeerResponse::Append(answer) => {
+                answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<CellTypes>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self.call(PeerRequest::Snapshot(rpc), &option).await? {
+            PeerResponse::Snapshot(answer) => {
+                answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self.call(PeerRequest::Vote(rpc), &option).await? {
+            PeerResponse::Vote(answer) => {
+                answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! A three-member cell in one process, on loopback TCP.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+
+use super::*;
+use crate::state::Bounds;
+use crate::store::encode;
+
+struct Cell {
+    members: BTreeMap<NodeId, Member>,
+    listeners: BTreeMap<NodeId, tokio::task::JoinHandle<()>>,
+    _dirs: Vec<PathGuard>,
+}
+
+struct PathGuard(std::path::PathBuf);
+impl Drop for PathGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn timing() -> Timing {
+    Timing {
+        heartbeat: Duration::from_millis(50),
+        election_min: Duration::from_millis(300),
+        election_max: Duration::from_millis(600),
+    }
+}
+
+async fn accept(listener: tokio::net::TcpListener, member: Member) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let member = member.clone();
+        tokio::spawn(async move {
+            if let Ok(FirstFrame::Peer(framed, hello)) = first_frame(stream, 1 << 20).await {
+                member.serve_peer(framed, hello).await;
+            }
+        });
+    }
+}
+
+async fn cell(name: &str, size: u64) -> Cell {
+    let mut listeners = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=size {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.insert(id, l.local_addr().unwrap().to_string());
+        listeners.insert(id, l);
+    }
+    let mut dirs = Vec::new();
+    let mut starting = Vec::new();
+    for id in 1..=size {
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-cell-{name}-{}-{id}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dirs.push(PathGuard(dir.clone()));
+        let config = MemberConfig {
+            cell: format!("test-{name}"),
+            id,
+            members: addrs.clone(),
+            data_dir: dir,
+            timing: timing(),
+        };
+        starting.push(tokio::spawn(Member::start(
+            config,
+            Bounds::from(&crate::Config::default()),
+            Arc::new(TcpDialer),
+        )));
+    }
+    let mut members = BTreeMap::new();
+    let mut tasks = BTreeMap::new();
+    for (id, start) in (1..=size).zip(starting) {
+        let member = start.await.unwrap().unwrap();
+        let listener = listeners.remove(&id).unwrap();
+        tasks.insert(id, tokio::spawn(accept(listener, member.clone())));
+        members.insert(id, member);
+    }
+    Cell {
+        members,
+        listeners: tasks,
+        _dirs: dirs,
+    }
+}
+
+/// Waits (up to a deadline far beyond any election) until `f` holds.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Cell {
+    fn leader(&self) -> Option<NodeId> {
+        self.members.iter().find_map(|(id, m)| {
+            let metrics = m.raft.metrics().borrow().clone();
+            (metrics.state == ServerState::Leader).then_some(*id)
+        })
+    }
+
+    async fn stop(&mut self, id: NodeId) {
+        self.listeners.remove(&id).unwrap().abort();
+        let member = self.members.remove(&id).unwrap();
+        member.shutdown().await;
+    }
+}
+
+// CELL-3: every member applies the same entries to the same replica, and
+// a new leader's epoch is above the last one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_hold_identical_replicas_and_a_new_leader_takes_a_higher_epoch() {
+    let mut cell = cell("replicas", 3).await;
+    eventually("a leader", || cell.leader().is_some()).await;
+    let leader = cell.leader().unwrap();
+    let raft = cell.members[&leader].raft.clone();
+    let first = raft
+        .client_write(Proposal::NewEpoch { node: leader })
+        .await
+        .unwrap();
+    assert_eq!(first.data, Outcome::Epoch(1));
+    let command = crate::state::Command::CancelWait {
+        key: "kv/a".into(),
+        ticket: 7,
+    };
+    let applied = raft
+        .client_write(Proposal::Commands {
+            epoch: 1,
+            commands: vec![(crate::time::Millis::from_millis(5), command.clone())],
+        })
+        .await
+        .unwrap();
+    assert_eq!(applied.data, Outcome::Commands { applied: true });
+    let index = applied.log_id.index;
+    eventually("every member applied the commands", || {
+        cell.members
+            .values()
+            .all(|m| m.machine.replica().applied.map(|l| l.index) >= Some(index))
+    })
+    .await;
+    let images: Vec<Vec<u8>> = cell
+        .members
+        .values()
+        .map(|m| encode(&m.machine.replica()))
+        .collect();
+    assert!(images.windows(2).all(|w| w[0] == w[1]));
+
+    cell.stop(leader).await;
+    eventually("another leader", || cell.leader().is_some()).await;
+    let next = cell.leader().unwrap();
+    assert_ne!(next, leader);
+    let raft = cell.members[&next].raft.clone();
+    let second = raft
+        .client_write(Proposal::NewEpoch { node: next })
+        .await
+        .unwrap();
+    assert_eq!(second.data, Outcome::Epoch(2));
+    // A deposed master's commands change nothing.
+    let stale = raft
+        .client_write(Proposal::Commands {
+            epoch: 1,
+            commands: vec![(crate::time::Millis::from_millis(9), command)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(stale.data, Outcome::Commands { applied: false });
+    let replica = cell.members[&next].machine.replica();
+    assert_eq!(replica.now, crate::time::Millis::from_millis(5));
+}
