@@ -253,6 +253,39 @@ struct ServeArgs {
     /// How long a connection with no request in flight may stay silent.
     #[arg(long, value_parser = duration::parse, default_value = "5m")]
     idle_timeout: Duration,
+    /// Serve as a member of a replicated cell: every member's id and the
+    /// address the other members and clients reach it at, this one's
+    /// included, e.g. `1=10.0.0.1:7171,2=10.0.0.2:7171,3=10.0.0.3:7171`.
+    /// Without it, serve is a single master.
+    #[arg(long, requires = "node", conflicts_with = "in_memory", value_parser = parse_cell)]
+    cell: Option<std::collections::BTreeMap<u64, String>>,
+    /// This member's id in --cell.
+    #[arg(long, requires = "cell")]
+    node: Option<u64>,
+    /// The cell's name: members of another cell are refused as peers.
+    #[arg(long, default_value = "leasehold")]
+    cell_id: String,
+}
+
+/// `1=HOST:PORT,2=HOST:PORT,...`
+fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut members = std::collections::BTreeMap::new();
+    for member in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        let (id, addr) = member
+            .split_once('=')
+            .ok_or_else(|| format!("{member:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{id:?} in {member:?} is not a member id (a number)"))?;
+        if members.insert(id, addr.trim().to_string()).is_some() {
+            return Err(format!("member {id} is named twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("a cell has one member at least".into());
+    }
+    Ok(members)
 }
 
 #[derive(Subcommand)]
@@ -538,6 +571,9 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     // Checked before the data directory is opened, which may create it or
     // cut a torn log tail: a refused configuration leaves it untouched.
     config.validate()?;
+    if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
+        return serve_member(args, config, members, node, listen, from).await;
+    }
     let data_dir = (!args.in_memory).then_some(&args.data_dir);
     let server = match data_dir {
         Some(dir) => {
@@ -567,5 +603,53 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
         );
     }
     server.serve(listener, stop).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `serve --cell ... --node ID`: one member of a replicated cell.
+async fn serve_member(
+    args: ServeArgs,
+    config: leasehold_server::Config,
+    members: std::collections::BTreeMap<u64, String>,
+    node: u64,
+    listen: String,
+    from: &str,
+) -> anyhow::Result<ExitCode> {
+    if !members.contains_key(&node) {
+        anyhow::bail!(
+            "--node {node} is not among the members --cell names ({})",
+            members
+                .keys()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let member = leasehold_server::cell::MemberConfig {
+        cell: args.cell_id.clone(),
+        id: node,
+        members,
+        data_dir: args.data_dir.clone(),
+        timing: Default::default(),
+    };
+    let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
+    let stop = async move {
+        let signal = signal.await;
+        tracing::info!("{signal}: shutting down");
+    };
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}{from}"))?;
+    let addr = listener.local_addr()?;
+    println!("listening on {addr}");
+    tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
+    leasehold_server::cell::serve(
+        listener,
+        config,
+        member,
+        std::sync::Arc::new(leasehold_server::cell::TcpDialer),
+        stop,
+    )
+    .await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::session::{Session, SessionOptions};
-use crate::transport::{Connector, TcpConnector};
+use crate::transport::{CellConnector, Connector, TcpConnector};
 
 /// Settings of a [`Client`].
 #[derive(Clone)]
@@ -105,10 +105,11 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to the master at `addr` (`host:port`) over TCP. Fails at once
-    /// if it cannot be reached.
+    /// Connects to the master at `addr` (`host:port`) over TCP, or to the
+    /// master of the cell whose members `addr` lists, separated by commas
+    /// (`a:7171,b:7171,c:7171`). Fails at once if it cannot be reached.
     pub async fn connect(addr: impl Into<String>) -> Result<Client, ClientError> {
-        Client::with_connector(TcpConnector::new(addr), ClientConfig::default()).await
+        Client::connect_with(addr, ClientConfig::default()).await
     }
 
     /// Connects to the master at `addr` (`host:port`) over TCP with
@@ -117,6 +118,10 @@ impl Client {
         addr: impl Into<String>,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
+        let addr = addr.into();
+        if addr.contains(',') {
+            return Client::with_connector(CellConnector::parse(&addr), config).await;
+        }
         Client::with_connector(TcpConnector::new(addr), config).await
     }
 
@@ -181,6 +186,35 @@ impl Client {
 
     async fn open(&self, addr: &str) -> Result<Connection, ClientError> {
         let timeout = self.inner.config.connect_timeout;
+        let addr = addr.to_string();
+        // A member that is not the master names it (or says there is none
+        // now): go there, within the same time allowed (`CELL-7`).
+        let find = async {
+            loop {
+                match self.open_one(&addr, timeout).await {
+                    Err(ClientError::Redirected { master }) => {
+                        if master.is_none() {
+                            // An election is under way: give it a moment.
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        self.inner.connector.redirected(master.as_deref());
+                    }
+                    other => return other,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, find)
+            .await
+            .map_err(|_| ClientError::Connect {
+                addr: addr.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "timed out finding the cell's master",
+                ),
+            })?
+    }
+
+    async fn open_one(&self, addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
         let addr = addr.to_string();
         let open =
             async {

@@ -119,6 +119,9 @@ impl Connection {
             match reader.next().await {
                 Some(Ok(ServerFrame::Welcome(w))) => Ok(w),
                 Some(Ok(ServerFrame::Close(e))) => Err(ClientError::Closed(e)),
+                Some(Ok(ServerFrame::Redirect { master })) => {
+                    Err(ClientError::Redirected { master })
+                }
                 Some(Ok(other)) => Err(ClientError::Protocol(format!(
                     "expected Welcome, got {other:?}"
                 ))),
@@ -291,7 +294,9 @@ async fn read_replies(
                 }
             }
             Some(Ok(ServerFrame::Close(e))) => break Some(e),
-            Some(Ok(ServerFrame::Welcome(_))) | Some(Err(_)) | None => break None,
+            Some(Ok(ServerFrame::Welcome(_) | ServerFrame::Redirect { .. }))
+            | Some(Err(_))
+            | None => break None,
         }
     };
     fail_all(&pending, failure);

@@ -39,6 +39,13 @@ pub enum ClientError {
     /// The peer sent something this library cannot read.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The member reached is not the cell's master; `master` is where it
+    /// said the master is, if it knew (`CELL-7`). Nothing was sent.
+    #[error("not the cell's master (the master is {})", .master.as_deref().unwrap_or("not known now"))]
+    Redirected {
+        /// The master's address.
+        master: Option<String>,
+    },
     /// The session has expired; it can no longer be used.
     #[error("the session has expired")]
     SessionExpired,
@@ -62,7 +69,7 @@ impl ClientError {
     /// ```
     pub fn remedy(&self) -> Remedy {
         match self {
-            ClientError::Connect { .. } => Remedy::Reconnect,
+            ClientError::Connect { .. } | ClientError::Redirected { .. } => Remedy::Reconnect,
             ClientError::Disconnected | ClientError::Timeout(_) | ClientError::Interrupted(_) => {
                 Remedy::OutcomeUnknown
             }

@@ -77,7 +77,9 @@ pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};
 pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};
 pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
-pub use transport::{BoxTransport, ConnectFuture, Connector, TcpConnector, Transport};
+pub use transport::{
+    BoxTransport, CellConnector, ConnectFuture, Connector, TcpConnector, Transport,
+};
 
 // Compiles the README's examples, so the tour cannot drift from the API.
 #[doc = include_str!("../../README.md")]

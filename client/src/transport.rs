@@ -17,12 +17,18 @@ pub type BoxTransport = Box<dyn Transport>;
 /// The future a [`Connector`] returns.
 pub type ConnectFuture = Pin<Box<dyn Future<Output = io::Result<BoxTransport>> + Send>>;
 
-/// Opens connections to one server.
+/// Opens connections to one server, or to the members of a cell.
 pub trait Connector: Send + Sync + 'static {
     /// Opens a new connection.
     fn connect(&self) -> ConnectFuture;
     /// The server's address, for messages.
     fn addr(&self) -> String;
+    /// The member last connected to is not the cell's master; `master` is
+    /// where it said the master is, if it knew (`CELL-7`). The next
+    /// connect should go there, or to another member.
+    fn redirected(&self, master: Option<&str>) {
+        let _ = master;
+    }
 }
 
 /// Connects over TCP.
@@ -40,23 +46,85 @@ impl TcpConnector {
 
 impl Connector for TcpConnector {
     fn connect(&self) -> ConnectFuture {
-        let addr = self.addr.clone();
-        Box::pin(async move {
-            if !has_port(&addr) {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "the address has no port: write HOST:PORT, e.g. 127.0.0.1:7171",
-                ));
-            }
-            let stream = tokio::net::TcpStream::connect(addr).await?;
-            stream.set_nodelay(true)?;
-            Ok(Box::new(stream) as BoxTransport)
-        })
+        tcp(self.addr.clone())
     }
 
     fn addr(&self) -> String {
         self.addr.clone()
     }
+}
+
+/// Connects over TCP to the members of a cell: to the master a member
+/// named, else to each member in turn (`CELL-7`).
+///
+/// ```
+/// use leasehold::{CellConnector, Connector};
+///
+/// let cell = CellConnector::new(["127.0.0.1:7171", "127.0.0.1:7172"]);
+/// assert_eq!(cell.addr(), "127.0.0.1:7171,127.0.0.1:7172");
+/// ```
+#[derive(Debug)]
+pub struct CellConnector {
+    members: Vec<String>,
+    next: std::sync::atomic::AtomicUsize,
+    /// Where a member said the master is: tried next.
+    hint: std::sync::Mutex<Option<String>>,
+}
+
+impl CellConnector {
+    /// A connector for the members at `members` (`host:port` each).
+    pub fn new<S: Into<String>>(members: impl IntoIterator<Item = S>) -> Self {
+        CellConnector {
+            members: members.into_iter().map(Into::into).collect(),
+            next: Default::default(),
+            hint: Default::default(),
+        }
+    }
+
+    /// The members named in `addrs`, separated by commas.
+    pub fn parse(addrs: &str) -> Self {
+        CellConnector::new(
+            addrs
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(String::from),
+        )
+    }
+}
+
+impl Connector for CellConnector {
+    fn connect(&self) -> ConnectFuture {
+        let hinted = self.hint.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let addr = hinted.unwrap_or_else(|| {
+            let n = self.members.len().max(1);
+            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
+            self.members.get(i).cloned().unwrap_or_default()
+        });
+        tcp(addr)
+    }
+
+    fn addr(&self) -> String {
+        self.members.join(",")
+    }
+
+    fn redirected(&self, master: Option<&str>) {
+        *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = master.map(String::from);
+    }
+}
+
+fn tcp(addr: String) -> ConnectFuture {
+    Box::pin(async move {
+        if !has_port(&addr) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the address has no port: write HOST:PORT, e.g. 127.0.0.1:7171",
+            ));
+        }
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Box::new(stream) as BoxTransport)
+    })
 }
 
 /// Whether `addr` ends in a port: `host:port` or `[v6]:port`. A bare IPv6

@@ -46,6 +46,13 @@ pub enum ServerFrame {
     },
     /// A connection-level error; the server closes the connection after it.
     Close(Error),
+    /// The answer to [`Hello`] from a member of a cell that is not its
+    /// master: where the master is, if the member knows (`CELL-7`). The
+    /// member closes the connection after it.
+    Redirect {
+        /// The master's address, as the cell's configuration names it.
+        master: Option<String>,
+    },
 }
 
 /// The client's handshake.

@@ -137,6 +137,97 @@ enum Writer {
         /// Waited for when the master stops (`Committer::finish`).
         running: Option<tokio::task::JoinHandle<()>>,
     },
+    /// A task on the master's runtime that hands batches to a consensus
+    /// log (a cell's master).
+    Replicated {
+        unstarted: Option<Box<(Replicating, mpsc::UnboundedReceiver<Job>)>>,
+        running: Option<tokio::task::JoinHandle<()>>,
+    },
+}
+
+/// The future [`Replicate::replicate`] returns.
+pub(crate) type ReplicateFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Where a cell's master sends its records: a log that makes them durable
+/// on a quorum of members, in order.
+pub(crate) trait Replicate: Send + 'static {
+    /// Makes `records` durable after everything replicated before them.
+    /// An error means this master may acknowledge nothing more: it lost
+    /// its quorum, or a newer master took over.
+    fn replicate(&mut self, records: Vec<Record>) -> ReplicateFuture<'_>;
+}
+
+/// How long a replicated master lets records nobody waits for sit before
+/// it replicates them anyway, so followers stay close behind.
+const REPLICATE_IDLE: Duration = Duration::from_millis(20);
+
+/// The replicated writer: each batch a reply waits for goes to the log
+/// as one proposal, and the next waits until it is durable on a quorum,
+/// which is group commit with the quorum as the disk.
+struct Replicating {
+    log: Box<dyn Replicate>,
+    progress: watch::Sender<Durable>,
+    appended: u64,
+    batch: Vec<Record>,
+}
+
+impl Replicating {
+    async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
+        loop {
+            let next = if self.batch.is_empty() {
+                jobs.recv().await
+            } else {
+                match tokio::time::timeout(REPLICATE_IDLE, jobs.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        if !self.flush().await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            };
+            let Some(first) = next else { break };
+            let mut wanted = false;
+            let mut job = first;
+            loop {
+                match job {
+                    Job::Record(Record::Command { now, command }) => {
+                        self.appended += 1;
+                        self.batch.push(Record::Command { now, command });
+                    }
+                    // Epochs are the log's to assign; snapshots its own.
+                    Job::Record(_) | Job::Compact(_) => {}
+                    Job::Sync => wanted = true,
+                }
+                match jobs.try_recv() {
+                    Ok(next) => job = next,
+                    Err(_) => break,
+                }
+            }
+            if wanted && !self.flush().await {
+                return;
+            }
+        }
+        // The master is gone: what it applied goes to the log too, as a
+        // crash would not take it back either.
+        self.flush().await;
+    }
+
+    /// Replicates the batch; says whether the writer may go on.
+    async fn flush(&mut self) -> bool {
+        let batch = std::mem::take(&mut self.batch);
+        if !batch.is_empty() {
+            if let Err(e) = self.log.replicate(batch).await {
+                warn!(error = %e, "the cell's log took no more: this master stops");
+                let _ = self.progress.send(Durable::Failed(e));
+                return false;
+            }
+        }
+        let _ = self.progress.send(Durable::Upto(self.appended));
+        true
+    }
 }
 
 impl Drop for Committer {
@@ -401,12 +492,55 @@ impl Committer {
         }
     }
 
+    /// A cell master's committer: records go to `log`, whose next record
+    /// is at `next_seq`. The cell snapshots on its own, so this one never
+    /// asks for a snapshot.
+    pub(crate) fn replicated(log: Box<dyn Replicate>, next_seq: u64) -> Committer {
+        let (progress_tx, progress) = watch::channel(Durable::Upto(0));
+        let (jobs, rx) = mpsc::unbounded_channel::<Job>();
+        let replicating = Replicating {
+            log,
+            progress: progress_tx,
+            appended: 0,
+            batch: Vec::new(),
+        };
+        Committer {
+            jobs,
+            writer: Writer::Replicated {
+                unstarted: Some(Box::new((replicating, rx))),
+                running: None,
+            },
+            next_seq,
+            since_snapshot: 0,
+            compaction: Compaction {
+                every: u64::MAX,
+                min_log_bytes: u64::MAX,
+            },
+            sizes: Arc::new(Sizes::default()),
+            compactions: 0,
+            appended: 0,
+            requested: 0,
+            durable: 0,
+            progress,
+            outbox: VecDeque::new(),
+        }
+    }
+
     fn write(&mut self, job: Job) {
-        if let Writer::Task { unstarted, running } = &mut self.writer {
-            if let Some(start) = unstarted.take() {
-                let (writing, rx) = *start;
-                *running = Some(tokio::spawn(writing.run(rx)));
+        match &mut self.writer {
+            Writer::Task { unstarted, running } => {
+                if let Some(start) = unstarted.take() {
+                    let (writing, rx) = *start;
+                    *running = Some(tokio::spawn(writing.run(rx)));
+                }
             }
+            Writer::Replicated { unstarted, running } => {
+                if let Some(start) = unstarted.take() {
+                    let (replicating, rx) = *start;
+                    *running = Some(tokio::spawn(replicating.run(rx)));
+                }
+            }
+            Writer::Thread { .. } => {}
         }
         let _ = self.jobs.send(job);
     }
@@ -415,7 +549,8 @@ impl Committer {
     /// master started next on the same store must find everything this one
     /// appended, and nothing of it written after it has recovered.
     pub(crate) async fn finish(&mut self) {
-        if let Writer::Task { running, .. } = &mut self.writer {
+        if let Writer::Task { running, .. } | Writer::Replicated { running, .. } = &mut self.writer
+        {
             let (closed, _) = mpsc::unbounded_channel();
             drop(std::mem::replace(&mut self.jobs, closed));
             if let Some(running) = running.take() {

@@ -146,6 +146,36 @@ where
     close_with(writer, read, error, &config).await;
 }
 
+/// Tells a client that this member of a cell is not its master, and where
+/// the master is (`CELL-7`): the answer to its Hello is `Redirect`, then
+/// the connection closes.
+pub(crate) async fn redirect<S>(stream: S, master: Option<String>, config: Config)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
+    let mut reader = FramedRead::with_capacity(read, Codec::new(config.max_frame), BUFFER);
+    let mut writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
+    let hello = tokio::time::timeout(config.handshake_timeout, reader.next()).await;
+    if let Err(error) = hello.map_or_else(
+        |_| Err(Error::new(ErrorCode::Malformed, "no Hello in time")),
+        |frame| handshake(frame, &config),
+    ) {
+        close_with(writer, reader.into_inner(), error, &config).await;
+        return;
+    }
+    if write_frame(
+        &mut writer,
+        ServerFrame::Redirect { master },
+        &config,
+        Flushing::Now,
+    )
+    .await
+    {
+        linger(reader.into_inner().unsplit(writer.into_inner())).await;
+    }
+}
+
 fn handshake(
     frame: Option<Result<ClientFrame, CodecError>>,
     config: &Config,

@@ -20,6 +20,8 @@ pub(crate) struct Start {
     /// Whether the state came from a store (the master then rebuilds its
     /// soft state for it).
     pub(crate) recovered: bool,
+    /// A cell's master serves only while this holds (`CELL-6`).
+    pub(crate) lease: Option<std::sync::Arc<crate::cell::MasterLease>>,
 }
 
 /// Recovers the state to start from out of `store`, or starts afresh
@@ -35,6 +37,7 @@ pub(crate) fn open(
             offset: Millis::ZERO,
             commit: None,
             recovered: false,
+            lease: None,
         });
     };
     store.set_reserve(config.disk_reserve)?;
@@ -92,5 +95,6 @@ pub(crate) fn open(
             },
         )),
         recovered: true,
+        lease: None,
     })
 }

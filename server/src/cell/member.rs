@@ -11,9 +11,10 @@ use futures::StreamExt;
 use openraft::{BasicNode, Raft};
 use tokio_util::codec::Framed;
 
+use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
-use super::network::{self, CellNetwork, Dialer, PeerHello, PeerStream};
+use super::network::{self, CellNetwork, Dialer, PeerHello, Served};
 use super::{CellTypes, NodeId};
 use crate::state::Bounds;
 use crate::store::StoreError;
@@ -27,6 +28,15 @@ pub struct Timing {
     /// between these stands for election.
     pub election_min: Duration,
     pub election_max: Duration,
+}
+
+impl Timing {
+    /// How long a quorum's acknowledgement keeps the master lease: the
+    /// shortest election timeout, less the clock-drift allowance
+    /// (`CELL-6`).
+    pub fn master_lease(&self) -> Duration {
+        self.election_min.mul_f64(1.0 - super::lease::CLOCK_DRIFT)
+    }
 }
 
 impl Default for Timing {
@@ -68,6 +78,9 @@ pub struct Member {
     pub(crate) config: MemberConfig,
     pub(crate) raft: Raft<CellTypes>,
     pub(crate) machine: CellMachine,
+    pub(crate) lease: Arc<MasterLease>,
+    /// Held (locked) while the member runs: one member per directory.
+    _lock: Arc<std::fs::File>,
 }
 
 impl Member {
@@ -102,13 +115,13 @@ impl Member {
         }
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(crate::store::io_error(&config.data_dir))?;
+        let lock = take_dir(&config.data_dir)?;
         let log = CellLog::open(&config.data_dir)?;
         let machine = CellMachine::open(&config.data_dir, bounds)?;
         let fresh = log.is_empty();
         tokio::time::sleep(timing.election_max).await;
-        let network = CellNetwork::new(config.cell.clone(), config.id, dialer);
+        let lease = Arc::new(MasterLease::new(config.id, timing.master_lease()));
+        let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone());
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -134,6 +147,8 @@ impl Member {
             config,
             raft,
             machine,
+            lease,
+            _lock: Arc::new(lock),
         })
     }
 
@@ -148,7 +163,7 @@ impl Member {
     }
 
     /// Serves a peer's connection after its hello ([`first_frame`]).
-    pub async fn serve_peer<S: PeerStream>(
+    pub async fn serve_peer<S: Served>(
         &self,
         framed: Framed<S, tokio_util::codec::LengthDelimitedCodec>,
         hello: PeerHello,
@@ -169,12 +184,66 @@ impl Member {
     }
 }
 
+/// What a member's data directory says it is.
+const FORMAT: &str = "leasehold-cell 1\n";
+
+/// Takes a member's data directory: creates it, or checks that it is a
+/// cell member's, and locks it. A single master's directory is refused, not
+/// taken over: its state is not a cell's log.
+fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
+    use crate::store::{corrupt, io_error, write_atomically};
+    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let format = dir.join("FORMAT");
+    match std::fs::read_to_string(&format) {
+        Ok(text) if text == FORMAT => {}
+        Ok(text) => {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "FORMAT says {:?}, not a cell member's {:?}: a single master's directory \
+                     is not a cell's log; start the member on a new directory",
+                    text.trim(),
+                    FORMAT.trim()
+                ),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::read_dir(dir)
+                .map_err(io_error(dir))?
+                .next()
+                .is_some()
+            {
+                return Err(corrupt(
+                    dir,
+                    "it is not empty and holds no FORMAT file: not a Leasehold data directory",
+                ));
+            }
+            write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
+        }
+        Err(e) => return Err(io_error(&format)(e)),
+    }
+    let path = dir.join("LOCK");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_error(&path))?;
+    if lock.try_lock().is_err() {
+        return Err(corrupt(
+            dir,
+            "another member or master is using it (LOCK is held)",
+        ));
+    }
+    Ok(lock)
+}
+
 /// Reads a connection's first frame, refusing one longer than `max`
 /// before reading it (a client's limit: both hellos are small), and, if
 /// it is a peer's hello, returns the framed stream, now taking peer-sized
 /// frames, and the hello; a client's first frame comes back as bytes, to
 /// be served as a client's connection.
-pub async fn first_frame<S: PeerStream>(stream: S, max: usize) -> std::io::Result<FirstFrame<S>> {
+pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<FirstFrame<S>> {
     let mut codec = network::codec();
     codec.set_max_frame_length(max);
     let mut framed = Framed::new(stream, codec);

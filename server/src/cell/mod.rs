@@ -13,6 +13,8 @@
 //! - `machine.rs`: the state machine the log drives, and its snapshots.
 //! - `network.rs`: Raft's traffic between members, on the client port.
 //! - `member.rs`: one member: its data directory, its Raft, its peers.
+//! - `lease.rs`: the master lease, kept from the followers' answers.
+//! - `run.rs`: serving as a member: master while leading, else a redirect.
 
 // openraft's error types are large, and its traits return them by value.
 #![allow(clippy::result_large_err)]
@@ -24,19 +26,24 @@ use serde::{Deserialize, Serialize};
 use crate::state::Command;
 use crate::time::Millis;
 
+mod lease;
 mod log;
 mod machine;
 mod member;
 mod network;
+mod run;
 #[cfg(test)]
 mod tests;
 
+pub use lease::MasterLease;
 pub use log::CellLog;
 pub use machine::{CellMachine, Replica};
 pub use member::{first_frame, FirstFrame, Member, MemberConfig, MemberError, Timing};
 pub use network::{
-    CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, TcpDialer, MAX_PEER_FRAME, PEER_MAGIC,
+    CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,
+    PEER_MAGIC,
 };
+pub use run::serve;
 
 /// A member's id within its cell.
 pub type NodeId = u64;

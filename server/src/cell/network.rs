@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use super::lease::MasterLease;
 use super::{CellTypes, NodeId};
 use crate::store::{decode, encode};
 
@@ -40,6 +41,11 @@ pub const MAX_PEER_FRAME: usize = 64 << 20;
 /// A byte stream to another member.
 pub trait PeerStream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> PeerStream for T {}
+
+/// A connection a member accepted: it needs not be shared between
+/// threads, as a dialed one must (openraft's connections are).
+pub trait Served: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Served for T {}
 
 /// The future a [`Dialer`] returns.
 pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<Box<dyn PeerStream>>> + Send>>;
@@ -111,7 +117,7 @@ pub(crate) fn codec() -> LengthDelimitedCodec {
 
 /// Serves one peer's connection after its hello: each request goes to
 /// this member's Raft, each answer back, until the peer hangs up.
-pub(crate) async fn serve<S: PeerStream>(
+pub(crate) async fn serve<S: Served>(
     mut framed: Framed<S, LengthDelimitedCodec>,
     hello: PeerHello,
     cell: &str,
@@ -160,14 +166,23 @@ pub struct CellNetwork {
     cell: String,
     me: NodeId,
     dialer: Arc<dyn Dialer>,
+    lease: Arc<MasterLease>,
 }
 
 impl CellNetwork {
-    pub fn new(cell: impl Into<String>, me: NodeId, dialer: Arc<dyn Dialer>) -> Self {
+    /// Connections from member `me` of `cell`, whose acknowledgements
+    /// keep `lease`.
+    pub fn new(
+        cell: impl Into<String>,
+        me: NodeId,
+        dialer: Arc<dyn Dialer>,
+        lease: Arc<MasterLease>,
+    ) -> Self {
         CellNetwork {
             cell: cell.into(),
             me,
             dialer,
+            lease,
         }
     }
 }
@@ -184,6 +199,7 @@ impl RaftNetworkFactory<CellTypes> for CellNetwork {
             },
             addr: node.addr.clone(),
             dialer: self.dialer.clone(),
+            lease: self.lease.clone(),
             conn: None,
         }
     }
@@ -194,6 +210,7 @@ pub struct PeerClient {
     hello: PeerHello,
     addr: String,
     dialer: Arc<dyn Dialer>,
+    lease: Arc<MasterLease>,
     conn: Option<Framed<Box<dyn PeerStream>, LengthDelimitedCodec>>,
 }
 
@@ -270,9 +287,17 @@ impl RaftNetwork<CellTypes> for PeerClient {
         rpc: AppendEntriesRequest<CellTypes>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let (vote, sent) = (rpc.vote, tokio::time::Instant::now());
         match self.call(PeerRequest::Append(rpc), &option).await? {
             PeerResponse::Append(answer) => {
-                answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))
+                let answer = answer
+                    .map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))?;
+                // Any answer but a higher vote means the member took this
+                // leader's request, and its lease with it (CELL-6).
+                if !matches!(answer, AppendEntriesResponse::HigherVote(_)) {
+                    self.lease.acked(self.hello.to, &vote, sent);
+                }
+                Ok(answer)
             }
             _ => Err(self.unexpected()),
         }
@@ -286,9 +311,15 @@ impl RaftNetwork<CellTypes> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
+        let (vote, sent) = (rpc.vote, tokio::time::Instant::now());
         match self.call(PeerRequest::Snapshot(rpc), &option).await? {
             PeerResponse::Snapshot(answer) => {
-                answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))
+                let answer = answer
+                    .map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))?;
+                if answer.vote == vote {
+                    self.lease.acked(self.hello.to, &vote, sent);
+                }
+                Ok(answer)
             }
             _ => Err(self.unexpected()),
         }

@@ -56,6 +56,15 @@ async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::Rec
     }
 }
 
+/// Resolves once `lease`'s current end has passed (at once if there is
+/// none); the lease may have been extended meanwhile, so the caller looks
+/// again.
+async fn lease_lapses(lease: Option<&crate::cell::MasterLease>) {
+    if let Some(deadline) = lease.and_then(|l| l.deadline()) {
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
 /// The master's timers other than sessions' own.
 #[derive(Debug, Clone)]
 pub(crate) enum Timer {
@@ -83,6 +92,9 @@ pub(crate) struct Master {
     pub(crate) now: Millis,
     /// Group commit to the store; `None` runs in memory.
     commit: Option<Committer>,
+    /// A cell's master lease: the master stops the moment it lapses
+    /// (`CELL-6`).
+    lease: Option<std::sync::Arc<crate::cell::MasterLease>>,
     /// Set when the store failed: the master stops.
     failed: bool,
     /// What each peer address has taken of shared resources ("Quotas").
@@ -132,6 +144,7 @@ impl Master {
             offset: start.offset,
             now: start.offset,
             commit: start.commit,
+            lease: start.lease,
             failed: false,
             quotas: Default::default(),
             depth: 0,
@@ -216,9 +229,17 @@ impl Master {
                 armed = next;
             }
             tokio::select! {
-                // Timers first: a lease that has run out ends before any
-                // request can see it (`SES-6`).
+                // The master lease before all: a master whose lease has
+                // lapsed answers nothing more (`CELL-6`).
                 biased;
+                () = lease_lapses(self.lease.as_deref()), if self.lease.is_some() => {
+                    if self.lease.as_ref().is_some_and(|l| !l.holds(Instant::now())) {
+                        tracing::warn!(epoch = self.config.epoch, "the master lease lapsed: this master stops");
+                        self.failed = true;
+                    }
+                }
+                // Timers next: a lease that has run out ends before any
+                // request can see it (`SES-6`).
                 () = &mut timer, if armed.is_some() => {
                     self.now = self.read_clock();
                     // Requests waiting for the master, for `FO-2`.

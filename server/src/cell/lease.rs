@@ -1,0 +1,205 @@
+//! The master lease (SPEC `CELL-6`): the leader serves as master only
+//! while a quorum has acknowledged it recently enough that no other
+//! member can have been elected since. openraft has no such check (a
+//! leader cut off from its followers goes on believing it leads), so the
+//! cell keeps its own.
+//!
+//! A follower that accepts a request from the leader will not vote for
+//! anyone else for the election timeout after it received it (openraft's
+//! leader lease), and it received it after the leader sent it. So once a
+//! quorum of voters accepted requests the leader sent at or after `t`,
+//! no other leader can be elected before `t + election_min` by any of
+//! their clocks: the master lease runs to `t + election_min x (1 - drift)`,
+//! the drift allowance covering clocks that run at different rates. The
+//! times are the leader's own send instants, so the lease is never longer
+//! than the truth.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use openraft::Vote;
+use tokio::time::Instant;
+
+use super::NodeId;
+
+/// How far apart members' clock rates may be: the SPEC's clock-rate
+/// allowance, 1%, as for clients.
+pub const CLOCK_DRIFT: f64 = 0.01;
+
+/// The master lease of one member.
+#[derive(Debug)]
+pub struct MasterLease {
+    me: NodeId,
+    /// How long an acknowledgement keeps the lease.
+    length: Duration,
+    base: Instant,
+    /// The lease's end in microseconds after `base`; 0: no lease.
+    until: AtomicU64,
+    book: Mutex<Book>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    /// The vote this member leads with; acknowledgements of any other do
+    /// not count.
+    vote: Option<Vote<NodeId>>,
+    /// The voters of each configuration in force (two during a joint
+    /// change): a quorum of each must have acknowledged.
+    voters: Vec<Vec<NodeId>>,
+    /// The latest send instant each voter acknowledged under `vote`.
+    acked: BTreeMap<NodeId, Instant>,
+}
+
+impl MasterLease {
+    /// The lease of member `me`, which an acknowledgement keeps for
+    /// `length` (the election timeout less the drift allowance).
+    pub fn new(me: NodeId, length: Duration) -> Self {
+        MasterLease {
+            me,
+            length,
+            base: Instant::now(),
+            until: AtomicU64::new(0),
+            book: Mutex::new(Book::default()),
+        }
+    }
+
+    /// This member leads with `vote` over `voters`: acknowledgements of an
+    /// earlier vote no longer count.
+    pub fn lead(&self, vote: Vote<NodeId>, voters: Vec<Vec<NodeId>>) {
+        let mut book = self.book.lock().expect("lease lock");
+        if book.vote != Some(vote) {
+            book.acked.clear();
+            book.vote = Some(vote);
+        }
+        book.voters = voters;
+        self.recompute(&book);
+    }
+
+    /// This member does not lead: no lease.
+    pub fn depose(&self) {
+        let mut book = self.book.lock().expect("lease lock");
+        *book = Book::default();
+        self.until.store(0, Ordering::Release);
+    }
+
+    /// `target` accepted a request this member sent at `sent` under `vote`.
+    pub fn acked(&self, target: NodeId, vote: &Vote<NodeId>, sent: Instant) {
+        let mut book = self.book.lock().expect("lease lock");
+        if book.vote.as_ref() != Some(vote) {
+            return;
+        }
+        let at = book.acked.entry(target).or_insert(sent);
+        *at = (*at).max(sent);
+        self.recompute(&book);
+    }
+
+    fn recompute(&self, book: &Book) {
+        let now = Instant::now();
+        let mut held: Option<Instant> = None;
+        for voters in &book.voters {
+            let mut times: Vec<Instant> = voters
+                .iter()
+                .filter_map(|v| {
+                    if *v == self.me {
+                        Some(now)
+                    } else {
+                        book.acked.get(v).copied()
+                    }
+                })
+                .collect();
+            let quorum = voters.len() / 2 + 1;
+            if times.len() < quorum {
+                self.until.store(0, Ordering::Release);
+                return;
+            }
+            times.sort_unstable_by(|a, b| b.cmp(a));
+            let t = times[quorum - 1];
+            held = Some(held.map_or(t, |h| h.min(t)));
+        }
+        // 1 at least: a lease that ended before `base` is still one that
+        // ended, not "none".
+        let until = held.map_or(0, |t| {
+            ((t + self.length)
+                .saturating_duration_since(self.base)
+                .as_micros() as u64)
+                .max(1)
+        });
+        self.until.store(until, Ordering::Release);
+    }
+
+    /// When the lease ends, if there is one.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.until.load(Ordering::Acquire) {
+            0 => None,
+            micros => Some(self.base + Duration::from_micros(micros)),
+        }
+    }
+
+    /// Whether the lease holds at `now`.
+    pub fn holds(&self, now: Instant) -> bool {
+        self.deadline().is_some_and(|d| now < d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vote(term: u64) -> Vote<NodeId> {
+        Vote::new_committed(term, 1)
+    }
+
+    // CELL-6: the lease runs from the send instant a quorum acknowledged,
+    // not from when the acknowledgements arrived.
+    #[tokio::test(start_paused = true)]
+    async fn a_quorum_of_acknowledgements_gives_a_lease_from_the_send_instant() {
+        let lease = MasterLease::new(1, Duration::from_millis(500));
+        lease.lead(vote(1), vec![vec![1, 2, 3]]);
+        assert!(lease.deadline().is_none(), "the leader alone is no quorum");
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        lease.acked(2, &vote(1), sent);
+        assert_eq!(lease.deadline(), Some(sent + Duration::from_millis(500)));
+        assert!(lease.holds(Instant::now()));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert!(!lease.holds(Instant::now()), "ran out with no newer ack");
+    }
+
+    // CELL-6: a majority of five needs two followers, and the lease runs
+    // from the older of the two most recent acknowledgements.
+    #[tokio::test(start_paused = true)]
+    async fn with_five_voters_the_lease_follows_the_second_most_recent_follower() {
+        let lease = MasterLease::new(1, Duration::from_millis(500));
+        lease.lead(vote(1), vec![vec![1, 2, 3, 4, 5]]);
+        let t0 = Instant::now();
+        lease.acked(2, &vote(1), t0);
+        assert!(lease.deadline().is_none());
+        tokio::time::advance(Duration::from_millis(50)).await;
+        let t1 = Instant::now();
+        lease.acked(3, &vote(1), t1);
+        assert_eq!(lease.deadline(), Some(t0 + Duration::from_millis(500)));
+        lease.acked(2, &vote(1), t1);
+        assert_eq!(lease.deadline(), Some(t1 + Duration::from_millis(500)));
+    }
+
+    // CELL-6: acknowledgements of an earlier leadership, or given while a
+    // joint change needs both configurations, do not make a lease alone.
+    #[tokio::test(start_paused = true)]
+    async fn acknowledgements_of_another_vote_or_one_configuration_of_two_do_not_count() {
+        let lease = MasterLease::new(1, Duration::from_millis(500));
+        lease.lead(vote(2), vec![vec![1, 2, 3], vec![1, 4, 5]]);
+        lease.acked(2, &vote(1), Instant::now());
+        assert!(lease.deadline().is_none(), "an old vote's ack");
+        lease.acked(2, &vote(2), Instant::now());
+        assert!(
+            lease.deadline().is_none(),
+            "no quorum of the new configuration"
+        );
+        lease.acked(4, &vote(2), Instant::now());
+        assert!(lease.deadline().is_some());
+        lease.depose();
+        assert!(lease.deadline().is_none());
+    }
+}

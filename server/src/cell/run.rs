@@ -1,0 +1,438 @@
+//! Serving as a member of a cell: one listener for clients and peers, and
+//! a loop that makes this member the master while it leads the cell and
+//! holds the master lease, and a follower that redirects clients to the
+//! master otherwise (SPEC `CELL-7`).
+//!
+//! Becoming master is a restart in all but the process: the member takes
+//! a new epoch through the log (`NewEpoch`, applied after every earlier
+//! entry), starts a master on its replica as a restarted master starts on
+//! its store (every session's lease extended, fail-over events sent,
+//! `FO-1`..`FO-6`), and from then on every command the master applies
+//! goes to the log, replies waiting until a quorum holds it. Losing the
+//! lead or the lease stops that master: what it applied but the log did not
+//! take is gone, as a crash would lose it, and its clients find the next.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use openraft::{Raft, ServerState};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::member::{first_frame, FirstFrame, Member, MemberConfig, MemberError};
+use super::network::Dialer;
+use super::{CellTypes, NodeId, Outcome, Proposal};
+use crate::commit::{Committer, Replicate, ReplicateFuture};
+use crate::config::Config;
+use crate::connection;
+use crate::master::{self, MasterHandle};
+use crate::recovery::Start;
+use crate::server::Listener;
+use crate::state::{Bounds, Command};
+use crate::store::{encode, Record};
+use crate::time::Millis;
+
+/// A proposal carries at most about this many bytes of commands, so that
+/// a batch of entries fits a peer frame.
+const PROPOSAL_BYTES: usize = 1 << 20;
+
+/// What this member is to clients now.
+#[derive(Clone)]
+enum Role {
+    Master {
+        handle: MasterHandle,
+        /// Cancelled when this master stops: its clients must go to the
+        /// next.
+        connections: CancellationToken,
+        /// The master's configuration: its epoch is what `Welcome` says.
+        config: Box<Config>,
+    },
+    Follower {
+        /// The master's address, if this member knows of one.
+        master: Option<String>,
+    },
+}
+
+/// Serves `listener` as member `member` of its cell until `shutdown`
+/// resolves: peers' Raft traffic, and clients, whom it serves while it is
+/// the master and redirects to the master otherwise.
+pub async fn serve<L: Listener>(
+    mut listener: L,
+    config: Config,
+    member: MemberConfig,
+    dialer: Arc<dyn Dialer>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), MemberError> {
+    config
+        .validate()
+        .map_err(|e| MemberError::Config(e.to_string()))?;
+    let member = Member::start(member, Bounds::from(&config), dialer).await?;
+    let (role_tx, role) = watch::channel(Role::Follower { master: None });
+    let stop = CancellationToken::new();
+    let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
+    let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if tasks.len() >= config.max_connections {
+                        let reason = format!(
+                            "the member serves its maximum of {} connections",
+                            config.max_connections
+                        );
+                        tasks.spawn(connection::refuse(stream, reason, config.clone()));
+                        continue;
+                    }
+                    tasks.spawn(connected(
+                        stream,
+                        peer.ip(),
+                        member.clone(),
+                        role.clone(),
+                        config.clone(),
+                        all_queued_bytes.clone(),
+                        stop.clone(),
+                    ));
+                }
+                Err(error) => {
+                    warn!(%error, "accept failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    info!("member shutting down");
+    stop.cancel();
+    let _ = leading.await;
+    tasks.abort_all();
+    member.shutdown().await;
+    Ok(())
+}
+
+/// Serves one connection: a peer's, or a client's as this member's role
+/// says.
+async fn connected<S: super::network::Served>(
+    stream: S,
+    ip: std::net::IpAddr,
+    member: Member,
+    role: watch::Receiver<Role>,
+    config: Config,
+    all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
+    stop: CancellationToken,
+) {
+    let first = tokio::time::timeout(
+        config.handshake_timeout,
+        first_frame(stream, config.max_frame),
+    )
+    .await;
+    let Ok(Ok(first)) = first else { return };
+    match first {
+        FirstFrame::Peer(framed, hello) => {
+            tokio::select! {
+                () = member.serve_peer(framed, hello) => {}
+                () = stop.cancelled() => {}
+            }
+        }
+        FirstFrame::Client(framed, frame) => {
+            let parts = framed.into_parts();
+            let mut prefix = BytesMut::with_capacity(4 + frame.len() + parts.read_buf.len());
+            prefix.put_u32(frame.len() as u32);
+            prefix.extend_from_slice(&frame);
+            prefix.extend_from_slice(&parts.read_buf);
+            let stream = Prefixed {
+                prefix: prefix.freeze(),
+                inner: parts.io,
+            };
+            let now = role.borrow().clone();
+            match now {
+                Role::Master {
+                    handle,
+                    connections,
+                    config,
+                } => {
+                    connection::serve(
+                        stream,
+                        handle,
+                        *config,
+                        all_queued_bytes,
+                        ip,
+                        connections.child_token(),
+                    )
+                    .await
+                }
+                Role::Follower { master } => connection::redirect(stream, master, config).await,
+            }
+        }
+    }
+}
+
+/// A stream whose first bytes were read already: they are read again.
+struct Prefixed<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.prefix.has_remaining() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A master this member runs.
+struct Running {
+    epoch: u64,
+    config: Config,
+    handle: MasterHandle,
+    connections: CancellationToken,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.connections.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// The voters of each configuration in force.
+fn voters(metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> Vec<Vec<NodeId>> {
+    metrics
+        .membership_config
+        .membership()
+        .get_joint_config()
+        .iter()
+        .map(|c| c.iter().copied().collect())
+        .collect()
+}
+
+/// Makes this member the master while it leads and holds the master
+/// lease, and tells connections who the master is.
+async fn lead(member: Member, config: Config, role: watch::Sender<Role>, stop: CancellationToken) {
+    let me = member.config.id;
+    let heartbeat = member.config.timing.heartbeat;
+    let addresses: BTreeMap<NodeId, String> = member.config.members.clone();
+    let mut metrics = member.raft.metrics();
+    let mut running: Option<Running> = None;
+    loop {
+        let m = metrics.borrow_and_update().clone();
+        let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
+        if leading {
+            member.lease.lead(m.vote, voters(&m));
+        } else {
+            member.lease.depose();
+            if let Some(master) = running.take() {
+                info!(
+                    epoch = master.epoch,
+                    "no longer leading the cell: the master stops"
+                );
+                master.stop().await;
+            }
+        }
+        if leading && running.is_none() && member.lease.holds(tokio::time::Instant::now()) {
+            running = become_master(&member, &config).await;
+        }
+        let now = match &running {
+            Some(master) => Role::Master {
+                handle: master.handle.clone(),
+                connections: master.connections.clone(),
+                config: Box::new(master.config.clone()),
+            },
+            None => Role::Follower {
+                master: m.current_leader.filter(|l| *l != me).and_then(|l| {
+                    let known = m
+                        .membership_config
+                        .membership()
+                        .get_node(&l)
+                        .map(|n| n.addr.clone());
+                    known.or_else(|| addresses.get(&l).cloned())
+                }),
+            },
+        };
+        role.send_replace(now);
+        let ended = async {
+            match &mut running {
+                Some(master) => {
+                    let _ = (&mut master.task).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = metrics.changed() => {}
+            () = ended => {
+                if let Some(master) = running.take() {
+                    warn!(epoch = master.epoch, "the master stopped: its lease lapsed or the log took no more");
+                    master.connections.cancel();
+                }
+            }
+            // Acknowledgements move the lease without moving the metrics.
+            () = tokio::time::sleep(heartbeat) => {}
+            () = stop.cancelled() => break,
+        }
+    }
+    if let Some(master) = running.take() {
+        master.stop().await;
+    }
+}
+
+/// Takes a new epoch through the log and starts a master on the replica
+/// as of it; `None` if the log would not take the epoch (this member lost
+/// the lead meanwhile).
+async fn become_master(member: &Member, config: &Config) -> Option<Running> {
+    let me = member.config.id;
+    let patience = member.config.timing.election_max * 2;
+    let proposed = tokio::time::timeout(
+        patience,
+        member.raft.client_write(Proposal::NewEpoch { node: me }),
+    )
+    .await;
+    let epoch = match proposed {
+        Ok(Ok(reply)) => match reply.data {
+            Outcome::Epoch(epoch) => epoch,
+            other => {
+                warn!(?other, "a new epoch's entry applied as something else");
+                return None;
+            }
+        },
+        Ok(Err(e)) => {
+            info!(error = %e, "the cell's log did not take a new epoch");
+            return None;
+        }
+        Err(_) => {
+            info!("the cell's log took no new epoch in time");
+            return None;
+        }
+    };
+    let replica = member.machine.replica();
+    if replica.epoch != epoch {
+        // Another epoch followed ours before we could start: not ours.
+        return None;
+    }
+    let mut config = config.clone();
+    config.epoch = epoch;
+    let writer = CellWriter {
+        raft: member.raft.clone(),
+        epoch,
+        patience,
+    };
+    let start = Start {
+        state: replica.state,
+        offset: replica.now,
+        commit: Some(Committer::replicated(Box::new(writer), 0)),
+        recovered: true,
+        lease: Some(member.lease.clone()),
+    };
+    info!(
+        epoch,
+        sessions = start.state.sessions().count(),
+        "this member is the cell's master"
+    );
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (handle, task) = master::spawn(config.clone(), start, async {
+        let _ = stop_rx.await;
+    });
+    Some(Running {
+        epoch,
+        config,
+        handle,
+        connections: CancellationToken::new(),
+        stop: Some(stop_tx),
+        task,
+    })
+}
+
+/// A master's records, to the cell's log.
+struct CellWriter {
+    raft: Raft<CellTypes>,
+    epoch: u64,
+    /// How long a proposal may take before the master gives up on the
+    /// quorum and stops.
+    patience: Duration,
+}
+
+impl Replicate for CellWriter {
+    fn replicate(&mut self, records: Vec<Record>) -> ReplicateFuture<'_> {
+        Box::pin(async move {
+            let mut proposals: Vec<Vec<(Millis, Command)>> = vec![Vec::new()];
+            let mut bytes = 0;
+            for record in records {
+                let Record::Command { now, command } = record else {
+                    continue;
+                };
+                let size = encode(&command).len();
+                if bytes + size > PROPOSAL_BYTES && bytes > 0 {
+                    proposals.push(Vec::new());
+                    bytes = 0;
+                }
+                bytes += size;
+                proposals
+                    .last_mut()
+                    .expect("one at least")
+                    .push((now, command));
+            }
+            for commands in proposals.into_iter().filter(|p| !p.is_empty()) {
+                let proposal = Proposal::Commands {
+                    epoch: self.epoch,
+                    commands,
+                };
+                match tokio::time::timeout(self.patience, self.raft.client_write(proposal)).await {
+                    Ok(Ok(reply)) if reply.data == (Outcome::Commands { applied: true }) => {}
+                    Ok(Ok(_)) => {
+                        return Err(format!("epoch {} is no longer the cell's", self.epoch))
+                    }
+                    Ok(Err(e)) => return Err(e.to_string()),
+                    Err(_) => {
+                        return Err(format!(
+                            "no quorum took the commands within {:?}",
+                            self.patience
+                        ))
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,168 @@
+//! A three-member cell in one process, on loopback: clients find the
+//! master through any member, and sessions, locks, sequencers and
+//! acknowledged writes ride through the master's loss (SPEC "The cell").
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::{Client, LockOptions, PutOptions, SessionOptions, SessionState};
+use leasehold_protocol::{ClientFrame, Hello, ServerFrame};
+use leasehold_server::cell::{MemberConfig, TcpDialer, Timing};
+use leasehold_server::Config;
+use leasehold_tests::fixture::TempDir;
+use leasehold_tests::raw::RawConnection;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+struct Member {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+struct Cell {
+    members: BTreeMap<u64, Member>,
+    addrs: BTreeMap<u64, String>,
+    _dirs: Vec<TempDir>,
+}
+
+fn timing() -> Timing {
+    Timing {
+        heartbeat: Duration::from_millis(50),
+        election_min: Duration::from_millis(300),
+        election_max: Duration::from_millis(600),
+    }
+}
+
+async fn cell(name: &str) -> Cell {
+    let mut listeners = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.insert(id, l.local_addr().unwrap().to_string());
+        listeners.insert(id, l);
+    }
+    let mut members = BTreeMap::new();
+    let mut dirs = Vec::new();
+    for (id, listener) in listeners {
+        let dir = TempDir::new(&format!("cell-{name}-{id}"));
+        let member = MemberConfig {
+            cell: format!("test-{name}"),
+            id,
+            members: addrs.clone(),
+            data_dir: dir.path().to_path_buf(),
+            timing: timing(),
+        };
+        dirs.push(dir);
+        let config = Config {
+            min_lease: Duration::from_millis(100),
+            ..Config::default()
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            leasehold_server::cell::serve(listener, config, member, Arc::new(TcpDialer), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        members.insert(id, Member { stop, task });
+    }
+    Cell {
+        members,
+        addrs,
+        _dirs: dirs,
+    }
+}
+
+impl Cell {
+    fn addr_list(&self) -> String {
+        self.addrs.values().cloned().collect::<Vec<_>>().join(",")
+    }
+
+    /// What member `id` answers a Hello with, on the wire: its Welcome, or
+    /// the master's address.
+    async fn hello(&self, id: u64) -> ServerFrame {
+        let addr = self.addrs[&id].parse().unwrap();
+        let mut raw = RawConnection::connect(addr).await;
+        raw.send(ClientFrame::Hello(Hello::current())).await;
+        raw.recv().await.expect("an answer to Hello")
+    }
+
+    /// The member serving as master: it alone welcomes a client.
+    async fn master(&self) -> u64 {
+        for id in self.members.keys() {
+            if let ServerFrame::Welcome(_) = self.hello(*id).await {
+                return *id;
+            }
+        }
+        panic!("no member serves as master");
+    }
+
+    async fn stop(&mut self, id: u64) {
+        let member = self.members.remove(&id).unwrap();
+        let _ = member.stop.send(());
+        member.task.await.unwrap();
+    }
+}
+
+// CELL-7, FO-1..FO-6: a session with a lock and a write, made through the
+// cell's master, rides through that master's loss: the lock and its
+// sequencer stay valid, the write is there, and the epoch is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_its_lock_and_an_acknowledged_write_ride_through_the_masters_loss() {
+    let mut cell = cell("ride").await;
+    let client = Client::connect(cell.addr_list()).await.unwrap();
+    let first_epoch = client.epoch().await.unwrap();
+    let index = client
+        .put("svc/db", "10.0.0.5", PutOptions::new())
+        .await
+        .unwrap();
+    let session = client
+        .create_session(SessionOptions::new("holder").lease(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let guard = session
+        .try_lock("svc/leader", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let sequencer = guard.sequencer_bytes().to_vec();
+
+    let master = cell.master().await;
+    for id in cell.members.keys().filter(|id| **id != master) {
+        // CELL-7: a follower names the master.
+        match cell.hello(*id).await {
+            ServerFrame::Redirect { master: Some(addr) } => assert_eq!(addr, cell.addrs[&master]),
+            other => panic!("member {id} answered {other:?}"),
+        }
+    }
+    cell.stop(master).await;
+
+    let mut states = session.watch_state();
+    let back = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let epoch = client.epoch().await;
+            if matches!(epoch, Ok(e) if e > first_epoch)
+                && *states.borrow_and_update() == SessionState::Normal
+            {
+                return epoch.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a new master serves the session");
+    assert!(back > first_epoch);
+    assert!(client.check_sequencer(&sequencer).await.unwrap());
+    let node = client
+        .get("svc/db")
+        .await
+        .unwrap()
+        .expect("the write survived");
+    assert_eq!(node.stat.modify_index, index);
+    assert_eq!(session.state(), SessionState::Normal);
+    guard.release().await.unwrap();
+    for id in cell.members.keys().copied().collect::<Vec<_>>() {
+        cell.stop(id).await;
+    }
+}
