@@ -1,5 +1,6 @@
 //! The `leasehold` command: run a master, or talk to one.
 
+mod cell;
 mod check;
 mod duration;
 mod kv;
@@ -106,6 +107,9 @@ enum Command {
     /// sessions bound to it (`session create --check NAME`).
     #[command(subcommand)]
     Check(CheckCommand),
+    /// Inspect a replicated cell: give its members with --addr a,b,c.
+    #[command(subcommand)]
+    Cell(CellCommand),
     /// Print one line per change at or below KEY (a key or a prefix; the
     /// root when omitted) until interrupted.
     Watch {
@@ -289,6 +293,13 @@ fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, Str
 }
 
 #[derive(Subcommand)]
+enum CellCommand {
+    /// Every member's role, whether it serves as master, the epoch, its
+    /// log and applied index, and on the leader each member's lag.
+    Status,
+}
+
+#[derive(Subcommand)]
 enum SessionCommand {
     /// Create a session and print its token (`<id>:<secret>`): what another
     /// process needs to act for it (`session keep --attach`, `session
@@ -335,7 +346,7 @@ const USAGE: u8 = 64;
 /// The input was malformed, e.g. not a sequencer (EX_DATAERR).
 pub(crate) const MALFORMED: u8 = 65;
 /// The master could not be reached (EX_UNAVAILABLE).
-const UNREACHABLE: u8 = 69;
+pub(crate) const UNREACHABLE: u8 = 69;
 /// Exit status for "the lock is held by others; try again later" (as
 /// sysexits' EX_TEMPFAIL): `lock --try`, or a `--timeout` that ran out.
 pub(crate) const BUSY: u8 = 75;
@@ -483,6 +494,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve(args, given_addr).await,
             Command::Session(command) => session::session(&addr, cli.json, command).await,
             Command::Check(command) => check::check(&addr, cli.json, command).await,
+            Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
             Command::Watch { key, session } => recipes::watch(&addr, cli.json, key, session).await,
             Command::Lock {
                 key,

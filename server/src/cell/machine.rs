@@ -186,6 +186,11 @@ impl CellMachine {
         self.lock().replica.clone()
     }
 
+    /// The cell's epoch as this replica has it.
+    pub fn replica_epoch(&self) -> u64 {
+        self.lock().replica.epoch
+    }
+
     /// Follows the last applied entry.
     pub fn applied(&self) -> watch::Receiver<Option<LogId<NodeId>>> {
         self.applied.subscribe()

@@ -252,6 +252,7 @@ pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<Fi
     };
     let first: BytesMut = first?;
     match PeerHello::parse(&first) {
+        _ if first[..] == super::status::STATUS_MAGIC[..] => Ok(FirstFrame::Status(framed)),
         Some(Ok(hello)) => {
             framed
                 .codec_mut()
@@ -270,4 +271,6 @@ pub enum FirstFrame<S> {
         PeerHello,
     ),
     Client(Framed<S, tokio_util::codec::LengthDelimitedCodec>, BytesMut),
+    /// A status query (`CELL-8`).
+    Status(Framed<S, tokio_util::codec::LengthDelimitedCodec>),
 }

@@ -15,6 +15,7 @@
 //! - `member.rs`: one member: its data directory, its Raft, its peers.
 //! - `lease.rs`: the master lease, kept from the followers' answers.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
+//! - `status.rs`: what a member says of itself, for `leasehold cell status`.
 
 // openraft's error types are large, and its traits return them by value.
 #![allow(clippy::result_large_err)]
@@ -32,6 +33,7 @@ mod machine;
 mod member;
 mod network;
 mod run;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -44,6 +46,7 @@ pub use network::{
     PEER_MAGIC,
 };
 pub use run::serve;
+pub use status::{query as query_status, MemberStatus, STATUS_MAGIC};
 
 /// A member's id within its cell.
 pub type NodeId = u64;

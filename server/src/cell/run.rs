@@ -144,6 +144,10 @@ async fn connected<S: super::network::Served>(
                 () = stop.cancelled() => {}
             }
         }
+        FirstFrame::Status(framed) => {
+            let serving = matches!(*role.borrow(), Role::Master { .. });
+            super::status::answer(framed, super::status::MemberStatus::of(&member, serving)).await;
+        }
         FirstFrame::Client(framed, frame) => {
             let parts = framed.into_parts();
             let mut prefix = BytesMut::with_capacity(4 + frame.len() + parts.read_buf.len());
