@@ -108,6 +108,18 @@ impl Outcome {
 
 /// SPEC rules a client cannot observe over the wire, and why.
 pub const UNOBSERVABLE: &[(&str, &str)] = &[
+    // The harness speaks to one server; a cell's rules need its members.
+    ("CELL-1", "a cell's membership; cli/tests/cell.rs and tests/tests/cell.rs start cells"),
+    ("CELL-2", "a member's data directory; server/src/cell/log.rs tests"),
+    ("CELL-3", "what every member applies; server/src/cell/tests.rs"),
+    ("CELL-4", "traffic between members; server/src/cell/tests.rs"),
+    ("CELL-5", "Raft's timers inside the members"),
+    ("CELL-6", "the master lease's bookkeeping; server/src/cell/lease.rs tests"),
+    (
+        "CELL-7",
+        "a master change in a cell; tests/tests/cell.rs and cli/tests/cell.rs",
+    ),
+    ("CELL-8", "a member's status; cli/tests/cell.rs through leasehold cell status"),
     (
         "CONN-12",
         "the master's memory, read from outside its process; cli/tests/abuse.rs",
