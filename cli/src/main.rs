@@ -643,6 +643,7 @@ async fn serve_member(
         members,
         data_dir: args.data_dir.clone(),
         timing: Default::default(),
+        snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
     };
     let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
     let stop = async move {

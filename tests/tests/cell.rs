@@ -52,6 +52,7 @@ async fn cell(name: &str) -> Cell {
             members: addrs.clone(),
             data_dir: dir.path().to_path_buf(),
             timing: timing(),
+            snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
         };
         dirs.push(dir);
         let config = Config {

@@ -59,7 +59,13 @@ pub struct MemberConfig {
     pub members: BTreeMap<NodeId, String>,
     pub data_dir: PathBuf,
     pub timing: Timing,
+    /// Entries applied between snapshots; the log keeps a quarter as many
+    /// before the last snapshot, for followers a little behind.
+    pub snapshot_every: u64,
 }
+
+/// Entries applied between a member's snapshots, by default.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
 
 /// Why a member could not start.
 #[derive(Debug, thiserror::Error)]
@@ -108,8 +114,8 @@ impl Member {
             heartbeat_interval: timing.heartbeat.as_millis() as u64,
             election_timeout_min: timing.election_min.as_millis() as u64,
             election_timeout_max: timing.election_max.as_millis() as u64,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1024),
-            max_in_snapshot_log_to_keep: 256,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(1)),
+            max_in_snapshot_log_to_keep: config.snapshot_every / 4,
             max_payload_entries: 64,
             ..Default::default()
         }

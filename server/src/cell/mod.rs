@@ -40,7 +40,9 @@ mod tests;
 pub use lease::MasterLease;
 pub use log::CellLog;
 pub use machine::{CellMachine, Replica};
-pub use member::{first_frame, FirstFrame, Member, MemberConfig, MemberError, Timing};
+pub use member::{
+    first_frame, FirstFrame, Member, MemberConfig, MemberError, Timing, DEFAULT_SNAPSHOT_EVERY,
+};
 pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,
     PEER_MAGIC,

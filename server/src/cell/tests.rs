@@ -11,9 +11,16 @@ use crate::state::Bounds;
 use crate::store::encode;
 
 struct Cell {
+    name: String,
     members: BTreeMap<NodeId, Member>,
     listeners: BTreeMap<NodeId, tokio::task::JoinHandle<()>>,
+    addrs: BTreeMap<NodeId, String>,
+    snapshot_every: u64,
     _dirs: Vec<PathGuard>,
+}
+
+fn member_dir(name: &str, id: NodeId) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("leasehold-cell-{name}-{}-{id}", std::process::id()))
 }
 
 struct PathGuard(std::path::PathBuf);
@@ -32,20 +39,27 @@ fn timing() -> Timing {
 }
 
 async fn accept(listener: tokio::net::TcpListener, member: Member) {
+    // Connections end with the loop: a member stopped here holds nothing.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             return;
         };
         let member = member.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Ok(FirstFrame::Peer(framed, hello)) = first_frame(stream, 1 << 20).await {
                 member.serve_peer(framed, hello).await;
             }
         });
+        while connections.try_join_next().is_some() {}
     }
 }
 
 async fn cell(name: &str, size: u64) -> Cell {
+    cell_snapshotting(name, size, DEFAULT_SNAPSHOT_EVERY).await
+}
+
+async fn cell_snapshotting(name: &str, size: u64, snapshot_every: u64) -> Cell {
     let mut listeners = BTreeMap::new();
     let mut addrs = BTreeMap::new();
     for id in 1..=size {
@@ -56,8 +70,7 @@ async fn cell(name: &str, size: u64) -> Cell {
     let mut dirs = Vec::new();
     let mut starting = Vec::new();
     for id in 1..=size {
-        let dir =
-            std::env::temp_dir().join(format!("leasehold-cell-{name}-{}-{id}", std::process::id()));
+        let dir = member_dir(name, id);
         let _ = std::fs::remove_dir_all(&dir);
         dirs.push(PathGuard(dir.clone()));
         let config = MemberConfig {
@@ -66,6 +79,7 @@ async fn cell(name: &str, size: u64) -> Cell {
             members: addrs.clone(),
             data_dir: dir,
             timing: timing(),
+            snapshot_every,
         };
         starting.push(tokio::spawn(Member::start(
             config,
@@ -82,8 +96,11 @@ async fn cell(name: &str, size: u64) -> Cell {
         members.insert(id, member);
     }
     Cell {
+        name: name.to_string(),
         members,
         listeners: tasks,
+        addrs,
+        snapshot_every,
         _dirs: dirs,
     }
 }
@@ -106,9 +123,33 @@ impl Cell {
     }
 
     async fn stop(&mut self, id: NodeId) {
-        self.listeners.remove(&id).unwrap().abort();
+        let listener = self.listeners.remove(&id).unwrap();
+        listener.abort();
+        let _ = listener.await;
         let member = self.members.remove(&id).unwrap();
         member.shutdown().await;
+    }
+
+    /// Starts member `id` again on its data directory and its address.
+    async fn restart(&mut self, id: NodeId) {
+        let config = MemberConfig {
+            cell: format!("test-{}", self.name),
+            id,
+            members: self.addrs.clone(),
+            data_dir: member_dir(&self.name, id),
+            timing: timing(),
+            snapshot_every: self.snapshot_every,
+        };
+        let listener = tokio::net::TcpListener::bind(&self.addrs[&id])
+            .await
+            .unwrap();
+        let bounds = Bounds::from(&crate::Config::default());
+        let member = Member::start(config, bounds, Arc::new(TcpDialer))
+            .await
+            .unwrap();
+        self.listeners
+            .insert(id, tokio::spawn(accept(listener, member.clone())));
+        self.members.insert(id, member);
     }
 }
 
@@ -172,4 +213,65 @@ async fn members_hold_identical_replicas_and_a_new_leader_takes_a_higher_epoch()
     assert_eq!(stale.data, Outcome::Commands { applied: false });
     let replica = cell.members[&next].machine.replica();
     assert_eq!(replica.now, crate::time::Millis::from_millis(5));
+}
+
+// CELL-2, CELL-3: a member that was down while the others snapshotted and
+// purged the entries it missed catches up from a snapshot, to the same
+// replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_behind_the_purged_log_catches_up_from_a_snapshot() {
+    let mut cell = cell_snapshotting("catch-up", 3, 16).await;
+    eventually("a leader", || cell.leader().is_some()).await;
+    let leader = cell.leader().unwrap();
+    let raft = cell.members[&leader].raft.clone();
+    raft.client_write(Proposal::NewEpoch { node: leader })
+        .await
+        .unwrap();
+    let behind = *cell.members.keys().find(|id| **id != leader).unwrap();
+    cell.stop(behind).await;
+    let mut last = 0;
+    for n in 0..100u64 {
+        let written = raft
+            .client_write(Proposal::Commands {
+                epoch: 1,
+                commands: vec![(
+                    crate::time::Millis::from_millis(n),
+                    crate::state::Command::CancelWait {
+                        key: format!("kv/{n}"),
+                        ticket: n,
+                    },
+                )],
+            })
+            .await
+            .unwrap();
+        last = written.log_id.index;
+    }
+    eventually("the leader purged what the stopped member lacks", || {
+        let m = cell.members[&leader].raft.metrics().borrow().clone();
+        m.purged.is_some_and(|p| p.index > 10)
+    })
+    .await;
+    cell.restart(behind).await;
+    eventually("the member caught up", || {
+        cell.members[&behind]
+            .machine
+            .replica()
+            .applied
+            .map(|l| l.index)
+            >= Some(last)
+    })
+    .await;
+    let snapshot = cell.members[&behind].raft.metrics().borrow().snapshot;
+    assert!(snapshot.is_some(), "it installed a snapshot");
+    let images: Vec<Vec<u8>> = cell
+        .members
+        .values()
+        .map(|m| {
+            let mut replica = m.machine.replica();
+            replica.applied = None;
+            replica.membership = Default::default();
+            encode(&replica)
+        })
+        .collect();
+    assert!(images.windows(2).all(|w| w[0] == w[1]));
 }
