@@ -84,6 +84,23 @@ impl MasterLease {
         self.until.store(0, Ordering::Release);
     }
 
+    /// A rival asks for this member's vote with `vote`. If it is above the
+    /// vote this member leads with, the engine may grant it, and the
+    /// rival may then be elected with it: the lease ends now, before the
+    /// vote is given (`CELL-6`). A leader's own vote is not renewed by its
+    /// heartbeats, so the engine's leader lease does not stop a leader of
+    /// long standing from granting it.
+    pub fn yield_to(&self, vote: &Vote<NodeId>) {
+        let mut book = self.book.lock().expect("lease lock");
+        if book
+            .vote
+            .is_some_and(|led| vote.leader_id() > led.leader_id())
+        {
+            *book = Book::default();
+            self.until.store(0, Ordering::Release);
+        }
+    }
+
     /// `target` accepted a request this member sent at `sent` under `vote`.
     pub fn acked(&self, target: NodeId, vote: &Vote<NodeId>, sent: Instant) {
         let mut book = self.book.lock().expect("lease lock");
@@ -200,6 +217,19 @@ mod tests {
         lease.acked(4, &vote(2), Instant::now());
         assert!(lease.deadline().is_some());
         lease.depose();
+        assert!(lease.deadline().is_none());
+    }
+
+    // CELL-6: a request for a vote above the leader's ends its lease before
+    // the engine can grant it; one at or below it does not.
+    #[tokio::test(start_paused = true)]
+    async fn a_rival_asking_for_a_higher_vote_ends_the_lease_at_once() {
+        let lease = MasterLease::new(1, Duration::from_millis(500));
+        lease.lead(vote(2), vec![vec![1, 2, 3]]);
+        lease.acked(2, &vote(2), Instant::now());
+        lease.yield_to(&Vote::new(1, 3));
+        assert!(lease.deadline().is_some(), "a lower vote changes nothing");
+        lease.yield_to(&Vote::new(3, 3));
         assert!(lease.deadline().is_none());
     }
 }

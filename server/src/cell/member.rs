@@ -32,19 +32,20 @@ pub struct Timing {
 
 impl Timing {
     /// How long a quorum's acknowledgement keeps the master lease: the
-    /// shortest election timeout, less the clock-drift allowance
-    /// (`CELL-6`).
+    /// longest election timeout, for which a follower that took a request
+    /// refuses to vote for anyone else (the engine's leader lease), less
+    /// the clock-drift allowance (`CELL-6`).
     pub fn master_lease(&self) -> Duration {
-        self.election_min.mul_f64(1.0 - super::lease::CLOCK_DRIFT)
+        self.election_max.mul_f64(1.0 - super::lease::CLOCK_DRIFT)
     }
 }
 
 impl Default for Timing {
     fn default() -> Self {
         Timing {
-            heartbeat: Duration::from_millis(100),
-            election_min: Duration::from_millis(500),
-            election_max: Duration::from_millis(1000),
+            heartbeat: Duration::from_millis(50),
+            election_min: Duration::from_millis(250),
+            election_max: Duration::from_millis(500),
         }
     }
 }
@@ -180,6 +181,7 @@ impl Member {
             &self.config.cell,
             self.config.id,
             self.raft.clone(),
+            self.lease.clone(),
         )
         .await
     }

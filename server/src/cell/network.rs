@@ -123,6 +123,7 @@ pub(crate) async fn serve<S: Served>(
     cell: &str,
     me: NodeId,
     raft: openraft::Raft<CellTypes>,
+    lease: Arc<MasterLease>,
 ) {
     let refusal = if hello.cell != cell {
         Some(format!(
@@ -151,7 +152,12 @@ pub(crate) async fn serve<S: Served>(
         };
         let response = match request {
             PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
-            PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+            PeerRequest::Vote(rpc) => {
+                // A leader the engine lets vote for a rival steps down:
+                // its master stops before the vote can leave (CELL-6).
+                lease.yield_to(&rpc.vote);
+                PeerResponse::Vote(raft.vote(rpc).await)
+            }
             PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
         };
         if framed.send(Bytes::from(encode(&response))).await.is_err() {

@@ -12,8 +12,9 @@
 //! lead or the lease stops that master: what it applied but the log did not
 //! take is gone, as a crash would lose it, and its clients find the next.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -39,6 +40,9 @@ use crate::server::Listener;
 use crate::state::{Bounds, Command};
 use crate::store::{encode, Record};
 use crate::time::Millis;
+
+/// Connections being told they are refused at once, at most (`CONN-8`).
+const MAX_REFUSING: usize = 64;
 
 /// A proposal carries at most about this many bytes of commands, so that
 /// a batch of entries fits a peer frame.
@@ -80,35 +84,69 @@ pub async fn serve<L: Listener>(
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
+    // Connections served now, by peer address (`CONN-8`); refusals are
+    // bounded too, as a single master's are.
+    let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+    let mut refusing = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    if tasks.len() >= config.max_connections {
-                        let reason = format!(
+                    let ip = peer.ip();
+                    let from_peer = per_peer.get(&ip).copied().unwrap_or(0);
+                    let refusal = if tasks.len() >= config.max_connections {
+                        Some(format!(
                             "the member serves its maximum of {} connections",
                             config.max_connections
-                        );
-                        tasks.spawn(connection::refuse(stream, reason, config.clone()));
-                        continue;
+                        ))
+                    } else if from_peer >= config.max_connections_per_peer {
+                        Some(format!(
+                            "{ip} holds the maximum of {} connections per address",
+                            config.max_connections_per_peer
+                        ))
+                    } else {
+                        None
+                    };
+                    match refusal {
+                        Some(reason) if refusing.len() < MAX_REFUSING => {
+                            refusing.spawn(connection::refuse(stream, reason, config.clone()));
+                        }
+                        Some(_) => drop(stream),
+                        None => {
+                            *per_peer.entry(ip).or_default() += 1;
+                            let serving = connected(
+                                stream,
+                                ip,
+                                member.clone(),
+                                role.clone(),
+                                config.clone(),
+                                all_queued_bytes.clone(),
+                                stop.clone(),
+                            );
+                            tasks.spawn(async move {
+                                serving.await;
+                                ip
+                            });
+                        }
                     }
-                    tasks.spawn(connected(
-                        stream,
-                        peer.ip(),
-                        member.clone(),
-                        role.clone(),
-                        config.clone(),
-                        all_queued_bytes.clone(),
-                        stop.clone(),
-                    ));
                 }
                 Err(error) => {
                     warn!(%error, "accept failed; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok(ip) = ended {
+                    if let Some(n) = per_peer.get_mut(&ip) {
+                        *n -= 1;
+                        if *n == 0 {
+                            per_peer.remove(&ip);
+                        }
+                    }
+                }
+            }
+            Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
             () = &mut shutdown => break,
         }
     }
