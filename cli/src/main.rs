@@ -547,8 +547,19 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode> {
     // `--listen` says where to listen; without it, the address clients are
-    // given (`--addr`, `LEASEHOLD_ADDR`) is where they will look for it.
+    // given (`--addr`, `LEASEHOLD_ADDR`) is where they will look for it. A
+    // cell's member listens where `--cell` says others reach it: clients'
+    // `--addr` names every member, so it is no guide.
+    let own = match (&args.cell, args.node) {
+        (Some(members), Some(node)) => Some(members.get(&node).cloned()),
+        _ => None,
+    };
+    let addr = match own {
+        Some(own) => own,
+        None => addr,
+    };
     let (listen, from) = match (args.listen.clone(), addr) {
+        (Some(listen), Some(_)) if args.cell.is_some() => (listen, ""),
         (Some(listen), Some(addr)) if listen != addr => anyhow::bail!(
             "--listen {listen} and --addr (or LEASEHOLD_ADDR) {addr} disagree: serve listens on \
              --listen; give one of them"
