@@ -604,17 +604,7 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
         }
         None => leasehold_server::Server::volatile(config.clone())?,
     };
-    let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
-    let stop = async move {
-        let signal = signal.await;
-        tracing::info!("{signal}: shutting down");
-    };
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}{from}"))?;
-    let addr = listener.local_addr()?;
-    // On stdout, so scripts and tests can learn the port of `--listen :0`.
-    println!("listening on {addr}");
+    let (listener, addr, stop) = listen_until_stopped(&listen, from).await?;
     match data_dir {
         Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
@@ -627,6 +617,30 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     }
     server.serve(listener, stop).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds `listen` and announces where it listens (on stdout, so scripts
+/// and tests can learn the port of `--listen :0`); the future resolves on
+/// SIGINT or SIGTERM.
+async fn listen_until_stopped(
+    listen: &str,
+    from: &str,
+) -> anyhow::Result<(
+    tokio::net::TcpListener,
+    std::net::SocketAddr,
+    impl std::future::Future<Output = ()> + Send,
+)> {
+    let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
+    let stop = async move {
+        let signal = signal.await;
+        tracing::info!("{signal}: shutting down");
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}{from}"))?;
+    let addr = listener.local_addr()?;
+    println!("listening on {addr}");
+    Ok((listener, addr, stop))
 }
 
 /// `serve --cell ... --node ID`: one member of a replicated cell.
@@ -656,16 +670,7 @@ async fn serve_member(
         timing: Default::default(),
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
     };
-    let signal = signals::stop_requested(false).context("cannot catch SIGINT and SIGTERM")?;
-    let stop = async move {
-        let signal = signal.await;
-        tracing::info!("{signal}: shutting down");
-    };
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}{from}"))?;
-    let addr = listener.local_addr()?;
-    println!("listening on {addr}");
+    let (listener, addr, stop) = listen_until_stopped(&listen, from).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
     leasehold_server::cell::serve(
         listener,

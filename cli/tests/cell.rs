@@ -4,12 +4,13 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Client, LockOptions, PutOptions, SessionId, SessionOptions, SessionState};
+use common::traffic::{locker, writer, Acknowledged};
+use leasehold::{Client, LockOptions, SessionOptions, SessionState};
 use leasehold_server::cell::query_status;
 use tokio::time::Instant;
 
@@ -100,65 +101,6 @@ impl Drop for Cell {
     }
 }
 
-#[derive(Default)]
-struct Acknowledged {
-    writes: BTreeMap<String, String>,
-    grants: BTreeMap<(String, u64), BTreeSet<SessionId>>,
-}
-
-async fn writer(client: Client, name: String, until: Instant, seen: Arc<Mutex<Acknowledged>>) {
-    let mut n = 0u64;
-    while Instant::now() < until {
-        n += 1;
-        let key = format!("w/{name}/{n}");
-        let value = format!("{name}-{n}");
-        match client.put(&key, value.as_str(), PutOptions::new()).await {
-            Ok(_) => {
-                seen.lock().unwrap().writes.insert(key, value);
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
-async fn locker(client: Client, name: String, until: Instant, seen: Arc<Mutex<Acknowledged>>) {
-    let mut session = None;
-    let mut n = 0u64;
-    while Instant::now() < until {
-        if session.is_none() {
-            let options = SessionOptions::new(&name)
-                .lease(Duration::from_secs(3))
-                .lock_delay(Duration::ZERO);
-            session = client.create_session(options).await.ok();
-            if session.is_none() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        }
-        let s = session.as_ref().expect("created");
-        n += 1;
-        let key = format!("l/{}", n % 3);
-        let options = LockOptions::exclusive().timeout(Duration::from_millis(200));
-        match s.lock(&key, options).await {
-            Ok(guard) => {
-                let generation = guard.sequencer().lock_generation;
-                seen.lock()
-                    .unwrap()
-                    .grants
-                    .entry((key, generation))
-                    .or_default()
-                    .insert(s.id());
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let _ = guard.release().await;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-        if s.state().is_final() {
-            session = None;
-        }
-    }
-}
-
 // CELL-6, CELL-7, FO-1..FO-6: SIGKILL the master under writes and lock
 // traffic; a new master serves under a higher epoch, no acknowledged write
 // is lost, no lock generation was granted twice, and a holder keeps its
@@ -189,7 +131,13 @@ async fn killing_the_master_loses_no_acknowledged_write_and_grants_no_generation
         tasks.push(if c < 3 {
             tokio::spawn(writer(client, name, until, seen.clone()))
         } else {
-            tokio::spawn(locker(client, name, until, seen.clone()))
+            tokio::spawn(locker(
+                client,
+                name,
+                Duration::from_secs(3),
+                until,
+                seen.clone(),
+            ))
         });
     }
     tokio::time::sleep(Duration::from_millis(800)).await;

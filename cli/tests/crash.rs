@@ -8,85 +8,19 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Client, LockOptions, PutOptions, SessionId, SessionOptions};
+use common::traffic::{locker, writer, Acknowledged};
+use leasehold::Client;
 use tokio::time::Instant;
 
 /// A master process on a data directory.
 fn serve(dir: &Path, listen: &str) -> (Child, String) {
     let dir = dir.to_str().expect("a UTF-8 path");
     common::spawn_serve(&["--listen", listen, "--data-dir", dir])
-}
-
-#[derive(Default)]
-struct Acknowledged {
-    /// key -> value, for every write the master acknowledged.
-    writes: BTreeMap<String, String>,
-    /// (lock key, generation) -> the sessions it was granted to.
-    grants: BTreeMap<(String, u64), BTreeSet<SessionId>>,
-}
-
-/// Writes unique keys as fast as acknowledgements come, until `until`.
-async fn writer(client: Client, name: String, until: Instant, seen: Arc<Mutex<Acknowledged>>) {
-    let mut n = 0u64;
-    while Instant::now() < until {
-        n += 1;
-        let key = format!("w/{name}/{n}");
-        let value = format!("{name}-{n}");
-        if client
-            .put(&key, value.as_str(), PutOptions::new())
-            .await
-            .is_ok()
-        {
-            seen.lock().unwrap().writes.insert(key, value);
-        } else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// Takes and releases a few locks, recording every grant.
-async fn locker(client: Client, name: String, until: Instant, seen: Arc<Mutex<Acknowledged>>) {
-    let mut session = None;
-    let mut n = 0u64;
-    while Instant::now() < until {
-        if session.is_none() {
-            let options = SessionOptions::new(&name)
-                .lease(Duration::from_secs(2))
-                .lock_delay(Duration::ZERO);
-            session = client.create_session(options).await.ok();
-            if session.is_none() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        }
-        let s = session.as_ref().expect("created");
-        n += 1;
-        let key = format!("l/{}", n % 3);
-        let options = LockOptions::exclusive().timeout(Duration::from_millis(200));
-        match s.lock(&key, options).await {
-            Ok(guard) => {
-                let generation = guard.sequencer().lock_generation;
-                seen.lock()
-                    .unwrap()
-                    .grants
-                    .entry((key, generation))
-                    .or_default()
-                    .insert(s.id());
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let _ = guard.release().await;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-        if s.state().is_final() {
-            session = None;
-        }
-    }
 }
 
 fn data_dir() -> PathBuf {
@@ -121,7 +55,13 @@ async fn acknowledged_writes_and_grants_survive_sigkill() {
             if c < 3 {
                 tasks.push(tokio::spawn(writer(client, name, until, seen.clone())));
             } else {
-                tasks.push(tokio::spawn(locker(client, name, until, seen.clone())));
+                tasks.push(tokio::spawn(locker(
+                    client,
+                    name,
+                    Duration::from_secs(2),
+                    until,
+                    seen.clone(),
+                )));
             }
         }
         tokio::time::sleep(life).await;

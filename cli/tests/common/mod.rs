@@ -1,6 +1,8 @@
 //! A `leasehold serve` child process for the CLI's tests.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod traffic;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
