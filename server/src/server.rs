@@ -39,7 +39,54 @@ impl Listener for tokio::net::TcpListener {
 }
 
 /// Connections being told they are refused at once, at most (`CONN-8`).
-const MAX_REFUSING: usize = 64;
+pub(crate) const MAX_REFUSING: usize = 64;
+
+/// Connections served now, by peer address, and whether one more may be
+/// (`CONN-8`): a single master and a cell's member admit alike.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+impl Admission {
+    /// Why a connection from `ip` is refused while `served` are, if it is;
+    /// `what` names the server in the reason.
+    pub(crate) fn refusal(
+        &self,
+        ip: IpAddr,
+        served: usize,
+        config: &Config,
+        what: &str,
+    ) -> Option<String> {
+        let from_peer = self.per_peer.get(&ip).copied().unwrap_or(0);
+        if served >= config.max_connections {
+            Some(format!(
+                "the {what} serves its maximum of {} connections",
+                config.max_connections
+            ))
+        } else if from_peer >= config.max_connections_per_peer {
+            Some(format!(
+                "{ip} holds the maximum of {} connections per address",
+                config.max_connections_per_peer
+            ))
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn admit(&mut self, ip: IpAddr) {
+        *self.per_peer.entry(ip).or_default() += 1;
+    }
+
+    pub(crate) fn ended(&mut self, ip: IpAddr) {
+        if let Some(n) = self.per_peer.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&ip);
+            }
+        }
+    }
+}
 
 /// How long a shutting-down server waits for its connections to close.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -168,8 +215,7 @@ async fn serve<L: Listener>(
     let mut master_failed = false;
     let connections = CancellationToken::new();
     let mut tasks = JoinSet::new();
-    // Connections served now, by peer address (`CONN-8`).
-    let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+    let mut admission = Admission::default();
     let mut refusing = JoinSet::new();
     let all_queued_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::pin!(shutdown);
@@ -181,21 +227,7 @@ async fn serve<L: Listener>(
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(10);
                     let ip = peer.ip();
-                    let from_peer = per_peer.get(&ip).copied().unwrap_or(0);
-                    let refusal = if tasks.len() >= config.max_connections {
-                        Some(format!(
-                            "the master serves its maximum of {} connections",
-                            config.max_connections
-                        ))
-                    } else if from_peer >= config.max_connections_per_peer {
-                        Some(format!(
-                            "{ip} holds the maximum of {} connections per address",
-                            config.max_connections_per_peer
-                        ))
-                    } else {
-                        None
-                    };
-                    match refusal {
+                    match admission.refusal(ip, tasks.len(), &config, "master") {
                         // Refusals are bounded too: past a few at once the
                         // connection is dropped without a word.
                         Some(reason) if refusing.len() < MAX_REFUSING => {
@@ -205,7 +237,7 @@ async fn serve<L: Listener>(
                         Some(_) => drop(stream),
                         None => {
                             tracing::debug!(%peer, "connection accepted");
-                            *per_peer.entry(ip).or_default() += 1;
+                            admission.admit(ip);
                             let serving = connection::serve(
                                 stream,
                                 master.clone(),
@@ -233,12 +265,7 @@ async fn serve<L: Listener>(
             Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
                 trim.connection_ended(tokio::time::Instant::now());
                 if let Ok(ip) = ended {
-                    if let Some(n) = per_peer.get_mut(&ip) {
-                        *n -= 1;
-                        if *n == 0 {
-                            per_peer.remove(&ip);
-                        }
-                    }
+                    admission.ended(ip);
                 }
             }
             Some(_) = refusing.join_next(), if !refusing.is_empty() => {}

@@ -12,9 +12,8 @@
 //! lead or the lease stops that master: what it applied but the log did not
 //! take is gone, as a crash would lose it, and its clients find the next.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -36,13 +35,10 @@ use crate::config::Config;
 use crate::connection;
 use crate::master::{self, MasterHandle};
 use crate::recovery::Start;
-use crate::server::Listener;
+use crate::server::{Admission, Listener, MAX_REFUSING};
 use crate::state::{Bounds, Command};
 use crate::store::{encode, Record};
 use crate::time::Millis;
-
-/// Connections being told they are refused at once, at most (`CONN-8`).
-const MAX_REFUSING: usize = 64;
 
 /// A proposal carries at most about this many bytes of commands, so that
 /// a batch of entries fits a peer frame.
@@ -84,9 +80,8 @@ pub async fn serve<L: Listener>(
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
-    // Connections served now, by peer address (`CONN-8`); refusals are
-    // bounded too, as a single master's are.
-    let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+    // Refusals are bounded, as a single master's are (`CONN-8`).
+    let mut admission = Admission::default();
     let mut refusing = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -94,27 +89,13 @@ pub async fn serve<L: Listener>(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let ip = peer.ip();
-                    let from_peer = per_peer.get(&ip).copied().unwrap_or(0);
-                    let refusal = if tasks.len() >= config.max_connections {
-                        Some(format!(
-                            "the member serves its maximum of {} connections",
-                            config.max_connections
-                        ))
-                    } else if from_peer >= config.max_connections_per_peer {
-                        Some(format!(
-                            "{ip} holds the maximum of {} connections per address",
-                            config.max_connections_per_peer
-                        ))
-                    } else {
-                        None
-                    };
-                    match refusal {
+                    match admission.refusal(ip, tasks.len(), &config, "member") {
                         Some(reason) if refusing.len() < MAX_REFUSING => {
                             refusing.spawn(connection::refuse(stream, reason, config.clone()));
                         }
                         Some(_) => drop(stream),
                         None => {
-                            *per_peer.entry(ip).or_default() += 1;
+                            admission.admit(ip);
                             let serving = connected(
                                 stream,
                                 ip,
@@ -138,12 +119,7 @@ pub async fn serve<L: Listener>(
             },
             Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Ok(ip) = ended {
-                    if let Some(n) = per_peer.get_mut(&ip) {
-                        *n -= 1;
-                        if *n == 0 {
-                            per_peer.remove(&ip);
-                        }
-                    }
+                    admission.ended(ip);
                 }
             }
             Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
