@@ -424,12 +424,7 @@ impl Store for FileStore {
     /// reads one file instead of the whole history.
     fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.sync()?;
-        let body = encode(snapshot);
-        let mut bytes = Vec::with_capacity(body.len() + 20);
-        bytes.extend_from_slice(SNAPSHOT_MAGIC);
-        bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        bytes.extend_from_slice(&body);
+        let bytes = sealed(SNAPSHOT_MAGIC, &encode(snapshot));
         write_atomically(&self.dir, "snapshot", &bytes)?;
         // The snapshot is durable; a crash from here on finds it and skips
         // the log records it includes.
@@ -575,23 +570,50 @@ fn new_log(dir: &Path, base: u64) -> Result<File, StoreError> {
 }
 
 fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
-    let bytes = match fs::read(path) {
+    let Some(body) = read_sealed(path, SNAPSHOT_MAGIC, "snapshot")? else {
+        return Ok(None);
+    };
+    decode(&body)
+        .map(Some)
+        .map_err(|e| corrupt(path, format!("the snapshot does not decode: {e}")))
+}
+
+/// A whole file as snapshots are kept: `magic`, the body's length (u64),
+/// its CRC-32, the body.
+pub(crate) fn sealed(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(body.len() + 20);
+    bytes.extend_from_slice(magic);
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// The body of the [`sealed`] file at `path` (`None`: no file); a wrong
+/// magic, length or checksum is refused, naming the file as `what`.
+pub(crate) fn read_sealed(
+    path: &Path,
+    magic: &[u8; 8],
+    what: &str,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let mut bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(path)(e)),
     };
-    if bytes.len() < 20 || &bytes[..8] != SNAPSHOT_MAGIC {
-        return Err(corrupt(path, "not a snapshot (bad magic)"));
+    if bytes.len() < 20 || &bytes[..8] != magic {
+        return Err(corrupt(path, format!("not a {what} (bad magic)")));
     }
     let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
     let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
-    let body = &bytes[20..];
-    if body.len() != len || crc32fast::hash(body) != crc {
-        return Err(corrupt(path, "the snapshot fails its length or checksum"));
+    let body = bytes.split_off(20);
+    if body.len() != len || crc32fast::hash(&body) != crc {
+        return Err(corrupt(
+            path,
+            format!("the {what} fails its length or checksum"),
+        ));
     }
-    decode(body)
-        .map(Some)
-        .map_err(|e| corrupt(path, format!("the snapshot does not decode: {e}")))
+    Ok(Some(body))
 }
 
 /// The record at `at`, if it is whole (its length fits the file, is not

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::state::{Bounds, State};
-use crate::store::{corrupt, decode, encode, io_error, write_atomically, StoreError};
+use crate::store::{corrupt, decode, encode, read_sealed, sealed, write_atomically, StoreError};
 use crate::time::Millis;
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP01";
@@ -117,33 +117,14 @@ fn sm_failed(e: impl std::fmt::Display) -> StorageError<NodeId> {
 }
 
 fn snapshot_file(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Vec<u8> {
-    let body = encode(&(meta, data));
-    let mut bytes = SNAPSHOT_MAGIC.to_vec();
-    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    bytes.extend_from_slice(&body);
-    bytes
+    sealed(SNAPSHOT_MAGIC, &encode(&(meta, data)))
 }
 
 fn read_snapshot(path: &Path) -> Result<Option<Stored>, StoreError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(path)(e)),
+    let Some(body) = read_sealed(path, SNAPSHOT_MAGIC, "cell snapshot")? else {
+        return Ok(None);
     };
-    if bytes.len() < 20 || &bytes[..8] != SNAPSHOT_MAGIC {
-        return Err(corrupt(path, "not a cell snapshot (bad magic)"));
-    }
-    let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
-    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
-    let body = &bytes[20..];
-    if body.len() != len || crc32fast::hash(body) != crc {
-        return Err(corrupt(
-            path,
-            "the cell snapshot fails its length or checksum",
-        ));
-    }
-    let (meta, data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(body)
+    let (meta, data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(&body)
         .map_err(|e| corrupt(path, format!("the cell snapshot does not decode: {e}")))?;
     Ok(Some(Stored { meta, data }))
 }
