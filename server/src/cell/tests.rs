@@ -275,3 +275,28 @@ async fn a_member_behind_the_purged_log_catches_up_from_a_snapshot() {
         .collect();
     assert!(images.windows(2).all(|w| w[0] == w[1]));
 }
+
+// CELL-4: over TCP, a peer of another cell, or one that addresses a member
+// by another's id, gets a refusal and no Raft service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_of_another_cell_or_naming_another_member_is_refused() {
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+
+    let cell = cell("refuse", 3).await;
+    eventually("a leader", || cell.leader().is_some()).await;
+    let target = 2;
+    let node = openraft::BasicNode::new(cell.addrs[&target].clone());
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(99, 9), None);
+    let option = RPCOption::new(Duration::from_secs(5));
+    for (name, claimed) in [("test-other", target), ("test-refuse", 3)] {
+        let lease = Arc::new(MasterLease::new(9, Duration::from_millis(100)));
+        let mut network = CellNetwork::new(name, 9, Arc::new(TcpDialer), lease);
+        let mut client = network.new_client(claimed, &node).await;
+        let refused = client.vote(vote.clone(), option.clone()).await.unwrap_err();
+        assert!(refused.to_string().contains("refused"), "{name}: {refused}");
+    }
+    // The refused peers changed nothing: the cell still has its leader.
+    assert!(cell.leader().is_some());
+    let term = cell.members[&target].raft.metrics().borrow().current_term;
+    assert!(term < 99, "the refused vote request reached the engine");
+}
