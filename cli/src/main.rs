@@ -666,7 +666,7 @@ async fn serve_member(
         cell: args.cell_id.clone(),
         id: node,
         members,
-        data_dir: args.data_dir.clone(),
+        storage: leasehold_server::cell::Storage::Dir(args.data_dir.clone()),
         timing: Default::default(),
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
     };

@@ -596,11 +596,20 @@ pub(crate) fn read_sealed(
     magic: &[u8; 8],
     what: &str,
 ) -> Result<Option<Vec<u8>>, StoreError> {
-    let mut bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(path)(e)),
-    };
+    match fs::read(path) {
+        Ok(bytes) => unseal(bytes, path, magic, what).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(path)(e)),
+    }
+}
+
+/// The body of a [`sealed`] file's `bytes`, read from `path`.
+pub(crate) fn unseal(
+    mut bytes: Vec<u8>,
+    path: &Path,
+    magic: &[u8; 8],
+    what: &str,
+) -> Result<Vec<u8>, StoreError> {
     if bytes.len() < 20 || &bytes[..8] != magic {
         return Err(corrupt(path, format!("not a {what} (bad magic)")));
     }
@@ -613,7 +622,7 @@ pub(crate) fn read_sealed(
             format!("the {what} fails its length or checksum"),
         ));
     }
-    Ok(Some(body))
+    Ok(body)
 }
 
 /// The record at `at`, if it is whole (its length fits the file, is not

@@ -13,15 +13,15 @@
 //! Obligations openraft places on it (its `RaftLogStorage`): the vote is
 //! durable before `save_vote` returns; `append` reports completion only
 //! once the entries are durable; calls are made one at a time and leave no
-//! holes. The file's I/O runs on tokio's blocking pool, so an fsync never
-//! stalls the runtime that serves clients.
+//! holes. The file lives on the member's [`Volume`]: a data directory,
+//! whose I/O runs on tokio's blocking pool so that an fsync never stalls
+//! the runtime serving clients, or memory a simulation crashes.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::ops::RangeBounds;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
@@ -30,8 +30,9 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::volume::{self, Volume};
 use super::{CellTypes, NodeId};
-use crate::store::{corrupt, decode, encode, io_error, write_atomically, StoreError};
+use crate::store::{corrupt, decode, encode, io_error, StoreError};
 
 const LOG_MAGIC: &[u8; 8] = b"LHRAFT01";
 const FRAME_MAGIC: &[u8; 4] = b"LHRF";
@@ -180,21 +181,26 @@ fn parse(bytes: &[u8], path: &Path) -> Result<(Image, usize), StoreError> {
 /// a time, and readers it hands out read the image.
 #[derive(Debug)]
 struct Inner {
-    dir: PathBuf,
-    file: File,
+    volume: Arc<dyn Volume>,
     /// Bytes in the file.
     len: u64,
     image: Image,
 }
 
 impl Inner {
+    /// Writes `op` and syncs it, blocking on the volume.
     fn write(&mut self, op: LogOp) -> io::Result<()> {
         let bytes = frame(&op);
-        self.file.write_all(&bytes)?;
-        self.file.sync_data()?;
-        self.len += bytes.len() as u64;
-        self.image.apply(op);
+        self.volume.append(FILE, &bytes)?;
+        self.volume.sync(FILE)?;
+        self.written(bytes.len(), op);
         Ok(())
+    }
+
+    /// `op`, `len` bytes long, is durable.
+    fn written(&mut self, len: usize, op: LogOp) {
+        self.len += len as u64;
+        self.image.apply(op);
     }
 
     /// Rewrites the file as the live log alone once purges left most of
@@ -210,22 +216,19 @@ impl Inner {
             return Ok(());
         }
         let bytes = self.image.frames();
-        write_atomically(&self.dir, FILE, &bytes)?;
-        let path = self.dir.join(FILE);
-        self.file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
+        let path = self.volume.path(FILE);
+        self.volume.replace(FILE, &bytes).map_err(io_error(&path))?;
         self.len = bytes.len() as u64;
         Ok(())
     }
 }
 
-/// A member's Raft log and vote, durable in its data directory. Cheap to
-/// clone: clones share the file.
+/// A member's Raft log and vote, durable on its volume. Cheap to clone:
+/// clones share the file.
 #[derive(Debug, Clone)]
 pub struct CellLog {
     inner: Arc<Mutex<Inner>>,
+    volume: Arc<dyn Volume>,
 }
 
 fn io_failed(e: impl std::fmt::Display) -> StorageError<NodeId> {
@@ -233,40 +236,32 @@ fn io_failed(e: impl std::fmt::Display) -> StorageError<NodeId> {
 }
 
 impl CellLog {
-    /// Opens the log in `dir` (which the caller has locked), creating it
-    /// if there is none. A torn tail is cut; damage is refused.
-    pub fn open(dir: &Path) -> Result<CellLog, StoreError> {
-        let path = dir.join(FILE);
-        let mut bytes = Vec::new();
-        match File::open(&path) {
-            Ok(mut f) => {
-                f.read_to_end(&mut bytes).map_err(io_error(&path))?;
+    /// Opens the log on `volume` (which the caller has taken for this
+    /// member alone), creating it if there is none. A torn tail is cut;
+    /// damage is refused.
+    pub fn open(volume: Arc<dyn Volume>) -> Result<CellLog, StoreError> {
+        let path = volume.path(FILE);
+        let bytes = match volume.read(FILE).map_err(io_error(&path))? {
+            Some(bytes) => bytes,
+            None => {
+                volume.replace(FILE, LOG_MAGIC).map_err(io_error(&path))?;
+                LOG_MAGIC.to_vec()
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                write_atomically(dir, FILE, LOG_MAGIC)?;
-                bytes = LOG_MAGIC.to_vec();
-            }
-            Err(e) => return Err(io_error(&path)(e)),
-        }
+        };
         let (image, valid) = parse(&bytes, &path)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
-        // New frames follow the last whole one.
-        file.set_len(valid as u64).map_err(io_error(&path))?;
-        file.sync_all().map_err(io_error(&path))?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
+        if valid < bytes.len() {
+            // New frames follow the last whole one.
+            volume
+                .truncate(FILE, valid as u64)
+                .map_err(io_error(&path))?;
+        }
         Ok(CellLog {
             inner: Arc::new(Mutex::new(Inner {
-                dir: dir.to_path_buf(),
-                file,
+                volume: volume.clone(),
                 len: valid as u64,
                 image,
             })),
+            volume,
         })
     }
 
@@ -276,15 +271,33 @@ impl CellLog {
         inner.image.entries.is_empty() && inner.image.vote.is_none() && inner.image.purged.is_none()
     }
 
-    /// Runs `f` on the file's state on the blocking pool: it may fsync.
-    async fn with<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Inner) -> Result<T, StorageError<NodeId>> + Send + 'static,
-    ) -> Result<T, StorageError<NodeId>> {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&mut inner.lock().expect("log lock")))
+    /// Writes `op` durably, then applies it to the image. openraft makes
+    /// one call at a time, so nothing else writes meanwhile.
+    async fn write(&self, op: LogOp) -> io::Result<()> {
+        if self.volume.blocks() {
+            let inner = self.inner.clone();
+            return tokio::task::spawn_blocking(move || inner.lock().expect("log lock").write(op))
+                .await
+                .map_err(io::Error::other)?;
+        }
+        let bytes = frame(&op);
+        let len = bytes.len();
+        volume::append_synced(&self.volume, FILE, bytes).await?;
+        self.image().written(len, op);
+        Ok(())
+    }
+
+    /// Rewrites the file if purges left most of it dead.
+    async fn maybe_rewrite(&self) -> Result<(), StoreError> {
+        if self.volume.blocks() {
+            let inner = self.inner.clone();
+            return tokio::task::spawn_blocking(move || {
+                inner.lock().expect("log lock").maybe_rewrite()
+            })
             .await
-            .map_err(io_failed)?
+            .map_err(|e| io_error(Path::new(FILE))(io::Error::other(e)))?;
+        }
+        self.image().maybe_rewrite()
     }
 
     fn image(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -331,13 +344,9 @@ impl RaftLogStorage<CellTypes> for CellLog {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
-        let vote = *vote;
-        self.with(move |inner| {
-            inner
-                .write(LogOp::Vote(vote))
-                .map_err(|e| StorageIOError::write_vote(AnyError::error(e.to_string())).into())
-        })
-        .await
+        self.write(LogOp::Vote(*vote))
+            .await
+            .map_err(|e| StorageIOError::write_vote(AnyError::error(e.to_string())).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
@@ -348,8 +357,9 @@ impl RaftLogStorage<CellTypes> for CellLog {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        self.with(move |inner| inner.write(LogOp::Committed(committed)).map_err(io_failed))
+        self.write(LogOp::Committed(committed))
             .await
+            .map_err(io_failed)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -366,9 +376,7 @@ impl RaftLogStorage<CellTypes> for CellLog {
         I::IntoIter: Send,
     {
         let entries: Vec<CellEntry> = entries.into_iter().collect();
-        let written = self
-            .with(move |inner| Ok(inner.write(LogOp::Entries(entries))))
-            .await?;
+        let written = self.write(LogOp::Entries(entries)).await;
         let failed = written.as_ref().err().map(io_failed);
         callback.log_io_completed(written);
         match failed {
@@ -378,27 +386,26 @@ impl RaftLogStorage<CellTypes> for CellLog {
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        self.with(move |inner| {
-            inner
-                .write(LogOp::Truncate(log_id.index))
-                .map_err(io_failed)
-        })
-        .await
+        self.write(LogOp::Truncate(log_id.index))
+            .await
+            .map_err(io_failed)
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        self.with(move |inner| {
-            inner.write(LogOp::Purge(log_id)).map_err(io_failed)?;
-            inner.maybe_rewrite().map_err(io_failed)
-        })
-        .await
+        self.write(LogOp::Purge(log_id)).await.map_err(io_failed)?;
+        self.maybe_rewrite().await.map_err(io_failed)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::path::PathBuf;
+
     use openraft::{CommittedLeaderId, EntryPayload};
+
+    use crate::cell::volume::{DirVolume, MemoryVolume};
 
     use crate::cell::Proposal;
 
@@ -408,6 +415,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    fn open(dir: &Path) -> Result<CellLog, StoreError> {
+        CellLog::open(Arc::new(DirVolume::new(dir)))
     }
 
     fn entry(index: u64) -> CellEntry {
@@ -430,7 +441,7 @@ mod tests {
     #[test]
     fn a_reopened_log_holds_what_was_written() {
         let dir = dir("reopen");
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         write(&log, LogOp::Entries((1..=5).map(entry).collect()));
         write(&log, LogOp::Truncate(4));
         write(&log, LogOp::Purge(entry(1).log_id));
@@ -438,7 +449,7 @@ mod tests {
         write(&log, LogOp::Vote(vote));
         write(&log, LogOp::Committed(Some(entry(3).log_id)));
         drop(log);
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         assert_eq!(indexes(&log), vec![2, 3]);
         let inner = log.image();
         assert_eq!(inner.image.vote, Some(vote));
@@ -451,7 +462,7 @@ mod tests {
     #[test]
     fn a_torn_last_frame_is_cut() {
         let dir = dir("torn");
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         write(&log, LogOp::Entries(vec![entry(1)]));
         write(&log, LogOp::Entries(vec![entry(2)]));
         drop(log);
@@ -460,11 +471,11 @@ mod tests {
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(len - 3).unwrap();
         drop(file);
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         assert_eq!(indexes(&log), vec![1]);
         write(&log, LogOp::Entries(vec![entry(2)]));
         drop(log);
-        assert_eq!(indexes(&CellLog::open(&dir).unwrap()), vec![1, 2]);
+        assert_eq!(indexes(&open(&dir).unwrap()), vec![1, 2]);
     }
 
     // CELL-2: damage with whole frames after it hit data that was fsynced
@@ -472,7 +483,7 @@ mod tests {
     #[test]
     fn damage_before_the_last_frame_is_refused() {
         let dir = dir("damaged");
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         write(&log, LogOp::Entries(vec![entry(1)]));
         write(&log, LogOp::Entries(vec![entry(2)]));
         drop(log);
@@ -480,15 +491,33 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[LOG_MAGIC.len() + FRAME_HEAD + 1] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        let error = CellLog::open(&dir).unwrap_err().to_string();
+        let error = open(&dir).unwrap_err().to_string();
         assert!(error.contains("damaged"), "{error}");
+    }
+
+    // CELL-2: on a volume that keeps only what was synced, a crash inside
+    // an append's sync tears that frame alone, which was never reported
+    // written; the reopened log holds every entry reported written.
+    #[tokio::test(start_paused = true)]
+    async fn a_crash_inside_a_sync_tears_only_the_frame_not_reported_written() {
+        let volume = MemoryVolume::new(std::time::Duration::from_millis(5));
+        let log = CellLog::open(Arc::new(volume.clone())).unwrap();
+        log.write(LogOp::Entries(vec![entry(1)])).await.unwrap();
+        let pending = log.clone();
+        let writing =
+            tokio::spawn(async move { pending.write(LogOp::Entries(vec![entry(2)])).await });
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        writing.abort();
+        volume.crash(|unsynced| unsynced / 2);
+        let log = CellLog::open(Arc::new(volume)).unwrap();
+        assert_eq!(indexes(&log), vec![1]);
     }
 
     #[test]
     fn a_file_that_is_not_a_raft_log_is_refused() {
         let dir = dir("foreign");
         std::fs::write(dir.join(FILE), b"something else entirely").unwrap();
-        let error = CellLog::open(&dir).unwrap_err().to_string();
+        let error = open(&dir).unwrap_err().to_string();
         assert!(error.contains("not a Raft log"), "{error}");
     }
 
@@ -497,7 +526,7 @@ mod tests {
     #[test]
     fn a_mostly_purged_log_is_rewritten_smaller() {
         let dir = dir("rewrite");
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         let big = |index: u64| Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
             payload: EntryPayload::Normal(Proposal::Commands {
@@ -524,7 +553,7 @@ mod tests {
         assert!(after < before / 10, "{before} -> {after}");
         write(&log, LogOp::Entries(vec![big(101)]));
         drop(log);
-        let log = CellLog::open(&dir).unwrap();
+        let log = open(&dir).unwrap();
         assert_eq!(indexes(&log), (96..=101).collect::<Vec<_>>());
     }
 }

@@ -12,7 +12,6 @@
 //! only up to a snapshot that a crash cannot take back.
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::RaftStateMachine;
@@ -23,9 +22,10 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::volume::{self, Volume};
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::state::{Bounds, State};
-use crate::store::{corrupt, decode, encode, read_sealed, sealed, write_atomically, StoreError};
+use crate::store::{corrupt, decode, encode, io_error, sealed, unseal, StoreError};
 use crate::time::Millis;
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP01";
@@ -96,7 +96,7 @@ struct Stored {
 
 #[derive(Debug)]
 struct Inner {
-    dir: PathBuf,
+    volume: Arc<dyn Volume>,
     /// The limits this member enforces: a received state takes them.
     bounds: Bounds,
     replica: Replica,
@@ -120,22 +120,24 @@ fn snapshot_file(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Vec<u8>
     sealed(SNAPSHOT_MAGIC, &encode(&(meta, data)))
 }
 
-fn read_snapshot(path: &Path) -> Result<Option<Stored>, StoreError> {
-    let Some(body) = read_sealed(path, SNAPSHOT_MAGIC, "cell snapshot")? else {
+fn read_snapshot(volume: &dyn Volume) -> Result<Option<Stored>, StoreError> {
+    let path = volume.path(FILE);
+    let Some(bytes) = volume.read(FILE).map_err(io_error(&path))? else {
         return Ok(None);
     };
+    let body = unseal(bytes, &path, SNAPSHOT_MAGIC, "cell snapshot")?;
     let (meta, data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(&body)
-        .map_err(|e| corrupt(path, format!("the cell snapshot does not decode: {e}")))?;
+        .map_err(|e| corrupt(&path, format!("the cell snapshot does not decode: {e}")))?;
     Ok(Some(Stored { meta, data }))
 }
 
 impl CellMachine {
-    /// The state machine of the member whose data directory is `dir`
-    /// (locked by the caller): its last snapshot, or an empty state.
-    /// openraft applies the log's committed entries after it.
-    pub fn open(dir: &Path, bounds: Bounds) -> Result<CellMachine, StoreError> {
-        let path = dir.join(FILE);
-        let snapshot = read_snapshot(&path)?;
+    /// The state machine of the member whose volume is `volume` (taken by
+    /// the caller for this member alone): its last snapshot, or an empty
+    /// state. openraft applies the log's committed entries after it.
+    pub fn open(volume: Arc<dyn Volume>, bounds: Bounds) -> Result<CellMachine, StoreError> {
+        let path = volume.path(FILE);
+        let snapshot = read_snapshot(&*volume)?;
         let replica = match &snapshot {
             Some(stored) => {
                 let mut replica: Replica = decode(&stored.data).map_err(|e| {
@@ -152,7 +154,7 @@ impl CellMachine {
         let (applied, _) = watch::channel(replica.applied);
         Ok(CellMachine {
             inner: Arc::new(Mutex::new(Inner {
-                dir: dir.to_path_buf(),
+                volume,
                 bounds,
                 replica,
                 snapshot,
@@ -183,11 +185,10 @@ impl CellMachine {
 
     /// Makes `stored` the current snapshot, durable first.
     async fn keep(&self, stored: Stored) -> Result<(), StorageError<NodeId>> {
-        let dir = self.lock().dir.clone();
+        let volume = self.lock().volume.clone();
         let bytes = snapshot_file(&stored.meta, &stored.data);
-        tokio::task::spawn_blocking(move || write_atomically(&dir, FILE, &bytes))
+        volume::run(&volume, move |v| v.replace(FILE, &bytes))
             .await
-            .map_err(sm_failed)?
             .map_err(sm_failed)?;
         self.lock().snapshot = Some(stored);
         Ok(())

@@ -15,6 +15,7 @@ use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
 use super::network::{self, CellNetwork, Dialer, PeerHello, Served};
+use super::volume::{DirVolume, Volume};
 use super::{CellTypes, NodeId};
 use crate::state::Bounds;
 use crate::store::StoreError;
@@ -58,11 +59,20 @@ pub struct MemberConfig {
     pub id: NodeId,
     /// Every member's address as the others reach it, this one included.
     pub members: BTreeMap<NodeId, String>,
-    pub data_dir: PathBuf,
+    pub storage: Storage,
     pub timing: Timing,
     /// Entries applied between snapshots; the log keeps a quarter as many
     /// before the last snapshot, for followers a little behind.
     pub snapshot_every: u64,
+}
+
+/// Where a member keeps its log, vote and snapshot.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// A data directory, taken for this member alone (`LOCK`).
+    Dir(PathBuf),
+    /// A volume the caller provides, such as a simulation's memory.
+    Volume(Arc<dyn Volume>),
 }
 
 /// Entries applied between a member's snapshots, by default.
@@ -86,8 +96,9 @@ pub struct Member {
     pub(crate) raft: Raft<CellTypes>,
     pub(crate) machine: CellMachine,
     pub(crate) lease: Arc<MasterLease>,
-    /// Held (locked) while the member runs: one member per directory.
-    _lock: Arc<std::fs::File>,
+    /// A data directory's lock, held while the member runs: one member
+    /// per directory.
+    _lock: Option<Arc<std::fs::File>>,
 }
 
 impl Member {
@@ -122,9 +133,12 @@ impl Member {
         }
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
-        let lock = take_dir(&config.data_dir)?;
-        let log = CellLog::open(&config.data_dir)?;
-        let machine = CellMachine::open(&config.data_dir, bounds)?;
+        let (volume, lock): (Arc<dyn Volume>, _) = match &config.storage {
+            Storage::Dir(dir) => (Arc::new(DirVolume::new(dir)), Some(take_dir(dir)?)),
+            Storage::Volume(volume) => (volume.clone(), None),
+        };
+        let log = CellLog::open(volume.clone())?;
+        let machine = CellMachine::open(volume, bounds)?;
         let fresh = log.is_empty();
         tokio::time::sleep(timing.election_max).await;
         let lease = Arc::new(MasterLease::new(config.id, timing.master_lease()));
@@ -155,7 +169,7 @@ impl Member {
             raft,
             machine,
             lease,
-            _lock: Arc::new(lock),
+            _lock: lock.map(Arc::new),
         })
     }
 

@@ -16,6 +16,9 @@
 //! - `lease.rs`: the master lease, kept from the followers' answers.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
 //! - `status.rs`: what a member says of itself, for `leasehold cell status`.
+//! - `volume.rs`: where a member keeps its files: a directory, or memory.
+//! - `runtime.rs`: openraft's runtime, with election timeouts a simulation
+//!   can seed.
 
 // openraft's error types are large, and its traits return them by value.
 #![allow(clippy::result_large_err)]
@@ -33,22 +36,27 @@ mod machine;
 mod member;
 mod network;
 mod run;
+mod runtime;
 mod status;
 #[cfg(test)]
 mod tests;
+mod volume;
 
 pub use lease::MasterLease;
 pub use log::CellLog;
 pub use machine::{CellMachine, Replica};
 pub use member::{
-    first_frame, FirstFrame, Member, MemberConfig, MemberError, Timing, DEFAULT_SNAPSHOT_EVERY,
+    first_frame, FirstFrame, Member, MemberConfig, MemberError, Storage, Timing,
+    DEFAULT_SNAPSHOT_EVERY,
 };
 pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,
     PEER_MAGIC,
 };
 pub use run::serve;
+pub use runtime::{seed_elections, CellRuntime};
 pub use status::{query as query_status, MemberStatus, STATUS_MAGIC};
+pub use volume::{DirVolume, MemoryVolume, Volume};
 
 /// A member's id within its cell.
 pub type NodeId = u64;
@@ -60,6 +68,7 @@ openraft::declare_raft_types!(
         R = Outcome,
         NodeId = NodeId,
         Node = openraft::BasicNode,
+        AsyncRuntime = CellRuntime,
 );
 
 /// What a master puts in the cell's log.

@@ -77,7 +77,7 @@ async fn cell_snapshotting(name: &str, size: u64, snapshot_every: u64) -> Cell {
             cell: format!("test-{name}"),
             id,
             members: addrs.clone(),
-            data_dir: dir,
+            storage: Storage::Dir(dir),
             timing: timing(),
             snapshot_every,
         };
@@ -136,7 +136,7 @@ impl Cell {
             cell: format!("test-{}", self.name),
             id,
             members: self.addrs.clone(),
-            data_dir: member_dir(&self.name, id),
+            storage: Storage::Dir(member_dir(&self.name, id)),
             timing: timing(),
             snapshot_every: self.snapshot_every,
         };
