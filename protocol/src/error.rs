@@ -71,6 +71,11 @@ pub enum ErrorCode {
     /// was not carried out; reads and KeepAlives are still served
     /// (`ERR-17`, `STORE-5`).
     StorageFull,
+    /// The master carried the request out, then stopped (or its storage,
+    /// or the cell's log, failed) before it knew the change durable: it
+    /// may or may not have taken effect (`ERR-18`). A cell's next master
+    /// has it if the log kept it.
+    OutcomeUnknown,
 }
 
 /// What the caller should do about an error: SPEC's "retry?" column, for
@@ -94,8 +99,9 @@ pub enum Remedy {
     /// this one could not be reached.
     Reconnect,
     /// The request may or may not have been carried out (the connection
-    /// broke, or no reply came in time): find out before repeating one
-    /// that is not idempotent.
+    /// broke, no reply came in time, or the master stopped before its
+    /// change was durable): find out before repeating one that is not
+    /// idempotent.
     OutcomeUnknown,
     /// The session is gone: create a new one.
     NewSession,
@@ -127,6 +133,7 @@ impl ErrorCode {
                 Remedy::RetryLater
             }
             ErrorCode::CasMismatch { .. } => Remedy::Reread,
+            ErrorCode::OutcomeUnknown => Remedy::OutcomeUnknown,
             ErrorCode::SessionExpired => Remedy::NewSession,
             ErrorCode::UnknownSession
             | ErrorCode::Malformed
@@ -194,6 +201,7 @@ mod tests {
                 Remedy::RetryAfter(Duration::from_millis(10)),
             ),
             (ErrorCode::StorageFull, Remedy::RetryLater),
+            (ErrorCode::OutcomeUnknown, Remedy::OutcomeUnknown),
         ];
         for (code, remedy) in table {
             assert_eq!(code.remedy(), remedy, "{code:?}");

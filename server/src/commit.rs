@@ -233,8 +233,13 @@ impl Replicating {
 impl Drop for Committer {
     /// Lets the writer finish what it was given and, if it is a thread,
     /// waits for it, so the data directory is free (and its lock released)
-    /// once the master is gone. A task finishes on its own.
+    /// once the master is gone. A task finishes on its own. Replies still
+    /// waiting for the log say that their outcome is unknown (`ERR-18`).
     fn drop(&mut self) {
+        self.abandon(
+            "the master stopped before the change was known durable: it may or may not have \
+             taken effect",
+        );
         if let Writer::Thread { handle } = &mut self.writer {
             let (closed, _) = mpsc::unbounded_channel();
             drop(std::mem::replace(&mut self.jobs, closed));
@@ -626,6 +631,16 @@ impl Committer {
         None
     }
 
+    /// Tells every reply still waiting for the log that its request's
+    /// outcome is unknown: the change was applied, and may yet be durable.
+    fn abandon(&mut self, why: &str) {
+        for pending in self.outbox.drain(..) {
+            let _ = pending
+                .reply
+                .send(Err(Error::new(ErrorCode::OutcomeUnknown, why)));
+        }
+    }
+
     /// Sends the replies the log now covers; returns the grants of the
     /// ones nobody was there to receive.
     pub(crate) fn advance(&mut self) -> Result<Vec<Sequencer>, String> {
@@ -633,12 +648,12 @@ impl Committer {
         let upto = match durable {
             Durable::Upto(n) => n,
             Durable::Failed(reason) => {
-                for pending in self.outbox.drain(..) {
-                    let _ = pending.reply.send(Err(Error::new(
-                        ErrorCode::Internal,
-                        format!("the master's storage failed: {reason}"),
-                    )));
-                }
+                // What failed may have been written all the same, or kept
+                // by the cell's log for the next master (`ERR-18`).
+                self.abandon(&format!(
+                    "the master's log failed before the change was known durable ({reason}): \
+                     it may or may not have taken effect"
+                ));
                 return Err(reason);
             }
         };
@@ -761,6 +776,68 @@ mod tests {
         drop(commit);
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_dir_all(&copy);
+    }
+
+    /// A cell's log that takes nothing: it never answers, or it fails.
+    struct Stuck {
+        fails: bool,
+    }
+
+    impl Replicate for Stuck {
+        fn replicate(&mut self, _: Vec<Record>) -> ReplicateFuture<'_> {
+            let fails = self.fails;
+            Box::pin(async move {
+                if fails {
+                    Err("no quorum took the commands".to_string())
+                } else {
+                    std::future::pending().await
+                }
+            })
+        }
+    }
+
+    fn code_of(replies: &mut mpsc::UnboundedReceiver<crate::reply::Reply>) -> ErrorCode {
+        match *replies.try_recv().expect("a reply").body {
+            Err(e) => e.code,
+            Ok(r) => panic!("{r:?}"),
+        }
+    }
+
+    // ERR-18: the master applied the change; whether the log keeps it is
+    // not known when it stops, so the reply says neither yes nor no.
+    #[tokio::test]
+    async fn a_reply_still_waiting_for_the_log_when_the_master_stops_has_an_unknown_outcome() {
+        let mut commit = Committer::replicated(Box::new(Stuck { fails: false }), 0);
+        commit.append(Record::Epoch(7));
+        let (reply, mut replies) = crate::reply::channel(1);
+        assert!(commit.reply(reply, Ok(Response::Destroyed), None).is_none());
+        drop(commit);
+        assert_eq!(code_of(&mut replies), ErrorCode::OutcomeUnknown);
+    }
+
+    // ERR-18: a log that failed may still have kept the change (a cell's
+    // next master may commit it).
+    #[tokio::test]
+    async fn a_reply_waiting_when_the_log_fails_has_an_unknown_outcome() {
+        let mut commit = Committer::replicated(Box::new(Stuck { fails: true }), 0);
+        commit.append(Record::Command {
+            now: crate::time::Millis::ZERO,
+            command: crate::state::Command::CancelWait {
+                key: "k".into(),
+                ticket: 1,
+            },
+        });
+        let (reply, mut replies) = crate::reply::channel(1);
+        assert!(commit.reply(reply, Ok(Response::Destroyed), None).is_none());
+        let failed = commit
+            .progress
+            .wait_for(|d| matches!(d, Durable::Failed(_)));
+        tokio::time::timeout(Duration::from_secs(5), failed)
+            .await
+            .expect("failed in time")
+            .expect("writer alive");
+        assert!(commit.advance().is_err());
+        assert_eq!(code_of(&mut replies), ErrorCode::OutcomeUnknown);
     }
 
     // STORE-1
