@@ -669,6 +669,7 @@ async fn serve_member(
         storage: leasehold_server::cell::Storage::Dir(args.data_dir.clone()),
         timing: Default::default(),
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
+        unsafe_keep_master_lease: false,
     };
     let (listener, addr, stop) = listen_until_stopped(&listen, from).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");

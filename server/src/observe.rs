@@ -45,6 +45,15 @@ pub enum LeaseEvent {
         /// Why it was granted.
         why: Grant,
     },
+    /// A master began serving in `epoch` at `now`: the grants and ends
+    /// that follow, until the next `Serving`, are its. A cell's members
+    /// each run a master in turn, every one in a new epoch (`CELL-3`).
+    Serving {
+        /// The master's epoch.
+        epoch: u64,
+        /// When it began.
+        now: Millis,
+    },
     /// The master ended the session at `now`.
     Ended {
         /// The session.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold::{Client, LockOptions, PutOptions, SessionOptions, SessionState};
 use leasehold_protocol::{ClientFrame, Hello, ServerFrame};
-use leasehold_server::cell::{MemberConfig, TcpDialer, Timing};
+use leasehold_server::cell::{MemberConfig, Storage, TcpDialer, Timing};
 use leasehold_server::Config;
 use leasehold_tests::fixture::TempDir;
 use leasehold_tests::raw::RawConnection;
@@ -50,9 +50,10 @@ async fn cell(name: &str) -> Cell {
             cell: format!("test-{name}"),
             id,
             members: addrs.clone(),
-            data_dir: dir.path().to_path_buf(),
+            storage: Storage::Dir(dir.path().to_path_buf()),
             timing: timing(),
             snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
+            unsafe_keep_master_lease: false,
         };
         dirs.push(dir);
         let config = Config {

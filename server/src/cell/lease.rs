@@ -8,8 +8,8 @@
 //! anyone else for the election timeout after it received it (openraft's
 //! leader lease), and it received it after the leader sent it. So once a
 //! quorum of voters accepted requests the leader sent at or after `t`,
-//! no other leader can be elected before `t + election_min` by any of
-//! their clocks: the master lease runs to `t + election_min x (1 - drift)`,
+//! no other leader can be elected before `t + election_max` by any of
+//! their clocks: the master lease runs to `t + election_max x (1 - drift)`,
 //! the drift allowance covering clocks that run at different rates. The
 //! times are the leader's own send instants, so the lease is never longer
 //! than the truth.
@@ -38,6 +38,9 @@ pub struct MasterLease {
     /// The lease's end in microseconds after `base`; 0: no lease.
     until: AtomicU64,
     book: Mutex<Book>,
+    /// Broken on purpose: once held, the lease never lapses while this
+    /// member leads.
+    kept: bool,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +65,19 @@ impl MasterLease {
             base: Instant::now(),
             until: AtomicU64::new(0),
             book: Mutex::new(Book::default()),
+            kept: false,
+        }
+    }
+
+    /// A lease that, once held, never lapses while this member leads,
+    /// whatever its followers answer: a master that goes on granting
+    /// after losing its quorum. Unsafe; it exists so that a simulation
+    /// can show its checks catch it.
+    #[doc(hidden)]
+    pub fn kept_for_ever(me: NodeId, length: Duration) -> Self {
+        MasterLease {
+            kept: true,
+            ..MasterLease::new(me, length)
         }
     }
 
@@ -150,6 +166,7 @@ impl MasterLease {
     pub fn deadline(&self) -> Option<Instant> {
         match self.until.load(Ordering::Acquire) {
             0 => None,
+            _ if self.kept => Some(self.base + Duration::from_secs(1 << 30)),
             micros => Some(self.base + Duration::from_micros(micros)),
         }
     }

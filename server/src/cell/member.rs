@@ -64,6 +64,11 @@ pub struct MemberConfig {
     /// Entries applied between snapshots; the log keeps a quarter as many
     /// before the last snapshot, for followers a little behind.
     pub snapshot_every: u64,
+    /// Keeps the master lease once held, whatever the followers answer
+    /// ([`MasterLease::kept_for_ever`]). Unsafe; only for showing that
+    /// a simulation catches a master that grants without its quorum.
+    #[doc(hidden)]
+    pub unsafe_keep_master_lease: bool,
 }
 
 /// Where a member keeps its log, vote and snapshot.
@@ -141,7 +146,11 @@ impl Member {
         let machine = CellMachine::open(volume, bounds)?;
         let fresh = log.is_empty();
         tokio::time::sleep(timing.election_max).await;
-        let lease = Arc::new(MasterLease::new(config.id, timing.master_lease()));
+        let lease = Arc::new(if config.unsafe_keep_master_lease {
+            MasterLease::kept_for_ever(config.id, timing.master_lease())
+        } else {
+            MasterLease::new(config.id, timing.master_lease())
+        });
         let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone());
         let raft = Raft::new(
             config.id,
@@ -176,6 +185,14 @@ impl Member {
     /// The Raft of this member.
     pub fn raft(&self) -> &Raft<CellTypes> {
         &self.raft
+    }
+
+    /// The Raft term in which this member believes it leads the cell, if
+    /// it does. A leader cut off from its followers goes on believing it.
+    pub fn leading_term(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        (m.state == openraft::ServerState::Leader).then_some(m.current_term)
     }
 
     /// The state machine of this member.

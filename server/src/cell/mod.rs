@@ -53,7 +53,7 @@ pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,
     PEER_MAGIC,
 };
-pub use run::serve;
+pub use run::{serve, serve_member};
 pub use runtime::{seed_elections, CellRuntime};
 pub use status::{query as query_status, MemberStatus, STATUS_MAGIC};
 pub use volume::{DirVolume, MemoryVolume, Volume};

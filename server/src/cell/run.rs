@@ -65,7 +65,7 @@ enum Role {
 /// resolves: peers' Raft traffic, and clients, whom it serves while it is
 /// the master and redirects to the master otherwise.
 pub async fn serve<L: Listener>(
-    mut listener: L,
+    listener: L,
     config: Config,
     member: MemberConfig,
     dialer: Arc<dyn Dialer>,
@@ -75,6 +75,18 @@ pub async fn serve<L: Listener>(
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
     let member = Member::start(member, Bounds::from(&config), dialer).await?;
+    serve_member(listener, config, member, shutdown).await;
+    Ok(())
+}
+
+/// Serves `listener` as `member`, started already with the limits of
+/// `config`, until `shutdown` resolves; then stops the member.
+pub async fn serve_member<L: Listener>(
+    mut listener: L,
+    config: Config,
+    member: Member,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let (role_tx, role) = watch::channel(Role::Follower { master: None });
     let stop = CancellationToken::new();
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
@@ -131,7 +143,6 @@ pub async fn serve<L: Listener>(
     let _ = leading.await;
     tasks.abort_all();
     member.shutdown().await;
-    Ok(())
 }
 
 /// Serves one connection: a peer's, or a client's as this member's role

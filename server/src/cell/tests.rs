@@ -80,6 +80,7 @@ async fn cell_snapshotting(name: &str, size: u64, snapshot_every: u64) -> Cell {
             storage: Storage::Dir(dir),
             timing: timing(),
             snapshot_every,
+            unsafe_keep_master_lease: false,
         };
         starting.push(tokio::spawn(Member::start(
             config,
@@ -139,6 +140,7 @@ impl Cell {
             storage: Storage::Dir(member_dir(&self.name, id)),
             timing: timing(),
             snapshot_every: self.snapshot_every,
+            unsafe_keep_master_lease: false,
         };
         let listener = tokio::net::TcpListener::bind(&self.addrs[&id])
             .await

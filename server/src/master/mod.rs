@@ -157,6 +157,8 @@ impl Master {
             per_peer: master.config.event_bytes_per_peer,
             all: master.config.all_event_bytes,
         };
+        let (epoch, now) = (master.config.epoch, master.now);
+        master.observe(|| LeaseEvent::Serving { epoch, now });
         if start.recovered {
             master.promote();
         }

@@ -354,6 +354,10 @@ async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_sessio
     assert_eq!(
         *seen.lock().unwrap(),
         [
+            LeaseEvent::Serving {
+                epoch: master.config.epoch,
+                now: start
+            },
             LeaseEvent::Granted {
                 session: id,
                 now: start,
@@ -394,12 +398,18 @@ async fn a_master_that_recovers_sessions_tells_the_observer_of_their_fresh_lease
     let now = second.now;
     assert_eq!(
         *seen.lock().unwrap(),
-        [LeaseEvent::Granted {
-            session: token.id,
-            now,
-            expires: now + Duration::from_millis(5_000),
-            why: Grant::Failover
-        }]
+        [
+            LeaseEvent::Serving {
+                epoch: second.config.epoch,
+                now
+            },
+            LeaseEvent::Granted {
+                session: token.id,
+                now,
+                expires: now + Duration::from_millis(5_000),
+                why: Grant::Failover
+            }
+        ]
     );
 }
 

@@ -54,6 +54,10 @@ struct Knobs {
     /// a lease of 100 ms.
     #[arg(long)]
     short_recovered_leases: bool,
+    /// Break it another way: a cell's masters keep their master lease once
+    /// held, so one cut off from its quorum goes on granting.
+    #[arg(long)]
+    broken_master_lease: bool,
 }
 
 impl Knobs {
@@ -64,6 +68,7 @@ impl Knobs {
             fencing: !self.no_fencing,
             short_recovered_leases: self.short_recovered_leases,
             lying_disk: self.lying_disk,
+            broken_master_lease: self.broken_master_lease,
             ..Settings::default()
         };
         if let Some(ms) = self.lock_delay_ms {
@@ -103,6 +108,9 @@ impl Knobs {
         }
         if self.short_recovered_leases {
             flags.push_str(" --short-recovered-leases");
+        }
+        if self.broken_master_lease {
+            flags.push_str(" --broken-master-lease");
         }
         flags
     }

@@ -26,7 +26,7 @@ use leasehold::{
 };
 use tokio::time::{sleep, timeout, Instant};
 
-use super::net::SimConnector;
+use super::net::{SimCellConnector, SimConnector};
 use super::rng::Rng;
 use super::storage::{StorageClient, Written};
 use super::trace::{now_ms, Call, Outcome, Trace, What};
@@ -142,6 +142,8 @@ pub struct Ctx {
     pub ops: Arc<AtomicU64>,
     /// How fast this host's clock runs against true time.
     pub clock_rate: f64,
+    /// The single master, or a cell's members.
+    pub servers: Vec<String>,
 }
 
 pub async fn run(role: Role, mut ctx: Ctx) -> turmoil::Result {
@@ -163,12 +165,17 @@ fn client_config(ctx: &Ctx) -> ClientConfig {
 }
 
 async fn connect(ctx: &Ctx) -> Option<Client> {
-    let connector = SimConnector {
-        host: "master".into(),
-    };
-    Client::with_connector(connector, client_config(ctx))
-        .await
-        .ok()
+    let config = client_config(ctx);
+    if let [master] = &ctx.servers[..] {
+        let connector = SimConnector {
+            host: master.clone(),
+        };
+        return Client::with_connector(connector, config).await.ok();
+    }
+    // Clients start at different members, as a real deployment's would.
+    let start = ctx.name.bytes().map(usize::from).sum::<usize>();
+    let connector = SimCellConnector::new(ctx.servers.clone(), start);
+    Client::with_connector(connector, config).await.ok()
 }
 
 /// What a contender believes it holds, ended by whichever comes first:
@@ -509,6 +516,10 @@ fn outcome<T>(
 ) -> Outcome {
     match result {
         Ok(Ok(v)) => Outcome::Ok { value: value(v) },
+        // A master that stopped before its change was durable (`ERR-18`).
+        Ok(Err(e)) if e.outcome_unknown() => Outcome::Unknown {
+            error: e.to_string(),
+        },
         // The master answered with a refusal, or nothing was sent.
         Ok(Err(e @ (ClientError::Server(_) | ClientError::Connect { .. }))) => Outcome::Failed {
             error: e.to_string(),

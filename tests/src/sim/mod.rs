@@ -13,6 +13,7 @@
 //! [timelines](timeline).
 
 pub mod app;
+pub mod cell;
 pub mod check;
 pub mod disk;
 mod net;
@@ -24,6 +25,6 @@ pub mod timeline;
 pub mod trace;
 pub mod world;
 
-pub use net::{SimConnector, SimListener, PORT};
+pub use net::{SimCellConnector, SimConnector, SimDialer, SimListener, PORT};
 pub use scenario::{find, Scenario, SCENARIOS};
 pub use world::{run, Run, Settings};

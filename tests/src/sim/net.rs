@@ -47,3 +47,65 @@ impl Connector for SimConnector {
         format!("{}:{PORT}", self.host)
     }
 }
+
+/// Connects to the members of a simulated cell: the master a member named
+/// if one did, else the next member in turn, as `CellConnector` does over
+/// TCP.
+#[derive(Debug)]
+pub struct SimCellConnector {
+    pub hosts: Vec<String>,
+    next: std::sync::atomic::AtomicUsize,
+    hint: std::sync::Mutex<Option<String>>,
+}
+
+impl SimCellConnector {
+    /// A connector that starts with the member at `start` in `hosts`.
+    pub fn new(hosts: Vec<String>, start: usize) -> Self {
+        SimCellConnector {
+            hosts,
+            next: start.into(),
+            hint: Default::default(),
+        }
+    }
+}
+
+impl Connector for SimCellConnector {
+    fn connect(&self) -> ConnectFuture {
+        let hinted = self.hint.lock().unwrap().take();
+        let host = hinted.unwrap_or_else(|| {
+            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.hosts[i % self.hosts.len()].clone()
+        });
+        SimConnector { host }.connect()
+    }
+
+    fn addr(&self) -> String {
+        self.hosts.join(",")
+    }
+
+    fn redirected(&self, master: Option<&str>) {
+        // Members name each other `host:port`.
+        let host = master.map(|m| m.split(':').next().unwrap_or(m).to_string());
+        *self.hint.lock().unwrap() = host;
+    }
+}
+
+/// Dials other members of a simulated cell.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimDialer;
+
+impl leasehold_server::cell::Dialer for SimDialer {
+    fn dial(&self, addr: &str) -> leasehold_server::cell::DialFuture {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let (host, port) = addr
+                .rsplit_once(':')
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no port"))?;
+            let port: u16 = port
+                .parse()
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad port"))?;
+            let stream = turmoil::net::TcpStream::connect((host, port)).await?;
+            Ok(Box::new(stream) as Box<dyn leasehold_server::cell::PeerStream>)
+        })
+    }
+}

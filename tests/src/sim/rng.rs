@@ -35,6 +35,14 @@ impl Rng {
         &items[self.range(0, items.len() as u64) as usize]
     }
 
+    /// Puts `items` in a random order (Fisher-Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.range(0, i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+
     /// A generator for a part of the run, independent of how many numbers
     /// the other parts draw.
     pub fn fork(&mut self, salt: u64) -> Rng {

@@ -39,8 +39,26 @@ pub enum Action {
     Hold { client: String, ms: u64 },
     /// Cut and heal `client`'s link in quick succession for `ms`.
     Flap { client: String, ms: u64 },
-    /// Crash the master and start it again `ms` later.
+    /// Crash the master and start it again `ms` later. In a cell: the
+    /// member that leads it then.
     Crash { ms: u64 },
+    /// In a cell: crash a member that does not lead it, and start it
+    /// again `ms` later.
+    CrashFollower { ms: u64 },
+    /// In a cell: cut the master off from every other member, and from
+    /// every client but `reachable`, for `ms`.
+    IsolateMaster { ms: u64, reachable: Vec<String> },
+    /// In a cell: split the members in two for `ms`, the master in the
+    /// minority or the majority; `minority_clients` reach only the
+    /// minority, every other client only the majority.
+    SplitCell {
+        master_in_minority: bool,
+        ms: u64,
+        minority_clients: Vec<String>,
+    },
+    /// In a cell: cut and heal links between members, one at a time, in
+    /// quick succession for `ms`.
+    FlapPeers { ms: u64 },
     /// Once the master next grants `client`'s session a lease (answers
     /// its KeepAlive), wait `delay`, then `edge`: a fault timed to a phase
     /// of the KeepAlive cycle.
@@ -250,6 +268,8 @@ pub struct Scenario {
     pub contenders: usize,
     /// Every session's lock-delay, unless the settings name one.
     pub lock_delay: Duration,
+    /// Members of a replicated cell; 0: a single master.
+    pub members: usize,
     pub plan: fn(&mut Planner),
 }
 
@@ -277,6 +297,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             for client in p.contenders.clone() {
                 let mut at = p.rng.range(2_000, 5_000);
@@ -297,6 +318,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.5, Direction::Both, lease + 500, lease + grace - 1_500);
@@ -309,6 +331,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.4, Direction::Both, lease + grace + 1_000, lease + grace + 4_000);
@@ -321,6 +344,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::ToMaster, lease / 2, lease + grace + 2_000);
@@ -332,6 +356,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::FromMaster, lease / 2, lease + grace + 2_000);
@@ -343,6 +368,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             for client in p.contenders.clone() {
@@ -360,6 +386,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             for client in p.contenders.clone().into_iter().take(2) {
                 let ms = p.rng.range(8_000, 15_000);
@@ -374,6 +401,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let half = p.work() / 2;
             for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
@@ -389,6 +417,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             let ms = p.lease() + p.rng.range(500, p.grace() - 2_000);
             let at = p.start_for(ms);
@@ -401,6 +430,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 8,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: contended,
     },
     Scenario {
@@ -409,6 +439,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Elector),
         contenders: 8,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: contended,
     },
     Scenario {
@@ -417,6 +448,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::SemaphoreHolder),
         contenders: 8,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: contended,
     },
     Scenario {
@@ -425,6 +457,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: None,
         contenders: 6,
         lock_delay: LOCK_DELAY,
+        members: 0,
         plan: |p| {
             for client in p.contenders.clone().iter().chain(p.bystanders.clone().iter()) {
                 p.random_faults(client);
@@ -446,6 +479,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 8,
         lock_delay: Duration::ZERO,
+        members: 0,
         plan: contended,
     },
     Scenario {
@@ -454,6 +488,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Elector),
         contenders: 8,
         lock_delay: Duration::ZERO,
+        members: 0,
         plan: contended,
     },
     Scenario {
@@ -462,6 +497,7 @@ pub static SCENARIOS: &[Scenario] = &[
         role: Some(Role::Locker),
         contenders: 4,
         lock_delay: Duration::ZERO,
+        members: 0,
         plan: |p| {
             for client in p.contenders.clone() {
                 p.edge_faults(&client);
@@ -477,7 +513,190 @@ pub static SCENARIOS: &[Scenario] = &[
             }
         },
     },
+    Scenario {
+        name: "cell-master-crash",
+        about: "a three-member cell whose master crashes twice, down for a moment or for longer than a lease: a follower takes over in a new epoch",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 3,
+        plan: master_crashes,
+    },
+    Scenario {
+        name: "cell5-master-crash",
+        about: "cell-master-crash on a five-member cell",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 5,
+        plan: master_crashes,
+    },
+    Scenario {
+        name: "cell-master-isolated",
+        about: "a three-member cell's master cut off from its followers and from some clients, others still reaching it: it must stop granting before a new master starts",
+        role: None,
+        contenders: 4,
+        lock_delay: Duration::ZERO,
+        members: 3,
+        plan: master_isolated,
+    },
+    Scenario {
+        name: "cell5-master-isolated",
+        about: "cell-master-isolated on a five-member cell",
+        role: None,
+        contenders: 4,
+        lock_delay: Duration::ZERO,
+        members: 5,
+        plan: master_isolated,
+    },
+    Scenario {
+        name: "cell-split",
+        about: "a three-member cell split in two, the master in the minority or the majority; clients on the minority's side are cut off from the cell",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 3,
+        plan: splits,
+    },
+    Scenario {
+        name: "cell5-split",
+        about: "cell-split on a five-member cell: two members against three",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 5,
+        plan: splits,
+    },
+    Scenario {
+        name: "cell-follower-behind",
+        about: "a follower down long enough that the others' logs are purged past it: it comes back from a snapshot",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 3,
+        plan: |p| {
+            let ms = p.rng.range(8_000, 16_000);
+            let at = p.rng.range(2_000, p.work() - ms - 4_000);
+            p.add(at, Action::CrashFollower { ms });
+            let at = p.rng.range(at + ms + 2_000, p.work() - 1_000);
+            let ms = p.rng.range(200, 3_000);
+            p.add(at, Action::Crash { ms });
+        },
+    },
+    Scenario {
+        name: "cell-flapping-peers",
+        about: "links between a three-member cell's members cut and healed one at a time, every few hundred milliseconds",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 3,
+        plan: |p| {
+            let ms = p.rng.range(8_000, 16_000);
+            let at = p.start_for(ms);
+            p.add(at, Action::FlapPeers { ms });
+        },
+    },
+    Scenario {
+        name: "cell-random",
+        about: "a three-member cell under a random mix of member crashes, isolation, splits and flapping peer links, with client faults of every kind",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 3,
+        plan: cell_random,
+    },
+    Scenario {
+        name: "cell5-random",
+        about: "cell-random on a five-member cell",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 5,
+        plan: cell_random,
+    },
 ];
+
+/// The master crashes twice: once back within half a lease, once after
+/// more than a lease.
+fn master_crashes(p: &mut Planner) {
+    let half = p.work() / 2;
+    let quick = p.rng.range(200, p.lease() / 2);
+    let slow = p.lease() + p.rng.range(500, p.grace() - 2_000);
+    let at = p.rng.range(3_000, half - quick - 1_000);
+    p.add(at, Action::Crash { ms: quick });
+    let at = p.rng.range(half + 1_000, p.work() - slow - 1_000);
+    p.add(at, Action::Crash { ms: slow });
+}
+
+/// Some clients, at random.
+fn some_clients(p: &mut Planner, chance: f64) -> Vec<String> {
+    let all: Vec<String> = p.contenders.iter().chain(&p.bystanders).cloned().collect();
+    all.into_iter().filter(|_| p.rng.chance(chance)).collect()
+}
+
+/// The master cut off from its followers three times, each time with
+/// some clients still reaching it.
+fn master_isolated(p: &mut Planner) {
+    let mut at = p.rng.range(3_000, 6_000);
+    while at + 5_000 < p.work() {
+        let ms = p.rng.range(500, 2 * p.lease());
+        let reachable = some_clients(p, 0.5);
+        p.add(at, Action::IsolateMaster { ms, reachable });
+        at += ms + p.rng.range(3_000, 8_000);
+    }
+}
+
+/// Splits of the cell, the master on either side.
+fn splits(p: &mut Planner) {
+    let mut at = p.rng.range(3_000, 6_000);
+    while at + 5_000 < p.work() {
+        let ms = p.rng.range(500, 2 * p.lease());
+        let master_in_minority = p.rng.chance(0.5);
+        let minority_clients = some_clients(p, 0.25);
+        let split = Action::SplitCell {
+            master_in_minority,
+            ms,
+            minority_clients,
+        };
+        p.add(at, split);
+        at += ms + p.rng.range(3_000, 8_000);
+    }
+}
+
+/// Faults among members one after another, and client faults as in
+/// `random`.
+fn cell_random(p: &mut Planner) {
+    for client in p
+        .contenders
+        .clone()
+        .iter()
+        .chain(p.bystanders.clone().iter())
+    {
+        if p.rng.chance(0.5) {
+            p.random_faults(client);
+        }
+    }
+    let mut at = p.rng.range(2_000, 5_000);
+    while at + 4_000 < p.work() {
+        let ms = p.rng.range(300, p.lease() + p.grace());
+        let action = match p.rng.range(0, 5) {
+            0 => Action::Crash { ms },
+            1 => Action::CrashFollower { ms },
+            2 => Action::IsolateMaster {
+                ms,
+                reachable: some_clients(p, 0.5),
+            },
+            3 => Action::SplitCell {
+                master_in_minority: p.rng.chance(0.5),
+                ms,
+                minority_clients: some_clients(p, 0.25),
+            },
+            _ => Action::FlapPeers { ms },
+        };
+        p.add(at, action);
+        at += ms + p.rng.range(1_000, 6_000);
+    }
+}
 
 /// Some contenders, and the holder of the moment, cut off for anything
 /// from half a second to past lease plus grace.

@@ -100,6 +100,12 @@ pub enum What {
     },
     /// The master ended `session`.
     SessionEnded { session: String, cause: String },
+    /// A master began serving in `epoch`: the grants it reports from here
+    /// on are that epoch's.
+    Serving { epoch: u64 },
+    /// A cell member's replica had applied the log up to `index`, and
+    /// held what `digest` sums up.
+    Replica { index: u64, digest: u64 },
 }
 
 /// The trace of one run, shared by every host.
@@ -134,6 +140,14 @@ pub fn to_jsonl(entries: &[Entry]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Whether `who` is a server: the single master, or a cell's member.
+pub fn is_server(who: &str) -> bool {
+    who == "master"
+        || who
+            .strip_prefix('m')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Milliseconds of virtual time since the run began.

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold_server::cell::MemoryVolume;
 use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver};
 
 use super::app::{self, short_id, Ctx, Leases, Role};
+use super::cell::{self, Cell, Registry, Sampler};
 use super::disk::Disk;
 use super::net::SimListener;
 use super::rng::Rng;
@@ -55,6 +57,12 @@ pub struct Settings {
     pub max_latency: Duration,
     /// Virtual time per simulation step: the resolution of every timer.
     pub tick: Duration,
+    /// Members of a replicated cell; `None`: the scenario's own number
+    /// (0: a single master).
+    pub members: Option<usize>,
+    /// A cell's masters keep their master lease once held, whatever their
+    /// followers answer: a master cut off from its quorum goes on granting.
+    pub broken_master_lease: bool,
 }
 
 impl Default for Settings {
@@ -75,6 +83,8 @@ impl Default for Settings {
             drain: Duration::from_secs(8),
             max_latency: Duration::from_millis(10),
             tick: Duration::from_millis(5),
+            members: None,
+            broken_master_lease: false,
         }
     }
 }
@@ -122,11 +132,17 @@ impl Grants {
     }
 }
 
-/// An observer that writes the master's leases into the trace in virtual
-/// time: a master clock at `rate` reaches a lease's expiry after the
-/// master time left divided by its rate; a millisecond less, since master
-/// time drops the fraction of a millisecond its clock had reached.
-fn lease_observer(trace: Trace, grants: Grants, rate: f64) -> LeaseObserver {
+/// An observer that writes the leases of the master on host `who` into
+/// the trace in virtual time: a master clock at `rate` reaches a lease's
+/// expiry after the master time left divided by its rate; a millisecond
+/// less, since master time drops the fraction of a millisecond its clock
+/// had reached. It also writes when each master begins, with its epoch.
+pub(crate) fn lease_observer(
+    trace: Trace,
+    grants: Grants,
+    rate: f64,
+    who: String,
+) -> LeaseObserver {
     LeaseObserver::new(move |event: &LeaseEvent| {
         let at = now_ms();
         match event {
@@ -146,14 +162,17 @@ fn lease_observer(trace: Trace, grants: Grants, rate: f64) -> LeaseObserver {
                     until,
                     why: format!("{why:?}").to_lowercase(),
                 };
-                trace.push_at(at, "master", what);
+                trace.push_at(at, &who, what);
             }
             LeaseEvent::Ended { session, cause, .. } => {
                 let what = What::SessionEnded {
                     session: short_id(*session),
                     cause: format!("{cause:?}").to_lowercase(),
                 };
-                trace.push_at(at, "master", what);
+                trace.push_at(at, &who, what);
+            }
+            LeaseEvent::Serving { epoch, .. } => {
+                trace.push_at(at, &who, What::Serving { epoch: *epoch });
             }
             _ => {}
         }
@@ -230,6 +249,41 @@ enum Step {
         published: Option<u64>,
         give_up: u64,
     },
+    /// Crash a cell's member: its master, or a follower.
+    CrashMember {
+        master: bool,
+        ms: u64,
+    },
+    RestartMember {
+        name: String,
+        id: u64,
+    },
+    Isolate {
+        ms: u64,
+        reachable: Vec<String>,
+    },
+    Split {
+        master_in_minority: bool,
+        ms: u64,
+        minority_clients: Vec<String>,
+    },
+    FlapPeers {
+        until: u64,
+        id: Option<u64>,
+    },
+    /// Heal the links between two members a flap cut.
+    PeerHeal {
+        a: String,
+        b: String,
+    },
+    /// End the fault among members `id`: heal `links` (directed), and
+    /// tell the trace that `clients` and `who` are whole again.
+    CellHeal {
+        id: u64,
+        links: Vec<(String, String)>,
+        clients: Vec<String>,
+        who: Vec<String>,
+    },
     /// Publish `client`'s local lease every step, or every 50 ms again.
     Watch {
         client: String,
@@ -287,50 +341,92 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         .tick_duration(settings.tick)
         .build();
 
-    let mut hosts = vec!["master".to_string()];
+    let members = settings.members.unwrap_or(scenario.members);
+    let servers = if members == 0 {
+        vec!["master".to_string()]
+    } else {
+        cell::names(members)
+    };
+    let mut hosts = servers.clone();
     hosts.extend(contender_names.iter().chain(&bystanders).cloned());
     let clocks = Clocks::draw(&mut rng.fork(5), settings.clock_spread, &hosts);
     let grants = Grants::default();
+    let cell = (members > 0).then(|| {
+        // openraft's election timeouts, from the seed: every member runs
+        // on this thread.
+        leasehold_server::cell::seed_elections(Some(seed));
+        let cell = Cell {
+            seed,
+            names: servers.clone(),
+            trace: trace.clone(),
+            grants: grants.clone(),
+            registry: Registry::default(),
+            broken_master_lease: settings.broken_master_lease,
+        };
+        let mut disks = Rng::new(seed).fork(6);
+        let mut volumes = BTreeMap::new();
+        for (id, name) in (1..).zip(&servers) {
+            let volume = cell::volume(&mut disks);
+            cell::host(&mut sim, &cell, id, volume.clone(), clocks.rate(name));
+            volumes.insert(name.clone(), volume);
+        }
+        CellDriver {
+            registry: cell.registry,
+            volumes,
+            down: BTreeMap::new(),
+            links: BTreeMap::new(),
+            sampler: Sampler::default(),
+            rng: Rng::new(seed).fork(7),
+            fault: None,
+        }
+    });
 
     // Its own generator, so that its draws move no other part's.
     let disk = Disk::new(Rng::new(seed).fork(5), settings.lying_disk);
     let starts = Arc::new(AtomicU64::new(0));
     let master_disk = disk.clone();
-    let observer = lease_observer(trace.clone(), grants.clone(), clocks.rate("master"));
+    let observer = lease_observer(
+        trace.clone(),
+        grants.clone(),
+        clocks.rate("master"),
+        "master".into(),
+    );
     let master_rate = clocks.rate("master");
     let short = settings.short_recovered_leases;
-    sim.host("master", move || {
-        let observer = observer.clone();
-        let disk = ShortLeases {
-            inner: master_disk.clone(),
-            broken: short,
-        };
-        // A restarted master must not hand out the ids of the first.
-        let start = starts.fetch_add(1, Ordering::Relaxed);
-        async move {
-            let listener = SimListener::bind().await?;
-            let config = Config {
-                ids: IdSource::Seeded(seed ^ (start << 48)),
-                clock_rate: master_rate,
-                lease_observer: Some(observer),
-                // The short lease is below the usual minimum.
-                min_lease: if short {
-                    SHORT
-                } else {
-                    Config::default().min_lease
-                },
-                // Only the log is shortened: no snapshot may cover it.
-                compact_every: if short {
-                    Config::default().compact_every
-                } else {
-                    COMPACT_EVERY
-                },
-                ..Config::default()
+    if members == 0 {
+        sim.host("master", move || {
+            let observer = observer.clone();
+            let disk = ShortLeases {
+                inner: master_disk.clone(),
+                broken: short,
             };
-            leasehold_server::run(listener, config, disk, std::future::pending()).await?;
-            Ok(())
-        }
-    });
+            // A restarted master must not hand out the ids of the first.
+            let start = starts.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let listener = SimListener::bind().await?;
+                let config = Config {
+                    ids: IdSource::Seeded(seed ^ (start << 48)),
+                    clock_rate: master_rate,
+                    lease_observer: Some(observer),
+                    // The short lease is below the usual minimum.
+                    min_lease: if short {
+                        SHORT
+                    } else {
+                        Config::default().min_lease
+                    },
+                    // Only the log is shortened: no snapshot may cover it.
+                    compact_every: if short {
+                        Config::default().compact_every
+                    } else {
+                        COMPACT_EVERY
+                    },
+                    ..Config::default()
+                };
+                leasehold_server::run(listener, config, disk, std::future::pending()).await?;
+                Ok(())
+            }
+        });
+    }
     let (storage_trace, fencing) = (trace.clone(), settings.fencing);
     sim.host(storage::HOST, move || {
         storage::serve(storage_trace.clone(), fencing)
@@ -347,6 +443,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         watching: Arc::new(AtomicBool::new(false)),
         ops: Arc::new(AtomicU64::new(0)),
         clock_rate: 1.0,
+        servers: servers.clone(),
     };
     let mut roles: Vec<(String, Role)> = contender_names
         .iter()
@@ -383,6 +480,9 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         master_down: false,
         grants,
         disk,
+        servers,
+        clients: contender_names.iter().chain(&bystanders).cloned().collect(),
+        cell,
     };
     for (at, action) in planner.actions {
         driver.schedule(at, action);
@@ -393,6 +493,9 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     loop {
         let now = sim.elapsed().as_millis() as u64;
         driver.apply_due(&mut sim, now, work);
+        if let Some(cell) = &mut driver.cell {
+            cell.sampler.sample(&cell.registry, &trace, now);
+        }
         match sim.step() {
             Ok(true) => break,
             Ok(false) => {}
@@ -401,6 +504,9 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
                 break;
             }
         }
+    }
+    if members > 0 {
+        leasehold_server::cell::seed_elections(None);
     }
     Run {
         scenario: scenario.name,
@@ -428,6 +534,26 @@ struct Driver {
     grants: Grants,
     /// The master host's disk, told when the host crashes.
     disk: Disk,
+    /// The single master, or a cell's members.
+    servers: Vec<String>,
+    /// The client hosts a fault among members may cut off.
+    clients: Vec<String>,
+    cell: Option<CellDriver>,
+}
+
+/// What the driver keeps of a cell.
+struct CellDriver {
+    registry: Registry,
+    volumes: BTreeMap<String, MemoryVolume>,
+    /// Members whose host is down, with the id of the crash.
+    down: BTreeMap<String, u64>,
+    /// Directed links cut, with how many faults cut each: a link heals
+    /// when the last fault that cut it ends.
+    links: BTreeMap<(String, String), u32>,
+    sampler: Sampler,
+    rng: Rng,
+    /// The id of the fault among members in force: one at a time.
+    fault: Option<u64>,
 }
 
 impl Driver {
@@ -466,10 +592,26 @@ impl Driver {
                 client,
                 until: at + ms,
             },
+            Action::Crash { ms } if self.cell.is_some() => Step::CrashMember { master: true, ms },
             Action::Crash { ms } => {
                 self.push(at + ms, Step::Restart);
                 Step::Crash
             }
+            Action::CrashFollower { ms } => Step::CrashMember { master: false, ms },
+            Action::IsolateMaster { ms, reachable } => Step::Isolate { ms, reachable },
+            Action::SplitCell {
+                master_in_minority,
+                ms,
+                minority_clients,
+            } => Step::Split {
+                master_in_minority,
+                ms,
+                minority_clients,
+            },
+            Action::FlapPeers { ms } => Step::FlapPeers {
+                until: at + ms,
+                id: None,
+            },
             Action::AfterGrant {
                 client,
                 delay,
@@ -537,7 +679,12 @@ impl Driver {
                 // Faults scheduled past the work are dropped.
                 if !matches!(
                     step,
-                    Step::Heal { .. } | Step::Release { .. } | Step::Restart
+                    Step::Heal { .. }
+                        | Step::Release { .. }
+                        | Step::Restart
+                        | Step::RestartMember { .. }
+                        | Step::CellHeal { .. }
+                        | Step::PeerHeal { .. }
                 ) {
                     continue;
                 }
@@ -558,6 +705,334 @@ impl Driver {
         if self.master_down {
             self.apply(sim, now, Step::Restart);
         }
+        if let Some(cell) = &mut self.cell {
+            let down: Vec<(String, u64)> =
+                cell.down.iter().map(|(n, id)| (n.clone(), *id)).collect();
+            for ((from, to), _) in std::mem::take(&mut cell.links) {
+                sim.repair_oneway(from.as_str(), to.as_str());
+            }
+            cell.fault = None;
+            for (name, id) in down {
+                self.apply(sim, now, Step::RestartMember { name, id });
+            }
+        }
+    }
+
+    /// Whether the servers misbehave now: the master down, or a fault
+    /// among a cell's members in force.
+    fn servers_troubled(&self) -> bool {
+        self.master_down
+            || self
+                .cell
+                .as_ref()
+                .is_some_and(|c| c.fault.is_some() || !c.down.is_empty())
+    }
+
+    /// Cuts the link between `a` and `b` of a cell's simulation in
+    /// `direction` (`ToMaster`: from `a` to `b`), counting the faults that
+    /// cut each way; returns the directed links it cut.
+    fn cut_link(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        a: &str,
+        b: &str,
+        direction: Direction,
+    ) -> Vec<(String, String)> {
+        let pairs = match direction {
+            Direction::Both => vec![(a, b), (b, a)],
+            Direction::ToMaster => vec![(a, b)],
+            Direction::FromMaster => vec![(b, a)],
+        };
+        let cell = self.cell.as_mut().expect("a cell's links");
+        let mut cut = Vec::new();
+        for (from, to) in pairs {
+            let n = cell
+                .links
+                .entry((from.to_string(), to.to_string()))
+                .or_default();
+            *n += 1;
+            if *n == 1 {
+                sim.partition_oneway(from, to);
+            }
+            cut.push((from.to_string(), to.to_string()));
+        }
+        cut
+    }
+
+    /// Ends one fault's cut of the directed link `from` to `to`.
+    fn heal_link(&mut self, sim: &mut turmoil::Sim<'_>, from: &str, to: &str) {
+        let cell = self.cell.as_mut().expect("a cell's links");
+        let key = (from.to_string(), to.to_string());
+        let Some(n) = cell.links.get_mut(&key) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            cell.links.remove(&key);
+            sim.repair_oneway(from, to);
+        }
+    }
+
+    /// Cuts `client` off from every server in `direction`.
+    fn cut_client(&mut self, sim: &mut turmoil::Sim<'_>, client: &str, direction: Direction) {
+        if self.cell.is_none() {
+            match direction {
+                Direction::Both => sim.partition(client, "master"),
+                Direction::ToMaster => sim.partition_oneway(client, "master"),
+                Direction::FromMaster => sim.partition_oneway("master", client),
+            }
+            return;
+        }
+        for server in self.servers.clone() {
+            self.cut_link(sim, client, &server, direction);
+        }
+    }
+
+    fn heal_client(&mut self, sim: &mut turmoil::Sim<'_>, client: &str, direction: Direction) {
+        if self.cell.is_none() {
+            match direction {
+                Direction::Both => sim.repair(client, "master"),
+                Direction::ToMaster => sim.repair_oneway(client, "master"),
+                Direction::FromMaster => sim.repair_oneway("master", client),
+            }
+            return;
+        }
+        for server in self.servers.clone() {
+            let pairs = match direction {
+                Direction::Both => vec![(client, server.as_str()), (server.as_str(), client)],
+                Direction::ToMaster => vec![(client, server.as_str())],
+                Direction::FromMaster => vec![(server.as_str(), client)],
+            };
+            for (from, to) in pairs {
+                self.heal_link(sim, from, to);
+            }
+        }
+    }
+
+    /// Starts a fault among a cell's members, unless one is in force:
+    /// its id.
+    fn claim_cell_fault(&mut self) -> Option<u64> {
+        let cell = self.cell.as_mut()?;
+        if cell.fault.is_some() || !cell.down.is_empty() {
+            return None;
+        }
+        self.seq += 1;
+        cell.fault = Some(self.seq);
+        Some(self.seq)
+    }
+
+    /// Schedules the end of cell fault `id` after `ms`.
+    fn end_cell_fault(&mut self, now: u64, ms: u64, heal: Step) {
+        let Step::CellHeal { id, .. } = &heal else {
+            unreachable!("a cell fault ends with CellHeal");
+        };
+        self.active
+            .insert(("cell".to_string(), "fault"), (*id, heal.clone()));
+        self.push(now + ms, heal);
+    }
+
+    /// The running members, the master first if there is one.
+    fn running(&self) -> (Option<String>, Vec<String>) {
+        let cell = self.cell.as_ref().expect("a cell");
+        let leader = cell.registry.leader();
+        let others = self
+            .servers
+            .iter()
+            .filter(|s| !cell.down.contains_key(*s) && Some(*s) != leader.as_ref())
+            .cloned()
+            .collect();
+        (leader, others)
+    }
+
+    fn apply_cell(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, step: Step) {
+        match step {
+            Step::CrashMember { master, ms } => {
+                let Some(id) = self.claim_cell_fault() else {
+                    return;
+                };
+                let (leader, others) = self.running();
+                let cell = self.cell.as_mut().expect("a cell");
+                cell.fault = None;
+                let name = match (master, leader) {
+                    (true, Some(leader)) => leader,
+                    _ if others.is_empty() => return,
+                    _ => cell.rng.pick(&others).clone(),
+                };
+                sim.crash(name.as_str());
+                let rng = &mut cell.rng;
+                cell.volumes[&name].crash(|unsynced| rng.range(0, unsynced as u64 + 1) as usize);
+                cell.registry.crashed(&name);
+                cell.down.insert(name.clone(), id);
+                self.fault(now, &name, "crash", "", false);
+                self.push(now + ms, Step::RestartMember { name, id });
+            }
+            Step::RestartMember { name, id } => {
+                let cell = self.cell.as_mut().expect("a cell");
+                if cell.down.get(&name) != Some(&id) {
+                    return;
+                }
+                cell.down.remove(&name);
+                sim.bounce(name.as_str());
+                self.fault(now, &name, "restart", "", false);
+            }
+            Step::Isolate { ms, reachable } => {
+                let (Some(master), others) = self.running() else {
+                    return;
+                };
+                let Some(id) = self.claim_cell_fault() else {
+                    return;
+                };
+                let mut links = Vec::new();
+                for other in &others {
+                    links.extend(self.cut_link(sim, &master, other, Direction::Both));
+                }
+                for client in self.clients.clone() {
+                    if !reachable.contains(&client) {
+                        links.extend(self.cut_link(sim, &master, &client, Direction::Both));
+                    }
+                }
+                self.fault(now, &master, "partition", "members", false);
+                let heal = Step::CellHeal {
+                    id,
+                    links,
+                    clients: Vec::new(),
+                    who: vec![master],
+                };
+                self.end_cell_fault(now, ms, heal);
+            }
+            Step::Split {
+                master_in_minority,
+                ms,
+                minority_clients,
+            } => {
+                let (leader, mut others) = self.running();
+                if leader.is_none() || others.len() + 1 < self.servers.len() {
+                    return;
+                }
+                let Some(id) = self.claim_cell_fault() else {
+                    return;
+                };
+                let leader = leader.expect("checked");
+                let size = (self.servers.len() - 1) / 2;
+                let cell = self.cell.as_mut().expect("a cell");
+                cell.rng.shuffle(&mut others);
+                let mut minority = Vec::new();
+                if master_in_minority {
+                    minority.push(leader.clone());
+                }
+                while minority.len() < size {
+                    minority.push(others.remove(0));
+                }
+                let majority: Vec<String> = self
+                    .servers
+                    .iter()
+                    .filter(|s| !minority.contains(s))
+                    .cloned()
+                    .collect();
+                let mut links = Vec::new();
+                for a in &minority {
+                    for b in &majority {
+                        links.extend(self.cut_link(sim, a, b, Direction::Both));
+                    }
+                }
+                for client in self.clients.clone() {
+                    let cut_from = if minority_clients.contains(&client) {
+                        // Its side has no quorum: it is cut off from the
+                        // cell.
+                        self.fault(now, &client, "partition", "cell", false);
+                        &majority
+                    } else {
+                        &minority
+                    };
+                    for server in cut_from.clone() {
+                        links.extend(self.cut_link(sim, &client, &server, Direction::Both));
+                    }
+                }
+                for member in &minority {
+                    self.fault(now, member, "partition", "majority", false);
+                }
+                let heal = Step::CellHeal {
+                    id,
+                    links,
+                    clients: minority_clients,
+                    who: minority,
+                };
+                self.end_cell_fault(now, ms, heal);
+            }
+            Step::FlapPeers { until, id } => {
+                let id = match id {
+                    Some(id) => id,
+                    None => match self.claim_cell_fault() {
+                        Some(id) => {
+                            let heal = Step::CellHeal {
+                                id,
+                                links: Vec::new(),
+                                clients: Vec::new(),
+                                who: Vec::new(),
+                            };
+                            self.active
+                                .insert(("cell".to_string(), "fault"), (id, heal));
+                            id
+                        }
+                        None => return,
+                    },
+                };
+                let cell = self.cell.as_mut().expect("a cell");
+                if cell.fault != Some(id) {
+                    return;
+                }
+                if now + 300 >= until {
+                    cell.fault = None;
+                    self.active.remove(&("cell".to_string(), "fault"));
+                    return;
+                }
+                let mut pair = self.servers.clone();
+                cell.rng.shuffle(&mut pair);
+                let (a, b) = (pair[0].clone(), pair[1].clone());
+                let ms = cell.rng.range(200, 1_500);
+                let healed = cell.rng.range(100, 800);
+                self.cut_link(sim, &a, &b, Direction::Both);
+                self.fault(now, &a, "partition", &b, false);
+                self.push(now + ms, Step::PeerHeal { a, b });
+                let next = Step::FlapPeers {
+                    until,
+                    id: Some(id),
+                };
+                self.push(now + ms + healed, next);
+            }
+            Step::PeerHeal { a, b } => {
+                let cell = self.cell.as_ref().expect("a cell");
+                if !cell.links.contains_key(&(a.clone(), b.clone())) {
+                    return;
+                }
+                self.heal_link(sim, &a, &b);
+                self.heal_link(sim, &b, &a);
+                self.fault(now, &a, "repair", &b, false);
+            }
+            Step::CellHeal {
+                id,
+                links,
+                clients,
+                who,
+            } => {
+                let cell = self.cell.as_mut().expect("a cell");
+                if cell.fault != Some(id) {
+                    return;
+                }
+                cell.fault = None;
+                self.active.remove(&("cell".to_string(), "fault"));
+                for (from, to) in links {
+                    self.heal_link(sim, &from, &to);
+                }
+                for client in clients {
+                    self.fault(now, &client, "repair", "cell", false);
+                }
+                for member in who {
+                    self.fault(now, &member, "repair", "", false);
+                }
+            }
+            _ => unreachable!("not a cell's step"),
+        }
     }
 
     fn is_cut(&self, client: &str) -> bool {
@@ -566,6 +1041,17 @@ impl Driver {
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, step: Step) {
         match step {
+            Step::CrashMember { .. }
+            | Step::RestartMember { .. }
+            | Step::Isolate { .. }
+            | Step::Split { .. }
+            | Step::FlapPeers { .. }
+            | Step::PeerHeal { .. }
+            | Step::CellHeal { .. } => {
+                if self.cell.is_some() {
+                    self.apply_cell(sim, now, step);
+                }
+            }
             Step::Cut {
                 client,
                 direction,
@@ -575,11 +1061,7 @@ impl Driver {
                 if self.is_cut(&client) {
                     return;
                 }
-                match direction {
-                    Direction::Both => sim.partition(client.as_str(), "master"),
-                    Direction::ToMaster => sim.partition_oneway(client.as_str(), "master"),
-                    Direction::FromMaster => sim.partition_oneway("master", client.as_str()),
-                }
+                self.cut_client(sim, &client, direction);
                 self.fault(now, &client, names(direction).0, "master", expect_normal);
                 self.seq += 1;
                 let id = self.seq;
@@ -605,11 +1087,7 @@ impl Driver {
                     return;
                 }
                 self.active.remove(&key);
-                match direction {
-                    Direction::Both => sim.repair(client.as_str(), "master"),
-                    Direction::ToMaster => sim.repair_oneway(client.as_str(), "master"),
-                    Direction::FromMaster => sim.repair_oneway("master", client.as_str()),
-                }
+                self.heal_client(sim, &client, direction);
                 self.fault(now, &client, names(direction).1, "master", false);
             }
             Step::Hold {
@@ -621,7 +1099,9 @@ impl Driver {
                 if self.active.contains_key(&key) {
                     return;
                 }
-                sim.hold(client.as_str(), "master");
+                for server in &self.servers {
+                    sim.hold(client.as_str(), server.as_str());
+                }
                 sim.hold(client.as_str(), storage::HOST);
                 self.fault(now, &client, "hold", "master", expect_normal);
                 self.seq += 1;
@@ -640,7 +1120,9 @@ impl Driver {
                     return;
                 }
                 self.active.remove(&key);
-                sim.release(client.as_str(), "master");
+                for server in &self.servers {
+                    sim.release(client.as_str(), server.as_str());
+                }
                 sim.release(client.as_str(), storage::HOST);
                 self.fault(now, &client, "release", "master", false);
             }
@@ -813,7 +1295,7 @@ impl Driver {
     fn short(&mut self, now: u64, client: String, give_up: u64, expect_normal: bool) {
         // A master down or a cut already in force may take the client out
         // of Normal whatever the hold does.
-        let expect_normal = expect_normal && !self.master_down && !self.is_cut(&client);
+        let expect_normal = expect_normal && !self.servers_troubled() && !self.is_cut(&client);
         let latency = self.settings.max_latency.as_millis() as u64;
         if let Some(until) = self.leases.until(&client) {
             // The lease is sampled every 50 ms (every step while a fault

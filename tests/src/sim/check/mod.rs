@@ -16,6 +16,10 @@
 //!   inside the lease the master kept for it.
 //! - [`failover`]: a session whose client was not cut off does not
 //!   expire.
+//! - [`masters`]: epochs rise, and once a master of a newer epoch began,
+//!   no older master grants again.
+//! - [`replicas`]: a cell's members hold the same replica at the same
+//!   applied index.
 
 pub mod containment;
 pub mod durability;
@@ -25,6 +29,8 @@ pub mod failover;
 pub mod fencing;
 pub mod history;
 pub mod linearizable;
+pub mod masters;
+pub mod replicas;
 pub mod states;
 
 use std::collections::BTreeMap;
@@ -130,17 +136,19 @@ pub fn all(run: &Run) -> Report {
     add(linearizable::NAME, linearizable::check(run));
     add(containment::NAME, containment::check(run));
     add(failover::NAME, failover::check(run));
+    add(masters::NAME, masters::check(run));
+    add(replicas::NAME, replicas::check(run));
     report.transitions = transitions;
     report
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sim::trace::{Call, Entry, Outcome, What};
     use crate::sim::world::Settings;
 
-    fn run_of(entries: Vec<(u64, &str, What)>) -> Run {
+    pub(crate) fn run_of(entries: Vec<(u64, &str, What)>) -> Run {
         let entries: Vec<Entry> = entries
             .into_iter()
             .map(|(at, who, what)| Entry {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::Violation;
-use crate::sim::trace::What;
+use crate::sim::trace::{is_server, What};
 use crate::sim::world::Run;
 
 pub const NAME: &str = "states";
@@ -102,7 +102,7 @@ fn short_partitions_stay_normal(run: &Run) -> Vec<Violation> {
         // A fault that begins before then (another cut of this client, a
         // master crash) voids the promise.
         let interrupted = rest.iter().take_while(|r| r.at <= healed + 1_000).any(|r| {
-            (r.who == e.who || r.who == "master")
+            (r.who == e.who || is_server(&r.who))
                 && matches!(&r.what, What::Fault { fault, .. }
                         if fault.starts_with("partition") || fault == "hold" || fault == "crash")
         });
