@@ -2,7 +2,9 @@
 
 use std::process::ExitCode;
 
-use leasehold_server::cell::{query_status, MemberStatus};
+use leasehold_server::cell::{
+    change_members, query_status, Change, ChangeReply, ChangeRequest, MemberStatus,
+};
 
 /// Asks every member `addrs` names (separated by commas) and prints one
 /// line each: id, address, role, whether it serves as master, epoch, term,
@@ -85,4 +87,66 @@ fn to_json(addr: &str, s: &MemberStatus) -> serde_json::Value {
         "voters": s.voters,
         "lag": s.lag,
     })
+}
+
+/// Changes the cell's members: asks the members `addrs` names (separated
+/// by commas) in turn, following the one that says who leads, until the
+/// leader answers. Prints the members after the change. Exit status 0 once
+/// done, 69 if no leader could be reached, 1 if refused or not carried
+/// through.
+pub(crate) async fn change(addrs: &str, json: bool, change: Change) -> anyhow::Result<ExitCode> {
+    let request = ChangeRequest {
+        change,
+        operator_token: crate::OPERATOR_TOKEN.get().cloned().flatten(),
+    };
+    let mut queue: std::collections::VecDeque<String> = addrs
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    let mut asked = std::collections::BTreeSet::new();
+    let mut last_error = String::from("no member address given (--addr a,b,c)");
+    while let Some(addr) = queue.pop_front() {
+        if !asked.insert(addr.clone()) {
+            continue;
+        }
+        let reply = match change_members(&addr, &request).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                last_error = format!("{addr}: {error}");
+                continue;
+            }
+        };
+        match reply {
+            ChangeReply::NotLeader { leader } => {
+                last_error = format!("{addr} does not lead the cell");
+                if let Some(leader) = leader {
+                    queue.push_front(leader);
+                }
+            }
+            ChangeReply::Done { voters, members } => {
+                if json {
+                    let line = serde_json::json!({ "voters": voters, "members": members });
+                    println!("{line}");
+                } else {
+                    for (id, member_addr) in &members {
+                        let role = if voters.contains(id) {
+                            "voter"
+                        } else {
+                            "learner"
+                        };
+                        println!("{id:<3} {member_addr:<22} {role}");
+                    }
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            ChangeReply::Refused(why) | ChangeReply::Failed(why) => {
+                eprintln!("leasehold: {addr}: {why}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    eprintln!("leasehold: no member that leads the cell answered: {last_error}");
+    Ok(ExitCode::from(crate::UNREACHABLE))
 }

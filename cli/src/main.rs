@@ -269,6 +269,10 @@ struct ServeArgs {
     /// The cell's name: members of another cell are refused as peers.
     #[arg(long, default_value = "leasehold")]
     cell_id: String,
+    /// Join a cell that runs already: wait to be added with `leasehold
+    /// cell add` rather than found a new cell. Only on an empty --data-dir.
+    #[arg(long, requires = "cell")]
+    join: bool,
 }
 
 /// `1=HOST:PORT,2=HOST:PORT,...`
@@ -297,6 +301,24 @@ enum CellCommand {
     /// Every member's role, whether it serves as master, the epoch, its
     /// log and applied index, and on the leader each member's lag.
     Status,
+    /// Add member ID, which the others reach at ADDR, as a voter: start it
+    /// first with `serve --join`. It catches up before it votes.
+    Add {
+        /// ID=HOST:PORT
+        #[arg(value_parser = parse_member)]
+        member: (u64, String),
+    },
+    /// Remove member ID from the cell; stop its process afterwards.
+    Remove { id: u64 },
+}
+
+/// `ID=HOST:PORT`
+fn parse_member(text: &str) -> Result<(u64, String), String> {
+    let members = parse_cell(text)?;
+    match members.into_iter().collect::<Vec<_>>()[..] {
+        [(id, ref addr)] => Ok((id, addr.clone())),
+        _ => Err("name one member: ID=HOST:PORT".into()),
+    }
 }
 
 #[derive(Subcommand)]
@@ -405,7 +427,7 @@ fn raise_open_files_limit() {
 
 /// The operator token this process presents, read once from
 /// `--operator-token-file`.
-static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
+pub(crate) static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
 
 /// Reads an operator token: the file's contents without surrounding
 /// whitespace, so a trailing newline from `echo` does not count.
@@ -495,6 +517,16 @@ fn main() -> ExitCode {
             Command::Session(command) => session::session(&addr, cli.json, command).await,
             Command::Check(command) => check::check(&addr, cli.json, command).await,
             Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
+            Command::Cell(CellCommand::Add {
+                member: (id, member),
+            }) => {
+                let change = leasehold_server::cell::Change::Add { id, addr: member };
+                cell::change(&addr, cli.json, change).await
+            }
+            Command::Cell(CellCommand::Remove { id }) => {
+                let change = leasehold_server::cell::Change::Remove { id };
+                cell::change(&addr, cli.json, change).await
+            }
             Command::Watch { key, session } => recipes::watch(&addr, cli.json, key, session).await,
             Command::Lock {
                 key,
@@ -670,6 +702,7 @@ async fn serve_member(
         timing: Default::default(),
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
         unsafe_keep_master_lease: false,
+        join: args.join,
     };
     let (listener, addr, stop) = listen_until_stopped(&listen, from).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");

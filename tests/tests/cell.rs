@@ -54,6 +54,7 @@ async fn cell(name: &str) -> Cell {
             timing: timing(),
             snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
             unsafe_keep_master_lease: false,
+            join: false,
         };
         dirs.push(dir);
         let config = Config {

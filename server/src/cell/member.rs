@@ -69,6 +69,10 @@ pub struct MemberConfig {
     /// a simulation catches a master that grants without its quorum.
     #[doc(hidden)]
     pub unsafe_keep_master_lease: bool,
+    /// This member joins a cell that runs already: it waits to be added
+    /// (`leasehold cell add`) instead of proposing `members` as a new
+    /// cell's first membership (SPEC `CELL-9`).
+    pub join: bool,
 }
 
 /// Where a member keeps its log, vote and snapshot.
@@ -161,7 +165,7 @@ impl Member {
         )
         .await
         .map_err(|e| MemberError::Engine(e.to_string()))?;
-        if fresh {
+        if fresh && !config.join {
             let members: BTreeMap<NodeId, BasicNode> = config
                 .members
                 .iter()
@@ -292,6 +296,9 @@ pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<Fi
     let first: BytesMut = first?;
     match PeerHello::parse(&first) {
         _ if first[..] == super::status::STATUS_MAGIC[..] => Ok(FirstFrame::Status(framed)),
+        _ if first[..] == super::membership::MEMBERSHIP_MAGIC[..] => {
+            Ok(FirstFrame::Membership(framed))
+        }
         Some(Ok(hello)) => {
             framed
                 .codec_mut()
@@ -312,4 +319,6 @@ pub enum FirstFrame<S> {
     Client(Framed<S, tokio_util::codec::LengthDelimitedCodec>, BytesMut),
     /// A status query (`CELL-8`).
     Status(Framed<S, tokio_util::codec::LengthDelimitedCodec>),
+    /// A membership change (`CELL-9`).
+    Membership(Framed<S, tokio_util::codec::LengthDelimitedCodec>),
 }

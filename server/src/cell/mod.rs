@@ -16,6 +16,8 @@
 //! - `lease.rs`: the master lease, kept from the followers' answers.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
 //! - `status.rs`: what a member says of itself, for `leasehold cell status`.
+//! - `membership.rs`: adding and removing members, through joint
+//!   consensus.
 //! - `volume.rs`: where a member keeps its files: a directory, or memory.
 //! - `runtime.rs`: openraft's runtime, with election timeouts a simulation
 //!   can seed.
@@ -34,6 +36,7 @@ mod lease;
 mod log;
 mod machine;
 mod member;
+mod membership;
 mod network;
 mod run;
 mod runtime;
@@ -48,6 +51,9 @@ pub use machine::{CellMachine, Replica};
 pub use member::{
     first_frame, FirstFrame, Member, MemberConfig, MemberError, Storage, Timing,
     DEFAULT_SNAPSHOT_EVERY,
+};
+pub use membership::{
+    request as change_members, Change, ChangeReply, ChangeRequest, MEMBERSHIP_MAGIC,
 };
 pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,

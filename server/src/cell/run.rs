@@ -169,6 +169,9 @@ async fn connected<S: super::network::Served>(
                 () = stop.cancelled() => {}
             }
         }
+        FirstFrame::Membership(framed) => {
+            super::membership::answer(framed, &member, config.operator_token.as_deref()).await;
+        }
         FirstFrame::Status(framed) => {
             let serving = matches!(*role.borrow(), Role::Master { .. });
             super::status::answer(framed, super::status::MemberStatus::of(&member, serving)).await;

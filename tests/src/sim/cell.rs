@@ -149,6 +149,7 @@ pub fn host(sim: &mut turmoil::Sim<'_>, cell: &Cell, id: u64, volume: MemoryVolu
         timing: timing(rate),
         snapshot_every: SNAPSHOT_EVERY,
         unsafe_keep_master_lease: cell.broken_master_lease,
+        join: false,
     };
     let observer = lease_observer(cell.trace.clone(), cell.grants.clone(), rate, name.clone());
     let (seed, registry) = (cell.seed, cell.registry.clone());

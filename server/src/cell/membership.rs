@@ -1,0 +1,197 @@
+//! Changing who the cell's members are (SPEC `CELL-9`), for `leasehold
+//! cell add` and `leasehold cell remove`: through the engine's joint
+//! consensus, so that no moment has two majorities that do not overlap.
+//!
+//! The asker's first frame is `LHMEMB01`, the second an encoded
+//! [`ChangeRequest`]; the member answers one [`ChangeReply`] and closes.
+//! Only the leader changes the membership; any other member names it. A
+//! member to add must be running, started with `--join` so that it waits
+//! to be added rather than founding a cell of its own; it first catches
+//! up as a learner (from a snapshot if the log was purged past what it
+//! has), and only then becomes a voter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use openraft::{BasicNode, ChangeMembers, ServerState};
+use serde::{Deserialize, Serialize};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use super::member::Member;
+use super::network::{codec, Served};
+use super::NodeId;
+use crate::store::{decode, encode};
+
+/// The first frame of a membership change.
+pub const MEMBERSHIP_MAGIC: &[u8; 8] = b"LHMEMB01";
+
+/// How long a new member may take to catch up as a learner.
+const CATCH_UP: Duration = Duration::from_secs(60);
+/// How long the joint and the final configuration may take to commit.
+const COMMIT: Duration = Duration::from_secs(10);
+/// The longest request a member reads.
+const MAX_REQUEST: usize = 64 << 10;
+
+/// A change to the cell's members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// Member `id`, which the others reach at `addr`, joins as a voter.
+    Add { id: NodeId, addr: String },
+    /// Member `id` leaves the cell.
+    Remove { id: NodeId },
+}
+
+/// What the asker sends after the magic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeRequest {
+    pub change: Change,
+    /// The cell's operator token, if the members have one (`AUTH-3`).
+    pub operator_token: Option<String>,
+}
+
+/// How a change went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeReply {
+    /// The change is committed (or there was nothing to change): the
+    /// voters and every member's address now.
+    Done {
+        voters: BTreeSet<NodeId>,
+        members: BTreeMap<NodeId, String>,
+    },
+    /// This member does not lead the cell; ask the one at `leader`, if it
+    /// knows of one.
+    NotLeader { leader: Option<String> },
+    /// Refused, and refused again if repeated: a wrong operator token, or
+    /// a change that would leave the cell with no voter.
+    Refused(String),
+    /// The engine did not carry it through in time (no quorum, a new
+    /// member that could not be reached): it may have been done in part;
+    /// look with `cell status` and try again.
+    Failed(String),
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Answers a membership change on `framed` as `member`, whose operator
+/// token is `token`, and closes.
+pub(crate) async fn answer<S: Served>(
+    mut framed: Framed<S, LengthDelimitedCodec>,
+    member: &Member,
+    token: Option<&str>,
+) {
+    framed.codec_mut().set_max_frame_length(MAX_REQUEST);
+    let Some(Ok(frame)) = framed.next().await else {
+        return;
+    };
+    let reply = match decode::<ChangeRequest>(&frame) {
+        Ok(request) => change(member, token, request).await,
+        Err(e) => ChangeReply::Refused(format!("the request does not decode: {e}")),
+    };
+    let _ = framed.send(Bytes::from(encode(&reply))).await;
+}
+
+pub(crate) async fn change(
+    member: &Member,
+    token: Option<&str>,
+    request: ChangeRequest,
+) -> ChangeReply {
+    if let Some(token) = token {
+        let given = request.operator_token.as_deref().unwrap_or_default();
+        if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+            return ChangeReply::Refused(
+                "changing the cell's members needs the operator token".into(),
+            );
+        }
+    }
+    let m = member.raft.metrics().borrow().clone();
+    if m.state != ServerState::Leader {
+        let leader = m.current_leader.and_then(|l| {
+            let node = m.membership_config.membership().get_node(&l);
+            node.map(|n| n.addr.clone())
+                .or_else(|| member.config.members.get(&l).cloned())
+        });
+        return ChangeReply::NotLeader { leader };
+    }
+    let membership = m.membership_config.membership().clone();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let raft = &member.raft;
+    match request.change {
+        Change::Add { id, addr } => {
+            if !voters.contains(&id) {
+                let learner = tokio::time::timeout(
+                    CATCH_UP,
+                    raft.add_learner(id, BasicNode::new(&addr), true),
+                )
+                .await;
+                match learner {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return ChangeReply::Failed(e.to_string()),
+                    Err(_) => {
+                        return ChangeReply::Failed(format!(
+                            "member {id} did not catch up within {CATCH_UP:?}: is it running \
+                             with --join, reachable at {addr}?"
+                        ))
+                    }
+                }
+                let ids = BTreeSet::from([id]);
+                if let Err(e) = commit(member, ChangeMembers::AddVoterIds(ids)).await {
+                    return e;
+                }
+            }
+        }
+        Change::Remove { id } => {
+            if membership.get_node(&id).is_some() {
+                if voters.len() == 1 && voters.contains(&id) {
+                    return ChangeReply::Refused(format!(
+                        "member {id} is the cell's only voter: a cell needs one"
+                    ));
+                }
+                let ids = BTreeSet::from([id]);
+                if let Err(e) = commit(member, ChangeMembers::RemoveVoters(ids)).await {
+                    return e;
+                }
+            }
+        }
+    }
+    let m = member.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    ChangeReply::Done {
+        voters: membership.voter_ids().collect(),
+        members: membership
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect(),
+    }
+}
+
+/// Commits `changes` through a joint configuration; a removed member
+/// leaves the membership altogether.
+async fn commit(
+    member: &Member,
+    changes: ChangeMembers<NodeId, BasicNode>,
+) -> Result<(), ChangeReply> {
+    match tokio::time::timeout(COMMIT, member.raft.change_membership(changes, false)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(ChangeReply::Failed(e.to_string())),
+        Err(_) => Err(ChangeReply::Failed(format!(
+            "the new configuration did not commit within {COMMIT:?}"
+        ))),
+    }
+}
+
+/// Asks the member at `addr` for `request`, over TCP.
+pub async fn request(addr: &str, request: &ChangeRequest) -> std::io::Result<ChangeReply> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut framed = Framed::new(stream, codec());
+    framed.send(Bytes::from_static(MEMBERSHIP_MAGIC)).await?;
+    framed.send(Bytes::from(encode(request))).await?;
+    let frame = framed
+        .next()
+        .await
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))??;
+    decode(&frame).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
