@@ -6,6 +6,8 @@
 //!   server cannot be hidden by the client library's logic.
 //! - [`proxy`]: a loopback relay between client and master whose link can be
 //!   held (traffic delayed, then delivered) or cut (traffic dropped).
+//! - [`relay`]: a loopback relay that reads frames, so a test can hold back
+//!   the replies it picks and deliver them after later ones.
 //! - [`sim`]: the listener and connector that run the real server and client
 //!   over turmoil's simulated network.
 //! - [`states`]: a session's state transitions, recorded.
@@ -17,6 +19,7 @@ pub mod conformance;
 pub mod fixture;
 pub mod proxy;
 pub mod raw;
+pub mod relay;
 pub mod scripted;
 pub mod server;
 pub mod sim;
