@@ -210,13 +210,27 @@ async fn unsubscribe(session: &Session, subscription: u64) -> Result<(), ClientE
 /// What a lock's holder hears of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LockSignal {
-    /// The master took the lock away (or events were lost, so it may have).
+    /// Every holding of the key is lost: events were lost (one may have
+    /// been a `LockLost`), or the session is closing (`LOCK-11`).
     pub(crate) lost: bool,
+    /// The highest lock generation the master said it took away (0:
+    /// none). A key's generations only rise (`NS-2`), so the holdings at
+    /// or below it are lost and a later one, taken after the event was
+    /// sent, is not (`LOCK-13`).
+    pub(crate) taken: u64,
     /// The latest session waiting for it.
     pub(crate) conflict: Option<SessionId>,
     /// How many times the session has entered jeopardy while holding it:
     /// counted, so a jeopardy over before anyone looked is still seen.
     pub(crate) jeopardies: u64,
+}
+
+impl LockSignal {
+    /// Whether the holding of lock generation `generation` is lost, as far
+    /// as the master's events tell.
+    pub(crate) fn loses(&self, generation: u64) -> bool {
+        self.lost || generation <= self.taken
+    }
 }
 
 #[derive(Debug)]
@@ -313,9 +327,15 @@ impl Dispatch {
                     self.orphans.push_back((subscription, event));
                 }
             }
-            EventKind::LockLost { key } => {
+            // By generation, not by key alone: the session may have given
+            // that holding up and locked the key again since the master
+            // sent it (a semaphore deletes its contender key, `SEM-4`).
+            EventKind::LockLost {
+                key,
+                lock_generation,
+            } => {
                 if let Some(signal) = self.locks.get(&key) {
-                    signal.send_modify(|s| s.lost = true);
+                    signal.send_modify(|s| s.taken = s.taken.max(lock_generation));
                 }
             }
             EventKind::LockConflict { key, waiter } => {

@@ -127,13 +127,14 @@ impl LockGuard {
     }
 
     /// Whether the lock can still be relied on: its session is normal, the
-    /// master has not said it took the lock away, and no events were lost
-    /// (one of them may have said so) (`LOCK-10`).
+    /// master has not said it took this holding away (a `LockLost` for an
+    /// earlier holding of the key is not about it, `LOCK-13`), and no
+    /// events were lost (one of them may have said so) (`LOCK-10`).
     pub fn is_held(&self) -> bool {
         matches!(
             self.session.state(),
             SessionState::Normal | SessionState::Safe | SessionState::Failover
-        ) && !self.signal.borrow().lost
+        ) && !self.signal.borrow().loses(self.sequencer.lock_generation)
     }
 
     /// Resolves as soon as the lock can no longer be relied on: its session
@@ -146,10 +147,11 @@ impl LockGuard {
         // The state channel keeps only the latest state, which may already
         // be `Normal` again after a brief jeopardy: jeopardies are counted.
         let seen = signal.borrow().jeopardies;
+        let generation = self.sequencer.lock_generation;
         let mut states = self.session.watch_state();
         tokio::select! {
             _ = states.wait_for(|s| *s == SessionState::Jeopardy || s.is_final()) => {}
-            _ = signal.wait_for(|s| s.lost || s.jeopardies > seen) => {}
+            _ = signal.wait_for(|s| s.loses(generation) || s.jeopardies > seen) => {}
         }
     }
 

@@ -215,7 +215,10 @@ impl Semaphore {
     /// contender key of this session's next slot; and the next acquire
     /// waits until it is done, in a task of its own so that a caller who
     /// gives up leaves nothing half done. Best effort: the session's end
-    /// removes the key anyway.
+    /// removes the key anyway. The master tells this session the delete
+    /// took its lock (`LockLost`, `EV-6`), maybe only after the next
+    /// acquire locked the key again; the event names the old holding's
+    /// generation, so it costs the next slot nothing (`LOCK-13`).
     async fn leave(&self, contender: LockGuard) {
         let key = self.contender_key(self.session.id());
         self.session.dispatch().leaving.insert(key.clone());

@@ -13,7 +13,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -603,6 +603,11 @@ pub enum EventKind {
     LockLost {
         /// The key whose lock was lost.
         key: String,
+        /// The lock generation of the holding taken away, as its sequencer
+        /// names it. A key's generations only rise (`NS-2`), so an event
+        /// that arrives after the session locked the key again is told
+        /// from a loss of the new holding (`LOCK-13`).
+        lock_generation: u64,
     },
     /// `waiter` waits for the lock of `key` this session holds: hand it over
     /// if you can. Sent to every holder without a subscription.

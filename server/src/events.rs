@@ -174,7 +174,7 @@ fn encoded_size_of(kind: &EventKind) -> usize {
                     _ => 0,
                 }
         }
-        EventKind::LockLost { key } | EventKind::LockConflict { key, .. } => key.len(),
+        EventKind::LockLost { key, .. } | EventKind::LockConflict { key, .. } => key.len(),
         EventKind::EventsLost | EventKind::Failover { .. } => 0,
     };
     64 + keys
@@ -654,8 +654,12 @@ impl Master {
             } => {
                 let change = Change::LockReleased { holder: *session };
                 ev.send_covering(key, event_mask::LOCK_RELEASED, change, at);
-                if *taken {
-                    ev.send_session(*session, EventKind::LockLost { key: key.clone() });
+                if let Some(lock_generation) = *taken {
+                    let kind = EventKind::LockLost {
+                        key: key.clone(),
+                        lock_generation,
+                    };
+                    ev.send_session(*session, kind);
                 }
             }
             StateEvent::LockWaiting { key, waiter } => {

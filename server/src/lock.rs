@@ -223,7 +223,7 @@ impl State {
         events.push(StateEvent::LockReleased {
             key: key.to_string(),
             session,
-            taken: false,
+            taken: None,
         });
         self.grant_waiters(key, index, now, events);
         self.remove_if_transient(key, index, events);
@@ -394,7 +394,7 @@ impl State {
             events.push(StateEvent::LockReleased {
                 key: key.clone(),
                 session,
-                taken: false,
+                taken: None,
             });
             if behavior == Behavior::Delete {
                 self.namespace.remove(&key, index);
@@ -412,9 +412,15 @@ impl State {
         }
     }
 
-    /// Releases every holder of `key`, whose node is being deleted: a plain
-    /// release, without lock-delay (`LOCK-8`).
-    pub(crate) fn release_deleted(&mut self, key: &str, events: &mut Vec<StateEvent>) {
+    /// Releases every holder of `key`, whose node (of lock generation
+    /// `generation`) is being deleted: a plain release, without lock-delay
+    /// (`LOCK-8`).
+    pub(crate) fn release_deleted(
+        &mut self,
+        key: &str,
+        generation: u64,
+        events: &mut Vec<StateEvent>,
+    ) {
         let holders: Vec<SessionId> = self
             .locks
             .locks
@@ -426,7 +432,7 @@ impl State {
             events.push(StateEvent::LockReleased {
                 key: key.to_string(),
                 session,
-                taken: true,
+                taken: Some(generation),
             });
         }
     }

@@ -58,7 +58,7 @@ fn event_len(event: &Event) -> usize {
                         _ => 0,
                     }
             }
-            EventKind::LockLost { key } | EventKind::LockConflict { key, .. } => key.len(),
+            EventKind::LockLost { key, .. } | EventKind::LockConflict { key, .. } => key.len(),
             EventKind::EventsLost | EventKind::Failover { .. } => 0,
         }
 }

@@ -206,12 +206,13 @@ pub enum StateEvent {
         session: SessionId,
         mode: LockMode,
     },
-    /// `session` no longer holds the lock of `key`; `taken` when the node
-    /// was deleted under a live holder (`LOCK-8`).
+    /// `session` no longer holds the lock of `key`; `taken`, with the lock
+    /// generation of the holding, when the node was deleted under a live
+    /// holder (`LOCK-8`).
     LockReleased {
         key: String,
         session: SessionId,
-        taken: bool,
+        taken: Option<u64>,
     },
     /// `waiter` waits for the lock of `key`: its holders may want to hand it
     /// over (`EV-6`).
@@ -485,12 +486,21 @@ impl State {
         if let LockedNodes::HeldOnlyBy(by) = locked {
             self.check_may_delete_locked(key, recursive, by)?;
         }
+        // Read while the nodes are there: each holder is told which of its
+        // holdings the delete took (`EV-6`).
+        let generations: BTreeMap<String, u64> = self
+            .locks
+            .held_at_or_below(key, recursive)
+            .filter_map(|(k, _)| Some((k.to_string(), self.namespace.get(k)?.lock_generation)))
+            .collect();
         let keys = self.namespace.delete(key, cas, recursive, index)?;
         for key in &keys {
             events.push(StateEvent::NodeDeleted { key: key.clone() });
             // A deleted node's lock is released, as a plain release is; its
             // waiters may now have it, which creates the node again.
-            self.release_deleted(key, events);
+            if let Some(&generation) = generations.get(key) {
+                self.release_deleted(key, generation, events);
+            }
             self.grant_waiters(key, index, now, events);
             self.locks.tidy(key, now);
         }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leasehold_protocol::{
-    event_mask, Acquire, Change, Event, EventKind, LockMode, Request, Response,
+    event_mask, Acquire, Change, Event, EventKind, LockMode, Request, Response, Sequencer,
 };
 use leasehold_tests::raw::RawConnection;
 use leasehold_tests::server::{short_lease_config, start};
@@ -151,7 +151,7 @@ async fn an_exact_subscription_hears_of_children_and_a_prefix_one_of_descendants
     );
 }
 
-// EV-6
+// EV-6, LOCK-13
 #[tokio::test]
 async fn a_holder_hears_of_a_conflicting_request_and_of_losing_its_lock() {
     let server = start(short_lease_config()).await;
@@ -159,10 +159,12 @@ async fn a_holder_hears_of_a_conflicting_request_and_of_losing_its_lock() {
     let (mut other, _) = RawConnection::open(server.addr).await;
     let a = holder.create_session(LONG).await;
     let b = other.create_session(LONG).await;
-    assert!(matches!(
-        holder.call(exclusive(a, None)).await,
-        Ok(Response::Acquired { .. })
-    ));
+    let generation = match holder.call(exclusive(a, None)).await {
+        Ok(Response::Acquired { sequencer, .. }) => {
+            Sequencer::from_bytes(&sequencer).unwrap().lock_generation
+        }
+        other => panic!("expected the lock, got {other:?}"),
+    };
     holder.keepalive(a, true).await;
     other.request(exclusive(b, Some(10_000))).await;
     let told = events(&mut holder).await;
@@ -180,7 +182,14 @@ async fn a_holder_hears_of_a_conflicting_request_and_of_losing_its_lock() {
     let (mut third, _) = RawConnection::open(server.addr).await;
     third.call(deleted).await.unwrap();
     let lost = events(&mut holder).await;
-    assert_eq!(lost[0].kind, EventKind::LockLost { key: "k".into() });
+    // It names the holding taken, by its generation (LOCK-13).
+    assert_eq!(
+        lost[0].kind,
+        EventKind::LockLost {
+            key: "k".into(),
+            lock_generation: generation,
+        }
+    );
     // The waiter got the lock the deletion freed.
     assert!(matches!(
         other.reply().await.1,

@@ -5,8 +5,10 @@ use std::time::Duration;
 use leasehold::{
     Client, ErrorCode, LockGuard, LockMode, LockOptions, Session, SessionOptions, SessionState,
 };
+use leasehold_protocol::{EventKind, Response};
 use leasehold_tests::fixture::Fixture;
 use leasehold_tests::proxy::{Link, Proxy};
+use leasehold_tests::relay::Relay;
 use leasehold_tests::server::{short_lease_config, start, TestServer};
 use tokio::time::Instant;
 
@@ -361,6 +363,54 @@ async fn a_lock_taken_away_right_after_its_grant_is_reported_lost() {
                 .unwrap_or_else(|_| panic!("round {round}: the loss was not reported"));
         }
     }
+}
+
+// LOCK-13, EV-6: a LockLost names the generation of the holding taken
+// away. Held back until the session has locked the key's new node, it
+// costs the old holding alone: the guard of the new one stays held.
+#[tokio::test]
+async fn a_late_lock_lost_costs_only_the_holding_it_names() {
+    let server = start(short_lease_config()).await;
+    let relay = Relay::start(server.addr).await;
+    let client = Client::connect(relay.addr.to_string()).await.unwrap();
+    let holder = session(&client, Duration::ZERO).await;
+    let old = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    relay.hold(|r| {
+        matches!(r, Response::KeepAlive { events, .. }
+            if events.iter().any(|e| matches!(e.kind, EventKind::LockLost { .. })))
+    });
+    client
+        .delete("k", leasehold::DeleteOptions::default())
+        .await
+        .unwrap();
+    let new = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    assert!(new.sequencer().lock_generation > old.sequencer().lock_generation);
+    tokio::time::timeout(Duration::from_secs(10), relay.held())
+        .await
+        .expect("the master tells of the lock the delete took away");
+    let last = relay
+        .pass_held()
+        .iter()
+        .filter_map(|r| match r {
+            Response::KeepAlive { events, .. } => events.iter().map(|e| e.seq).max(),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), relay.acknowledged(last))
+        .await
+        .expect("the client delivers the held events");
+    assert!(!old.is_held(), "the holding the delete took is lost");
+    assert!(
+        new.is_held(),
+        "the LockLost of the old holding cost the new one"
+    );
 }
 
 // LOCK-2: rewriting never takes a lost lock anew.

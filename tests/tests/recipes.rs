@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{Client, Election, Semaphore, Session, SessionOptions};
+use leasehold_protocol::{EventKind, Response};
 use leasehold_tests::fixture::Fixture;
 use leasehold_tests::proxy::{Link, Proxy};
-use leasehold_tests::server::TestServer;
+use leasehold_tests::relay::Relay;
+use leasehold_tests::server::{short_lease_config, start, TestServer};
 use tokio::time::Instant;
 
 /// The lease of a contender that is meant to die: short, so the test
@@ -269,6 +271,59 @@ async fn five_contenders_for_two_slots_never_exceed_two_holders() {
     }
     assert_eq!(done.load(Ordering::SeqCst), 15);
     assert_eq!(most.load(Ordering::SeqCst), 2, "two at a time, never more");
+}
+
+// SEM-4, LOCK-13: giving a slot back deletes the contender key, which takes
+// the session's own lock on it away, and the master says so (`LockLost`,
+// EV-6) on a KeepAlive reply, which nothing orders after the delete's
+// reply. Here it comes only after the next acquire has locked the same key
+// again (five contenders on one link once made it so): it names the
+// holding given back, and the new slot stays held.
+#[tokio::test]
+async fn a_late_lock_lost_from_giving_a_slot_back_leaves_the_next_slot_held() {
+    let server = start(short_lease_config()).await;
+    let relay = Relay::start(server.addr).await;
+    let client = Client::connect(relay.addr.to_string()).await.unwrap();
+    let session = contender(&client, "a").await;
+    let slots = Semaphore::new(&session, "sem", 1);
+    let first = slots.acquire("a", None).await.unwrap();
+    relay.hold(tells_of_a_lost_lock);
+    first.release().await.unwrap();
+    let second = slots.acquire("a", None).await.unwrap();
+    assert!(second.is_held());
+    tokio::time::timeout(Duration::from_secs(10), relay.held())
+        .await
+        .expect("the master tells of the lock its delete took away");
+    let last = last_event(&relay.pass_held());
+    tokio::time::timeout(Duration::from_secs(10), relay.acknowledged(last))
+        .await
+        .expect("the client delivers the held events");
+    assert!(
+        second.is_held(),
+        "the LockLost of the slot given back cost the next one"
+    );
+    assert_eq!(slots.holders().await.unwrap(), [session.id()]);
+}
+
+/// A KeepAlive reply that tells of a lock taken away.
+fn tells_of_a_lost_lock(response: &Response) -> bool {
+    matches!(
+        response,
+        Response::KeepAlive { events, .. }
+            if events.iter().any(|e| matches!(e.kind, EventKind::LockLost { .. }))
+    )
+}
+
+/// The highest event sequence number among KeepAlive replies.
+fn last_event(replies: &[Response]) -> u64 {
+    replies
+        .iter()
+        .filter_map(|r| match r {
+            Response::KeepAlive { events, .. } => events.iter().map(|e| e.seq).max(),
+            _ => None,
+        })
+        .max()
+        .expect("a held KeepAlive reply with events")
 }
 
 // SEM-1, SEM-2, SEM-4: the coordinating key reads as the seed shows it.

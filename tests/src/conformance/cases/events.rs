@@ -1,11 +1,11 @@
 //! SPEC.md, "Events": sequence numbers, redelivery until acknowledged,
 //! held KeepAlives answered by events, the bounded queue, subscriptions,
-//! lock conflicts, and what a node event carries.
+//! lock conflicts and locks taken away, and what a node event carries.
 
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{
-    event_mask, Change, ErrorCode, EventKind, LockMode, Put, Request, Response,
+    event_mask, Authority, Change, ErrorCode, EventKind, LockMode, Put, Request, Response,
 };
 
 use crate::conformance::common::{
@@ -27,6 +27,10 @@ pub(super) fn cases() -> Vec<Case> {
             an_overflowing_event_queue_becomes_one_events_lost
         ),
         case!(&["EV-5", "EV-6"], subscriptions_and_lock_conflicts),
+        case!(
+            &["EV-6", "LOCK-8"],
+            a_holder_is_told_which_holding_a_delete_took
+        ),
         case!(&["EV-5"], a_repeated_subscription_is_the_same_one),
         case!(
             &["EV-10"],
@@ -152,6 +156,41 @@ async fn subscriptions_and_lock_conflicts(ctx: Ctx) -> Check {
         ensure!(
             Instant::now() < deadline,
             "no LockConflict for the holder: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn a_holder_is_told_which_holding_a_delete_took(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let s = session(&mut conn, &w).await?;
+    let k = key("taken");
+    let held = generation(&conn.call(acquire(&k, s, LockMode::Exclusive, None)).await)?;
+    // By the holder's own session, as the semaphore recipe gives a slot
+    // back (SEM-4): the holder is told all the same.
+    let delete = Request::Delete {
+        key: k.clone(),
+        cas: None,
+        recursive: false,
+        authority: Authority::Session(s),
+    };
+    conn.call(delete)
+        .await
+        .map_err(|e| format!("Delete: {e:?}"))?;
+    let lost = EventKind::LockLost {
+        key: k.clone(),
+        lock_generation: held,
+    };
+    let deadline = Instant::now() + SLACK * 2;
+    loop {
+        let reply = conn.call(keepalive(s, &w, 0, false)).await;
+        let events = expect_reply!(reply, Response::KeepAlive { events, .. } => events)?;
+        if events.iter().any(|e| e.kind == lost) {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no {lost:?} for the holder: {events:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
