@@ -99,6 +99,7 @@ scenarios! {
     a_split_five_member_cell_holds_every_invariant => "cell5-split",
     a_follower_behind_the_purged_log_holds_every_invariant => "cell-follower-behind",
     flapping_peer_links_hold_every_invariant => "cell-flapping-peers",
+    membership_changes_during_failovers_hold_every_invariant => "cell-membership",
     a_cell_under_random_faults_holds_every_invariant => "cell-random",
     a_five_member_cell_under_random_faults_holds_every_invariant => "cell5-random",
 }

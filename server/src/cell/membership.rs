@@ -186,6 +186,14 @@ async fn commit(
 /// Asks the member at `addr` for `request`, over TCP.
 pub async fn request(addr: &str, request: &ChangeRequest) -> std::io::Result<ChangeReply> {
     let stream = tokio::net::TcpStream::connect(addr).await?;
+    request_on(stream, request).await
+}
+
+/// Asks the member at the other end of `stream` for `request`.
+pub async fn request_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: S,
+    request: &ChangeRequest,
+) -> std::io::Result<ChangeReply> {
     let mut framed = Framed::new(stream, codec());
     framed.send(Bytes::from_static(MEMBERSHIP_MAGIC)).await?;
     framed.send(Bytes::from(encode(request))).await?;

@@ -53,7 +53,8 @@ pub use member::{
     DEFAULT_SNAPSHOT_EVERY,
 };
 pub use membership::{
-    request as change_members, Change, ChangeReply, ChangeRequest, MEMBERSHIP_MAGIC,
+    request as change_members, request_on as change_members_on, Change, ChangeReply, ChangeRequest,
+    MEMBERSHIP_MAGIC,
 };
 pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,

@@ -153,10 +153,26 @@ pub(crate) async fn serve<S: Served>(
         let response = match request {
             PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
             PeerRequest::Vote(rpc) => {
-                // A leader the engine lets vote for a rival steps down:
-                // its master stops before the vote can leave (CELL-6).
-                lease.yield_to(&rpc.vote);
-                PeerResponse::Vote(raft.vote(rpc).await)
+                let m = raft.metrics().borrow().clone();
+                let voter = m
+                    .membership_config
+                    .membership()
+                    .get_joint_config()
+                    .iter()
+                    .any(|voters| voters.contains(&hello.from));
+                if voter {
+                    // A leader the engine lets vote for a rival steps
+                    // down: its master stops before the vote can leave
+                    // (CELL-6).
+                    lease.yield_to(&rpc.vote);
+                    PeerResponse::Vote(raft.vote(rpc).await)
+                } else {
+                    // No configuration in force counts its vote: a member
+                    // removed (and still running) or not yet added cannot
+                    // be elected, and must not depose the master by asking
+                    // (CELL-9).
+                    PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
+                }
             }
             PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
         };

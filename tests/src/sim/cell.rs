@@ -111,6 +111,8 @@ pub struct Cell {
     pub trace: Trace,
     pub grants: Grants,
     pub registry: Registry,
+    /// The first members, which found the cell; the rest join it later.
+    pub founders: usize,
     /// Keep the master lease once held: a master that grants without its
     /// quorum.
     pub broken_master_lease: bool,
@@ -135,10 +137,25 @@ fn timing(rate: f64) -> Timing {
 }
 
 /// Adds member `name` (the `id`th) to the simulation.
-pub fn host(sim: &mut turmoil::Sim<'_>, cell: &Cell, id: u64, volume: MemoryVolume, rate: f64) {
+/// With `join`, it waits to be added to the cell.
+pub fn host(
+    sim: &mut turmoil::Sim<'_>,
+    cell: &Cell,
+    id: u64,
+    volume: MemoryVolume,
+    rate: f64,
+    join: bool,
+) {
     let name = cell.names[id as usize - 1].clone();
+    // Founders propose themselves as the first membership; one that joins
+    // later knows them all.
     let members: BTreeMap<u64, String> = (1..)
         .zip(&cell.names)
+        .take(if join {
+            cell.names.len()
+        } else {
+            cell.founders
+        })
         .map(|(i, n)| (i, format!("{n}:{PORT}")))
         .collect();
     let member = MemberConfig {
@@ -149,7 +166,7 @@ pub fn host(sim: &mut turmoil::Sim<'_>, cell: &Cell, id: u64, volume: MemoryVolu
         timing: timing(rate),
         snapshot_every: SNAPSHOT_EVERY,
         unsafe_keep_master_lease: cell.broken_master_lease,
-        join: false,
+        join,
     };
     let observer = lease_observer(cell.trace.clone(), cell.grants.clone(), rate, name.clone());
     let (seed, registry) = (cell.seed, cell.registry.clone());

@@ -12,6 +12,7 @@
 //! `leasehold-sim` runs scenarios, sweeps seeds and draws
 //! [timelines](timeline).
 
+pub mod admin;
 pub mod app;
 pub mod cell;
 pub mod check;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::admin::Scheduled;
 use super::app::Role;
 use super::rng::Rng;
 use super::world::Settings;
@@ -100,6 +101,11 @@ pub struct Planner {
     /// The writers and the watcher.
     pub bystanders: Vec<String>,
     pub actions: Vec<(u64, Action)>,
+    /// Of a cell's members, how many (the last) start waiting to be
+    /// added (`join`) rather than as founding voters.
+    pub spare: usize,
+    /// Membership changes the operator makes.
+    pub admin: Vec<Scheduled>,
 }
 
 impl Planner {
@@ -594,6 +600,26 @@ pub static SCENARIOS: &[Scenario] = &[
             let ms = p.rng.range(8_000, 16_000);
             let at = p.start_for(ms);
             p.add(at, Action::FlapPeers { ms });
+        },
+    },
+    Scenario {
+        name: "cell-membership",
+        about: "a five-host cell founded by three members: the operator adds the fourth, removes a founder, adds the fifth, while the master crashes around each change",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 5,
+        plan: |p| {
+            p.spare = 2;
+            let mut at = p.rng.range(3_000, 8_000);
+            let founder = p.rng.range(1, 4);
+            for (add, member) in [(true, 4), (false, founder), (true, 5)] {
+                p.admin.push(Scheduled { at, add, member });
+                let crash = at + p.rng.range(0, 1_500);
+                let ms = p.rng.range(200, 3_000);
+                p.add(crash, Action::Crash { ms });
+                at += p.rng.range(8_000, 12_000);
+            }
         },
     },
     Scenario {

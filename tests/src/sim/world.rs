@@ -10,6 +10,7 @@ use std::time::Duration;
 use leasehold_server::cell::MemoryVolume;
 use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver};
 
+use super::admin;
 use super::app::{self, short_id, Ctx, Leases, Role};
 use super::cell::{self, Cell, Registry, Sampler};
 use super::disk::Disk;
@@ -327,6 +328,8 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         contenders: contender_names.clone(),
         bystanders: bystanders.clone(),
         actions: Vec::new(),
+        spare: 0,
+        admin: Vec::new(),
     };
     (scenario.plan)(&mut planner);
 
@@ -361,13 +364,15 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             trace: trace.clone(),
             grants: grants.clone(),
             registry: Registry::default(),
+            founders: servers.len() - planner.spare,
             broken_master_lease: settings.broken_master_lease,
         };
         let mut disks = Rng::new(seed).fork(6);
         let mut volumes = BTreeMap::new();
         for (id, name) in (1..).zip(&servers) {
             let volume = cell::volume(&mut disks);
-            cell::host(&mut sim, &cell, id, volume.clone(), clocks.rate(name));
+            let join = id as usize > cell.founders;
+            cell::host(&mut sim, &cell, id, volume.clone(), clocks.rate(name), join);
             volumes.insert(name.clone(), volume);
         }
         CellDriver {
@@ -468,6 +473,10 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         ..base.clone()
     };
     sim.client("final", app::final_reads(reader));
+    if !planner.admin.is_empty() {
+        let admin = admin::run(trace.clone(), servers.clone(), planner.admin.clone());
+        sim.client(admin::HOST, admin);
+    }
 
     let mut driver = Driver {
         queue: BTreeMap::new(),
