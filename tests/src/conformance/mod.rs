@@ -121,6 +121,18 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ),
     ("CELL-8", "a member's status; cli/tests/cell.rs through leasehold cell status"),
     (
+        "CELL-9",
+        "changing a cell's members; server/src/cell/tests.rs and the cell-membership simulation",
+    ),
+    (
+        "ERR-18",
+        "a master that stops with replies waiting for its log; server/src/commit.rs tests and the cell simulations",
+    ),
+    (
+        "LOCK-13",
+        "client library: which holding a late LockLost ends; tests/tests/locks.rs and tests/tests/recipes.rs",
+    ),
+    (
         "CONN-12",
         "the master's memory, read from outside its process; cli/tests/abuse.rs",
     ),
