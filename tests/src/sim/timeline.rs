@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::check::Report;
-use super::trace::What;
+use super::trace::{is_server, What};
 use super::world::Run;
 
 const LEFT: f64 = 90.0;
@@ -39,8 +39,17 @@ fn escape(s: &str) -> String {
 pub fn svg(run: &Run, report: &Report) -> String {
     let end = run.end.max(1) as f64;
     let x = |at: u64| LEFT + (at as f64 / end) * (WIDTH - LEFT - 20.0);
-    // The master always has a lane, even in a run that never touches it.
-    let mut lanes: Vec<String> = vec!["master".to_string()];
+    // A cell's members have lanes of their own; a single master always has
+    // one, even in a run that never touches it.
+    let cell = run
+        .entries
+        .iter()
+        .any(|e| is_server(&e.who) && e.who != "master");
+    let mut lanes: Vec<String> = if cell {
+        Vec::new()
+    } else {
+        vec!["master".to_string()]
+    };
     for e in &run.entries {
         let lane = match &e.what {
             What::Write { .. } | What::Invoke { .. } | What::Complete { .. }
@@ -56,7 +65,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
     }
     lanes.sort_by_key(|l| {
         (
-            l != "master",
+            !is_server(l),
             l.starts_with('w') || l == "watch",
             l.len(),
             l.clone(),
@@ -175,6 +184,40 @@ pub fn svg(run: &Run, report: &Report) -> String {
                     ly + LANE - 4.0
                 );
             }
+            What::Serving { epoch } if cell => {
+                let _ = writeln!(
+                    marks,
+                    r#"<text x="{:.1}" y="{:.1}" font-size="9">epoch {epoch}</text>"#,
+                    x(e.at) + 2.0,
+                    ly + 10.0
+                );
+            }
+            What::Fault { fault, .. } if cell && is_server(&e.who) => match fault.as_str() {
+                "crash" => {
+                    cuts.insert(&e.who, e.at);
+                }
+                "restart" => {
+                    if let Some(from) = cuts.remove(e.who.as_str()) {
+                        master_band(&mut marks, x(from), x(e.at), ly, MASTER_DOWN, "down");
+                    }
+                }
+                f if f.starts_with("partition") => {
+                    cuts.insert(&e.who, e.at);
+                }
+                _ => {
+                    if let Some(from) = cuts.remove(e.who.as_str()) {
+                        let _ = writeln!(
+                            marks,
+                            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{}" fill="url(#cut)"><title>cut {from}..{} ms</title></rect>"#,
+                            x(from),
+                            ly + 2.0,
+                            (x(e.at) - x(from)).max(1.0),
+                            LANE - 4.0,
+                            e.at
+                        );
+                    }
+                }
+            },
             What::Fault { fault, .. } => match fault.as_str() {
                 "crash" => crashed = Some(e.at),
                 "restart" => {
@@ -238,8 +281,8 @@ pub fn svg(run: &Run, report: &Report) -> String {
     // The master's lane: up under each epoch (a fresh store's first is 1,
     // and every start takes the next, `FO-1`), down between a crash and
     // its restart.
-    let master = y(lane_of["master"]);
-    let mut up_from = 0;
+    let master = lane_of.get("master").map_or(-LANE, |&l| y(l));
+    let mut up_from = if cell { run.end } else { 0 };
     for (epoch, (down, up)) in (1..).zip(crashes.iter().copied()) {
         master_band(
             &mut bands,
