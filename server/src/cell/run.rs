@@ -383,6 +383,17 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
         // Another epoch followed ours before we could start: not ours.
         return None;
     }
+    if !member.lease.holds(tokio::time::Instant::now()) {
+        // The entry took its time, and the lease lapsed meanwhile: another
+        // member may have been elected and be serving a later epoch that
+        // this replica has not applied yet. A master starts only inside
+        // the lease (CELL-6).
+        info!(
+            epoch,
+            "the master lease lapsed while the epoch was taken: not serving"
+        );
+        return None;
+    }
     let mut config = config.clone();
     config.epoch = epoch;
     let writer = CellWriter {
