@@ -894,6 +894,39 @@ mod tests {
         );
     }
 
+    // LOCK-8, NS-4: a session's ephemeral node that another session holds
+    // the lock of is deleted when its owner ends, and the lock goes with it
+    // as with any delete: the holder is told, the next waiter has it.
+    #[test]
+    fn an_ephemeral_node_deleted_with_its_session_releases_another_sessions_lock() {
+        let mut s = state(Behavior::Release);
+        let ephemeral = Command::Put(crate::namespace::Put {
+            key: "k".into(),
+            contents: b"v".to_vec(),
+            flags: 0,
+            cas: None,
+            ephemeral: Some(id(C)),
+        });
+        s.apply(ephemeral, at(0)).0.unwrap();
+        let held = generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
+        let a = ticket(acquire(&mut s, A, LockMode::Exclusive, true, at(0)).0);
+        let end = Command::EndSession {
+            id: id(C),
+            cause: EndCause::Destroyed,
+        };
+        let (reply, events) = s.apply(end, at(1));
+        reply.unwrap();
+        assert!(deleted(&events));
+        assert!(events.contains(&StateEvent::LockReleased {
+            key: "k".into(),
+            session: id(B),
+            taken: Some(held),
+        }));
+        assert_eq!(granted(&events), [a]);
+        let holders = &s.locks().get("k").expect("the lock").holders;
+        assert!(!holders.contains_key(&id(B)) && holders.contains_key(&id(A)));
+    }
+
     // LOCK-2
     #[test]
     fn an_acquire_with_contents_writes_them_in_the_same_step() {

@@ -449,8 +449,16 @@ impl State {
         self.invalidate_locks(id, session.behavior, session.lock_delay, index, now, events);
         events.push(StateEvent::SessionEnded { id, cause });
         for key in self.namespace.ephemeral_of(id) {
+            // Another session's lock on the node goes with it, as with any
+            // delete (`LOCK-8`, `EV-6`), and its waiters may have it.
+            let generation = self.namespace.get(&key).map(|n| n.lock_generation);
             self.namespace.remove(&key, index);
-            events.push(StateEvent::NodeDeleted { key });
+            events.push(StateEvent::NodeDeleted { key: key.clone() });
+            if let Some(generation) = generation {
+                self.release_deleted(&key, generation, events);
+            }
+            self.grant_waiters(&key, index, now, events);
+            self.locks.tidy(&key, now);
         }
         Ok(Applied::SessionEnded)
     }
