@@ -22,6 +22,12 @@ struct Cell {
 
 impl Cell {
     fn start(name: &str) -> Cell {
+        Cell::start_as(name, true)
+    }
+
+    /// Without `listen`, members get no `--listen` and `LEASEHOLD_ADDR`
+    /// names every member, as a shell set up for the cell's clients has it.
+    fn start_as(name: &str, listen: bool) -> Cell {
         let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         // Ports chosen by binding and letting go: the members must know
@@ -39,21 +45,20 @@ impl Cell {
             .collect::<Vec<_>>()
             .join(",");
         let mut members = BTreeMap::new();
+        let every = addrs.join(",");
         for (i, addr) in addrs.iter().enumerate() {
             let id = (i + 1) as u64;
             let data = dir.join(format!("m{id}"));
-            let (child, listening) = common::spawn_serve(&[
-                "--cell",
-                &cell,
-                "--node",
-                &id.to_string(),
-                "--cell-id",
-                name,
-                "--listen",
-                addr,
-                "--data-dir",
-                data.to_str().unwrap(),
-            ]);
+            let node = id.to_string();
+            let mut args = vec!["--cell", &cell, "--node", &node, "--cell-id", name];
+            args.extend(["--data-dir", data.to_str().unwrap()]);
+            let env: Vec<(&str, &str)> = if listen {
+                args.extend(["--listen", addr]);
+                Vec::new()
+            } else {
+                vec![("LEASEHOLD_ADDR", every.as_str())]
+            };
+            let (child, listening) = common::spawn_serve_with_env(&args, &env);
             assert_eq!(&listening, addr);
             members.insert(id, (child, addr.clone()));
         }
@@ -182,4 +187,25 @@ async fn killing_the_master_loses_no_acknowledged_write_and_grants_no_generation
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     guard.release().await.unwrap();
+}
+
+// CELL-1, CELL-8: with LEASEHOLD_ADDR naming the whole cell and no
+// --listen, each member listens on its own --cell address (not on the
+// list), and `leasehold cell status` reads the same LEASEHOLD_ADDR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_started_with_the_cell_in_leasehold_addr_listen_on_their_own_address() {
+    let cell = Cell::start_as("cell-env", false);
+    cell.master().await;
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["cell", "status"])
+        .env("LEASEHOLD_ADDR", cell.addrs())
+        .output()
+        .expect("run leasehold cell status");
+    assert!(status.status.success(), "{status:?}");
+    let out = String::from_utf8_lossy(&status.stdout);
+    let lines: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines.iter().all(|l| !l.contains("unreachable")), "{out}");
+    let masters = lines.iter().filter(|l| l.contains(" yes ")).count();
+    assert_eq!(masters, 1, "{out}");
 }

@@ -22,9 +22,15 @@ fn path_with_bin() -> std::ffi::OsString {
 /// Starts `leasehold serve` with `args` (and short leases allowed); returns
 /// the process and the address it printed.
 pub fn spawn_serve(args: &[&str]) -> (Child, String) {
+    spawn_serve_with_env(args, &[])
+}
+
+/// [`spawn_serve`] with `env` set for the server.
+pub fn spawn_serve_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
     let mut child = Command::new(BIN)
         .args(["serve", "--min-lease", "100ms"])
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
