@@ -96,7 +96,13 @@ pub(crate) async fn serve<S>(
             ));
             let closing = tokio::select! {
                 closing = requests(&mut reader, &replies, &flow, &master, &config, peer) => closing,
-                () = shutdown.cancelled() => None,
+                // A request in flight gets `Interrupted` from the client
+                // library: its outcome is unknown (`CELL-7`).
+                () = shutdown.cancelled() => Some(Error::new(
+                    ErrorCode::Internal,
+                    "the master stopped: it is shutting down, or no longer the cell's master; \
+                     connect again",
+                )),
             };
             drop(replies);
             // Replies still to come (held KeepAlives) have nobody to read

@@ -169,3 +169,35 @@ async fn a_session_its_lock_and_an_acknowledged_write_ride_through_the_masters_l
         cell.stop(id).await;
     }
 }
+
+// CELL-7: a master that loses its quorum stops, and a client connected to
+// it reads a Close that says so, not a bare end of the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_loses_its_quorum_closes_its_clients_connections_saying_why() {
+    let mut cell = cell("close").await;
+    // The first master needs an election first.
+    Client::connect(cell.addr_list()).await.unwrap();
+    let master = cell.master().await;
+    let mut raw = RawConnection::connect(cell.addrs[&master].parse().unwrap()).await;
+    raw.send(ClientFrame::Hello(Hello::current())).await;
+    assert!(matches!(raw.recv().await, Some(ServerFrame::Welcome(_))));
+    let others: Vec<u64> = cell
+        .members
+        .keys()
+        .copied()
+        .filter(|id| *id != master)
+        .collect();
+    for id in others {
+        cell.stop(id).await;
+    }
+    let frame = tokio::time::timeout(Duration::from_secs(10), raw.recv())
+        .await
+        .expect("the master stops within its lease");
+    match frame {
+        Some(ServerFrame::Close(error)) => {
+            assert_eq!(error.code, leasehold_protocol::ErrorCode::Internal);
+            assert!(error.message.contains("master"), "{}", error.message);
+        }
+        other => panic!("expected Close, got {other:?}"),
+    }
+}
