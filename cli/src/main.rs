@@ -273,6 +273,16 @@ struct ServeArgs {
     /// cell add` rather than found a new cell. Only on an empty --data-dir.
     #[arg(long, requires = "cell")]
     join: bool,
+    /// A file holding the cell's shared secret: every member presents it
+    /// to the others and refuses a peer without it. Give every member the
+    /// same file.
+    #[arg(
+        long,
+        requires = "cell",
+        env = "LEASEHOLD_CELL_SECRET_FILE",
+        value_name = "PATH"
+    )]
+    cell_secret_file: Option<std::path::PathBuf>,
 }
 
 /// `1=HOST:PORT,2=HOST:PORT,...`
@@ -432,13 +442,18 @@ pub(crate) static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
 /// Reads an operator token: the file's contents without surrounding
 /// whitespace, so a trailing newline from `echo` does not count.
 fn read_operator_token(path: &std::path::Path) -> anyhow::Result<String> {
+    read_secret(path, "operator token")
+}
+
+/// The secret in the file at `path`, trimmed; `what` names it in errors.
+fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the operator token file {}", path.display()))?;
-    let token = text.trim().to_string();
-    if token.is_empty() {
-        anyhow::bail!("the operator token file {} is empty", path.display());
+        .with_context(|| format!("cannot read the {what} file {}", path.display()))?;
+    let secret = text.trim().to_string();
+    if secret.is_empty() {
+        anyhow::bail!("the {what} file {} is empty", path.display());
     }
-    Ok(token)
+    Ok(secret)
 }
 
 /// A client of the master at `addr`, presenting the operator token if one
@@ -694,8 +709,19 @@ async fn serve_member(
                 .join(", ")
         );
     }
+    let secret = match &args.cell_secret_file {
+        Some(path) => Some(read_secret(path, "cell secret")?),
+        None => {
+            tracing::warn!(
+                "no --cell-secret-file: anyone who reaches this member's port and knows the \
+                 cell's name can speak Raft to it"
+            );
+            None
+        }
+    };
     let member = leasehold_server::cell::MemberConfig {
         cell: args.cell_id.clone(),
+        secret,
         id: node,
         members,
         storage: leasehold_server::cell::Storage::Dir(args.data_dir.clone()),

@@ -48,6 +48,7 @@ async fn cell(name: &str) -> Cell {
         let dir = TempDir::new(&format!("cell-{name}-{id}"));
         let member = MemberConfig {
             cell: format!("test-{name}"),
+            secret: None,
             id,
             members: addrs.clone(),
             storage: Storage::Dir(dir.path().to_path_buf()),

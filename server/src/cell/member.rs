@@ -56,6 +56,10 @@ impl Default for Timing {
 pub struct MemberConfig {
     /// The cell's id: peers of another cell are refused.
     pub cell: String,
+    /// The cell's shared secret: members present it to each other, and a
+    /// peer without it is refused (`CELL-4`). Without one, anyone who
+    /// reaches the port and knows the cell's name can speak Raft to it.
+    pub secret: Option<String>,
     pub id: NodeId,
     /// Every member's address as the others reach it, this one included.
     pub members: BTreeMap<NodeId, String>,
@@ -155,7 +159,8 @@ impl Member {
         } else {
             MasterLease::new(config.id, timing.master_lease())
         });
-        let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone());
+        let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone())
+            .with_secret(config.secret.clone());
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -214,6 +219,7 @@ impl Member {
             framed,
             hello,
             &self.config.cell,
+            &self.config.secret,
             self.config.id,
             self.raft.clone(),
             self.lease.clone(),

@@ -28,7 +28,11 @@ use crate::store::{decode, encode};
 pub const MEMBERSHIP_MAGIC: &[u8; 8] = b"LHMEMB01";
 
 /// How long a new member may take to catch up as a learner.
+#[cfg(not(test))]
 const CATCH_UP: Duration = Duration::from_secs(60);
+/// Short, for tests of a member that never catches up.
+#[cfg(test)]
+const CATCH_UP: Duration = Duration::from_secs(5);
 /// How long the joint and the final configuration may take to commit.
 const COMMIT: Duration = Duration::from_secs(10);
 /// The longest request a member reads.
@@ -128,7 +132,18 @@ pub(crate) async fn change(
                 )
                 .await;
                 match learner {
-                    Ok(Ok(_)) => {}
+                    // The engine calls a learner caught up when its lag is
+                    // under a threshold, which a short log always is: wait
+                    // until it holds the entry that made it a learner.
+                    Ok(Ok(added)) => {
+                        if !holds(member, id, added.log_id.index).await {
+                            return ChangeReply::Failed(format!(
+                                "member {id} took no entry within {CATCH_UP:?}: is it running \
+                                 with --join and the cell's secret, reachable at {addr}? It \
+                                 stays a learner until `cell remove {id}`"
+                            ));
+                        }
+                    }
                     Ok(Err(e)) => return ChangeReply::Failed(e.to_string()),
                     Err(_) => {
                         return ChangeReply::Failed(format!(
@@ -166,6 +181,30 @@ pub(crate) async fn change(
             .map(|(id, node)| (*id, node.addr.clone()))
             .collect(),
     }
+}
+
+/// Whether member `id` came to hold the log up to `index`, by the
+/// leader's replication metrics, within [`CATCH_UP`].
+async fn holds(member: &Member, id: NodeId, index: u64) -> bool {
+    let mut metrics = member.raft.metrics();
+    let caught_up = async {
+        loop {
+            let matched = metrics
+                .borrow_and_update()
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&id).copied().flatten());
+            if matched.is_some_and(|m| m.index >= index) {
+                return true;
+            }
+            if metrics.changed().await.is_err() {
+                return false;
+            }
+        }
+    };
+    tokio::time::timeout(CATCH_UP, caught_up)
+        .await
+        .unwrap_or(false)
 }
 
 /// Commits `changes` through a joint configuration; a removed member

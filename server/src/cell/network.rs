@@ -34,7 +34,7 @@ use super::{CellTypes, NodeId};
 use crate::store::{decode, encode};
 
 /// The first bytes of a peer's first frame.
-pub const PEER_MAGIC: &[u8; 8] = b"LHCELL01";
+pub const PEER_MAGIC: &[u8; 8] = b"LHCELL02";
 /// The largest peer frame: a batch of entries or a snapshot chunk.
 pub const MAX_PEER_FRAME: usize = 64 << 20;
 
@@ -72,11 +72,47 @@ impl Dialer for TcpDialer {
 }
 
 /// Who a peer says it is, after the magic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerHello {
     pub cell: String,
     pub from: NodeId,
     pub to: NodeId,
+    /// The cell's shared secret, if its members have one.
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for PeerHelloSecret<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "<secret>" } else { "none" })
+    }
+}
+
+/// A secret as logs show it: whether there is one.
+struct PeerHelloSecret<'a>(&'a Option<String>);
+
+fn same_secret(given: &Option<String>, mine: &Option<String>) -> bool {
+    match (given, mine) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.len() == b.len()
+                && a.bytes()
+                    .zip(b.bytes())
+                    .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                    == 0
+        }
+        _ => false,
+    }
+}
+
+impl std::fmt::Debug for PeerHello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerHello")
+            .field("cell", &self.cell)
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .field("secret", &PeerHelloSecret(&self.secret))
+            .finish()
+    }
 }
 
 impl PeerHello {
@@ -121,11 +157,15 @@ pub(crate) async fn serve<S: Served>(
     mut framed: Framed<S, LengthDelimitedCodec>,
     hello: PeerHello,
     cell: &str,
+    secret: &Option<String>,
     me: NodeId,
     raft: openraft::Raft<CellTypes>,
     lease: Arc<MasterLease>,
 ) {
-    let refusal = if hello.cell != cell {
+    let refusal = if !same_secret(&hello.secret, secret) {
+        // Neither secret goes in the message.
+        Some("the peer did not present this cell's secret".to_string())
+    } else if hello.cell != cell {
         Some(format!(
             "this member belongs to cell {cell:?}, not {:?}",
             hello.cell
@@ -186,6 +226,7 @@ pub(crate) async fn serve<S: Served>(
 #[derive(Clone)]
 pub struct CellNetwork {
     cell: String,
+    secret: Option<String>,
     me: NodeId,
     dialer: Arc<dyn Dialer>,
     lease: Arc<MasterLease>,
@@ -202,10 +243,17 @@ impl CellNetwork {
     ) -> Self {
         CellNetwork {
             cell: cell.into(),
+            secret: None,
             me,
             dialer,
             lease,
         }
+    }
+
+    /// Presents `secret` to the other members (`CELL-4`).
+    pub fn with_secret(mut self, secret: Option<String>) -> Self {
+        self.secret = secret;
+        self
     }
 }
 
@@ -218,6 +266,7 @@ impl RaftNetworkFactory<CellTypes> for CellNetwork {
                 cell: self.cell.clone(),
                 from: self.me,
                 to: target,
+                secret: self.secret.clone(),
             },
             addr: node.addr.clone(),
             dialer: self.dialer.clone(),

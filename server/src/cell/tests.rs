@@ -60,6 +60,10 @@ async fn cell(name: &str, size: u64) -> Cell {
 }
 
 async fn cell_snapshotting(name: &str, size: u64, snapshot_every: u64) -> Cell {
+    cell_of(name, size, snapshot_every, None).await
+}
+
+async fn cell_of(name: &str, size: u64, snapshot_every: u64, secret: Option<&str>) -> Cell {
     let mut listeners = BTreeMap::new();
     let mut addrs = BTreeMap::new();
     for id in 1..=size {
@@ -75,6 +79,7 @@ async fn cell_snapshotting(name: &str, size: u64, snapshot_every: u64) -> Cell {
         dirs.push(PathGuard(dir.clone()));
         let config = MemberConfig {
             cell: format!("test-{name}"),
+            secret: secret.map(String::from),
             id,
             members: addrs.clone(),
             storage: Storage::Dir(dir),
@@ -135,6 +140,11 @@ impl Cell {
     /// Starts a new member `id` on a fresh directory, waiting to be added
     /// (`join`); its address.
     async fn join(&mut self, id: NodeId) -> String {
+        self.join_with(id, None).await
+    }
+
+    /// [`Cell::join`] presenting `secret` to the others.
+    async fn join_with(&mut self, id: NodeId, secret: Option<&str>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         self.addrs.insert(id, addr.clone());
@@ -143,6 +153,7 @@ impl Cell {
         self._dirs.push(PathGuard(dir.clone()));
         let config = MemberConfig {
             cell: format!("test-{}", self.name),
+            secret: secret.map(String::from),
             id,
             members: self.addrs.clone(),
             storage: Storage::Dir(dir),
@@ -183,6 +194,7 @@ impl Cell {
     async fn restart(&mut self, id: NodeId) {
         let config = MemberConfig {
             cell: format!("test-{}", self.name),
+            secret: None,
             id,
             members: self.addrs.clone(),
             storage: Storage::Dir(member_dir(&self.name, id)),
@@ -438,4 +450,64 @@ async fn a_membership_change_without_the_operator_token_is_refused() {
         .voter_ids()
         .count();
     assert_eq!(voters, 3);
+}
+
+// CELL-4: in a cell with a secret, a peer that names the cell and the
+// member rightly but lacks the secret, or has another, is refused; members
+// that share it elect a leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_the_cells_secret_is_refused() {
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+
+    let cell = cell_of(
+        "secret",
+        3,
+        DEFAULT_SNAPSHOT_EVERY,
+        Some("the cell's secret"),
+    )
+    .await;
+    eventually("a leader among members that share the secret", || {
+        cell.leader().is_some()
+    })
+    .await;
+    let target = 2;
+    let node = openraft::BasicNode::new(cell.addrs[&target].clone());
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(99, 9), None);
+    let option = RPCOption::new(Duration::from_secs(5));
+    for secret in [None, Some("a guess".to_string())] {
+        let lease = Arc::new(MasterLease::new(9, Duration::from_millis(100)));
+        let mut network = CellNetwork::new("test-secret", 9, Arc::new(TcpDialer), lease)
+            .with_secret(secret.clone());
+        let mut client = network.new_client(target, &node).await;
+        let refused = client.vote(vote.clone(), option.clone()).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("secret"),
+            "{secret:?}: {refused}"
+        );
+    }
+    let term = cell.members[&target].raft.metrics().borrow().current_term;
+    assert!(term < 99, "the refused vote request reached the engine");
+}
+
+// CELL-9: a member the others cannot speak to (here it has another secret)
+// never holds the log, and is not made a voter: the change fails, and the
+// voters are those before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_the_others_cannot_reach_is_not_made_a_voter() {
+    let mut cell = cell("members-unreachable", 3).await;
+    eventually("a leader", || cell.leader().is_some()).await;
+    write_to_leader(&cell, |node| Proposal::NewEpoch { node }).await;
+    let addr = cell.join_with(4, Some("another cell's secret")).await;
+    let reply = cell.change(Change::Add { id: 4, addr }, None).await;
+    assert!(matches!(reply, ChangeReply::Failed(_)), "{reply:?}");
+    let leader = cell.leader().unwrap();
+    let voters: Vec<NodeId> = cell.members[&leader]
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect();
+    assert_eq!(voters, [1, 2, 3]);
 }

@@ -160,6 +160,7 @@ pub fn host(
         .collect();
     let member = MemberConfig {
         cell: CELL.into(),
+        secret: None,
         id,
         members,
         storage: Storage::Volume(Arc::new(volume) as Arc<dyn Volume>),
