@@ -189,15 +189,28 @@ impl Client {
         let addr = addr.to_string();
         // A member that is not the master names it (or says there is none
         // now): go there, within the same time allowed (`CELL-7`).
+        // A member that cannot be reached (down, or cut off) costs its
+        // share of the time, and the next is tried (`CELL-7`).
+        let members = self.inner.connector.members().max(1);
+        let each = if members > 1 {
+            (timeout / members as u32).max(Duration::from_millis(250))
+        } else {
+            timeout
+        };
         let find = async {
             loop {
-                match self.open_one(&addr, timeout).await {
+                match self.open_one(&addr, each).await {
                     Err(ClientError::Redirected { master }) => {
                         if master.is_none() {
                             // An election is under way: give it a moment.
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                         self.inner.connector.redirected(master.as_deref());
+                    }
+                    // Down, cut off, or still starting: the connector goes
+                    // to the next member, until the time allowed is up.
+                    Err(ClientError::Connect { .. } | ClientError::Timeout(_)) if members > 1 => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     other => return other,
                 }

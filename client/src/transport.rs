@@ -29,6 +29,11 @@ pub trait Connector: Send + Sync + 'static {
     fn redirected(&self, master: Option<&str>) {
         let _ = master;
     }
+    /// How many servers `connect` goes through in turn: a cell's members.
+    /// A client that cannot reach one tries the next before giving up.
+    fn members(&self) -> usize {
+        1
+    }
 }
 
 /// Connects over TCP.
@@ -110,6 +115,10 @@ impl Connector for CellConnector {
 
     fn redirected(&self, master: Option<&str>) {
         *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = master.map(String::from);
+    }
+
+    fn members(&self) -> usize {
+        self.members.len()
     }
 }
 

@@ -202,3 +202,18 @@ async fn a_master_that_loses_its_quorum_closes_its_clients_connections_saying_wh
         other => panic!("expected Close, got {other:?}"),
     }
 }
+
+// CELL-7: a client given the cell's members finds the master even when the
+// first member it tries cannot be reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_goes_past_a_member_it_cannot_reach() {
+    let cell = cell("past").await;
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let client = Client::connect(format!("{gone},{}", cell.addr_list()))
+        .await
+        .expect("past the member that is gone");
+    client.put("svc/k", "v", PutOptions::new()).await.unwrap();
+}

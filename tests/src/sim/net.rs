@@ -83,6 +83,10 @@ impl Connector for SimCellConnector {
         self.hosts.join(",")
     }
 
+    fn members(&self) -> usize {
+        self.hosts.len()
+    }
+
     fn redirected(&self, master: Option<&str>) {
         // Members name each other `host:port`.
         let host = master.map(|m| m.split(':').next().unwrap_or(m).to_string());
