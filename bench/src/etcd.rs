@@ -174,7 +174,7 @@ pub async fn hold_sessions(
 /// `shape.connections` clients (each a watch stream carrying its share).
 pub async fn fanout(
     addr: &str,
-    pid: Option<u32>,
+    pids: &[u32],
     key: &str,
     shape: FanoutShape,
 ) -> anyhow::Result<Arrivals> {
@@ -231,7 +231,7 @@ pub async fn fanout(
     }
     ready.wait().await;
     let mut writer = connect(addr).await?;
-    let meters = Meters::start(pid);
+    let meters = Meters::start(pids);
     start_tx.send_replace(Some(Instant::now()));
     writer.put(key, "x", None).await?;
     let mut arrivals = Vec::new();

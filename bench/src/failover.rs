@@ -218,8 +218,9 @@ pub struct Tally {
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Result<Vec<Figure>> {
     use anyhow::Context;
-    let pid = system
-        .pid
+    let pid = *system
+        .pids
+        .first()
         .with_context(|| format!("no process on this machine serves {}", system.addr))?;
     let launch = crate::peer_process::Launch::of(pid)?;
     peer.preload(shape.nodes).await?;

@@ -219,7 +219,7 @@ impl Common {
             let system = System {
                 kind,
                 addr: master.addr().to_string(),
-                pid: master.pid(),
+                pids: master.pid().into_iter().collect(),
             };
             return Ok((system, Some(master)));
         }
@@ -227,7 +227,7 @@ impl Common {
         let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
         let system = System {
             kind,
-            pid: port.and_then(procstat::listening_on),
+            pids: port.and_then(procstat::listening_on).into_iter().collect(),
             addr,
         };
         Ok((system, None))

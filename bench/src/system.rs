@@ -38,9 +38,9 @@ impl Kind {
 pub struct System {
     pub kind: Kind,
     pub addr: String,
-    /// The serving process, when it runs on this machine, for CPU and
-    /// memory figures.
-    pub pid: Option<u32>,
+    /// The serving processes that run on this machine (one, or one per
+    /// member of a cluster), for CPU and memory figures: their sum.
+    pub pids: Vec<u32>,
 }
 
 fn peer_missing(kind: Kind) -> anyhow::Error {

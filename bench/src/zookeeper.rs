@@ -158,7 +158,7 @@ pub async fn hold_sessions(
 /// session and path; the client library hands it to each watcher.
 pub async fn fanout(
     addr: &str,
-    pid: Option<u32>,
+    pids: &[u32],
     key: &str,
     shape: FanoutShape,
 ) -> anyhow::Result<Arrivals> {
@@ -202,7 +202,7 @@ pub async fn fanout(
         }));
     }
     ready.wait().await;
-    let meters = Meters::start(pid);
+    let meters = Meters::start(pids);
     start_tx.send_replace(Some(Instant::now()));
     setup.set_data(&path, b"x", None).await?;
     let mut arrivals = Vec::new();
