@@ -170,8 +170,9 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     Ok(figures(listening, all_back, lock_taken, expired))
 }
 
-/// Waits until the master at `addr` answers a request.
-async fn serving(addr: &str) -> anyhow::Result<()> {
+/// Waits until the master at `addr` (or the master of the cell whose
+/// members it lists) answers a request.
+pub async fn serving(addr: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         let probe = async { Client::connect(addr.to_string()).await?.epoch().await };
