@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use leasehold_server::cell::query_status;
 
 use crate::master::Master;
@@ -84,6 +84,15 @@ impl Cell {
         self.members.values().filter_map(Master::pid).collect()
     }
 
+    /// The addresses of the members still running, but `except`.
+    pub fn others(&self, except: u64) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|(id, _)| **id != except)
+            .map(|(_, m)| m.addr().to_string())
+            .collect()
+    }
+
     /// The member serving as master, and its epoch, once one does.
     pub async fn master(&self) -> anyhow::Result<(u64, u64)> {
         let started = Instant::now();
@@ -101,6 +110,16 @@ impl Cell {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Kills member `id` with SIGKILL, as a crash would, and waits for it
+    /// to be gone. It is not started again: the cell must not need it.
+    pub async fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        let mut member = self
+            .members
+            .remove(&id)
+            .with_context(|| format!("the cell has no running member {id}"))?;
+        member.kill().await
     }
 
     /// Stops every member with SIGINT and removes their data.

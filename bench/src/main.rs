@@ -64,7 +64,8 @@ struct Common {
     #[arg(long, global = true)]
     addr: Option<String>,
     /// Measure a cell: Leasehold as three `leasehold serve --cell` members
-    /// started on loopback. For `lock`, `kv` and `fanout`.
+    /// started on loopback (the failover kills the one that is master).
+    /// For `lock`, `kv`, `fanout` and `failover`.
     #[arg(long, global = true, conflicts_with = "addr")]
     cell: bool,
     /// How long each timed phase runs (e.g. `10s`, `500ms`).
@@ -129,7 +130,9 @@ enum Scenario {
         connections: usize,
     },
     /// Kill and restart a master holding sessions and nodes: time until
-    /// every session is Normal again and a new lock can be taken.
+    /// every session is Normal again and a new lock can be taken. With
+    /// --cell the master is killed and not restarted: time until another
+    /// member serves as master, too.
     Failover {
         #[arg(long, default_value_t = 100_000)]
         sessions: usize,
@@ -357,10 +360,13 @@ async fn main() -> anyhow::Result<()> {
     if common.cell
         && !matches!(
             scenario,
-            Scenario::Lock { .. } | Scenario::Kv { .. } | Scenario::Fanout { .. }
+            Scenario::Lock { .. }
+                | Scenario::Kv { .. }
+                | Scenario::Fanout { .. }
+                | Scenario::Failover { .. }
         )
     {
-        bail!("--cell is for lock, kv and fanout");
+        bail!("--cell is for lock, kv, fanout and failover");
     }
     let timed = |default: u64| common.duration.unwrap_or(Duration::from_secs(default));
     match scenario {
@@ -444,9 +450,10 @@ async fn main() -> anyhow::Result<()> {
                 "sessions": sessions, "nodes": nodes, "connections": connections,
             });
             let bin = master::find_binary(common.server_bin.as_deref())?;
+            let cell = common.cell;
             compare(&common, "failover", false, parameters, |system| {
                 let bin = bin.clone();
-                async move { failover::run(&system, &bin, shape).await }
+                async move { failover::run(&system, &bin, shape, cell).await }
             })
             .await
         }
