@@ -2,8 +2,8 @@
 //! (SIGKILL) and started again on the same data directory; how long until
 //! every client's session is `Normal` again on the new master (`FO-6`), and
 //! until a new client can take a lock. In a cell (`--cell`) the master is
-//! killed and stays down: how long until another member serves as master,
-//! too.
+//! killed and stays down, and so is a peer cluster's leader: how long
+//! until another member serves as master, too.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +27,8 @@ pub struct Shape {
 
 /// Leasehold restarts a master of its own, or kills the master of a cell
 /// of its own (`cell`); a peer is restarted by the command line its
-/// process was started with.
+/// process was started with, or, given a cluster's members, loses its
+/// leader.
 pub async fn run(
     system: &System,
     bin: &Path,
@@ -346,6 +347,10 @@ pub trait Peer {
 
     /// A new connection and session take a lock and release it.
     async fn lock_once(&self) -> anyhow::Result<()>;
+
+    /// Whether the cluster member at `member` says it leads now and
+    /// serves; `false` when it cannot be asked.
+    async fn leads(&self, member: &str) -> bool;
 }
 
 /// Counters a peer's sessions share.
@@ -358,9 +363,13 @@ pub struct Tally {
 }
 
 /// Kills the peer's server (found by its port), starts it again the way
-/// it was started, and times the clients' return.
+/// it was started, and times the clients' return. Given a cluster's
+/// members, kills its leader instead ([`peer_cluster`]).
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Result<Vec<Figure>> {
+    if crate::system::members(&system.addr).len() > 1 {
+        return peer_cluster(system, shape, peer).await;
+    }
     let pid = *system
         .pids
         .first()
@@ -383,39 +392,125 @@ pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Re
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
-    let lock_taken = async {
-        loop {
-            match tokio::time::timeout(Duration::from_secs(5), peer.lock_once()).await {
-                Ok(Ok(())) => return Ok(started.elapsed()),
-                _ if started.elapsed() > PATIENCE => {
-                    bail!("no lock could be taken within {PATIENCE:?} of the restart")
-                }
-                _ => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
-    };
-    let all_back = async {
-        let bar = crate::progress::bar(shape.sessions as u64, "sessions back");
-        loop {
-            let n = tally.back.load(Ordering::SeqCst);
-            bar.set_position(n);
-            if n as usize >= shape.sessions {
-                bar.finish_and_clear();
-                return Ok(started.elapsed());
-            }
-            if started.elapsed() > PATIENCE {
-                bail!(
-                    "{n} of {} sessions back after {PATIENCE:?} ({} lost)",
-                    shape.sessions,
-                    tally.expired.load(Ordering::SeqCst)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    };
-    let (lock_taken, all_back) = tokio::join!(lock_taken, all_back);
+    let (lock_taken, all_back) = tokio::join!(
+        peer_lock_after(&peer, started),
+        peer_all_back(&tally, shape.sessions, started)
+    );
     let (lock_taken, all_back) = (lock_taken?, all_back?);
     let expired = tally.expired.load(Ordering::SeqCst);
     drop(sessions);
     Ok(figures(listening(restarted), all_back, lock_taken, expired))
+}
+
+/// Kills the leader of the peer's cluster, whose members `system.addr`
+/// lists, and times a new leader, the clients' return and a new lock
+/// while it is down; then starts it again the way it was started, so that
+/// the cluster is whole for another run.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_cluster<P: Peer>(
+    system: &System,
+    shape: Shape,
+    peer: P,
+) -> anyhow::Result<Vec<Figure>> {
+    let members = crate::system::members(&system.addr);
+    peer.preload(shape.nodes).await?;
+    let tally = Arc::new(Tally::default());
+    let sessions = peer.open(shape, tally.clone()).await?;
+    let (leader, _) = peer_leader(&peer, &members, Instant::now()).await?;
+    let killed = members[leader].clone();
+    let pid = crate::system::port(&killed)
+        .and_then(crate::procstat::listening_on)
+        .with_context(|| format!("no process on this machine serves {killed}"))?;
+    let launch = crate::peer_process::Launch::of(pid)?;
+    let survivors: Vec<String> = members.iter().filter(|m| **m != killed).cloned().collect();
+
+    let started = Instant::now();
+    tally.restarted.store(true, Ordering::SeqCst);
+    crate::peer_process::kill(pid).await?;
+    let (elected, lock_taken, all_back) = tokio::join!(
+        peer_leader(&peer, &survivors, started),
+        peer_lock_after(&peer, started),
+        peer_all_back(&tally, shape.sessions, started)
+    );
+    let expired = tally.expired.load(Ordering::SeqCst);
+    drop(sessions);
+    // Started again whatever the outcome, then waited for.
+    launch.spawn()?;
+    let restarted = Instant::now();
+    while tokio::net::TcpStream::connect(&killed).await.is_err() {
+        if restarted.elapsed() > PATIENCE {
+            bail!("{killed} did not listen again within {PATIENCE:?} of its restart");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, elected) = elected?;
+    Ok(figures(
+        new_master(elected),
+        all_back?,
+        lock_taken?,
+        expired,
+    ))
+}
+
+/// The index of the member of `members` that leads, once one does, and
+/// when, from `started`; asked every 5 ms (as a cell's members are), up
+/// to `PATIENCE`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_leader<P: Peer>(
+    peer: &P,
+    members: &[String],
+    started: Instant,
+) -> anyhow::Result<(usize, Duration)> {
+    loop {
+        for (i, member) in members.iter().enumerate() {
+            if peer.leads(member).await {
+                return Ok((i, started.elapsed()));
+            }
+        }
+        if started.elapsed() > PATIENCE {
+            bail!("no member of {members:?} led within {PATIENCE:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// From `started`, how long until a new connection and session take a
+/// lock; bounded by `PATIENCE`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_lock_after<P: Peer>(peer: &P, started: Instant) -> anyhow::Result<Duration> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), peer.lock_once()).await {
+            Ok(Ok(())) => return Ok(started.elapsed()),
+            _ if started.elapsed() > PATIENCE => {
+                bail!("no lock could be taken within {PATIENCE:?} of the restart")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// From `started`, how long until all `sessions` counted themselves back;
+/// bounded by `PATIENCE`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_all_back(
+    tally: &Tally,
+    sessions: usize,
+    started: Instant,
+) -> anyhow::Result<Duration> {
+    let bar = crate::progress::bar(sessions as u64, "sessions back");
+    loop {
+        let n = tally.back.load(Ordering::SeqCst);
+        bar.set_position(n);
+        if n as usize >= sessions {
+            bar.finish_and_clear();
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > PATIENCE {
+            bail!(
+                "{n} of {sessions} sessions back after {PATIENCE:?} ({} lost)",
+                tally.expired.load(Ordering::SeqCst)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }

@@ -64,8 +64,10 @@ struct Common {
     #[arg(long, global = true)]
     addr: Option<String>,
     /// Measure a cell: Leasehold as three `leasehold serve --cell` members
-    /// started on loopback (the failover kills the one that is master).
-    /// For `lock`, `kv`, `fanout` and `failover`.
+    /// started on loopback (the failover kills the one that is master),
+    /// and the peers as the clusters `bench/peers/start.sh start-cluster`
+    /// runs, unless --etcd-addr or --zookeeper-addr name others. For
+    /// `lock`, `kv`, `fanout` and `failover`.
     #[arg(long, global = true, conflicts_with = "addr")]
     cell: bool,
     /// How long each timed phase runs (e.g. `10s`, `500ms`).
@@ -87,13 +89,24 @@ struct Common {
     /// The `leasehold` binary to run as the master.
     #[arg(long, global = true)]
     server_bin: Option<PathBuf>,
-    /// Where etcd serves clients.
-    #[arg(long, global = true, default_value = "127.0.0.1:2379")]
-    etcd_addr: String,
-    /// Where ZooKeeper serves clients.
-    #[arg(long, global = true, default_value = "127.0.0.1:2181")]
-    zookeeper_addr: String,
+    /// Where etcd serves clients: one server, or a cluster's members
+    /// separated by commas [default: 127.0.0.1:2379; with --cell,
+    /// 127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379].
+    #[arg(long, global = true)]
+    etcd_addr: Option<String>,
+    /// Where ZooKeeper serves clients: one server, or an ensemble's servers
+    /// separated by commas [default: 127.0.0.1:2181; with --cell,
+    /// 127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183].
+    #[arg(long, global = true)]
+    zookeeper_addr: Option<String>,
 }
+
+/// Where `bench/peers/start.sh start` runs the peers...
+const ETCD: &str = "127.0.0.1:2379";
+const ZOOKEEPER: &str = "127.0.0.1:2181";
+/// ... and where `bench/peers/start.sh start-cluster` runs their clusters.
+const ETCD_CLUSTER: &str = "127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379";
+const ZOOKEEPER_CLUSTER: &str = "127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183";
 
 #[derive(Subcommand)]
 enum Scenario {
@@ -131,7 +144,8 @@ enum Scenario {
     },
     /// Kill and restart a master holding sessions and nodes: time until
     /// every session is Normal again and a new lock can be taken. With
-    /// --cell the master is killed and not restarted: time until another
+    /// --cell, or a peer cluster's members, the master (leader) is killed
+    /// and not restarted until the figures are in: time until another
     /// member serves as master, too.
     Failover {
         #[arg(long, default_value_t = 100_000)]
@@ -224,10 +238,15 @@ impl Running {
 
 impl Common {
     fn peer_addr(&self, kind: Kind) -> &str {
-        match kind {
-            Kind::Etcd => &self.etcd_addr,
-            Kind::Zookeeper => &self.zookeeper_addr,
-            Kind::Leasehold => self.addr.as_deref().unwrap_or_default(),
+        let (given, single, cluster) = match kind {
+            Kind::Etcd => (&self.etcd_addr, ETCD, ETCD_CLUSTER),
+            Kind::Zookeeper => (&self.zookeeper_addr, ZOOKEEPER, ZOOKEEPER_CLUSTER),
+            Kind::Leasehold => return self.addr.as_deref().unwrap_or_default(),
+        };
+        match given {
+            Some(addr) => addr,
+            None if self.cell => cluster,
+            None => single,
         }
     }
 
