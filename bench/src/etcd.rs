@@ -3,6 +3,7 @@
 //! etcd's own Go client does), a lock is the Lock API bound to that lease,
 //! and a subscriber is a watch.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,9 +20,15 @@ use crate::report::Figure;
 use crate::sessions::{Phase, Tally};
 use crate::system::System;
 
-/// A new client with its own HTTP/2 connection.
+/// A new client with its own HTTP/2 connection to the server at `addr`,
+/// or to each member of the cluster it lists (`HOST:PORT,HOST:PORT,...`),
+/// among which the client balances its requests.
 pub async fn connect(addr: &str) -> anyhow::Result<Client> {
-    Ok(Client::connect([format!("http://{addr}")], None).await?)
+    let endpoints: Vec<String> = crate::system::members(addr)
+        .iter()
+        .map(|member| format!("http://{member}"))
+        .collect();
+    Ok(Client::connect(endpoints, None).await?)
 }
 
 fn ttl(lease: Duration) -> i64 {
@@ -174,7 +181,7 @@ pub async fn hold_sessions(
 /// `shape.connections` clients (each a watch stream carrying its share).
 pub async fn fanout(
     addr: &str,
-    pid: Option<u32>,
+    pids: &[u32],
     key: &str,
     shape: FanoutShape,
 ) -> anyhow::Result<Arrivals> {
@@ -231,7 +238,7 @@ pub async fn fanout(
     }
     ready.wait().await;
     let mut writer = connect(addr).await?;
-    let meters = Meters::start(pid);
+    let meters = Meters::start(pids);
     start_tx.send_replace(Some(Instant::now()));
     writer.put(key, "x", None).await?;
     let mut arrivals = Vec::new();
@@ -249,6 +256,9 @@ pub async fn fanout(
 /// `failover` against etcd.
 pub struct Failover {
     addr: String,
+    /// A client of each cluster member alone, made the first time the
+    /// member is asked whether it leads.
+    members: tokio::sync::Mutex<HashMap<String, Client>>,
 }
 
 pub async fn failover(system: &System, shape: failover::Shape) -> anyhow::Result<Vec<Figure>> {
@@ -257,6 +267,7 @@ pub async fn failover(system: &System, shape: failover::Shape) -> anyhow::Result
         shape,
         Failover {
             addr: system.addr.clone(),
+            members: Default::default(),
         },
     )
     .await
@@ -344,5 +355,30 @@ impl failover::Peer for Failover {
         let result = locker.cycle("bench-failover-lock").await;
         locker.close().await;
         result
+    }
+
+    /// The member's own status (the Maintenance API's `Status`, what
+    /// `etcdctl endpoint status` shows) names it as the leader.
+    async fn leads(&self, member: &str) -> bool {
+        let ask = async {
+            let mut client = {
+                let mut members = self.members.lock().await;
+                match members.get(member) {
+                    Some(client) => client.clone(),
+                    None => {
+                        let client = connect(member).await?;
+                        members.insert(member.to_string(), client.clone());
+                        client
+                    }
+                }
+            };
+            let status = client.status().await?;
+            let me = status.header().map(|h| h.member_id());
+            anyhow::Ok(status.leader() != 0 && me == Some(status.leader()))
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), ask).await,
+            Ok(Ok(true))
+        )
     }
 }

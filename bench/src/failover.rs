@@ -1,19 +1,22 @@
 //! `failover`: a master holding many sessions and nodes is killed
 //! (SIGKILL) and started again on the same data directory; how long until
 //! every client's session is `Normal` again on the new master (`FO-6`), and
-//! until a new client can take a lock.
+//! until a new client can take a lock. In a cell (`--cell`) the master is
+//! killed and stays down, and so is a peer cluster's leader: how long
+//! until another member serves as master, too.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
-use leasehold::{Client, LockOptions, SessionOptions, SessionState};
+use anyhow::{bail, Context};
+use leasehold::{Client, LockOptions, PutOptions, Session, SessionOptions, SessionState};
 
+use crate::cell::Cell;
 use crate::master::Master;
 use crate::report::Figure;
 use crate::system::{Kind, System};
-use std::path::Path;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Shape {
@@ -22,10 +25,18 @@ pub struct Shape {
     pub connections: usize,
 }
 
-/// Leasehold restarts a master of its own; a peer is restarted by the
-/// command line its process was started with.
-pub async fn run(system: &System, bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
+/// Leasehold restarts a master of its own, or kills the master of a cell
+/// of its own (`cell`); a peer is restarted by the command line its
+/// process was started with, or, given a cluster's members, loses its
+/// leader.
+pub async fn run(
+    system: &System,
+    bin: &Path,
+    shape: Shape,
+    cell: bool,
+) -> anyhow::Result<Vec<Figure>> {
     match system.kind {
+        Kind::Leasehold if cell => leasehold_cell(bin, shape).await,
         Kind::Leasehold => leasehold(bin, shape).await,
         #[cfg(feature = "etcd")]
         Kind::Etcd => crate::etcd::failover(system, shape).await,
@@ -36,20 +47,30 @@ pub async fn run(system: &System, bin: &Path, shape: Shape) -> anyhow::Result<Ve
     }
 }
 
-/// The scenario's figures, times measured from the kill.
-fn figures(
-    listening: Duration,
-    all_back: Duration,
-    lock_taken: Duration,
-    expired: u64,
-) -> Vec<Figure> {
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+/// The scenario's figures, times measured from the kill: `back` says when
+/// a master served again (the restarted one, or another member of a
+/// cluster, where the killed one is not started again).
+fn figures(back: Figure, all_back: Duration, lock_taken: Duration, expired: u64) -> Vec<Figure> {
     vec![
-        Figure::lower("restarted master listening", "ms", ms(listening)),
+        back,
         Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
         Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
         Figure::lower("sessions expired", "", expired as f64).target(0.0),
     ]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// A restarted master's figure: when it listened again.
+fn listening(after: Duration) -> Figure {
+    Figure::lower("restarted master listening", "ms", ms(after))
+}
+
+/// A cluster's figure: when another member served as master (led).
+fn new_master(after: Duration) -> Figure {
+    Figure::lower("new master serving", "ms", ms(after))
 }
 
 /// How long a failover is given before the run fails.
@@ -68,110 +89,234 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     // The handshake waits for recovery, which a million nodes make longer
     // than a client's connect timeout.
     serving(&addr).await?;
-    let clients = crate::load::open(shape.connections, "connecting", |_| {
-        let addr = addr.clone();
-        async move { anyhow::Ok(Client::connect(addr).await?) }
-    })
-    .await?;
-    let back = Arc::new(AtomicU64::new(0));
-    let expired = Arc::new(AtomicU64::new(0));
-    let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
-    let sessions = futures::future::try_join_all((0..shape.sessions).map(|i| {
-        let client = clients[i % clients.len()].clone();
-        let (back, expired, bar) = (back.clone(), expired.clone(), bar.clone());
-        async move {
-            let session = client
-                .create_session(SessionOptions::new("bench-failover"))
-                .await?;
-            // Counted once, on the first `Normal` after the `Failover`.
-            let failed_over = AtomicBool::new(false);
-            let counted = AtomicBool::new(false);
-            session.on_state_change(move |state| match state {
-                SessionState::Failover | SessionState::Safe => {
-                    failed_over.store(true, Ordering::SeqCst)
-                }
-                SessionState::Normal
-                    if failed_over.load(Ordering::SeqCst)
-                        && !counted.swap(true, Ordering::SeqCst) =>
-                {
-                    back.fetch_add(1, Ordering::SeqCst);
-                }
-                SessionState::Expired => {
-                    expired.fetch_add(1, Ordering::SeqCst);
-                }
-                _ => {}
-            });
-            bar.inc(1);
-            anyhow::Ok(session)
-        }
-    }))
-    .await?;
-    bar.finish_and_clear();
+    let held = Held::open(&addr, shape).await?;
 
     let started = Instant::now();
     master.restart().await?;
-    let listening = started.elapsed();
-    let lock_taken = tokio::spawn({
-        let addr = master.addr().to_string();
-        async move {
-            loop {
-                let attempt = async {
-                    let client = Client::connect(addr.clone()).await?;
-                    let session = client
-                        .create_session(SessionOptions::new("bench-failover-lock"))
-                        .await?;
-                    let guard = session
-                        .lock(
-                            "bench-failover-lock",
-                            LockOptions::exclusive().timeout(Duration::from_secs(1)),
-                        )
-                        .await?;
-                    let taken = started.elapsed();
-                    guard.release().await?;
-                    let _ = session.close().await;
-                    anyhow::Ok(taken)
-                };
-                match attempt.await {
-                    Ok(taken) => return taken,
-                    Err(_) if started.elapsed() < PATIENCE => {
-                        tokio::time::sleep(Duration::from_millis(5)).await
-                    }
-                    Err(_) => return PATIENCE,
-                }
-            }
-        }
-    });
-    let bar = crate::progress::bar(shape.sessions as u64, "sessions back to normal");
-    let all_back = loop {
-        let n = back.load(Ordering::SeqCst);
-        bar.set_position(n);
-        if n as usize >= shape.sessions {
-            break started.elapsed();
-        }
-        if started.elapsed() > PATIENCE {
-            bail!(
-                "{n} of {} sessions back to normal after {PATIENCE:?} ({} expired)",
-                shape.sessions,
-                expired.load(Ordering::SeqCst)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
-    bar.finish_and_clear();
+    let restarted = started.elapsed();
+    let lock_taken = tokio::spawn(lock_after(addr, started));
+    let all_back = held.all_back(started).await?;
     let lock_taken = lock_taken.await?;
     if lock_taken >= PATIENCE {
         bail!("no lock could be taken within {PATIENCE:?} of the restart");
     }
-    // Counted before the sessions are dropped: dropping ends them, and
-    // each then reports `Expired` (`CS-8`).
-    let expired = expired.load(Ordering::SeqCst);
-    drop(sessions);
+    let expired = held.close();
     master.stop().await;
-    Ok(figures(listening, all_back, lock_taken, expired))
+    Ok(figures(listening(restarted), all_back, lock_taken, expired))
 }
 
-/// Waits until the master at `addr` answers a request.
-async fn serving(addr: &str) -> anyhow::Result<()> {
+/// The cell's master is killed and not started again: how long until a
+/// surviving member serves as master under a higher epoch, until every
+/// session is `Normal` again and until a new client can take a lock.
+async fn leasehold_cell(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
+    let mut cell = Cell::start(bin, "failover").await?;
+    let addr = cell.addr();
+    // A cell's data directories hold a Raft log: the nodes are written
+    // through the master, as the peers' are.
+    preload(&addr, shape.nodes).await?;
+    let held = Held::open(&addr, shape).await?;
+    let (master, epoch) = cell.master().await?;
+    let survivors = cell.others(master);
+
+    let started = Instant::now();
+    cell.kill(master).await?;
+    let lock_taken = tokio::spawn(lock_after(addr, started));
+    let elected = tokio::spawn(async move {
+        loop {
+            if let Some((_, now)) = crate::cell::master_among(&survivors).await {
+                if now > epoch {
+                    return Some(started.elapsed());
+                }
+            }
+            if started.elapsed() > PATIENCE {
+                return None;
+            }
+            // Each question is a connection of its own: asked every 5 ms,
+            // not to load the members that are electing.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let all_back = held.all_back(started).await?;
+    let Some(elected) = elected.await? else {
+        bail!("no surviving member served as master within {PATIENCE:?} of the kill");
+    };
+    let lock_taken = lock_taken.await?;
+    if lock_taken >= PATIENCE {
+        bail!("no lock could be taken within {PATIENCE:?} of the kill");
+    }
+    let expired = held.close();
+    cell.stop().await;
+    Ok(figures(new_master(elected), all_back, lock_taken, expired))
+}
+
+/// Writes `nodes` nodes of 32 bytes (keys as `recovery::build` makes
+/// them) over 8 connections, 64 writes in flight.
+async fn preload(addr: &str, nodes: u64) -> anyhow::Result<()> {
+    use futures::stream::{self, StreamExt, TryStreamExt};
+    let clients = crate::load::open(8, "connecting", |_| {
+        let addr = addr.to_string();
+        async move { anyhow::Ok(Client::connect(addr).await?) }
+    })
+    .await?;
+    let bar = crate::progress::bar(nodes, "writing nodes");
+    let writes = stream::iter(0..nodes)
+        .map(|n| {
+            let (client, bar) = (clients[n as usize % clients.len()].clone(), bar.clone());
+            async move {
+                client
+                    .put(
+                        &format!("data/{}/{n}", n % 1000),
+                        b"0123456789abcdef0123456789abcdef".to_vec(),
+                        PutOptions::new(),
+                    )
+                    .await?;
+                bar.inc(1);
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<()>();
+    // Bounded in time as in count: a million writes take a minute or two.
+    let limit = Duration::from_secs(600);
+    tokio::time::timeout(limit, writes)
+        .await
+        .with_context(|| format!("writing {nodes} nodes took over {limit:?}"))??;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Sessions kept alive by the client library over a few connections,
+/// counting themselves back once `Normal` after a fail-over.
+struct Held {
+    sessions: Vec<Session>,
+    back: Arc<AtomicU64>,
+    expired: Arc<AtomicU64>,
+}
+
+impl Held {
+    /// Opens `shape.sessions` sessions over `shape.connections`
+    /// connections to `addr`.
+    async fn open(addr: &str, shape: Shape) -> anyhow::Result<Held> {
+        let clients = crate::load::open(shape.connections, "connecting", |_| {
+            let addr = addr.to_string();
+            async move { anyhow::Ok(Client::connect(addr).await?) }
+        })
+        .await?;
+        let back = Arc::new(AtomicU64::new(0));
+        let expired = Arc::new(AtomicU64::new(0));
+        let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
+        let sessions = futures::future::try_join_all((0..shape.sessions).map(|i| {
+            let client = clients[i % clients.len()].clone();
+            let (back, expired, bar) = (back.clone(), expired.clone(), bar.clone());
+            async move {
+                let session = client
+                    .create_session(SessionOptions::new("bench-failover"))
+                    .await?;
+                // Counted once, on the first `Normal` after the `Failover`.
+                let failed_over = AtomicBool::new(false);
+                let counted = AtomicBool::new(false);
+                session.on_state_change(move |state| match state {
+                    SessionState::Failover | SessionState::Safe => {
+                        failed_over.store(true, Ordering::SeqCst)
+                    }
+                    SessionState::Normal
+                        if failed_over.load(Ordering::SeqCst)
+                            && !counted.swap(true, Ordering::SeqCst) =>
+                    {
+                        back.fetch_add(1, Ordering::SeqCst);
+                    }
+                    SessionState::Expired => {
+                        expired.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {}
+                });
+                bar.inc(1);
+                anyhow::Ok(session)
+            }
+        }))
+        .await?;
+        bar.finish_and_clear();
+        Ok(Held {
+            sessions,
+            back,
+            expired,
+        })
+    }
+
+    /// Waits until every session is back, and says when, from `started`.
+    async fn all_back(&self, started: Instant) -> anyhow::Result<Duration> {
+        let sessions = self.sessions.len();
+        let bar = crate::progress::bar(sessions as u64, "sessions back to normal");
+        let all_back = loop {
+            let n = self.back.load(Ordering::SeqCst);
+            bar.set_position(n);
+            if n as usize >= sessions {
+                break started.elapsed();
+            }
+            if started.elapsed() > PATIENCE {
+                bail!(
+                    "{n} of {sessions} sessions back to normal after {PATIENCE:?} ({} expired)",
+                    self.expired.load(Ordering::SeqCst)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        bar.finish_and_clear();
+        Ok(all_back)
+    }
+
+    /// Ends the sessions and says how many had expired before.
+    fn close(self) -> u64 {
+        // Counted before the sessions are dropped: dropping ends them, and
+        // each then reports `Expired` (`CS-8`).
+        let expired = self.expired.load(Ordering::SeqCst);
+        drop(self.sessions);
+        expired
+    }
+}
+
+/// From `started`, how long until a new client (a new connection and
+/// session) takes a lock at `addr`; `PATIENCE` if none can.
+async fn lock_after(addr: String, started: Instant) -> Duration {
+    let members = crate::system::members(&addr);
+    let mut attempts = 0;
+    loop {
+        // A new client of a cell tries the members in the order it is
+        // given them and fails when the first cannot be reached (a member
+        // that can names the master instead): each attempt starts at the
+        // next member, as a client given the list in another order would.
+        let first = attempts % members.len().max(1);
+        attempts += 1;
+        let addr = [&members[first..], &members[..first]].concat().join(",");
+        let attempt = async {
+            let client = Client::connect(addr).await?;
+            let session = client
+                .create_session(SessionOptions::new("bench-failover-lock"))
+                .await?;
+            let guard = session
+                .lock(
+                    "bench-failover-lock",
+                    LockOptions::exclusive().timeout(Duration::from_secs(1)),
+                )
+                .await?;
+            let taken = started.elapsed();
+            guard.release().await?;
+            let _ = session.close().await;
+            anyhow::Ok(taken)
+        };
+        match attempt.await {
+            Ok(taken) => return taken,
+            Err(_) if started.elapsed() < PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            Err(_) => return PATIENCE,
+        }
+    }
+}
+
+/// Waits until the master at `addr` (or the master of the cell whose
+/// members it lists) answers a request.
+pub async fn serving(addr: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         let probe = async { Client::connect(addr.to_string()).await?.epoch().await };
@@ -202,6 +347,10 @@ pub trait Peer {
 
     /// A new connection and session take a lock and release it.
     async fn lock_once(&self) -> anyhow::Result<()>;
+
+    /// Whether the cluster member at `member` says it leads now and
+    /// serves; `false` when it cannot be asked.
+    async fn leads(&self, member: &str) -> bool;
 }
 
 /// Counters a peer's sessions share.
@@ -214,12 +363,16 @@ pub struct Tally {
 }
 
 /// Kills the peer's server (found by its port), starts it again the way
-/// it was started, and times the clients' return.
+/// it was started, and times the clients' return. Given a cluster's
+/// members, kills its leader instead ([`peer_cluster`]).
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Result<Vec<Figure>> {
-    use anyhow::Context;
-    let pid = system
-        .pid
+    if crate::system::members(&system.addr).len() > 1 {
+        return peer_cluster(system, shape, peer).await;
+    }
+    let pid = *system
+        .pids
+        .first()
         .with_context(|| format!("no process on this machine serves {}", system.addr))?;
     let launch = crate::peer_process::Launch::of(pid)?;
     peer.preload(shape.nodes).await?;
@@ -230,7 +383,7 @@ pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Re
     tally.restarted.store(true, Ordering::SeqCst);
     crate::peer_process::kill(pid).await?;
     launch.spawn()?;
-    let listening = loop {
+    let restarted = loop {
         if tokio::net::TcpStream::connect(&system.addr).await.is_ok() {
             break started.elapsed();
         }
@@ -239,39 +392,125 @@ pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Re
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
-    let lock_taken = async {
-        loop {
-            match tokio::time::timeout(Duration::from_secs(5), peer.lock_once()).await {
-                Ok(Ok(())) => return Ok(started.elapsed()),
-                _ if started.elapsed() > PATIENCE => {
-                    bail!("no lock could be taken within {PATIENCE:?} of the restart")
-                }
-                _ => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
-    };
-    let all_back = async {
-        let bar = crate::progress::bar(shape.sessions as u64, "sessions back");
-        loop {
-            let n = tally.back.load(Ordering::SeqCst);
-            bar.set_position(n);
-            if n as usize >= shape.sessions {
-                bar.finish_and_clear();
-                return Ok(started.elapsed());
-            }
-            if started.elapsed() > PATIENCE {
-                bail!(
-                    "{n} of {} sessions back after {PATIENCE:?} ({} lost)",
-                    shape.sessions,
-                    tally.expired.load(Ordering::SeqCst)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    };
-    let (lock_taken, all_back) = tokio::join!(lock_taken, all_back);
+    let (lock_taken, all_back) = tokio::join!(
+        peer_lock_after(&peer, started),
+        peer_all_back(&tally, shape.sessions, started)
+    );
     let (lock_taken, all_back) = (lock_taken?, all_back?);
     let expired = tally.expired.load(Ordering::SeqCst);
     drop(sessions);
-    Ok(figures(listening, all_back, lock_taken, expired))
+    Ok(figures(listening(restarted), all_back, lock_taken, expired))
+}
+
+/// Kills the leader of the peer's cluster, whose members `system.addr`
+/// lists, and times a new leader, the clients' return and a new lock
+/// while it is down; then starts it again the way it was started, so that
+/// the cluster is whole for another run.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_cluster<P: Peer>(
+    system: &System,
+    shape: Shape,
+    peer: P,
+) -> anyhow::Result<Vec<Figure>> {
+    let members = crate::system::members(&system.addr);
+    peer.preload(shape.nodes).await?;
+    let tally = Arc::new(Tally::default());
+    let sessions = peer.open(shape, tally.clone()).await?;
+    let (leader, _) = peer_leader(&peer, &members, Instant::now()).await?;
+    let killed = members[leader].clone();
+    let pid = crate::system::port(&killed)
+        .and_then(crate::procstat::listening_on)
+        .with_context(|| format!("no process on this machine serves {killed}"))?;
+    let launch = crate::peer_process::Launch::of(pid)?;
+    let survivors: Vec<String> = members.iter().filter(|m| **m != killed).cloned().collect();
+
+    let started = Instant::now();
+    tally.restarted.store(true, Ordering::SeqCst);
+    crate::peer_process::kill(pid).await?;
+    let (elected, lock_taken, all_back) = tokio::join!(
+        peer_leader(&peer, &survivors, started),
+        peer_lock_after(&peer, started),
+        peer_all_back(&tally, shape.sessions, started)
+    );
+    let expired = tally.expired.load(Ordering::SeqCst);
+    drop(sessions);
+    // Started again whatever the outcome, then waited for.
+    launch.spawn()?;
+    let restarted = Instant::now();
+    while tokio::net::TcpStream::connect(&killed).await.is_err() {
+        if restarted.elapsed() > PATIENCE {
+            bail!("{killed} did not listen again within {PATIENCE:?} of its restart");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, elected) = elected?;
+    Ok(figures(
+        new_master(elected),
+        all_back?,
+        lock_taken?,
+        expired,
+    ))
+}
+
+/// The index of the member of `members` that leads, once one does, and
+/// when, from `started`; asked every 5 ms (as a cell's members are), up
+/// to `PATIENCE`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_leader<P: Peer>(
+    peer: &P,
+    members: &[String],
+    started: Instant,
+) -> anyhow::Result<(usize, Duration)> {
+    loop {
+        for (i, member) in members.iter().enumerate() {
+            if peer.leads(member).await {
+                return Ok((i, started.elapsed()));
+            }
+        }
+        if started.elapsed() > PATIENCE {
+            bail!("no member of {members:?} led within {PATIENCE:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// From `started`, how long until a new connection and session take a
+/// lock; bounded by `PATIENCE`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_lock_after<P: Peer>(peer: &P, started: Instant) -> anyhow::Result<Duration> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), peer.lock_once()).await {
+            Ok(Ok(())) => return Ok(started.elapsed()),
+            _ if started.elapsed() > PATIENCE => {
+                bail!("no lock could be taken within {PATIENCE:?} of the restart")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// From `started`, how long until all `sessions` counted themselves back;
+/// bounded by `PATIENCE`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn peer_all_back(
+    tally: &Tally,
+    sessions: usize,
+    started: Instant,
+) -> anyhow::Result<Duration> {
+    let bar = crate::progress::bar(sessions as u64, "sessions back");
+    loop {
+        let n = tally.back.load(Ordering::SeqCst);
+        bar.set_position(n);
+        if n as usize >= sessions {
+            bar.finish_and_clear();
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > PATIENCE {
+            bail!(
+                "{n} of {sessions} sessions back after {PATIENCE:?} ({} lost)",
+                tally.expired.load(Ordering::SeqCst)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }

@@ -30,8 +30,8 @@ pub struct Arrivals {
 pub struct Meters(Meter, Meter);
 
 impl Meters {
-    pub fn start(server: Option<u32>) -> Meters {
-        Meters(Meter::start(server), Meter::start(Some(std::process::id())))
+    pub fn start(server: &[u32]) -> Meters {
+        Meters(Meter::start(server), Meter::start(&[std::process::id()]))
     }
 
     pub fn finish(self, times: Vec<Duration>) -> Arrivals {
@@ -46,11 +46,13 @@ impl Meters {
 pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let key = format!("bench-fanout-{}", uuid::Uuid::new_v4().simple());
     let arrivals = match system.kind {
-        Kind::Leasehold => leasehold(&system.addr, system.pid, &key, shape).await?,
+        Kind::Leasehold => leasehold(&system.addr, &system.pids, &key, shape).await?,
         #[cfg(feature = "etcd")]
-        Kind::Etcd => crate::etcd::fanout(&system.addr, system.pid, &key, shape).await?,
+        Kind::Etcd => crate::etcd::fanout(&system.addr, &system.pids, &key, shape).await?,
         #[cfg(feature = "zookeeper")]
-        Kind::Zookeeper => crate::zookeeper::fanout(&system.addr, system.pid, &key, shape).await?,
+        Kind::Zookeeper => {
+            crate::zookeeper::fanout(&system.addr, &system.pids, &key, shape).await?
+        }
         #[allow(unreachable_patterns)]
         _ => return Err(system.missing()),
     };
@@ -99,12 +101,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
 /// One session per connection, as ZooKeeper has it and as etcd has one
 /// watch stream per connection; each session carries its share of the
 /// subscriptions, and the master sends each subscription its event.
-async fn leasehold(
-    addr: &str,
-    pid: Option<u32>,
-    key: &str,
-    shape: Shape,
-) -> anyhow::Result<Arrivals> {
+async fn leasehold(addr: &str, pids: &[u32], key: &str, shape: Shape) -> anyhow::Result<Arrivals> {
     let per = shape.subscribers.div_ceil(shape.connections.max(1));
     let sessions = shape.subscribers.div_ceil(per);
     let ready = Arc::new(Barrier::new(sessions + 1));
@@ -161,7 +158,7 @@ async fn leasehold(
     ready.wait().await;
     bar.finish_and_clear();
     let writer = Client::connect(addr.to_string()).await?;
-    let meters = Meters::start(pid);
+    let meters = Meters::start(pids);
     start_tx.send_replace(Some(Instant::now()));
     writer
         .put(key, b"x".to_vec(), leasehold::PutOptions::new())

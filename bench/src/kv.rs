@@ -25,7 +25,7 @@ pub async fn run(
         let prefix = format!("bench-kv-{run}-{clients}");
         let p = prefix.clone();
         let puts = load::closed_loop(
-            system.pid,
+            &system.pids,
             &kvs,
             duration,
             50_000_000,
@@ -38,7 +38,7 @@ pub async fn run(
         .await?;
         let p = prefix.clone();
         let gets = load::closed_loop(
-            system.pid,
+            &system.pids,
             &kvs,
             duration,
             50_000_000,

@@ -15,7 +15,7 @@ pub struct Run {
     pub ops: u64,
     pub elapsed: Duration,
     pub latency: Latency,
-    /// CPU the server process used meanwhile, when it could be read.
+    /// CPU the server processes used meanwhile, when it could be read.
     pub server: Option<Span>,
     /// CPU this process (the load generator, clients included) used.
     pub generator: Option<Span>,
@@ -51,9 +51,10 @@ impl Run {
 
 /// Runs `op(client, client_index, n)` in a loop on every client at once
 /// for `duration`, stopping early after `max_ops` operations in all,
-/// metering the CPU of process `server` meanwhile.
+/// metering the CPU of the processes `server` meanwhile (every member of
+/// a cluster).
 pub async fn closed_loop<C, F, Fut>(
-    server: Option<u32>,
+    server: &[u32],
     clients: &[Arc<C>],
     duration: Duration,
     max_ops: u64,
@@ -68,7 +69,7 @@ where
     let bar = crate::progress::timer(duration, what);
     let done = Arc::new(AtomicU64::new(0));
     let server_meter = Meter::start(server);
-    let generator_meter = Meter::start(Some(std::process::id()));
+    let generator_meter = Meter::start(&[std::process::id()]);
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = Vec::new();

@@ -60,7 +60,7 @@ pub async fn run(
         let prefix = format!("bench-lock-{run}-{}x{}", shape.clients, shape.keys);
         let keys = shape.keys;
         let result = load::closed_loop(
-            system.pid,
+            &system.pids,
             &lockers,
             duration,
             50_000_000,

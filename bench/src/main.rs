@@ -3,7 +3,8 @@
 //! printed side by side with this machine's limits (BENCHMARKS.md records
 //! the figures). Everything runs on loopback, every load loop is bounded in
 //! count and time, and without `--addr` the master is a `leasehold serve`
-//! process of its own on a free port with a fresh data directory.
+//! process of its own on a free port with a fresh data directory (with
+//! `--cell`, three of them as one cell, beside the peers' clusters).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
+mod cell;
 mod chart;
 mod failover;
 mod fanout;
@@ -37,6 +39,7 @@ mod etcd;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
+use cell::Cell;
 use master::Master;
 use report::{Outcome, Report};
 use system::{Kind, System};
@@ -55,10 +58,18 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct Common {
-    /// A Leasehold master to measure; without it one is started as a
-    /// separate process on a free loopback port and stopped after.
+    /// A Leasehold master to measure (or a cell's members, separated by
+    /// commas); without it one is started as a separate process on a free
+    /// loopback port and stopped after.
     #[arg(long, global = true)]
     addr: Option<String>,
+    /// Measure a cell: Leasehold as three `leasehold serve --cell` members
+    /// started on loopback (the failover kills the one that is master),
+    /// and the peers as the clusters `bench/peers/start.sh start-cluster`
+    /// runs, unless --etcd-addr or --zookeeper-addr name others. For
+    /// `lock`, `kv`, `fanout` and `failover`.
+    #[arg(long, global = true, conflicts_with = "addr")]
+    cell: bool,
     /// How long each timed phase runs (e.g. `10s`, `500ms`).
     #[arg(long, global = true, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -78,13 +89,24 @@ struct Common {
     /// The `leasehold` binary to run as the master.
     #[arg(long, global = true)]
     server_bin: Option<PathBuf>,
-    /// Where etcd serves clients.
-    #[arg(long, global = true, default_value = "127.0.0.1:2379")]
-    etcd_addr: String,
-    /// Where ZooKeeper serves clients.
-    #[arg(long, global = true, default_value = "127.0.0.1:2181")]
-    zookeeper_addr: String,
+    /// Where etcd serves clients: one server, or a cluster's members
+    /// separated by commas [default: 127.0.0.1:2379; with --cell,
+    /// 127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379].
+    #[arg(long, global = true)]
+    etcd_addr: Option<String>,
+    /// Where ZooKeeper serves clients: one server, or an ensemble's servers
+    /// separated by commas [default: 127.0.0.1:2181; with --cell,
+    /// 127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183].
+    #[arg(long, global = true)]
+    zookeeper_addr: Option<String>,
 }
+
+/// Where `bench/peers/start.sh start` runs the peers...
+const ETCD: &str = "127.0.0.1:2379";
+const ZOOKEEPER: &str = "127.0.0.1:2181";
+/// ... and where `bench/peers/start.sh start-cluster` runs their clusters.
+const ETCD_CLUSTER: &str = "127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379";
+const ZOOKEEPER_CLUSTER: &str = "127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183";
 
 #[derive(Subcommand)]
 enum Scenario {
@@ -121,7 +143,10 @@ enum Scenario {
         connections: usize,
     },
     /// Kill and restart a master holding sessions and nodes: time until
-    /// every session is Normal again and a new lock can be taken.
+    /// every session is Normal again and a new lock can be taken. With
+    /// --cell, or a peer cluster's members, the master (leader) is killed
+    /// and not restarted until the figures are in: time until another
+    /// member serves as master, too.
     Failover {
         #[arg(long, default_value_t = 100_000)]
         sessions: usize,
@@ -196,41 +221,69 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(value * scale))
 }
 
+/// A Leasehold the benchmark started for one run: a master, or a cell.
+enum Running {
+    Master(Box<Master>),
+    Cell(Cell),
+}
+
+impl Running {
+    async fn stop(self) {
+        match self {
+            Running::Master(master) => master.stop().await,
+            Running::Cell(cell) => cell.stop().await,
+        }
+    }
+}
+
 impl Common {
     fn peer_addr(&self, kind: Kind) -> &str {
-        match kind {
-            Kind::Etcd => &self.etcd_addr,
-            Kind::Zookeeper => &self.zookeeper_addr,
-            Kind::Leasehold => self.addr.as_deref().unwrap_or_default(),
+        let (given, single, cluster) = match kind {
+            Kind::Etcd => (&self.etcd_addr, ETCD, ETCD_CLUSTER),
+            Kind::Zookeeper => (&self.zookeeper_addr, ZOOKEEPER, ZOOKEEPER_CLUSTER),
+            Kind::Leasehold => return self.addr.as_deref().unwrap_or_default(),
+        };
+        match given {
+            Some(addr) => addr,
+            None if self.cell => cluster,
+            None => single,
         }
     }
 
-    /// The system to run against, with the master started for it when
-    /// there is no `--addr`.
+    /// The system to run against, with the master (or with `--cell` the
+    /// cell) started for it when there is no `--addr`.
     async fn system(
         &self,
         kind: Kind,
         name: &str,
         start: bool,
-    ) -> anyhow::Result<(System, Option<Master>)> {
+    ) -> anyhow::Result<(System, Option<Running>)> {
         if kind == Kind::Leasehold && self.addr.is_none() && start {
             let bin = master::find_binary(self.server_bin.as_deref())?;
+            if self.cell {
+                let cell = Cell::start(&bin, name).await?;
+                let system = System {
+                    kind,
+                    addr: cell.addr(),
+                    pids: cell.pids(),
+                };
+                return Ok((system, Some(Running::Cell(cell))));
+            }
             let master = Master::start(&bin, name).await?;
             let system = System {
                 kind,
                 addr: master.addr().to_string(),
-                pid: master.pid(),
+                pids: master.pid().into_iter().collect(),
             };
-            return Ok((system, Some(master)));
+            return Ok((system, Some(Running::Master(Box::new(master)))));
         }
         let addr = self.peer_addr(kind).to_string();
-        let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
-        let system = System {
-            kind,
-            pid: port.and_then(procstat::listening_on),
-            addr,
-        };
-        Ok((system, None))
+        // Each member's process, where it runs on this machine.
+        let pids = system::members(&addr)
+            .iter()
+            .filter_map(|member| system::port(member).and_then(procstat::listening_on))
+            .collect();
+        Ok((System { kind, addr, pids }, None))
     }
 }
 
@@ -240,7 +293,7 @@ async fn compare<F, Fut>(
     common: &Common,
     name: &str,
     start_master: bool,
-    parameters: serde_json::Value,
+    mut parameters: serde_json::Value,
     scenario: F,
 ) -> anyhow::Result<()>
 where
@@ -261,10 +314,10 @@ where
                     common.runs.max(1)
                 );
             }
-            let (system, master) = common.system(kind, name, start_master).await?;
+            let (system, running) = common.system(kind, name, start_master).await?;
             let figures = scenario(system).await;
-            if let Some(master) = master {
-                master.stop().await;
+            if let Some(running) = running {
+                running.stop().await;
             }
             match figures {
                 Ok(figures) => runs.push(figures),
@@ -291,8 +344,18 @@ where
             figure.apply_limits(&limits);
         }
     }
+    // A cell's report is a scenario of its own, beside the single
+    // master's (its chart is `<scenario>-cell.svg`).
+    let scenario = if common.cell {
+        if let Some(p) = parameters.as_object_mut() {
+            p.insert("members".into(), cell::MEMBERS.into());
+        }
+        format!("{name}-cell")
+    } else {
+        name.to_string()
+    };
     let report = Report {
-        scenario: name.to_string(),
+        scenario,
         parameters,
         limits: Some(limits),
         outcomes,
@@ -313,6 +376,17 @@ where
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Cli { scenario, common } = Cli::parse();
+    if common.cell
+        && !matches!(
+            scenario,
+            Scenario::Lock { .. }
+                | Scenario::Kv { .. }
+                | Scenario::Fanout { .. }
+                | Scenario::Failover { .. }
+        )
+    {
+        bail!("--cell is for lock, kv, fanout and failover");
+    }
     let timed = |default: u64| common.duration.unwrap_or(Duration::from_secs(default));
     match scenario {
         Scenario::Sessions {
@@ -395,9 +469,10 @@ async fn main() -> anyhow::Result<()> {
                 "sessions": sessions, "nodes": nodes, "connections": connections,
             });
             let bin = master::find_binary(common.server_bin.as_deref())?;
+            let cell = common.cell;
             compare(&common, "failover", false, parameters, |system| {
                 let bin = bin.clone();
-                async move { failover::run(&system, &bin, shape).await }
+                async move { failover::run(&system, &bin, shape, cell).await }
             })
             .await
         }

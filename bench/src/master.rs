@@ -1,7 +1,8 @@
 //! A Leasehold master run as a separate process (`leasehold serve`) on a
 //! free loopback port with a fresh data directory, so that its CPU and
 //! memory can be measured apart from the load generator's, and so that it
-//! can be killed and restarted.
+//! can be killed and restarted. A member of a cell (`crate::cell`) is the
+//! same process with `--cell` and `--node`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -16,6 +17,8 @@ pub struct Master {
     bin: PathBuf,
     scratch: PathBuf,
     listen: String,
+    /// Arguments of `serve` besides `--listen` and `--data-dir`.
+    args: Vec<String>,
     child: Option<Child>,
     addr: String,
 }
@@ -58,24 +61,56 @@ impl Master {
         name: &str,
         prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
     ) -> anyhow::Result<Master> {
+        let mut master = Master::new(bin, name, "127.0.0.1:0", Vec::new())?;
+        prepare(&master.scratch.join("data"))?;
+        master.spawn().await?;
+        // A restart must come back on the same address.
+        master.listen = master.addr.clone();
+        Ok(master)
+    }
+
+    /// Starts `bin serve` as member `node` of the cell `cell` (`1=ADDR,...`)
+    /// named `cell_id`, on the address `cell` gives it, over a fresh data
+    /// directory. It returns once the member listens, which is before the
+    /// cell has a master.
+    pub async fn start_member(
+        bin: &Path,
+        name: &str,
+        cell: &str,
+        cell_id: &str,
+        node: u64,
+        listen: &str,
+    ) -> anyhow::Result<Master> {
+        let args = vec![
+            "--cell".to_string(),
+            cell.to_string(),
+            "--cell-id".to_string(),
+            cell_id.to_string(),
+            "--node".to_string(),
+            node.to_string(),
+        ];
+        let mut member = Master::new(bin, &format!("{name}-{node}"), listen, args)?;
+        member.spawn().await?;
+        Ok(member)
+    }
+
+    /// A master not yet started, with a fresh scratch directory under the
+    /// system's temporary directory.
+    fn new(bin: &Path, name: &str, listen: &str, args: Vec<String>) -> anyhow::Result<Master> {
         let scratch = std::env::temp_dir().join(format!(
             "leasehold-bench-{name}-{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir_all(scratch.join("data"))?;
-        let mut master = Master {
+        Ok(Master {
             bin: bin.to_path_buf(),
             scratch,
-            listen: "127.0.0.1:0".to_string(),
+            listen: listen.to_string(),
+            args,
             child: None,
             addr: String::new(),
-        };
-        prepare(&master.scratch.join("data"))?;
-        master.spawn().await?;
-        // A restart must come back on the same address.
-        master.listen = master.addr.clone();
-        Ok(master)
+        })
     }
 
     async fn spawn(&mut self) -> anyhow::Result<()> {
@@ -85,6 +120,7 @@ impl Master {
             .open(self.scratch.join("master.log"))?;
         let mut child = Command::new(&self.bin)
             .arg("serve")
+            .args(&self.args)
             .arg("--listen")
             .arg(&self.listen)
             .arg("--data-dir")

@@ -226,7 +226,11 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
             if answered.is_err() {
                 watch.left_normal.store(true, Ordering::Release);
             }
-            if let Some(usage) = system.pid.and_then(crate::procstat::usage) {
+            if let Some(usage) = system
+                .pids
+                .first()
+                .and_then(|pid| crate::procstat::usage(*pid))
+            {
                 watch.peak_rss.fetch_max(usage.rss, Ordering::AcqRel);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

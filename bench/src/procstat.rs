@@ -90,26 +90,48 @@ impl Span {
     }
 }
 
-/// Samples a process at the start of a measured span.
+/// Samples the processes of a server (one, or each member of a cluster)
+/// at the start of a measured span; their figures are summed.
 pub struct Meter {
-    pid: Option<u32>,
+    pids: Vec<u32>,
     start: Option<Usage>,
     started: std::time::Instant,
 }
 
+/// The summed usage of `pids`; `None` if there are none or one of them is
+/// gone or not readable.
+fn total(pids: &[u32]) -> Option<Usage> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().try_fold(
+        Usage {
+            cpu: Duration::ZERO,
+            rss: 0,
+        },
+        |sum, pid| {
+            let one = usage(*pid)?;
+            Some(Usage {
+                cpu: sum.cpu + one.cpu,
+                rss: sum.rss + one.rss,
+            })
+        },
+    )
+}
+
 impl Meter {
-    pub fn start(pid: Option<u32>) -> Meter {
+    pub fn start(pids: &[u32]) -> Meter {
         Meter {
-            pid,
-            start: pid.and_then(usage),
+            pids: pids.to_vec(),
+            start: total(pids),
             started: std::time::Instant::now(),
         }
     }
 
-    /// The span so far; `None` when the process could not be read.
+    /// The span so far; `None` when a process could not be read.
     pub fn span(&self) -> Option<Span> {
         let start = self.start?;
-        let now = usage(self.pid?)?;
+        let now = total(&self.pids)?;
         Some(Span {
             cpu: now.cpu.saturating_sub(start.cpu),
             wall: self.started.elapsed(),
@@ -134,5 +156,16 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         assert_eq!(listening_on(port), Some(std::process::id()));
+    }
+
+    #[test]
+    fn a_meter_sums_its_processes_and_needs_them_all() {
+        let me = std::process::id();
+        let twice = Meter::start(&[me, me]);
+        let once = usage(me).unwrap();
+        let span = twice.span().expect("both readable");
+        assert!(span.rss_after >= once.rss);
+        assert!(Meter::start(&[]).span().is_none());
+        assert!(Meter::start(&[me, u32::MAX]).span().is_none());
     }
 }

@@ -52,7 +52,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     };
     let tally = Arc::new(Tally::default());
     let (measuring, _) = watch::channel(Phase::Creating);
-    let before = Meter::start(system.pid);
+    let before = Meter::start(&system.pids);
     let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
     let per = shape.sessions.div_ceil(shape.connections.max(1));
     let mut tasks = Vec::new();
@@ -107,7 +107,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         tokio::time::sleep(Duration::from_millis(250).min(shape.lease)).await;
     }
     bar.finish_and_clear();
-    let meter = Meter::start(system.pid);
+    let meter = Meter::start(&system.pids);
     measuring.send_replace(Phase::Measuring);
     let bar = crate::progress::timer(shape.hold, "holding sessions");
     let started = Instant::now();

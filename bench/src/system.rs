@@ -33,14 +33,30 @@ impl Kind {
     }
 }
 
-/// A system and where it serves.
+/// A system and where it serves: one server, or the members of a
+/// cluster, separated by commas (`HOST:PORT,HOST:PORT,...`).
 #[derive(Debug, Clone)]
 pub struct System {
     pub kind: Kind,
     pub addr: String,
-    /// The serving process, when it runs on this machine, for CPU and
-    /// memory figures.
-    pub pid: Option<u32>,
+    /// The serving processes that run on this machine (one, or one per
+    /// member), for CPU and memory figures: their sum.
+    pub pids: Vec<u32>,
+}
+
+/// The addresses in a comma-separated list, blanks left out.
+pub fn members(addrs: &str) -> Vec<String> {
+    addrs
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The port of `HOST:PORT`.
+pub fn port(addr: &str) -> Option<u16> {
+    addr.rsplit(':').next()?.parse().ok()
 }
 
 fn peer_missing(kind: Kind) -> anyhow::Error {

@@ -21,6 +21,9 @@ use crate::report::Figure;
 use crate::sessions::{Phase, Tally};
 use crate::system::System;
 
+/// A session with the server at `addr`, or with one of the ensemble's
+/// servers it lists (`HOST:PORT,HOST:PORT,...`, ZooKeeper's own connect
+/// string): the client moves to another if its server goes.
 pub async fn connect(addr: &str, timeout: Duration) -> anyhow::Result<zk::Client> {
     Ok(zk::Client::connector()
         .with_session_timeout(timeout)
@@ -158,7 +161,7 @@ pub async fn hold_sessions(
 /// session and path; the client library hands it to each watcher.
 pub async fn fanout(
     addr: &str,
-    pid: Option<u32>,
+    pids: &[u32],
     key: &str,
     shape: FanoutShape,
 ) -> anyhow::Result<Arrivals> {
@@ -202,7 +205,7 @@ pub async fn fanout(
         }));
     }
     ready.wait().await;
-    let meters = Meters::start(pid);
+    let meters = Meters::start(pids);
     start_tx.send_replace(Some(Instant::now()));
     setup.set_data(&path, b"x", None).await?;
     let mut arrivals = Vec::new();
@@ -322,5 +325,22 @@ impl failover::Peer for Failover {
     async fn lock_once(&self) -> anyhow::Result<()> {
         let locker = Locker::new(&self.addr, Duration::from_secs(12)).await?;
         locker.cycle("bench-failover-lock").await
+    }
+
+    /// The four-letter word `srvr` on a connection of its own says `Mode:
+    /// leader` (a server still electing says it is not serving).
+    async fn leads(&self, member: &str) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ask = async {
+            let mut stream = tokio::net::TcpStream::connect(member).await?;
+            stream.write_all(b"srvr").await?;
+            let mut reply = String::new();
+            stream.read_to_string(&mut reply).await?;
+            anyhow::Ok(reply.lines().any(|line| line.trim() == "Mode: leader"))
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), ask).await,
+            Ok(Ok(true))
+        )
     }
 }

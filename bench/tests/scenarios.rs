@@ -1,7 +1,8 @@
 //! Every scenario runs end to end in a tiny configuration against a
-//! `leasehold serve` of its own, so the benchmark tool cannot rot. The
-//! figures are not judged (the machines are shared and noisy), only that
-//! each scenario completes and reports what it should.
+//! `leasehold serve` of its own (and `lock` and `failover` against a cell
+//! of three), so the benchmark tool cannot rot. The figures are not judged
+//! (the machines are shared and noisy), only that each scenario completes
+//! and reports what it should.
 //!
 //! The master binary is the `leasehold` Cargo builds beside this one:
 //! `cargo test --workspace` builds it.
@@ -144,6 +145,42 @@ fn failover_brings_every_session_back() {
         "4",
     ]);
     assert_eq!(figure(&report, "sessions expired"), 0.0);
+    assert!(figure(&report, "every session Normal again") > 0.0);
+    assert!(figure(&report, "a new lock taken") > 0.0);
+}
+
+#[test]
+fn a_cell_of_three_members_cycles_a_contended_lock() {
+    let report = bench(&[
+        "lock",
+        "--cell",
+        "--clients",
+        "3",
+        "--keys",
+        "1",
+        "--duration",
+        "300ms",
+    ]);
+    assert_eq!(report["scenario"], "lock-cell");
+    assert_eq!(report["parameters"]["members"], 3);
+    assert!(figure(&report, "cycles/s, 3 client(s), 1 key(s)") > 0.0);
+}
+
+#[test]
+fn failover_in_a_cell_brings_every_session_back_without_the_killed_master() {
+    let report = bench(&[
+        "failover",
+        "--cell",
+        "--sessions",
+        "20",
+        "--nodes",
+        "200",
+        "--connections",
+        "4",
+    ]);
+    assert_eq!(report["scenario"], "failover-cell");
+    assert_eq!(figure(&report, "sessions expired"), 0.0);
+    assert!(figure(&report, "new master serving") > 0.0);
     assert!(figure(&report, "every session Normal again") > 0.0);
     assert!(figure(&report, "a new lock taken") > 0.0);
 }
