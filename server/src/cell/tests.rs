@@ -162,6 +162,17 @@ impl Cell {
             unsafe_keep_master_lease: false,
             join: true,
         };
+        self.launch(id, config, listener).await;
+        addr
+    }
+
+    /// Starts member `id` with `config`, serving peers on `listener`.
+    async fn launch(
+        &mut self,
+        id: NodeId,
+        config: MemberConfig,
+        listener: tokio::net::TcpListener,
+    ) {
         let bounds = Bounds::from(&crate::Config::default());
         let member = Member::start(config, bounds, Arc::new(TcpDialer))
             .await
@@ -169,7 +180,6 @@ impl Cell {
         self.listeners
             .insert(id, tokio::spawn(accept(listener, member.clone())));
         self.members.insert(id, member);
-        addr
     }
 
     /// Carries `change` through on whichever member leads.
@@ -206,13 +216,7 @@ impl Cell {
         let listener = tokio::net::TcpListener::bind(&self.addrs[&id])
             .await
             .unwrap();
-        let bounds = Bounds::from(&crate::Config::default());
-        let member = Member::start(config, bounds, Arc::new(TcpDialer))
-            .await
-            .unwrap();
-        self.listeners
-            .insert(id, tokio::spawn(accept(listener, member.clone())));
-        self.members.insert(id, member);
+        self.launch(id, config, listener).await;
     }
 }
 

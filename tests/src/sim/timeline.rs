@@ -206,15 +206,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
                 }
                 _ => {
                     if let Some(from) = cuts.remove(e.who.as_str()) {
-                        let _ = writeln!(
-                            marks,
-                            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{}" fill="url(#cut)"><title>cut {from}..{} ms</title></rect>"#,
-                            x(from),
-                            ly + 2.0,
-                            (x(e.at) - x(from)).max(1.0),
-                            LANE - 4.0,
-                            e.at
-                        );
+                        cut_mark(&mut marks, (x(from), x(e.at)), ly, "cut", (from, e.at));
                     }
                 }
             },
@@ -231,15 +223,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
                 _ => {
                     if let Some(from) = cuts.remove(e.who.as_str()) {
                         let label = if fault == "release" { "held" } else { "cut" };
-                        let _ = writeln!(
-                            marks,
-                            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{}" fill="url(#cut)"><title>{label} {from}..{} ms</title></rect>"#,
-                            x(from),
-                            ly + 2.0,
-                            (x(e.at) - x(from)).max(1.0),
-                            LANE - 4.0,
-                            e.at
-                        );
+                        cut_mark(&mut marks, (x(from), x(e.at)), ly, label, (from, e.at));
                     }
                 }
             },
@@ -350,6 +334,24 @@ const MASTER_UP: &str = "#b9e3b9";
 const MASTER_DOWN: &str = "#f3a0a0";
 
 /// One stretch of the master's lane, labelled where it is wide enough.
+/// A hatched stretch of a lane, `label`led in its tooltip with the virtual
+/// times it spans.
+fn cut_mark(
+    out: &mut String,
+    (x0, x1): (f64, f64),
+    lane_y: f64,
+    label: &str,
+    (from, to): (u64, u64),
+) {
+    let _ = writeln!(
+        out,
+        r#"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{}" fill="url(#cut)"><title>{label} {from}..{to} ms</title></rect>"#,
+        lane_y + 2.0,
+        (x1 - x0).max(1.0),
+        LANE - 4.0,
+    );
+}
+
 fn master_band(out: &mut String, from: f64, to: f64, lane_y: f64, fill: &str, label: &str) {
     let width = to - from;
     if width <= 0.0 {
