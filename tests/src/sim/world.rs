@@ -300,6 +300,16 @@ enum Step {
     },
 }
 
+/// The directed links `direction` cuts between `a` and `b` (`ToMaster`:
+/// from `a` to `b`).
+fn directed<'a>(a: &'a str, b: &'a str, direction: Direction) -> Vec<(&'a str, &'a str)> {
+    match direction {
+        Direction::Both => vec![(a, b), (b, a)],
+        Direction::ToMaster => vec![(a, b)],
+        Direction::FromMaster => vec![(b, a)],
+    }
+}
+
 fn names(direction: Direction) -> (&'static str, &'static str) {
     match direction {
         Direction::Both => ("partition", "repair"),
@@ -747,14 +757,9 @@ impl Driver {
         b: &str,
         direction: Direction,
     ) -> Vec<(String, String)> {
-        let pairs = match direction {
-            Direction::Both => vec![(a, b), (b, a)],
-            Direction::ToMaster => vec![(a, b)],
-            Direction::FromMaster => vec![(b, a)],
-        };
         let cell = self.cell.as_mut().expect("a cell's links");
         let mut cut = Vec::new();
-        for (from, to) in pairs {
+        for (from, to) in directed(a, b, direction) {
             let n = cell
                 .links
                 .entry((from.to_string(), to.to_string()))
@@ -807,12 +812,7 @@ impl Driver {
             return;
         }
         for server in self.servers.clone() {
-            let pairs = match direction {
-                Direction::Both => vec![(client, server.as_str()), (server.as_str(), client)],
-                Direction::ToMaster => vec![(client, server.as_str())],
-                Direction::FromMaster => vec![(server.as_str(), client)],
-            };
-            for (from, to) in pairs {
+            for (from, to) in directed(client, &server, direction) {
                 self.heal_link(sim, from, to);
             }
         }
