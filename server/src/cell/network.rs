@@ -1,6 +1,6 @@
 //! Raft traffic between members (SPEC `CELL-4`): frames of a 4-byte
 //! big-endian length and a body, on the same port clients use. A peer's
-//! first frame starts with `LHCELL01`, which no client's `Hello` can (a
+//! first frame starts with `LHCELL02`, which no client's `Hello` can (a
 //! client's first byte is a message kind, 0), then names the cell and the
 //! two members; a member answers only a peer of its own cell that
 //! addresses it by its id, so two cells on one machine never mix.
@@ -194,12 +194,7 @@ pub(crate) async fn serve<S: Served>(
             PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
             PeerRequest::Vote(rpc) => {
                 let m = raft.metrics().borrow().clone();
-                let voter = m
-                    .membership_config
-                    .membership()
-                    .get_joint_config()
-                    .iter()
-                    .any(|voters| voters.contains(&hello.from));
+                let voter = may_campaign(m.membership_config.membership(), hello.from);
                 if voter {
                     // A leader the engine lets vote for a rival steps
                     // down: its master stops before the vote can leave
@@ -207,10 +202,8 @@ pub(crate) async fn serve<S: Served>(
                     lease.yield_to(&rpc.vote);
                     PeerResponse::Vote(raft.vote(rpc).await)
                 } else {
-                    // No configuration in force counts its vote: a member
-                    // removed (and still running) or not yet added cannot
-                    // be elected, and must not depose the master by asking
-                    // (CELL-9).
+                    // See `may_campaign`: a vote for it would never make a
+                    // master, and a request must not depose one (CELL-9).
                     PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
                 }
             }
@@ -220,6 +213,27 @@ pub(crate) async fn serve<S: Served>(
             return;
         }
     }
+}
+
+/// Whether this member, holding `membership`, hears `candidate` ask for
+/// its vote (`CELL-9`): only a voter of the newest configuration it knows,
+/// the new one while a change is joint.
+///
+/// A member removed (still running) or not yet added would otherwise
+/// depose the master with every request, for a vote no configuration
+/// counts. And once a removal is committed, a voter that still holds the
+/// joint configuration must not give its vote to the removed member: the
+/// members that hold the new configuration refuse it, so it can never win,
+/// yet each higher term it asks at would take that vote from every
+/// rightful candidate, and the cell would have no master at all.
+pub(crate) fn may_campaign(
+    membership: &openraft::Membership<NodeId, BasicNode>,
+    candidate: NodeId,
+) -> bool {
+    membership
+        .get_joint_config()
+        .last()
+        .is_some_and(|voters| voters.contains(&candidate))
 }
 
 /// Makes the connections openraft asks for.
@@ -407,5 +421,58 @@ impl RaftNetwork<CellTypes> for PeerClient {
             }
             _ => Err(self.unexpected()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{BasicNode, Membership};
+
+    use super::may_campaign;
+    use crate::cell::NodeId;
+
+    fn membership(configs: &[&[NodeId]]) -> Membership<NodeId, BasicNode> {
+        let configs: Vec<BTreeSet<NodeId>> = configs
+            .iter()
+            .map(|voters| voters.iter().copied().collect())
+            .collect();
+        let nodes: BTreeMap<NodeId, BasicNode> = configs
+            .iter()
+            .flatten()
+            .map(|id| (*id, BasicNode::new(format!("127.0.0.1:{id}"))))
+            .collect();
+        Membership::new(configs, nodes)
+    }
+
+    // CELL-9
+    #[test]
+    fn a_voter_may_ask_for_votes() {
+        assert!(may_campaign(&membership(&[&[1, 2, 3]]), 2));
+    }
+
+    // CELL-9
+    #[test]
+    fn a_member_outside_the_configuration_may_not_ask_for_votes() {
+        assert!(!may_campaign(&membership(&[&[1, 2, 3]]), 4));
+    }
+
+    // CELL-9: the voter being removed may not depose the master, nor take
+    // the votes of members that have not yet heard the removal committed.
+    #[test]
+    fn during_a_removal_the_removed_voter_may_not_ask_for_votes() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        assert!(!may_campaign(&joint, 3));
+        for id in [1, 2, 4] {
+            assert!(may_campaign(&joint, id), "voter {id} of both");
+        }
+    }
+
+    // CELL-9
+    #[test]
+    fn during_an_addition_the_added_voter_may_ask_for_votes() {
+        let joint = membership(&[&[1, 2, 3], &[1, 2, 3, 4]]);
+        assert!(may_campaign(&joint, 4));
     }
 }
