@@ -13,7 +13,12 @@
 //! Obligations openraft places on it (its `RaftLogStorage`): the vote is
 //! durable before `save_vote` returns; `append` reports completion only
 //! once the entries are durable; calls are made one at a time and leave no
-//! holes. The file lives on the member's [`Volume`]: a data directory,
+//! holes. The commit point is the exception: openraft lets it lag, and it
+//! costs no fsync of its own but rides in the next write that is synced
+//! anyway. A member that restarts with an older commit point applies less
+//! until the leader tells it more, which is safe because a follower serves
+//! nobody and a new master takes an epoch through the log (committing
+//! everything before it) before it serves. The file lives on the member's [`Volume`]: a data directory,
 //! whose I/O runs on tokio's blocking pool so that an fsync never stalls
 //! the runtime serving clients, or memory a simulation crashes.
 
@@ -185,12 +190,25 @@ struct Inner {
     /// Bytes in the file.
     len: u64,
     image: Image,
+    /// The image's commit point is newer than the file's.
+    unwritten_committed: bool,
 }
 
 impl Inner {
+    /// The bytes that write `op`: its frame, after the commit point's if
+    /// that is unwritten, so one sync makes both durable.
+    fn framed(&mut self, op: &LogOp) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        if std::mem::take(&mut self.unwritten_committed) {
+            bytes = frame(&LogOp::Committed(self.image.committed));
+        }
+        bytes.extend(frame(op));
+        bytes
+    }
+
     /// Writes `op` and syncs it, blocking on the volume.
     fn write(&mut self, op: LogOp) -> io::Result<()> {
-        let bytes = frame(&op);
+        let bytes = self.framed(&op);
         self.volume.append(FILE, &bytes)?;
         self.volume.sync(FILE)?;
         self.written(bytes.len(), op);
@@ -219,6 +237,7 @@ impl Inner {
         let path = self.volume.path(FILE);
         self.volume.replace(FILE, &bytes).map_err(io_error(&path))?;
         self.len = bytes.len() as u64;
+        self.unwritten_committed = false;
         Ok(())
     }
 }
@@ -260,6 +279,7 @@ impl CellLog {
                 volume: volume.clone(),
                 len: valid as u64,
                 image,
+                unwritten_committed: false,
             })),
             volume,
         })
@@ -280,11 +300,18 @@ impl CellLog {
                 .await
                 .map_err(io::Error::other)?;
         }
-        let bytes = frame(&op);
+        let bytes = self.image().framed(&op);
         let len = bytes.len();
         volume::append_synced(&self.volume, FILE, bytes).await?;
         self.image().written(len, op);
         Ok(())
+    }
+
+    /// Records the commit point, to be written with the next synced frame.
+    fn defer_committed(&self, committed: Option<LogId<NodeId>>) {
+        let mut inner = self.image();
+        inner.image.committed = committed;
+        inner.unwritten_committed = true;
     }
 
     /// Rewrites the file if purges left most of it dead.
@@ -357,9 +384,8 @@ impl RaftLogStorage<CellTypes> for CellLog {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        self.write(LogOp::Committed(committed))
-            .await
-            .map_err(io_failed)
+        self.defer_committed(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -511,6 +537,36 @@ mod tests {
         volume.crash(|unsynced| unsynced / 2);
         let log = CellLog::open(Arc::new(volume)).unwrap();
         assert_eq!(indexes(&log), vec![1]);
+    }
+
+    // CELL-2: the commit point costs no sync of its own: a crash before
+    // the next write loses it (openraft allows a lagging one), and the
+    // next synced write carries it.
+    #[tokio::test(start_paused = true)]
+    async fn the_commit_point_is_durable_with_the_next_synced_write() {
+        let volume = MemoryVolume::new(std::time::Duration::from_millis(5));
+        let mut log = CellLog::open(Arc::new(volume.clone())).unwrap();
+        log.write(LogOp::Entries(vec![entry(1), entry(2)]))
+            .await
+            .unwrap();
+        let size = volume.size();
+        log.save_committed(Some(entry(1).log_id)).await.unwrap();
+        assert_eq!(volume.size(), size, "nothing written for it alone");
+        assert_eq!(
+            log.read_committed().await.unwrap(),
+            Some(entry(1).log_id),
+            "read back at once"
+        );
+        volume.crash(|unsynced| unsynced);
+        let mut log = CellLog::open(Arc::new(volume.clone())).unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), None, "lost unwritten");
+
+        log.save_committed(Some(entry(2).log_id)).await.unwrap();
+        log.write(LogOp::Entries(vec![entry(3)])).await.unwrap();
+        volume.crash(|_| 0);
+        let mut log = CellLog::open(Arc::new(volume)).unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), Some(entry(2).log_id));
+        assert_eq!(indexes(&log), vec![1, 2, 3]);
     }
 
     #[test]
