@@ -91,6 +91,9 @@ struct Inner {
     connecting: tokio::sync::Mutex<Option<std::io::ErrorKind>>,
     /// Connection attempts finished so far.
     attempts: AtomicU64,
+    /// Connections opened so far: a session backing off after failures
+    /// tries again at once on a new one (`CS-2`).
+    opened: tokio::sync::watch::Sender<u64>,
     /// Where sessions' timers and the connections' time stamps read the
     /// time.
     clock: Clock,
@@ -136,6 +139,7 @@ impl Client {
                 current: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(None),
                 attempts: AtomicU64::new(0),
+                opened: tokio::sync::watch::Sender::new(0),
                 clock: Clock::new(config.clock_rate),
                 config,
             }),
@@ -181,7 +185,14 @@ impl Client {
         });
         self.inner.attempts.fetch_add(1, Ordering::AcqRel);
         let conn = outcome?;
-        Ok(self.current().get_or_insert(conn).clone())
+        let conn = self.current().get_or_insert(conn).clone();
+        self.inner.opened.send_modify(|n| *n += 1);
+        Ok(conn)
+    }
+
+    /// Changes each time this client opens a connection.
+    pub(crate) fn opened(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.opened.subscribe()
     }
 
     async fn open(&self, addr: &str) -> Result<Connection, ClientError> {

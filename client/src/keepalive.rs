@@ -114,6 +114,8 @@ impl Keeper {
         let mut in_flight = FuturesUnordered::<InFlight>::new();
         let clock = self.client.clock();
         let far = clock.now() + Duration::from_secs(86_400 * 365);
+        let mut opened = self.client.opened();
+        opened.mark_unchanged();
         loop {
             let deadline = self.machine.deadline();
             let actions = tokio::select! {
@@ -138,6 +140,10 @@ impl Keeper {
                 }
                 () = clock.sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
                     self.machine.on_tick(clock.now())
+                }
+                Ok(()) = opened.changed() => {
+                    self.machine.on_connected(clock.now());
+                    Vec::new()
                 }
             };
             if self.execute(actions, &mut in_flight) {

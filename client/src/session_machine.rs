@@ -287,6 +287,22 @@ impl SessionMachine {
         actions
     }
 
+    /// The client opened a new connection at `now`. A KeepAlive waiting out
+    /// a backoff after failures goes at once: the failures were the old
+    /// connection's (a master that stopped, or one cut off), and after a
+    /// fail-over the new master is what a session in trouble needs to
+    /// reach first (`CS-2`).
+    pub(crate) fn on_connected(&mut self, now: Instant) {
+        let backing_off = match self.state {
+            SessionState::Normal => self.failures > 0 && self.in_flight == 0,
+            SessionState::Jeopardy => self.probes > 0 && self.unheld == 0,
+            _ => false,
+        };
+        if backing_off && self.send_at.is_some_and(|at| at > now) {
+            self.send_at = Some(now);
+        }
+    }
+
     /// The session was closed or detached by this client (`CS-8`).
     pub(crate) fn on_close(&mut self) -> Vec<Action> {
         let mut actions = Vec::new();
@@ -755,6 +771,57 @@ mod tests {
             assert_eq!(sends(&m.on_tick(now + ms(delay))), [false]);
         }
         assert_eq!(m.state(), Normal, "only the local lease decides");
+    }
+
+    // CS-2: the failures were the old connection's; the new one may reach
+    // a new master, which the session needs before its lease runs out.
+    #[test]
+    fn a_keepalive_backing_off_after_failures_goes_at_once_on_a_new_connection() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let mut now = t0;
+        for _ in 0..5 {
+            now += ms(100);
+            m.on_reply(now, false, Reply::Failed, now);
+            now = m.deadline().unwrap();
+            m.on_tick(now);
+        }
+        m.on_reply(now, false, Reply::Failed, now);
+        assert_eq!(m.deadline(), Some(now + ms(1_000)), "backing off");
+        let connected = now + ms(30);
+        m.on_connected(connected);
+        assert_eq!(m.deadline(), Some(connected));
+        assert_eq!(sends(&m.on_tick(connected)), [false]);
+    }
+
+    // CS-2: a probe waits out its backoff only while nothing has changed.
+    #[test]
+    fn a_probe_backing_off_in_jeopardy_goes_at_once_on_a_new_connection() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        assert_eq!(sends(&m.on_tick(expiry)), [false]);
+        m.on_reply(expiry, false, Reply::Failed, expiry + ms(10));
+        assert_eq!(m.deadline(), Some(expiry + ms(50)));
+        m.on_connected(expiry + ms(20));
+        assert_eq!(sends(&m.on_tick(expiry + ms(20))), [false]);
+    }
+
+    // CS-2: one probe at a time still; a new connection adds none, and a
+    // held KeepAlive in flight in Normal is not doubled either.
+    #[test]
+    fn a_new_connection_adds_no_keepalive_while_one_is_awaited() {
+        let (mut m, t0) = machine();
+        let expiry = into_jeopardy(&mut m, t0);
+        assert_eq!(sends(&m.on_tick(expiry)), [false]);
+        let deadline = m.deadline();
+        m.on_connected(expiry + ms(10));
+        assert_eq!(m.deadline(), deadline, "the probe is still awaited");
+
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let deadline = m.deadline();
+        m.on_connected(t0 + ms(10));
+        assert_eq!(m.deadline(), deadline, "the held KeepAlive is awaited");
     }
 
     // CS-2
