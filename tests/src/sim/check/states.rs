@@ -27,17 +27,22 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
     let mut transitions: BTreeMap<String, usize> = BTreeMap::new();
     // Each session's current state and when it was entered.
     let mut current: BTreeMap<(&str, &str), (&str, u64)> = BTreeMap::new();
-    // Clients that have begun closing their session.
+    // Each client's newest session, and the sessions their clients began
+    // closing: a close the client stopped waiting for can end after its
+    // next session began, and that one is not closing.
+    let mut newest: BTreeMap<&str, &str> = BTreeMap::new();
     let mut closing = std::collections::BTreeSet::new();
     let mut count = 0;
     for e in &run.entries {
         match &e.what {
             What::SessionStarted { session } => {
-                closing.remove(e.who.as_str());
+                newest.insert(&e.who, session);
                 current.insert((&e.who, session), ("normal", e.at));
             }
             What::Closing => {
-                closing.insert(e.who.as_str());
+                if let Some(session) = newest.get(e.who.as_str()) {
+                    closing.insert((e.who.as_str(), *session));
+                }
             }
             What::State { state, session } => {
                 count += 1;
@@ -60,7 +65,7 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
                         at: e.at,
                         detail: format!("{} went from {from} to {state}", e.who),
                     });
-                } else if state == "closed" && !closing.contains(e.who.as_str()) {
+                } else if state == "closed" && !closing.contains(&key) {
                     violations.push(Violation {
                         invariant: NAME,
                         at: e.at,
@@ -127,4 +132,55 @@ fn short_partitions_stay_normal(run: &Run) -> Vec<Violation> {
         }
     }
     violations
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::check::tests::run_of;
+
+    fn started(at: u64, session: &str) -> (u64, &'static str, What) {
+        let what = What::SessionStarted {
+            session: session.into(),
+        };
+        (at, "c1", what)
+    }
+
+    fn state(at: u64, session: &str, state: &str) -> (u64, &'static str, What) {
+        let what = What::State {
+            state: state.into(),
+            session: session.into(),
+        };
+        (at, "c1", what)
+    }
+
+    // CS-8: a close the client stopped waiting for may finish after its
+    // next session began; it is still the old session's own close.
+    #[test]
+    fn a_close_that_finishes_after_the_next_session_began_passes() {
+        let run = run_of(vec![
+            started(0, "s1"),
+            (1_000, "c1", What::Closing),
+            started(1_500, "s2"),
+            state(1_800, "s1", "closed"),
+        ]);
+        let (_, violations, _) = check(&run);
+        assert!(violations.is_empty(), "{violations:?}");
+    }
+
+    // CS-8: the client closing one session does not let another close.
+    #[test]
+    fn a_session_closed_that_its_client_never_closed_is_caught() {
+        let run = run_of(vec![
+            started(0, "s1"),
+            (1_000, "c1", What::Closing),
+            started(1_500, "s2"),
+            state(1_800, "s2", "closed"),
+        ]);
+        let (_, violations, _) = check(&run);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0]
+            .detail
+            .contains("without its client closing it"));
+    }
 }
