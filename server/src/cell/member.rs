@@ -11,6 +11,7 @@ use futures::StreamExt;
 use openraft::{BasicNode, Raft};
 use tokio_util::codec::Framed;
 
+use super::campaign::LeaderHeard;
 use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
@@ -109,6 +110,8 @@ pub struct Member {
     pub(crate) raft: Raft<CellTypes>,
     pub(crate) machine: CellMachine,
     pub(crate) lease: Arc<MasterLease>,
+    /// When this member last accepted a leader's request.
+    pub(crate) heard: Arc<LeaderHeard>,
     /// A data directory's lock, held while the member runs: one member
     /// per directory.
     _lock: Option<Arc<std::fs::File>>,
@@ -187,6 +190,7 @@ impl Member {
             raft,
             machine,
             lease,
+            heard: Arc::new(LeaderHeard::new(None)),
             _lock: lock.map(Arc::new),
         })
     }
@@ -215,16 +219,7 @@ impl Member {
         framed: Framed<S, tokio_util::codec::LengthDelimitedCodec>,
         hello: PeerHello,
     ) {
-        network::serve(
-            framed,
-            hello,
-            &self.config.cell,
-            &self.config.secret,
-            self.config.id,
-            self.raft.clone(),
-            self.lease.clone(),
-        )
-        .await
+        network::serve(framed, hello, self).await
     }
 
     /// Stops this member's Raft.

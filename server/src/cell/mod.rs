@@ -14,6 +14,8 @@
 //! - `network.rs`: Raft's traffic between members, on the client port.
 //! - `member.rs`: one member: its data directory, its Raft, its peers.
 //! - `lease.rs`: the master lease, kept from the followers' answers.
+//! - `campaign.rs`: standing for election as soon as the leader's
+//!   lease on the voters has run out.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
 //! - `status.rs`: what a member says of itself, for `leasehold cell status`.
 //! - `membership.rs`: adding and removing members, through joint
@@ -32,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::state::Command;
 use crate::time::Millis;
 
+mod campaign;
 mod lease;
 mod log;
 mod machine;

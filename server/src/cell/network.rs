@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::lease::MasterLease;
+use super::member::Member;
 use super::{CellTypes, NodeId};
 use crate::store::{decode, encode};
 
@@ -156,12 +157,14 @@ pub(crate) fn codec() -> LengthDelimitedCodec {
 pub(crate) async fn serve<S: Served>(
     mut framed: Framed<S, LengthDelimitedCodec>,
     hello: PeerHello,
-    cell: &str,
-    secret: &Option<String>,
-    me: NodeId,
-    raft: openraft::Raft<CellTypes>,
-    lease: Arc<MasterLease>,
+    member: &Member,
 ) {
+    let (cell, secret, me) = (
+        member.config.cell.as_str(),
+        &member.config.secret,
+        member.config.id,
+    );
+    let (raft, lease, heard) = (&member.raft, &member.lease, &member.heard);
     let refusal = if !same_secret(&hello.secret, secret) {
         // Neither secret goes in the message.
         Some("the peer did not present this cell's secret".to_string())
@@ -191,7 +194,18 @@ pub(crate) async fn serve<S: Served>(
             }
         };
         let response = match request {
-            PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
+            PeerRequest::Append(rpc) => {
+                let response = raft.append_entries(rpc).await;
+                // Anything but a higher vote means the engine took the
+                // sender as its leader, and renewed the lease it grants it.
+                if response
+                    .as_ref()
+                    .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
+                {
+                    heard.send_replace(Some(tokio::time::Instant::now()));
+                }
+                PeerResponse::Append(response)
+            }
             PeerRequest::Vote(rpc) => {
                 let m = raft.metrics().borrow().clone();
                 let voter = may_campaign(m.membership_config.membership(), hello.from);
@@ -200,7 +214,13 @@ pub(crate) async fn serve<S: Served>(
                     // down: its master stops before the vote can leave
                     // (CELL-6).
                     lease.yield_to(&rpc.vote);
-                    PeerResponse::Vote(raft.vote(rpc).await)
+                    let response = raft.vote(rpc).await;
+                    // A vote given is a leader to be heard from soon: not
+                    // a silence to stand against (`campaign.rs`).
+                    if response.as_ref().is_ok_and(|r| r.vote_granted) {
+                        heard.send_replace(Some(tokio::time::Instant::now()));
+                    }
+                    PeerResponse::Vote(response)
                 } else {
                     // See `may_campaign`: a vote for it would never make a
                     // master, and a request must not depose one (CELL-9).
