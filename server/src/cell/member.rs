@@ -216,7 +216,7 @@ impl Member {
     /// Serves a peer's connection after its hello ([`first_frame`]).
     pub async fn serve_peer<S: Served>(
         &self,
-        framed: Framed<S, tokio_util::codec::LengthDelimitedCodec>,
+        framed: Framed<S, super::frame::FrameCodec>,
         hello: PeerHello,
     ) {
         network::serve(framed, hello, self).await
@@ -313,13 +313,10 @@ pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<Fi
 
 /// What a connection's first frame said it is.
 pub enum FirstFrame<S> {
-    Peer(
-        Framed<S, tokio_util::codec::LengthDelimitedCodec>,
-        PeerHello,
-    ),
-    Client(Framed<S, tokio_util::codec::LengthDelimitedCodec>, BytesMut),
+    Peer(Framed<S, super::frame::FrameCodec>, PeerHello),
+    Client(Framed<S, super::frame::FrameCodec>, BytesMut),
     /// A status query (`CELL-8`).
-    Status(Framed<S, tokio_util::codec::LengthDelimitedCodec>),
+    Status(Framed<S, super::frame::FrameCodec>),
     /// A membership change (`CELL-9`).
-    Membership(Framed<S, tokio_util::codec::LengthDelimitedCodec>),
+    Membership(Framed<S, super::frame::FrameCodec>),
 }

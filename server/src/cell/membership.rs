@@ -17,8 +17,9 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::codec::Framed;
 
+use super::frame::FrameCodec;
 use super::member::Member;
 use super::network::{codec, Served};
 use super::NodeId;
@@ -83,7 +84,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Answers a membership change on `framed` as `member`, whose operator
 /// token is `token`, and closes.
 pub(crate) async fn answer<S: Served>(
-    mut framed: Framed<S, LengthDelimitedCodec>,
+    mut framed: Framed<S, FrameCodec>,
     member: &Member,
     token: Option<&str>,
 ) {

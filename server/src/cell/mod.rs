@@ -12,6 +12,7 @@
 //!   directory with the single master's crash discipline.
 //! - `machine.rs`: the state machine the log drives, and its snapshots.
 //! - `network.rs`: Raft's traffic between members, on the client port.
+//! - `frame.rs`: the length-prefixed frames members and tools exchange.
 //! - `member.rs`: one member: its data directory, its Raft, its peers.
 //! - `lease.rs`: the master lease, kept from the followers' answers.
 //! - `campaign.rs`: standing for election as soon as the leader's
@@ -35,6 +36,7 @@ use crate::state::Command;
 use crate::time::Millis;
 
 mod campaign;
+mod frame;
 mod lease;
 mod log;
 mod machine;

@@ -27,8 +27,9 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::codec::Framed;
 
+use super::frame::FrameCodec;
 use super::lease::MasterLease;
 use super::member::Member;
 use super::{CellTypes, NodeId};
@@ -146,16 +147,14 @@ pub(crate) enum PeerResponse {
     Refused(String),
 }
 
-pub(crate) fn codec() -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder()
-        .max_frame_length(MAX_PEER_FRAME)
-        .new_codec()
+pub(crate) fn codec() -> FrameCodec {
+    FrameCodec::new(MAX_PEER_FRAME)
 }
 
 /// Serves one peer's connection after its hello: each request goes to
 /// this member's Raft, each answer back, until the peer hangs up.
 pub(crate) async fn serve<S: Served>(
-    mut framed: Framed<S, LengthDelimitedCodec>,
+    mut framed: Framed<S, FrameCodec>,
     hello: PeerHello,
     member: &Member,
 ) {
@@ -316,7 +315,7 @@ pub struct PeerClient {
     addr: String,
     dialer: Arc<dyn Dialer>,
     lease: Arc<MasterLease>,
-    conn: Option<Framed<Box<dyn PeerStream>, LengthDelimitedCodec>>,
+    conn: Option<Framed<Box<dyn PeerStream>, FrameCodec>>,
 }
 
 /// Why a call to a peer got no answer.

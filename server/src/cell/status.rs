@@ -92,7 +92,7 @@ impl MemberStatus {
 
 /// Answers a status query on `framed` and closes.
 pub(crate) async fn answer<S: Served>(
-    mut framed: Framed<S, tokio_util::codec::LengthDelimitedCodec>,
+    mut framed: Framed<S, super::frame::FrameCodec>,
     status: MemberStatus,
 ) {
     let _ = framed.send(Bytes::from(encode(&status))).await;
