@@ -145,155 +145,88 @@ enum Writer {
     },
 }
 
-/// A future that resolves once records the log took are durable on a
-/// quorum: an error means they may or may not ever be.
-pub(crate) type Confirmation =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'static>>;
-
-/// The future [`Replicate::submit`] returns.
-pub(crate) type SubmitFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Confirmation, String>> + Send + 'a>>;
+/// The future [`Replicate::replicate`] returns.
+pub(crate) type ReplicateFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
 
 /// Where a cell's master sends its records: a log that makes them durable
 /// on a quorum of members, in order.
 pub(crate) trait Replicate: Send + 'static {
-    /// Hands `records` to the log after everything submitted before them,
-    /// and resolves once the log has them in that order, with the
-    /// confirmation that they are durable. An error, from either, means
-    /// this master may acknowledge nothing more: it lost its quorum, or a
-    /// newer master took over.
-    fn submit(&mut self, records: Vec<Record>) -> SubmitFuture<'_>;
+    /// Makes `records` durable after everything replicated before them.
+    /// An error means this master may acknowledge nothing more: it lost
+    /// its quorum, or a newer master took over.
+    fn replicate(&mut self, records: Vec<Record>) -> ReplicateFuture<'_>;
 }
 
 /// How long a replicated master lets records nobody waits for sit before
 /// it replicates them anyway, so followers stay close behind.
 const REPLICATE_IDLE: Duration = Duration::from_millis(20);
 
-/// Batches in the log and not yet confirmed, at most: a batch that waited
-/// for the one before it to be durable would pay a whole quorum round trip
-/// more, while a few in flight let the log append and replicate them
-/// together.
-const BATCHES_IN_FLIGHT: usize = 8;
-
-/// The replicated writer: each batch a reply waits for goes to the log as
-/// one proposal, without waiting for the batches before it to be durable
-/// (up to [`BATCHES_IN_FLIGHT`]); each is reported durable once it and
-/// every batch before it are, which is group commit with the quorum as the
-/// disk.
+/// The replicated writer: each batch a reply waits for goes to the log
+/// as one proposal, and the next waits until it is durable on a quorum,
+/// which is group commit with the quorum as the disk.
 struct Replicating {
     log: Box<dyn Replicate>,
     progress: watch::Sender<Durable>,
     appended: u64,
     batch: Vec<Record>,
-    /// Batches submitted, oldest first: the record count they end at,
-    /// and their confirmation.
-    in_flight: VecDeque<(u64, Confirmation)>,
 }
 
 impl Replicating {
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
-        let mut open = true;
-        while open {
-            let room = self.in_flight.len() < BATCHES_IN_FLIGHT;
-            let idle = !self.batch.is_empty() && room;
-            tokio::select! {
-                biased;
-                confirmed = Self::oldest(&mut self.in_flight), if !self.in_flight.is_empty() => {
-                    if !self.confirmed(confirmed) {
-                        return;
-                    }
-                }
-                next = jobs.recv(), if room => {
-                    let Some(first) = next else {
-                        open = false;
+        loop {
+            let next = if self.batch.is_empty() {
+                jobs.recv().await
+            } else {
+                match tokio::time::timeout(REPLICATE_IDLE, jobs.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        if !self.flush().await {
+                            return;
+                        }
                         continue;
-                    };
-                    let mut wanted = false;
-                    let mut job = first;
-                    loop {
-                        match job {
-                            Job::Record(Record::Command { now, command }) => {
-                                self.appended += 1;
-                                self.batch.push(Record::Command { now, command });
-                            }
-                            // Epochs are the log's to assign; snapshots its own.
-                            Job::Record(_) | Job::Compact(_) => {}
-                            Job::Sync => wanted = true,
-                        }
-                        match jobs.try_recv() {
-                            Ok(next) => job = next,
-                            Err(_) => break,
-                        }
-                    }
-                    if wanted && !self.submit().await {
-                        return;
                     }
                 }
-                () = tokio::time::sleep(REPLICATE_IDLE), if idle => {
-                    if !self.submit().await {
-                        return;
+            };
+            let Some(first) = next else { break };
+            let mut wanted = false;
+            let mut job = first;
+            loop {
+                match job {
+                    Job::Record(Record::Command { now, command }) => {
+                        self.appended += 1;
+                        self.batch.push(Record::Command { now, command });
                     }
+                    // Epochs are the log's to assign; snapshots its own.
+                    Job::Record(_) | Job::Compact(_) => {}
+                    Job::Sync => wanted = true,
                 }
+                match jobs.try_recv() {
+                    Ok(next) => job = next,
+                    Err(_) => break,
+                }
+            }
+            if wanted && !self.flush().await {
+                return;
             }
         }
         // The master is gone: what it applied goes to the log too, as a
         // crash would not take it back either.
-        if !self.submit().await {
-            return;
-        }
-        while !self.in_flight.is_empty() {
-            let confirmed = Self::oldest(&mut self.in_flight).await;
-            if !self.confirmed(confirmed) {
-                return;
-            }
-        }
+        self.flush().await;
     }
 
-    /// The oldest batch's confirmation, taken from the queue.
-    async fn oldest(in_flight: &mut VecDeque<(u64, Confirmation)>) -> (u64, Result<(), String>) {
-        let (upto, confirmation) = in_flight.front_mut().expect("a batch in flight");
-        let upto = *upto;
-        let result = confirmation.await;
-        in_flight.pop_front();
-        (upto, result)
-    }
-
-    /// Reports a batch confirmed (or the log failed); says whether the
-    /// writer may go on.
-    fn confirmed(&mut self, (upto, result): (u64, Result<(), String>)) -> bool {
-        match result {
-            Ok(()) => {
-                let _ = self.progress.send(Durable::Upto(upto));
-                true
-            }
-            Err(e) => self.failed(e),
-        }
-    }
-
-    fn failed(&mut self, e: String) -> bool {
-        warn!(error = %e, "the cell's log took no more: this master stops");
-        let _ = self.progress.send(Durable::Failed(e));
-        self.in_flight.clear();
-        false
-    }
-
-    /// Hands the batch to the log; says whether the writer may go on. With
-    /// no batch and nothing in flight, everything appended is durable.
-    async fn submit(&mut self) -> bool {
+    /// Replicates the batch; says whether the writer may go on.
+    async fn flush(&mut self) -> bool {
         let batch = std::mem::take(&mut self.batch);
-        if batch.is_empty() {
-            if self.in_flight.is_empty() {
-                let _ = self.progress.send(Durable::Upto(self.appended));
+        if !batch.is_empty() {
+            if let Err(e) = self.log.replicate(batch).await {
+                warn!(error = %e, "the cell's log took no more: this master stops");
+                let _ = self.progress.send(Durable::Failed(e));
+                return false;
             }
-            return true;
         }
-        match self.log.submit(batch).await {
-            Ok(confirmation) => {
-                self.in_flight.push_back((self.appended, confirmation));
-                true
-            }
-            Err(e) => self.failed(e),
-        }
+        let _ = self.progress.send(Durable::Upto(self.appended));
+        true
     }
 }
 
@@ -575,7 +508,6 @@ impl Committer {
             progress: progress_tx,
             appended: 0,
             batch: Vec::new(),
-            in_flight: VecDeque::new(),
         };
         Committer {
             jobs,
@@ -852,104 +784,16 @@ mod tests {
     }
 
     impl Replicate for Stuck {
-        fn submit(&mut self, _: Vec<Record>) -> SubmitFuture<'_> {
+        fn replicate(&mut self, _: Vec<Record>) -> ReplicateFuture<'_> {
             let fails = self.fails;
             Box::pin(async move {
-                let confirmation: Confirmation = Box::pin(async move {
-                    if fails {
-                        Err("no quorum took the commands".to_string())
-                    } else {
-                        std::future::pending().await
-                    }
-                });
-                Ok(confirmation)
+                if fails {
+                    Err("no quorum took the commands".to_string())
+                } else {
+                    std::future::pending().await
+                }
             })
         }
-    }
-
-    /// A batch's size, and what confirms it.
-    type Gate = (usize, tokio::sync::oneshot::Sender<()>);
-
-    /// A cell's log whose batches the test confirms, one by one.
-    #[derive(Clone, Default)]
-    struct Gated {
-        submitted: Arc<std::sync::Mutex<Vec<Gate>>>,
-    }
-
-    impl Gated {
-        fn submitted(&self) -> Vec<usize> {
-            self.submitted.lock().unwrap().iter().map(|(n, _)| *n).collect()
-        }
-
-        fn confirm(&self, batch: usize) {
-            let (_, tx) = self.submitted.lock().unwrap().remove(batch);
-            tx.send(()).unwrap();
-        }
-    }
-
-    impl Replicate for Gated {
-        fn submit(&mut self, records: Vec<Record>) -> SubmitFuture<'_> {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            self.submitted.lock().unwrap().push((records.len(), tx));
-            Box::pin(async move {
-                let confirmation: Confirmation =
-                    Box::pin(async move { rx.await.map_err(|e| e.to_string()) });
-                Ok(confirmation)
-            })
-        }
-    }
-
-    fn command(ticket: u64) -> Record {
-        Record::Command {
-            now: crate::time::Millis::ZERO,
-            command: crate::state::Command::CancelWait {
-                key: "k".into(),
-                ticket,
-            },
-        }
-    }
-
-    async fn until_submitted(log: &Gated, batches: usize) {
-        let submitted = async {
-            while log.submitted().len() < batches {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), submitted)
-            .await
-            .expect("submitted in time");
-    }
-
-    // STORE-1, CELL-7: the next batch goes to the log without waiting for
-    // the one before to be durable, but nothing is reported durable before
-    // every batch before it is.
-    #[tokio::test]
-    async fn a_cell_master_pipelines_batches_and_reports_them_durable_in_order() {
-        let log = Gated::default();
-        let mut commit = Committer::replicated(Box::new(log.clone()), 0);
-        commit.append(command(1));
-        let (first, mut first_replies) = crate::reply::channel(1);
-        assert!(commit.reply(first, Ok(Response::Destroyed), None).is_none());
-        until_submitted(&log, 1).await;
-        commit.append(command(2));
-        commit.append(command(3));
-        let (second, mut second_replies) = crate::reply::channel(1);
-        assert!(commit.reply(second, Ok(Response::Destroyed), None).is_none());
-        until_submitted(&log, 2).await;
-        assert_eq!(log.submitted(), [1, 2], "the second batch did not wait");
-
-        // The second is confirmed first: nothing is durable yet.
-        log.confirm(1);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        commit.advance().unwrap();
-        assert!(first_replies.try_recv().is_err());
-        assert!(second_replies.try_recv().is_err());
-
-        log.confirm(0);
-        until_durable(&mut commit, 3).await;
-        commit.advance().unwrap();
-        assert!(first_replies.try_recv().is_ok());
-        assert!(second_replies.try_recv().is_ok());
     }
 
     fn code_of(replies: &mut mpsc::UnboundedReceiver<crate::reply::Reply>) -> ErrorCode {

@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use super::member::{first_frame, FirstFrame, Member, MemberConfig, MemberError};
 use super::network::Dialer;
 use super::{CellTypes, NodeId, Outcome, Proposal};
-use crate::commit::{Committer, Confirmation, Replicate, SubmitFuture};
+use crate::commit::{Committer, Replicate, ReplicateFuture};
 use crate::config::Config;
 use crate::connection;
 use crate::master::{self, MasterHandle};
@@ -439,7 +439,7 @@ struct CellWriter {
 }
 
 impl Replicate for CellWriter {
-    fn submit(&mut self, records: Vec<Record>) -> SubmitFuture<'_> {
+    fn replicate(&mut self, records: Vec<Record>) -> ReplicateFuture<'_> {
         Box::pin(async move {
             let mut proposals: Vec<Vec<(Millis, Command)>> = vec![Vec::new()];
             let mut bytes = 0;
@@ -458,40 +458,26 @@ impl Replicate for CellWriter {
                     .expect("one at least")
                     .push((now, command));
             }
-            // Each proposal is in the engine's hands, in order, before the
-            // next is made: the log keeps them in the order applied.
-            let mut taken = Vec::new();
             for commands in proposals.into_iter().filter(|p| !p.is_empty()) {
                 let proposal = Proposal::Commands {
                     epoch: self.epoch,
                     commands,
                 };
-                let receiver = self
-                    .raft
-                    .client_write_ff(proposal)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                taken.push(receiver);
-            }
-            let (epoch, patience) = (self.epoch, self.patience);
-            let confirmation: Confirmation = Box::pin(async move {
-                for receiver in taken {
-                    match tokio::time::timeout(patience, receiver).await {
-                        Ok(Ok(Ok(reply)))
-                            if reply.data == (Outcome::Commands { applied: true }) => {}
-                        Ok(Ok(Ok(_))) => {
-                            return Err(format!("epoch {epoch} is no longer the cell's"))
-                        }
-                        Ok(Ok(Err(e))) => return Err(e.to_string()),
-                        Ok(Err(_)) => return Err("the cell's engine stopped".to_string()),
-                        Err(_) => {
-                            return Err(format!("no quorum took the commands within {patience:?}"))
-                        }
+                match tokio::time::timeout(self.patience, self.raft.client_write(proposal)).await {
+                    Ok(Ok(reply)) if reply.data == (Outcome::Commands { applied: true }) => {}
+                    Ok(Ok(_)) => {
+                        return Err(format!("epoch {} is no longer the cell's", self.epoch))
+                    }
+                    Ok(Err(e)) => return Err(e.to_string()),
+                    Err(_) => {
+                        return Err(format!(
+                            "no quorum took the commands within {:?}",
+                            self.patience
+                        ))
                     }
                 }
-                Ok(())
-            });
-            Ok(confirmation)
+            }
+            Ok(())
         })
     }
 }
