@@ -69,6 +69,14 @@ pub(crate) async fn campaign(member: Member, stop: CancellationToken) {
                 }
                 () = tokio::time::sleep_until(at) => {}
             }
+            // A request accepted since the timer fired is one the leader
+            // counts towards its master lease: standing now would break
+            // the promise it made. Under the gate nothing more goes in
+            // before the election, which the engine takes in order.
+            let gate = member.gate.lock().await;
+            if *heard.borrow() != Some(last) {
+                continue;
+            }
             let state = member.raft.metrics().borrow().state;
             if state == ServerState::Follower {
                 info!(
@@ -80,6 +88,7 @@ pub(crate) async fn campaign(member: Member, stop: CancellationToken) {
                     return;
                 }
             }
+            drop(gate);
         }
         // Once per silence: the next campaign waits for a leader to be
         // heard again.

@@ -285,6 +285,14 @@ impl CellLog {
         })
     }
 
+    /// The id of the last entry written, or of the last purged if none
+    /// is left.
+    pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
+        let inner = self.image();
+        let last = inner.image.entries.values().next_back().map(|e| e.log_id);
+        last.or(inner.image.purged)
+    }
+
     /// Whether nothing was ever written: no entry, no vote, no purge.
     pub fn is_empty(&self) -> bool {
         let inner = self.image();

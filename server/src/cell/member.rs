@@ -112,6 +112,14 @@ pub struct Member {
     pub(crate) lease: Arc<MasterLease>,
     /// When this member last accepted a leader's request.
     pub(crate) heard: Arc<LeaderHeard>,
+    /// Held while a leader's request (or a vote) goes through the engine
+    /// and `heard` follows, and while a campaign checks `heard` and starts:
+    /// the engine takes requests in order, so a follower never stands
+    /// right after accepting a request the leader counts towards its
+    /// master lease (`campaign.rs`).
+    pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
+    /// The member's log, as the engine writes it.
+    pub(crate) log: CellLog,
     /// A data directory's lock, held while the member runs: one member
     /// per directory.
     _lock: Option<Arc<std::fs::File>>,
@@ -168,7 +176,7 @@ impl Member {
             config.id,
             Arc::new(raft_config),
             network,
-            log,
+            log.clone(),
             machine.clone(),
         )
         .await
@@ -191,6 +199,8 @@ impl Member {
             machine,
             lease,
             heard: Arc::new(LeaderHeard::new(None)),
+            gate: Arc::default(),
+            log,
             _lock: lock.map(Arc::new),
         })
     }

@@ -194,6 +194,7 @@ pub(crate) async fn serve<S: Served>(
         };
         let response = match request {
             PeerRequest::Append(rpc) => {
+                let _gate = member.gate.lock().await;
                 let response = raft.append_entries(rpc).await;
                 // Anything but a higher vote means the engine took the
                 // sender as its leader, and renewed the lease it grants it.
@@ -207,12 +208,18 @@ pub(crate) async fn serve<S: Served>(
             }
             PeerRequest::Vote(rpc) => {
                 let m = raft.metrics().borrow().clone();
-                let voter = may_campaign(m.membership_config.membership(), hello.from);
+                let voter = may_campaign(
+                    m.membership_config.membership(),
+                    hello.from,
+                    rpc.last_log_id.as_ref(),
+                    member.log.last_log_id().as_ref(),
+                );
                 if voter {
                     // A leader the engine lets vote for a rival steps
                     // down: its master stops before the vote can leave
                     // (CELL-6).
                     lease.yield_to(&rpc.vote);
+                    let _gate = member.gate.lock().await;
                     let response = raft.vote(rpc).await;
                     // A vote given is a leader to be heard from soon: not
                     // a silence to stand against (`campaign.rs`).
@@ -226,7 +233,16 @@ pub(crate) async fn serve<S: Served>(
                     PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
                 }
             }
-            PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
+            PeerRequest::Snapshot(rpc) => {
+                // A leader streaming a snapshot is a leader heard from,
+                // though the engine does not renew its lease with it.
+                let _gate = member.gate.lock().await;
+                let response = raft.install_snapshot(rpc).await;
+                if response.is_ok() {
+                    heard.send_replace(Some(tokio::time::Instant::now()));
+                }
+                PeerResponse::Snapshot(response)
+            }
         };
         if framed.send(Bytes::from(encode(&response))).await.is_err() {
             return;
@@ -234,9 +250,11 @@ pub(crate) async fn serve<S: Served>(
     }
 }
 
-/// Whether this member, holding `membership`, hears `candidate` ask for
-/// its vote (`CELL-9`): only a voter of the newest configuration it knows,
-/// the new one while a change is joint.
+/// Whether this member, holding `membership` and a log that ends at
+/// `ours`, hears `candidate` ask for its vote with a log that ends at
+/// `theirs` (`CELL-9`): a voter of the newest configuration it knows (the
+/// new one while a change is joint), or a voter of the old one only that
+/// holds entries this member lacks.
 ///
 /// A member removed (still running) or not yet added would otherwise
 /// depose the master with every request, for a vote no configuration
@@ -244,15 +262,22 @@ pub(crate) async fn serve<S: Served>(
 /// joint configuration must not give its vote to the removed member: the
 /// members that hold the new configuration refuse it, so it can never win,
 /// yet each higher term it asks at would take that vote from every
-/// rightful candidate, and the cell would have no master at all.
+/// rightful candidate, and the cell would have no master at all. While the
+/// change is still joint, though, the member being removed may be the one
+/// that holds entries the others lack, and then only it can be elected
+/// and finish the change: it is heard.
 pub(crate) fn may_campaign(
     membership: &openraft::Membership<NodeId, BasicNode>,
     candidate: NodeId,
+    theirs: Option<&openraft::LogId<NodeId>>,
+    ours: Option<&openraft::LogId<NodeId>>,
 ) -> bool {
-    membership
-        .get_joint_config()
+    let configs = membership.get_joint_config();
+    let newest = configs
         .last()
-        .is_some_and(|voters| voters.contains(&candidate))
+        .is_some_and(|voters| voters.contains(&candidate));
+    let older = configs.iter().any(|voters| voters.contains(&candidate));
+    newest || (older && theirs > ours)
 }
 
 /// Makes the connections openraft asks for.
@@ -447,7 +472,7 @@ impl RaftNetwork<CellTypes> for PeerClient {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use openraft::{BasicNode, Membership};
+    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership};
 
     use super::may_campaign;
     use crate::cell::NodeId;
@@ -465,16 +490,31 @@ mod tests {
         Membership::new(configs, nodes)
     }
 
-    // CELL-9
-    #[test]
-    fn a_voter_may_ask_for_votes() {
-        assert!(may_campaign(&membership(&[&[1, 2, 3]]), 2));
+    fn at(term: u64, index: u64) -> Option<LogId<NodeId>> {
+        Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    fn heard(membership: &Membership<NodeId, BasicNode>, candidate: NodeId) -> bool {
+        may_campaign(membership, candidate, at(2, 7).as_ref(), at(2, 7).as_ref())
     }
 
     // CELL-9
     #[test]
+    fn a_voter_may_ask_for_votes() {
+        assert!(heard(&membership(&[&[1, 2, 3]]), 2));
+    }
+
+    // CELL-9: not even with a longer log.
+    #[test]
     fn a_member_outside_the_configuration_may_not_ask_for_votes() {
-        assert!(!may_campaign(&membership(&[&[1, 2, 3]]), 4));
+        let cell = membership(&[&[1, 2, 3]]);
+        assert!(!heard(&cell, 4));
+        assert!(!may_campaign(
+            &cell,
+            4,
+            at(3, 9).as_ref(),
+            at(2, 7).as_ref()
+        ));
     }
 
     // CELL-9: the voter being removed may not depose the master, nor take
@@ -482,16 +522,41 @@ mod tests {
     #[test]
     fn during_a_removal_the_removed_voter_may_not_ask_for_votes() {
         let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
-        assert!(!may_campaign(&joint, 3));
+        assert!(!heard(&joint, 3));
         for id in [1, 2, 4] {
-            assert!(may_campaign(&joint, id), "voter {id} of both");
+            assert!(heard(&joint, id), "voter {id} of both");
         }
+    }
+
+    // CELL-9: while the change is joint, the member being removed may hold
+    // entries no other survivor has; only it can then finish the change.
+    #[test]
+    fn during_a_removal_the_removed_voter_with_entries_others_lack_is_heard() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 3]]);
+        assert!(may_campaign(
+            &joint,
+            4,
+            at(2, 8).as_ref(),
+            at(2, 7).as_ref()
+        ));
+        assert!(may_campaign(
+            &joint,
+            4,
+            at(3, 7).as_ref(),
+            at(2, 7).as_ref()
+        ));
+        assert!(!may_campaign(
+            &joint,
+            4,
+            at(2, 6).as_ref(),
+            at(2, 7).as_ref()
+        ));
     }
 
     // CELL-9
     #[test]
     fn during_an_addition_the_added_voter_may_ask_for_votes() {
         let joint = membership(&[&[1, 2, 3], &[1, 2, 3, 4]]);
-        assert!(may_campaign(&joint, 4));
+        assert!(heard(&joint, 4));
     }
 }
