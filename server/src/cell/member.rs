@@ -11,7 +11,6 @@ use futures::StreamExt;
 use openraft::{BasicNode, Raft};
 use tokio_util::codec::Framed;
 
-use super::campaign::LeaderHeard;
 use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
@@ -110,14 +109,6 @@ pub struct Member {
     pub(crate) raft: Raft<CellTypes>,
     pub(crate) machine: CellMachine,
     pub(crate) lease: Arc<MasterLease>,
-    /// When this member last accepted a leader's request.
-    pub(crate) heard: Arc<LeaderHeard>,
-    /// Held while a leader's request (or a vote) goes through the engine
-    /// and `heard` follows, and while a campaign checks `heard` and starts:
-    /// the engine takes requests in order, so a follower never stands
-    /// right after accepting a request the leader counts towards its
-    /// master lease (`campaign.rs`).
-    pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
     /// The member's log, as the engine writes it.
     pub(crate) log: CellLog,
     /// A data directory's lock, held while the member runs: one member
@@ -198,8 +189,6 @@ impl Member {
             raft,
             machine,
             lease,
-            heard: Arc::new(LeaderHeard::new(None)),
-            gate: Arc::default(),
             log,
             _lock: lock.map(Arc::new),
         })

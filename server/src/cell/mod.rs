@@ -15,8 +15,6 @@
 //! - `frame.rs`: the length-prefixed frames members and tools exchange.
 //! - `member.rs`: one member: its data directory, its Raft, its peers.
 //! - `lease.rs`: the master lease, kept from the followers' answers.
-//! - `campaign.rs`: standing for election as soon as the leader's
-//!   lease on the voters has run out.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
 //! - `status.rs`: what a member says of itself, for `leasehold cell status`.
 //! - `membership.rs`: adding and removing members, through joint
@@ -35,7 +33,6 @@ use serde::{Deserialize, Serialize};
 use crate::state::Command;
 use crate::time::Millis;
 
-mod campaign;
 mod frame;
 mod lease;
 mod log;

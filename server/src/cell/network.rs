@@ -163,7 +163,7 @@ pub(crate) async fn serve<S: Served>(
         &member.config.secret,
         member.config.id,
     );
-    let (raft, lease, heard) = (&member.raft, &member.lease, &member.heard);
+    let (raft, lease) = (&member.raft, &member.lease);
     let refusal = if !same_secret(&hello.secret, secret) {
         // Neither secret goes in the message.
         Some("the peer did not present this cell's secret".to_string())
@@ -193,19 +193,7 @@ pub(crate) async fn serve<S: Served>(
             }
         };
         let response = match request {
-            PeerRequest::Append(rpc) => {
-                let _gate = member.gate.lock().await;
-                let response = raft.append_entries(rpc).await;
-                // Anything but a higher vote means the engine took the
-                // sender as its leader, and renewed the lease it grants it.
-                if response
-                    .as_ref()
-                    .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
-                {
-                    heard.send_replace(Some(tokio::time::Instant::now()));
-                }
-                PeerResponse::Append(response)
-            }
+            PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
             PeerRequest::Vote(rpc) => {
                 let m = raft.metrics().borrow().clone();
                 let voter = may_campaign(
@@ -219,30 +207,14 @@ pub(crate) async fn serve<S: Served>(
                     // down: its master stops before the vote can leave
                     // (CELL-6).
                     lease.yield_to(&rpc.vote);
-                    let _gate = member.gate.lock().await;
-                    let response = raft.vote(rpc).await;
-                    // A vote given is a leader to be heard from soon: not
-                    // a silence to stand against (`campaign.rs`).
-                    if response.as_ref().is_ok_and(|r| r.vote_granted) {
-                        heard.send_replace(Some(tokio::time::Instant::now()));
-                    }
-                    PeerResponse::Vote(response)
+                    PeerResponse::Vote(raft.vote(rpc).await)
                 } else {
                     // See `may_campaign`: a vote for it would never make a
                     // master, and a request must not depose one (CELL-9).
                     PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
                 }
             }
-            PeerRequest::Snapshot(rpc) => {
-                // A leader streaming a snapshot is a leader heard from,
-                // though the engine does not renew its lease with it.
-                let _gate = member.gate.lock().await;
-                let response = raft.install_snapshot(rpc).await;
-                if response.is_ok() {
-                    heard.send_replace(Some(tokio::time::Instant::now()));
-                }
-                PeerResponse::Snapshot(response)
-            }
+            PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
         };
         if framed.send(Bytes::from(encode(&response))).await.is_err() {
             return;

@@ -90,7 +90,6 @@ pub async fn serve_member<L: Listener>(
     let (role_tx, role) = watch::channel(Role::Follower { master: None });
     let stop = CancellationToken::new();
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
-    let campaigning = tokio::spawn(super::campaign::campaign(member.clone(), stop.clone()));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
     // Refusals are bounded, as a single master's are (`CONN-8`).
@@ -142,7 +141,6 @@ pub async fn serve_member<L: Listener>(
     info!("member shutting down");
     stop.cancel();
     let _ = leading.await;
-    let _ = campaigning.await;
     tasks.abort_all();
     member.shutdown().await;
 }
