@@ -18,7 +18,9 @@
 //! anyway. A member that restarts with an older commit point applies less
 //! until the leader tells it more, which is safe because a follower serves
 //! nobody and a new master takes an epoch through the log (committing
-//! everything before it) before it serves. The file lives on the member's [`Volume`]: a data directory,
+//! everything before it) before it serves.
+//!
+//! The file lives on the member's [`Volume`]: a data directory,
 //! whose I/O runs on tokio's blocking pool so that an fsync never stalls
 //! the runtime serving clients, or memory a simulation crashes.
 
