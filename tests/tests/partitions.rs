@@ -124,9 +124,10 @@ fn the_same_seed_gives_a_byte_identical_trace() {
 
 // CELL-3: openraft's elections, seeded, keep a cell's run as
 // deterministic as a single master's: a seed replays to the same bytes.
-// Each replay is its own process, as `leasehold-sim run` is: runs of a
-// cell on several threads of one process at once have been seen to part
-// ways, so a replay is not shared with the other tests here.
+// Each replay is its own process, as `leasehold-sim run` and each seed of
+// a sweep are: tokio counts tasks for the whole process, and runs on other
+// threads of it would move the count under this one
+// (`sim::world::align_task_ids`).
 #[test]
 fn a_cells_seed_replays_to_a_byte_identical_trace() {
     let dir = std::env::temp_dir().join(format!("leasehold-cell-replay-{}", std::process::id()));

@@ -132,7 +132,8 @@ enum Command {
         #[arg(long, default_value = ".")]
         out: PathBuf,
     },
-    /// Runs many seeds in parallel; stops at the first violation.
+    /// Runs many seeds in parallel, each in a process of its own (see
+    /// `Seed`); stops at the first violation.
     Sweep {
         #[arg(long)]
         scenario: String,
@@ -145,6 +146,18 @@ enum Command {
         /// Parallel runs (default: one per core).
         #[arg(long)]
         jobs: Option<usize>,
+    },
+    /// Runs one seed and prints its report only if it failed: a sweep's
+    /// unit of work. Runs sharing a process would share tokio's task
+    /// counter, and a run's course depends on it (`sim::align_task_ids`).
+    #[command(hide = true)]
+    Seed {
+        #[arg(long)]
+        scenario: String,
+        #[arg(long)]
+        seed: u64,
+        #[command(flatten)]
+        knobs: Knobs,
     },
 }
 
@@ -193,6 +206,20 @@ fn main() -> ExitCode {
             knobs,
             jobs,
         } => scenario(&name).map(|s| sweep(s, first_seed, seeds, &knobs, jobs)),
+        Command::Seed {
+            scenario: name,
+            seed,
+            knobs,
+        } => scenario(&name).map(|s| {
+            let run = sim::run(s, seed, knobs.settings());
+            let report = check::all(&run);
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                say!("{}", report.summary(&run).trim_end());
+                ExitCode::FAILURE
+            }
+        }),
     };
     result.unwrap_or_else(|code| code)
 }
@@ -258,14 +285,12 @@ fn sweep(
                     if seed >= end {
                         return;
                     }
-                    let run = sim::run(scenario, seed, knobs.settings());
-                    let report = check::all(&run);
-                    if !report.passed() {
+                    if let Err(summary) = run_apart(scenario, seed, knobs) {
                         stop.store(true, Ordering::Release);
                         let mut failure = failure.lock().unwrap();
                         // The lowest failing seed, so the replay is stable.
                         if failure.as_ref().is_none_or(|(s, _)| seed < *s) {
-                            *failure = Some((seed, report.summary(&run)));
+                            *failure = Some((seed, summary));
                         }
                         return;
                     }
@@ -300,4 +325,25 @@ fn sweep(
             ExitCode::SUCCESS
         }
     }
+}
+
+/// Runs one seed in a child process: the report if it failed.
+fn run_apart(scenario: &sim::Scenario, seed: u64, knobs: &Knobs) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let output = std::process::Command::new(me)
+        .args(["seed", "--scenario", scenario.name, "--seed"])
+        .arg(seed.to_string())
+        .args(knobs.flags().split_whitespace())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run seed {seed}: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    Err(if report.trim().is_empty() {
+        format!("seed {seed} ended with {} and no report", output.status)
+    } else {
+        report
+    })
 }

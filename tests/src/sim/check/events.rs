@@ -41,33 +41,61 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let mut gone_since: Option<u64> = None;
     let mut jeopardy: Option<u64> = None;
     let lease = run.settings.lease.as_millis() as u64;
-    // The start of the fault cutting the watcher off, if one is in force,
-    // and the instant the master last crashed (or the watcher's cut began,
-    // if earlier): a fail-over loses what the old master had not delivered.
+    // The start of the fault cutting the watcher off, kept after the fault
+    // ends until the master has answered one of its KeepAlives: till then
+    // the master still holds the events queued during the cut.
     let mut watcher_cut: Option<u64> = None;
-    let mut crashed = 0;
+    let mut cut_ended: Option<u64> = None;
+    let mut session: Option<&str> = None;
+    // A change of master loses what the old one had not delivered (`FO-6`):
+    // from the earliest change not yet reported to the watcher, or from
+    // the start of its cut if one was in force.
+    let mut lost_from: Option<u64> = None;
     let mut total = 0;
     for e in &run.entries {
-        if let What::Fault { fault, .. } = &e.what {
-            if e.who == "watch" && (fault.starts_with("partition") || fault == "hold") {
-                watcher_cut = Some(e.at);
-            } else if e.who == "watch" {
-                watcher_cut = None;
-            } else if fault == "crash" {
-                crashed = watcher_cut.map_or(e.at, |cut| cut.min(e.at));
+        let from_here = watcher_cut.unwrap_or(e.at);
+        match &e.what {
+            What::Fault { fault, .. } if e.who == "watch" => {
+                if fault.starts_with("partition") || fault == "hold" {
+                    watcher_cut = Some(watcher_cut.unwrap_or(e.at));
+                    cut_ended = None;
+                } else if watcher_cut.is_some() {
+                    cut_ended = Some(e.at);
+                }
             }
+            What::Fault { fault, .. } if fault == "crash" => {
+                lost_from = Some(lost_from.map_or(from_here, |f| f.min(from_here)));
+            }
+            What::Serving { .. } => {
+                lost_from = Some(lost_from.map_or(from_here, |f| f.min(from_here)));
+            }
+            What::Lease {
+                session: s, why, ..
+            } if why == "keepalive"
+                && session == Some(s.as_str())
+                && cut_ended.is_some_and(|ended| e.at > ended) =>
+            {
+                watcher_cut = None;
+                cut_ended = None;
+            }
+            _ => {}
         }
         if e.who != "watch" {
             continue;
         }
         match &e.what {
+            What::SessionStarted { session: s } => session = Some(s),
             What::Subscribed { .. } => {
                 if let Some(since) = gone_since.take() {
                     holes.push((since, e.at + RESUBSCRIBE));
                 }
                 last_heard = e.at;
+                lost_from = None;
             }
-            What::EventsLost => holes.push((last_heard.min(crashed), e.at + RESUBSCRIBE)),
+            What::EventsLost => {
+                let from = last_heard.min(lost_from.take().unwrap_or(from_here));
+                holes.push((from.min(from_here), e.at + RESUBSCRIBE));
+            }
             What::State { state, .. } => match state.as_str() {
                 "jeopardy" => jeopardy = Some(e.at),
                 "normal" => jeopardy = None,

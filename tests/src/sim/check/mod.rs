@@ -281,6 +281,50 @@ pub(crate) mod tests {
         assert!(events::check(&run_of(entries)).1.is_empty());
     }
 
+    // EV-4: a notice excuses what was not yet delivered, not a gap behind
+    // an event the watcher had already heard.
+    #[test]
+    fn a_gap_before_an_event_heard_is_not_excused_by_a_later_notice() {
+        let mut entries = vec![subscribed(0)];
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(put(2, 20, B, "2"));
+        entries.push(event(23, B));
+        entries.push((30, "watch", What::EventsLost));
+        assert_eq!(events::check(&run_of(entries)).1.len(), 1);
+    }
+
+    /// The watcher is held from 100 to 200 while two writes are made; at
+    /// the release one event arrives, late, and a new master serves soon
+    /// after.
+    fn held_then_new_master(answered_after_release: bool) -> Run {
+        let mut entries = vec![started(0, "watch"), subscribed(1)];
+        entries.push(fault(100, "watch", "hold"));
+        entries.extend(put(1, 110, A, "1"));
+        entries.extend(put(2, 120, B, "2"));
+        entries.push(fault(200, "watch", "release"));
+        entries.push(event(200, A));
+        if answered_after_release {
+            entries.push(lease(205, "s", 4205));
+        }
+        entries.push((210, "m2", What::Serving { epoch: 2 }));
+        entries.push((300, "watch", What::EventsLost));
+        run_of(entries)
+    }
+
+    // FO-6: a change of master loses the events the old master still held
+    // for a watcher it had been cut off from, even once the cut has ended.
+    #[test]
+    fn events_held_by_a_cut_may_be_lost_to_a_new_master_after_the_cut_ends() {
+        assert!(events::check(&held_then_new_master(false)).1.is_empty());
+    }
+
+    // FO-6: once the master has answered the watcher after a cut, what it
+    // held was delivered, and a later change of master does not excuse it.
+    #[test]
+    fn events_delivered_before_a_change_of_master_must_all_be_heard() {
+        assert_eq!(events::check(&held_then_new_master(true)).1.len(), 1);
+    }
+
     #[test]
     fn a_final_read_older_than_an_acknowledged_write_is_a_loss() {
         let mut entries = Vec::new();
