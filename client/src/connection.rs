@@ -13,7 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use leasehold_protocol::{ClientFrame, FrameCodec, Hello, Request, Response, ServerFrame, Welcome};
+use leasehold_protocol::{
+    keepalive_all_limit, ClientFrame, FrameCodec, Hello, KeepAlive, Request, Response, ServerFrame,
+    Welcome,
+};
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -31,11 +34,15 @@ type ReplyTx = oneshot::Sender<Result<(Response, Instant), ClientError>>;
 /// requests fill (`CONN-3`).
 type Outgoing = (Request, ReplyTx, Option<OwnedSemaphorePermit>);
 type Codec = FrameCodec<ServerFrame, ClientFrame>;
+/// A request as it is written: one frame, and whoever waits for its reply.
+type Framed = (Request, Waiter, Option<OwnedSemaphorePermit>);
 type Pending = Arc<Mutex<PendingRequests>>;
 
 /// Requests written before a flush at most; the codec also flushes on its
 /// own whenever its buffer fills.
 const WRITE_BATCH: usize = 64;
+/// Requests a connection queues for its writer.
+const QUEUE: usize = 256;
 /// How often a connection with no handles left looks for abandoned requests.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
 /// How long a closing connection waits for its last write and for the server
@@ -46,9 +53,9 @@ static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Default)]
 struct PendingRequests {
-    /// Each request's reply channel, its in-flight permit, and when it was
+    /// Each request's reply channels, its in-flight permit, and when it was
     /// written to the socket.
-    replies: BTreeMap<u64, (ReplyTx, Option<OwnedSemaphorePermit>, Instant)>,
+    replies: BTreeMap<u64, (Waiter, Option<OwnedSemaphorePermit>, Instant)>,
     /// Set once the connection has failed; later requests fail at once.
     failed: bool,
 }
@@ -134,7 +141,9 @@ impl Connection {
             .map_err(|_| ClientError::Timeout(handshake_timeout))??;
         let pending: Pending = Arc::default();
         let heard = Heard::default();
-        let (requests, queue) = mpsc::channel(256);
+        let (requests, queue) = mpsc::channel(QUEUE);
+        let probes_per_frame =
+            keepalive_all_limit(max_frame.min(welcome.limits.max_frame as usize));
         let (reader_done, reader_stopped) = oneshot::channel();
         let reading = tokio::spawn(read_replies(
             reader,
@@ -146,6 +155,7 @@ impl Connection {
         tokio::spawn(write_requests(
             writer,
             queue,
+            probes_per_frame,
             pending,
             reader_stopped,
             reading,
@@ -209,6 +219,7 @@ impl Connection {
 async fn write_requests(
     mut writer: FramedWrite<WriteHalf<BoxTransport>, Codec>,
     mut queue: mpsc::Receiver<Outgoing>,
+    probes_per_frame: usize,
     pending: Pending,
     mut reader_stopped: oneshot::Receiver<()>,
     reading: tokio::task::JoinHandle<()>,
@@ -228,24 +239,32 @@ async fn write_requests(
                 Some(first) => {
                     // Requests queued behind this one go out in the same
                     // write: under load, one system call carries many.
-                    let mut next = Some(first);
-                    let mut batch = 0;
-                    while let Some((body, reply, permit)) = next {
+                    let mut queued = vec![first];
+                    while queued.len() < QUEUE {
+                        match queue.try_recv() {
+                            Ok(next) => queued.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    for (batch, (body, waiter, permit)) in
+                        coalesce(queued, probes_per_frame).into_iter().enumerate()
+                    {
                         let id = next_id;
                         next_id += 1;
                         {
                             let mut pending = lock(&pending);
                             if pending.failed {
-                                let _ = reply.send(Err(ClientError::Disconnected));
-                                break;
+                                waiter.fail(|| ClientError::Disconnected);
+                                continue;
                             }
-                            pending.replies.insert(id, (reply, permit, clock.now()));
+                            pending.replies.insert(id, (waiter, permit, clock.now()));
                         }
                         if writer.feed(ClientFrame::Request { id, body }).await.is_err() {
                             break 'writing;
                         }
-                        batch += 1;
-                        next = if batch < WRITE_BATCH { queue.try_recv().ok() } else { None };
+                        if (batch + 1) % WRITE_BATCH == 0 && writer.flush().await.is_err() {
+                            break 'writing;
+                        }
                     }
                     if writer.flush().await.is_err() {
                         break;
@@ -255,7 +274,7 @@ async fn write_requests(
             },
             _ = prune.tick(), if handles_gone => {
                 let mut pending = lock(&pending);
-                pending.replies.retain(|_, (reply, _, _)| !reply.is_closed());
+                pending.replies.retain(|_, (waiter, _, _)| !waiter.is_closed());
                 if pending.replies.is_empty() {
                     break;
                 }
@@ -289,8 +308,8 @@ async fn read_replies(
         heard.frame_at(clock.now());
         match frame {
             Some(Ok(ServerFrame::Reply { id, body })) => {
-                if let Some((reply, _permit, sent)) = lock(&pending).replies.remove(&id) {
-                    let _ = reply.send(body.map(|r| (r, sent)).map_err(ClientError::Server));
+                if let Some((waiter, _permit, sent)) = lock(&pending).replies.remove(&id) {
+                    waiter.answer(body, sent);
                 }
             }
             Some(Ok(ServerFrame::Close(e))) => break Some(e),
@@ -306,17 +325,254 @@ async fn read_replies(
 fn fail_all(pending: &Pending, failure: Option<leasehold_protocol::Error>) {
     let mut pending = lock(pending);
     pending.failed = true;
-    for (_, (reply, _permit, _sent)) in std::mem::take(&mut pending.replies) {
-        let error = match &failure {
+    for (_, (waiter, _permit, _sent)) in std::mem::take(&mut pending.replies) {
+        waiter.fail(|| match &failure {
             // Written, so the master may have carried them out before it
             // closed.
             Some(e) => ClientError::Interrupted(e.clone()),
             None => ClientError::Disconnected,
-        };
-        let _ = reply.send(Err(error));
+        });
     }
 }
 
 fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, PendingRequests> {
     pending.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Who waits for a frame's reply: one request, or the KeepAlives that went
+/// out together as one KeepAliveAll.
+enum Waiter {
+    One(ReplyTx),
+    KeepAlives(Vec<ReplyTx>),
+}
+
+impl Waiter {
+    /// Hands each waiter its answer: a KeepAliveAll's, session by session,
+    /// as the answer to its own KeepAlive (`KA-10`).
+    fn answer(self, body: Result<Response, leasehold_protocol::Error>, sent: Instant) {
+        match self {
+            Waiter::One(reply) => {
+                let _ = reply.send(body.map(|r| (r, sent)).map_err(ClientError::Server));
+            }
+            Waiter::KeepAlives(replies) => match body {
+                Ok(Response::KeepAliveAll { answers }) if answers.len() == replies.len() => {
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let answer = answer
+                            .map(|grant| (Response::from(grant), sent))
+                            .map_err(ClientError::Server);
+                        let _ = reply.send(answer);
+                    }
+                }
+                Ok(other) => {
+                    let why = format!(
+                        "a KeepAliveAll for {} sessions was answered with {other:?}",
+                        replies.len()
+                    );
+                    for reply in replies {
+                        let _ = reply.send(Err(ClientError::Protocol(why.clone())));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(ClientError::Server(e.clone())));
+                    }
+                }
+            },
+        }
+    }
+
+    fn fail(self, error: impl Fn() -> ClientError) {
+        match self {
+            Waiter::One(reply) => {
+                let _ = reply.send(Err(error()));
+            }
+            Waiter::KeepAlives(replies) => {
+                for reply in replies {
+                    let _ = reply.send(Err(error()));
+                }
+            }
+        }
+    }
+
+    /// Whether nobody waits any more.
+    fn is_closed(&self) -> bool {
+        match self {
+            Waiter::One(reply) => reply.is_closed(),
+            Waiter::KeepAlives(replies) => replies.iter().all(|r| r.is_closed()),
+        }
+    }
+}
+
+/// The frames that carry `queued`: KeepAlives asking for an answer at once
+/// go together, up to `per_frame` in one KeepAliveAll, when more than one
+/// waits (after a reconnection or a fail-over, every session's does), so
+/// the master renews them all in one turn (`KA-10`). The rest go as they
+/// came, after them.
+fn coalesce(queued: Vec<Outgoing>, per_frame: usize) -> Vec<Framed> {
+    let probe = |request: &Request| matches!(request, Request::KeepAlive(ka) if !ka.hold);
+    let probes = queued.iter().filter(|(r, _, _)| probe(r)).count();
+    if probes < 2 {
+        return queued
+            .into_iter()
+            .map(|(request, reply, permit)| (request, Waiter::One(reply), permit))
+            .collect();
+    }
+    let mut frames = Vec::new();
+    let mut rest = Vec::new();
+    let mut group: (Vec<KeepAlive>, Vec<ReplyTx>) = (Vec::new(), Vec::new());
+    for (request, reply, permit) in queued {
+        match request {
+            Request::KeepAlive(ka) if !ka.hold => {
+                group.0.push(ka);
+                group.1.push(reply);
+                if group.0.len() == per_frame.max(1) {
+                    frames.push(keepalive_all(std::mem::take(&mut group)));
+                }
+            }
+            other => rest.push((other, Waiter::One(reply), permit)),
+        }
+    }
+    if !group.0.is_empty() {
+        frames.push(keepalive_all(group));
+    }
+    frames.extend(rest);
+    frames
+}
+
+/// One frame for `keepalives`: a plain KeepAlive when there is one.
+fn keepalive_all((mut keepalives, mut replies): (Vec<KeepAlive>, Vec<ReplyTx>)) -> Framed {
+    if keepalives.len() == 1 {
+        let (ka, reply) = (keepalives.remove(0), replies.remove(0));
+        return (Request::KeepAlive(ka), Waiter::One(reply), None);
+    }
+    (
+        Request::KeepAliveAll(keepalives),
+        Waiter::KeepAlives(replies),
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_protocol::{
+        Error, ErrorCode, KeepAliveGrant, LeaseGrant, SessionSecret, SessionToken,
+    };
+
+    use super::*;
+
+    fn keepalive(n: u128, hold: bool) -> Request {
+        Request::KeepAlive(KeepAlive {
+            session: SessionToken {
+                id: uuid::Uuid::from_u128(n),
+                secret: SessionSecret::from_bytes([0; 16]),
+            },
+            epoch: 1,
+            acked_seq: 0,
+            hold,
+        })
+    }
+
+    type Answer = oneshot::Receiver<Result<(Response, Instant), ClientError>>;
+
+    fn queued(requests: Vec<Request>) -> (Vec<Outgoing>, Vec<Answer>) {
+        requests
+            .into_iter()
+            .map(|request| {
+                let (tx, rx) = oneshot::channel();
+                ((request, tx, None), rx)
+            })
+            .unzip()
+    }
+
+    /// What each frame carries: `n` for a KeepAliveAll of n, "ka" for
+    /// a KeepAlive, "other" for anything else.
+    fn shapes(frames: &[Framed]) -> Vec<String> {
+        frames
+            .iter()
+            .map(|(request, _, _)| match request {
+                Request::KeepAliveAll(all) => all.len().to_string(),
+                Request::KeepAlive(_) => "ka".into(),
+                _ => "other".into(),
+            })
+            .collect()
+    }
+
+    // KA-10
+    #[test]
+    fn unheld_keepalives_waiting_together_go_as_one_keepalive_all() {
+        let list = Request::ListChecks {
+            after: None,
+            limit: 0,
+        };
+        let (out, _answers) = queued(vec![
+            keepalive(1, false),
+            list,
+            keepalive(2, true),
+            keepalive(3, false),
+        ]);
+        assert_eq!(shapes(&coalesce(out, 100)), ["2", "other", "ka"]);
+    }
+
+    // KA-10
+    #[test]
+    fn a_lone_unheld_keepalive_goes_as_it_came() {
+        let (out, _answers) = queued(vec![keepalive(1, false), keepalive(2, true)]);
+        assert_eq!(shapes(&coalesce(out, 100)), ["ka", "ka"]);
+    }
+
+    // KA-10: never more sessions in one request than the limit.
+    #[test]
+    fn unheld_keepalives_past_the_limit_go_in_several_requests() {
+        let (out, _answers) = queued((0..7).map(|n| keepalive(n, false)).collect());
+        assert_eq!(shapes(&coalesce(out, 3)), ["3", "3", "ka"]);
+    }
+
+    // KA-10: each session's KeepAlive gets its own answer, refusals included.
+    #[tokio::test]
+    async fn each_keepalive_of_a_keepalive_all_gets_its_own_answer() {
+        let (out, answers) = queued(vec![keepalive(1, false), keepalive(2, false)]);
+        let (_, waiter, _) = coalesce(out, 100).pop().expect("one frame");
+        let grant = KeepAliveGrant {
+            epoch: 4,
+            lease: LeaseGrant {
+                remaining_ms: 9_000,
+                held_ms: 0,
+            },
+            events: Vec::new(),
+        };
+        let gone = Error::new(ErrorCode::SessionExpired, "expired");
+        let reply = Response::KeepAliveAll {
+            answers: vec![Ok(grant), Err(gone)],
+        };
+        waiter.answer(Ok(reply), Instant::now());
+        let mut answers = answers.into_iter();
+        match answers.next().unwrap().await.unwrap() {
+            Ok((Response::KeepAlive { epoch: 4, .. }, _)) => {}
+            other => panic!("expected a renewal, got {other:?}"),
+        }
+        let refused = answers.next().unwrap().await.unwrap();
+        assert_eq!(
+            refused.err().and_then(|e| e.code()),
+            Some(ErrorCode::SessionExpired)
+        );
+    }
+
+    // KA-10: an answer of the wrong shape fails every KeepAlive it carried.
+    #[tokio::test]
+    async fn a_keepalive_all_answered_with_the_wrong_count_fails_each_keepalive() {
+        let (out, answers) = queued(vec![keepalive(1, false), keepalive(2, false)]);
+        let (_, waiter, _) = coalesce(out, 100).pop().expect("one frame");
+        waiter.answer(
+            Ok(Response::KeepAliveAll {
+                answers: Vec::new(),
+            }),
+            Instant::now(),
+        );
+        for answer in answers {
+            assert!(matches!(
+                answer.await.unwrap(),
+                Err(ClientError::Protocol(_))
+            ));
+        }
+    }
 }

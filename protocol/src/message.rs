@@ -13,7 +13,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -284,6 +284,19 @@ pub enum Request {
         /// At most this many; 0: the server's page size.
         limit: u32,
     },
+    /// Keep several sessions alive in one request, each answered at once
+    /// whatever its `hold` (`KA-10`): what a client sends for the sessions
+    /// it must renew together, after a reconnection or a fail-over. At
+    /// most [`keepalive_all_limit`] of them.
+    KeepAliveAll(Vec<KeepAlive>),
+}
+
+/// The most sessions one [`Request::KeepAliveAll`] may name on a
+/// connection whose frames are at most `max_frame` bytes (`KA-10`): few
+/// enough that the answer fits a frame, with room for a short refusal for
+/// each.
+pub fn keepalive_all_limit(max_frame: usize) -> usize {
+    (max_frame / 128).clamp(1, 1024)
 }
 
 /// Take a node's lock (`LOCK-2`, `LOCK-3`).
@@ -472,6 +485,35 @@ pub enum Response {
         /// Whether more follow.
         more: bool,
     },
+    /// The answer to a [`Request::KeepAliveAll`]: one per session it named,
+    /// in its order (`KA-10`).
+    KeepAliveAll {
+        /// Each session's renewal, or why it was refused.
+        answers: Vec<Result<KeepAliveGrant, Error>>,
+    },
+}
+
+/// One session's answer in a [`Response::KeepAliveAll`]: what
+/// [`Response::KeepAlive`] carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeepAliveGrant {
+    /// The master's epoch.
+    pub epoch: u64,
+    /// The lease granted.
+    pub lease: LeaseGrant,
+    /// Events not yet acknowledged, oldest first; the rest follow on the
+    /// session's next KeepAlive, answered at once while any wait.
+    pub events: Vec<Event>,
+}
+
+impl From<KeepAliveGrant> for Response {
+    fn from(grant: KeepAliveGrant) -> Self {
+        Response::KeepAlive {
+            epoch: grant.epoch,
+            lease: grant.lease,
+            events: grant.events,
+        }
+    }
 }
 
 /// A health check as a reply carries it.

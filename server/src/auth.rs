@@ -45,7 +45,7 @@ impl Master {
         }
     }
 
-    fn check_token(&self, token: &SessionToken) -> Result<(), Error> {
+    pub(crate) fn check_token(&self, token: &SessionToken) -> Result<(), Error> {
         match self.state.session(token.id) {
             Some(session) if !session.secret.matches(&token.secret) => Err(denied(format!(
                 "the secret does not match session {}: only its creator may act for it",

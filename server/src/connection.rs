@@ -295,8 +295,9 @@ async fn requests<S: AsyncRead>(
             Err(e) => return Some(codec_error(e)),
         };
         // KeepAlives are not counted against the in-flight limit: at most
-        // one is held per session, so sessions bound them (`CONN-3`).
-        let counted = !matches!(request, Request::KeepAlive(_));
+        // one is held per session, so sessions bound them, and a
+        // KeepAliveAll is answered at once (`CONN-3`).
+        let counted = !matches!(request, Request::KeepAlive(_) | Request::KeepAliveAll(_));
         if counted && flow.limited.load(Ordering::Acquire) >= config.max_in_flight {
             let refusal = Err(Error::new(
                 ErrorCode::LimitReached,

@@ -153,7 +153,7 @@ pub(crate) struct Events {
 
 /// A bound on an event's encoded size: its keys, and a generous allowance
 /// for the rest (ids, sequence number, tags).
-fn encoded_size(event: &Event) -> usize {
+pub(crate) fn encoded_size(event: &Event) -> usize {
     encoded_size_of(&event.kind)
 }
 
@@ -215,9 +215,17 @@ impl Events {
     }
 
     /// The oldest unacknowledged events, for a KeepAlive reply (`EV-3`):
-    /// at most 256, and past the first no more than `budget` bytes, so the
-    /// reply always fits a frame and the queue always drains.
-    pub(crate) fn pending(&self, session: SessionId, budget: usize) -> Vec<Event> {
+    /// at most 256, and no more than `budget` bytes, so the reply always
+    /// fits a frame. The first is taken even if it alone is over the
+    /// budget when `first_regardless`, so the queue always drains; a
+    /// reply shared by many sessions (`KA-10`) grants that to the first
+    /// taker only.
+    pub(crate) fn pending(
+        &self,
+        session: SessionId,
+        budget: usize,
+        first_regardless: bool,
+    ) -> Vec<Event> {
         let Some(queue) = self.queues.get(&session) else {
             return Vec::new();
         };
@@ -225,7 +233,8 @@ impl Events {
         let mut taken = Vec::new();
         for event in queue.pending.iter().take(EVENTS_PER_REPLY) {
             let size = encoded_size(event);
-            if !taken.is_empty() && used + size > budget {
+            let free = first_regardless && taken.is_empty();
+            if !free && used + size > budget {
                 break;
             }
             used += size;

@@ -7,9 +7,13 @@
 //! new one answers the old one at once, so a client that reconnects is never
 //! stuck behind a request on a dead connection.
 
-use leasehold_protocol::{KeepAlive, LeaseGrant, Response, SessionId};
+use leasehold_protocol::{
+    keepalive_all_limit, Error, ErrorCode, KeepAlive, KeepAliveGrant, LeaseGrant, Response,
+    SessionId,
+};
 use tracing::debug;
 
+use crate::events::encoded_size;
 use crate::master::{Master, ReplyTx};
 use crate::observe::{Grant, LeaseEvent};
 use crate::policy::{self, SessionDue};
@@ -29,23 +33,10 @@ pub(crate) struct Held {
 impl Master {
     pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
         let id = ka.session.id;
-        if ka.epoch != self.config.epoch {
-            self.deliver(reply, Err(self.wrong_epoch(ka.epoch))); // KA-6
+        let hold = ka.hold;
+        if let Err(refused) = self.admit(ka, now) {
+            self.deliver(reply, Err(refused));
             return;
-        }
-        // A lease that ran out is never revived, even if its timer has not
-        // been handled yet (SES-6).
-        if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
-            self.deliver(reply, Err(self.state.missing_session(id))); // KA-7
-            return;
-        }
-        self.unheard.remove(&id);
-        self.events.acknowledge(id, ka.acked_seq); // EV-2
-        if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
-            self.failover_pending.remove(&id); // FO-5
-        }
-        if let Some(previous) = self.take_held(id) {
-            self.answer(id, previous, now); // KA-5
         }
         let held = Held {
             reply,
@@ -56,12 +47,75 @@ impl Master {
         let deliverable = self.events.has_pending(id) && self.may_carry_events(&held.reply);
         match self.leases.answer_held_at(id, self.config.keepalive_margin) {
             // Events waiting: answer at once to deliver them (EV-3).
-            Some(at) if ka.hold && at > now && !deliverable => {
+            Some(at) if hold && at > now && !deliverable => {
                 self.leases.hold(id, held);
                 self.leases.arm(id, at);
             }
             _ => self.answer(id, held, now), // KA-3
         }
+    }
+
+    /// Renews every session a KeepAliveAll names, each as a KeepAlive
+    /// answered at once, and answers them all in one reply (`KA-10`). The
+    /// events of one reply share half a frame, in the order the sessions
+    /// are named; a session whose events did not fit has its next
+    /// KeepAlive answered at once (`EV-3`).
+    pub(crate) fn keepalive_all(&mut self, all: Vec<KeepAlive>, reply: ReplyTx, now: Millis) {
+        let limit = keepalive_all_limit(self.config.max_frame);
+        if all.len() > limit {
+            let refusal = Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a KeepAliveAll names at most {limit} sessions; this one named {}",
+                    all.len()
+                ),
+            );
+            self.deliver(reply, Err(refusal));
+            return;
+        }
+        // As for one KeepAlive: nobody would learn of the renewals (KA-4).
+        if reply.is_closed() {
+            return;
+        }
+        let mut budget = if self.may_carry_events(&reply) {
+            self.config.max_frame / 2
+        } else {
+            0
+        };
+        let mut answers = Vec::with_capacity(all.len());
+        for ka in all {
+            let id = ka.session.id;
+            let answer = self
+                .check_token(&ka.session) // AUTH-2
+                .and_then(|()| self.admit(ka, now))
+                .and_then(|()| self.grant(id, now, now, &mut budget));
+            answers.push(answer);
+        }
+        self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
+    }
+
+    /// What every KeepAlive does before it is held or answered: refuses a
+    /// wrong epoch or a session that is not live, takes the events it
+    /// acknowledges, and answers the one held before it.
+    fn admit(&mut self, ka: KeepAlive, now: Millis) -> Result<(), Error> {
+        let id = ka.session.id;
+        if ka.epoch != self.config.epoch {
+            return Err(self.wrong_epoch(ka.epoch)); // KA-6
+        }
+        // A lease that ran out is never revived, even if its timer has not
+        // been handled yet (SES-6).
+        if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
+            return Err(self.state.missing_session(id)); // KA-7
+        }
+        self.unheard.remove(&id);
+        self.events.acknowledge(id, ka.acked_seq); // EV-2
+        if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
+            self.failover_pending.remove(&id); // FO-5
+        }
+        if let Some(previous) = self.take_held(id) {
+            self.answer(id, previous, now); // KA-5
+        }
+        Ok(())
     }
 
     /// Removes the held KeepAlive of `id`. The session's timer, set for
@@ -78,13 +132,34 @@ impl Master {
         if held.reply.is_closed() {
             return;
         }
+        // Half a frame, as pages of sessions: the rest of the reply is
+        // small and the smallest frame still carries one event. None while
+        // the connection's peer leaves its replies unread: the lease is
+        // extended, and the events wait (`CONN-9`).
+        let mut budget = if self.may_carry_events(&held.reply) {
+            self.config.max_frame / 2
+        } else {
+            0
+        };
+        let answer = self.grant(id, held.received_at, now, &mut budget);
+        self.deliver(held.reply, answer.map(Response::from));
+    }
+
+    /// Extends the lease of a KeepAlive received at `received_at` (`KA-4`)
+    /// and takes the events that fit `budget` bytes, less what they use;
+    /// none once it is spent.
+    fn grant(
+        &mut self,
+        id: SessionId,
+        received_at: Millis,
+        now: Millis,
+        budget: &mut usize,
+    ) -> Result<KeepAliveGrant, Error> {
         if self.end_if_ran_out(id, now) {
-            self.deliver(held.reply, Err(self.state.missing_session(id)));
-            return;
+            return Err(self.state.missing_session(id));
         }
         let Some(expires) = self.leases.extend(id, now) else {
-            self.deliver(held.reply, Err(self.state.missing_session(id)));
-            return;
+            return Err(self.state.missing_session(id));
         };
         self.leases.arm(id, expires);
         self.observe(|| LeaseEvent::Granted {
@@ -93,26 +168,24 @@ impl Master {
             expires,
             why: Grant::KeepAlive,
         });
-        let congested = !self.may_carry_events(&held.reply);
-        self.deliver(
-            held.reply,
-            Ok(Response::KeepAlive {
-                epoch: self.config.epoch,
-                lease: LeaseGrant::conservative(
-                    whole_millis(expires.since(now)),
-                    whole_millis(now.since(held.received_at)),
-                ),
-                // Half a frame, as pages of sessions: the rest of the reply is
-                // small and the smallest frame still carries one event. None
-                // while the connection's peer leaves its replies unread: the
-                // lease is extended, and the events wait (`CONN-9`).
-                events: if congested {
-                    Vec::new()
-                } else {
-                    self.events.pending(id, self.config.max_frame / 2)
-                },
-            }),
-        );
+        // The first taker of a whole half frame gets one event however
+        // large, as a lone KeepAlive does; the sessions after it in a
+        // KeepAliveAll get only what fits what is left.
+        let whole = *budget == self.config.max_frame / 2;
+        let events = if *budget == 0 {
+            Vec::new()
+        } else {
+            self.events.pending(id, *budget, whole)
+        };
+        *budget = budget.saturating_sub(events.iter().map(encoded_size).sum::<usize>());
+        Ok(KeepAliveGrant {
+            epoch: self.config.epoch,
+            lease: LeaseGrant::conservative(
+                whole_millis(expires.since(now)),
+                whole_millis(now.since(received_at)),
+            ),
+            events,
+        })
     }
 
     /// A session's timer: answers its held KeepAlive if that is due, then

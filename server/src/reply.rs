@@ -78,6 +78,13 @@ pub(crate) fn approx_len(body: &Result<Response, Error>) -> usize {
             Ok(Response::Node { node, .. }) => node_len(node),
             Ok(Response::Keys { keys, .. }) | Ok(Response::Deleted { keys, .. }) => strings(keys),
             Ok(Response::KeepAlive { events, .. }) => events.iter().map(event_len).sum(),
+            Ok(Response::KeepAliveAll { answers }) => answers
+                .iter()
+                .map(|answer| match answer {
+                    Ok(grant) => FIXED + grant.events.iter().map(event_len).sum::<usize>(),
+                    Err(e) => FIXED + e.message.len(),
+                })
+                .sum(),
             Ok(Response::SessionInfo(info)) => info_len(info),
             Ok(Response::Sessions { sessions, .. }) => sessions.iter().map(info_len).sum(),
             Ok(Response::Checks { checks, .. }) => checks

@@ -125,7 +125,11 @@ impl Master {
         // A peer that leaves its replies unread gets nothing more to leave
         // unread, and nothing is done for it, but its leases are kept
         // (`CONN-9`).
-        if !matches!(call.request, Request::KeepAlive(_)) && self.congested(&call.reply) {
+        let keepalive = matches!(
+            call.request,
+            Request::KeepAlive(_) | Request::KeepAliveAll(_)
+        );
+        if !keepalive && self.congested(&call.reply) {
             let refusal = self.congested_refusal();
             return self.deliver(call.reply, Err(refusal));
         }
@@ -152,6 +156,7 @@ impl Master {
     fn serve(&mut self, call: Call, now: Millis) {
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
+            Request::KeepAliveAll(all) => return self.keepalive_all(all, call.reply, now),
             Request::Watch {
                 key,
                 after_index,

@@ -35,7 +35,7 @@ impl MasterHandle {
         peer: Option<std::net::IpAddr>,
     ) {
         let queue = match request {
-            Request::KeepAlive(_) => &self.keepalives,
+            Request::KeepAlive(_) | Request::KeepAliveAll(_) => &self.keepalives,
             _ => &self.calls,
         };
         // A closed master drops the call, and `reply` then answers that

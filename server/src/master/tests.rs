@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Behavior, CreateSession, Error, ErrorCode, KeepAlive, Request, Response, SessionToken,
+    Behavior, CreateSession, Error, ErrorCode, KeepAlive, KeepAliveGrant, Request, Response,
+    SessionToken,
 };
 use tokio::time::Instant;
 
@@ -199,7 +200,7 @@ fn told(master: &Master, sessions: &[SessionToken]) -> usize {
 fn heard(master: &Master, session: SessionToken) -> Vec<String> {
     master
         .events
-        .pending(session.id, usize::MAX)
+        .pending(session.id, usize::MAX, true)
         .into_iter()
         .map(|e| match e.kind {
             leasehold_protocol::EventKind::Node { key, .. } => key,
@@ -489,4 +490,124 @@ async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of()
         master.state.sequencer_of("locks/a", waiter.id).is_some(),
         "the lock the waiter was told of was given back"
     );
+}
+
+/// A KeepAliveAll for `sessions` under `epoch`, acknowledging nothing.
+fn keepalive_all(sessions: &[SessionToken], epoch: u64, hold: bool) -> Request {
+    Request::KeepAliveAll(
+        sessions
+            .iter()
+            .map(|&session| KeepAlive {
+                session,
+                epoch,
+                acked_seq: 0,
+                hold,
+            })
+            .collect(),
+    )
+}
+
+fn answers(response: Result<Response, Error>) -> Vec<Result<KeepAliveGrant, Error>> {
+    match response {
+        Ok(Response::KeepAliveAll { answers }) => answers,
+        other => panic!("expected the answers of a KeepAliveAll, got {other:?}"),
+    }
+}
+
+// KA-10: each session is renewed at once, held or not, in the order named.
+#[tokio::test]
+async fn a_keepalive_all_renews_every_session_it_names_at_once() {
+    let mut master = started(&mut Config::default(), None);
+    let a = created(&mut master, "a", Some(10_000)).await;
+    let b = created(&mut master, "b", Some(20_000)).await;
+    master.now = master.now + Duration::from_secs(3);
+    let answers = answers(call(&mut master, keepalive_all(&[a, b], 1, true)).await);
+    let remaining: Vec<u64> = answers
+        .iter()
+        .map(|answer| answer.as_ref().expect("renewed").lease.remaining_ms)
+        .collect();
+    assert_eq!(remaining, [9_999, 19_999]);
+    assert!(master.leases.held(a.id).is_none() && master.leases.held(b.id).is_none());
+}
+
+// KA-10, AUTH-2, KA-6, KA-7: a refusal answers its own session alone.
+#[tokio::test]
+async fn a_keepalive_all_refuses_each_session_on_its_own() {
+    let mut master = started(&mut Config::default(), None);
+    let good = created(&mut master, "good", None).await;
+    let stolen = created(&mut master, "stolen", None).await;
+    let forged = SessionToken {
+        id: stolen.id,
+        secret: good.secret,
+    };
+    let unknown = SessionToken {
+        id: uuid::Uuid::new_v4(),
+        secret: good.secret,
+    };
+    let mut request = keepalive_all(&[good, forged, unknown, good], 1, false);
+    if let Request::KeepAliveAll(all) = &mut request {
+        all[3].epoch = 7;
+    }
+    let codes: Vec<Option<ErrorCode>> = answers(call(&mut master, request).await)
+        .into_iter()
+        .map(|answer| answer.err().map(|e| e.code))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            None,
+            Some(ErrorCode::PermissionDenied),
+            Some(ErrorCode::UnknownSession),
+            Some(ErrorCode::WrongEpoch { current: 1 }),
+        ]
+    );
+}
+
+// KA-10: more sessions than the limit is refused whole.
+#[tokio::test]
+async fn a_keepalive_all_over_the_limit_is_refused_whole() {
+    let mut config = Config {
+        max_frame: crate::config::MIN_FRAME,
+        ..Config::default()
+    };
+    let mut master = started(&mut config, None);
+    let a = created(&mut master, "a", None).await;
+    let limit = leasehold_protocol::keepalive_all_limit(crate::config::MIN_FRAME);
+    let at_limit = answers(call(&mut master, keepalive_all(&vec![a; limit], 1, false)).await);
+    assert_eq!(at_limit.len(), limit);
+    let over = call(&mut master, keepalive_all(&vec![a; limit + 1], 1, false)).await;
+    assert_eq!(over.err().map(|e| e.code), Some(ErrorCode::InvalidArgument));
+}
+
+// KA-10, EV-3: the events of one reply share half a frame; a session whose
+// events did not fit keeps them for its next KeepAlive, answered at once.
+#[tokio::test]
+async fn events_past_a_keepalive_alls_share_wait_for_the_next_keepalive() {
+    let config = Config {
+        max_frame: crate::config::MIN_FRAME,
+        ..Config::default()
+    };
+    let (mut master, sessions) = watched_by(3, config).await;
+    // Each event counts its key and 64 bytes: three of 214 overflow the
+    // 512 of half a frame.
+    let key = "k".repeat(150);
+    assert!(call(&mut master, put(&key)).await.is_ok());
+    master.deliver_events();
+    let answers = answers(call(&mut master, keepalive_all(&sessions, 1, false)).await);
+    let carried: Vec<usize> = answers
+        .iter()
+        .map(|answer| answer.as_ref().expect("renewed").events.len())
+        .collect();
+    assert_eq!(carried, [1, 1, 0]);
+    let last = sessions[2];
+    let held = Request::KeepAlive(KeepAlive {
+        session: last,
+        epoch: 1,
+        acked_seq: 0,
+        hold: true,
+    });
+    match call(&mut master, held).await {
+        Ok(Response::KeepAlive { events, .. }) => assert_eq!(events.len(), 1),
+        other => panic!("expected an answer at once with the event, got {other:?}"),
+    }
 }

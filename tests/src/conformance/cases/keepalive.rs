@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{
-    Behavior, ErrorCode, KeepAlive, Request, Response, SessionId, SessionSecret, SessionToken,
+    keepalive_all_limit, Behavior, ErrorCode, KeepAlive, Request, Response, SessionId,
+    SessionSecret, SessionToken, Welcome,
 };
 
 use crate::conformance::common::{
@@ -33,6 +34,15 @@ pub(super) fn cases() -> Vec<Case> {
             &["KA-7", "ERR-1"],
             a_keepalive_for_an_unknown_session_is_refused
         ),
+        case!(
+            &["KA-10", "CONN-3"],
+            a_keepalive_all_renews_each_session_at_once
+        ),
+        case!(
+            &["KA-10", "KA-6", "KA-7"],
+            a_keepalive_all_refuses_a_session_alone
+        ),
+        case!(&["KA-10"], a_keepalive_all_over_the_limit_is_refused_whole),
     ]
 }
 
@@ -125,4 +135,83 @@ async fn a_keepalive_for_an_unknown_session_is_refused(ctx: Ctx) -> Check {
         ))
         .await;
     expect_error!(reply, ErrorCode::UnknownSession)
+}
+
+fn keepalive_all(sessions: &[SessionToken], w: &Welcome, hold: bool) -> Request {
+    Request::KeepAliveAll(
+        sessions
+            .iter()
+            .map(|&session| KeepAlive {
+                session,
+                epoch: w.epoch,
+                acked_seq: 0,
+                hold,
+            })
+            .collect(),
+    )
+}
+
+async fn a_keepalive_all_renews_each_session_at_once(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let lease = short_lease(&w) * 2;
+    let a = create(&mut conn, lease, None, Behavior::Release, vec![]).await?;
+    let b = create(&mut conn, lease, None, Behavior::Release, vec![]).await?;
+    let started = Instant::now();
+    // Asked to be held, and answered at once all the same.
+    let reply = conn.call(keepalive_all(&[a, b], &w, true)).await;
+    let took = started.elapsed();
+    let answers = expect_reply!(reply, Response::KeepAliveAll { answers } => answers)?;
+    ensure!(
+        answers.len() == 2,
+        "{} answers for 2 sessions",
+        answers.len()
+    );
+    for answer in &answers {
+        let g = answer.as_ref().map_err(|e| format!("refused: {e}"))?.lease;
+        ensure!(
+            g.remaining_ms <= lease && g.remaining_ms + 10 >= lease,
+            "granted {g:?} of {lease} ms"
+        );
+    }
+    ensure!(took < SLACK, "took {took:?}");
+    Ok(())
+}
+
+async fn a_keepalive_all_refuses_a_session_alone(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let id = session(&mut conn, &w).await?;
+    let unknown = SessionToken {
+        id: SessionId::from_u128(7),
+        secret: SessionSecret::from_bytes([7; 16]),
+    };
+    let mut request = keepalive_all(&[id, unknown, id], &w, false);
+    if let Request::KeepAliveAll(all) = &mut request {
+        all[2].epoch = w.epoch + 1_000;
+    }
+    let reply = conn.call(request).await;
+    let answers = expect_reply!(reply, Response::KeepAliveAll { answers } => answers)?;
+    let codes: Vec<Option<ErrorCode>> = answers
+        .into_iter()
+        .map(|answer| answer.err().map(|e| e.code))
+        .collect();
+    let wanted = [
+        None,
+        Some(ErrorCode::UnknownSession),
+        Some(ErrorCode::WrongEpoch { current: w.epoch }),
+    ];
+    ensure!(codes == wanted, "answered {codes:?}, expected {wanted:?}");
+    Ok(())
+}
+
+async fn a_keepalive_all_over_the_limit_is_refused_whole(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let id = session(&mut conn, &w).await?;
+    let limit = keepalive_all_limit(w.limits.max_frame as usize);
+    let reply = conn
+        .call(keepalive_all(&vec![id; limit + 1], &w, false))
+        .await;
+    expect_error!(reply, ErrorCode::InvalidArgument)?;
+    // The connection serves on.
+    let reply = conn.call(keepalive(id, &w, 0, false)).await;
+    expect_reply!(reply, Response::KeepAlive { .. })
 }
