@@ -343,15 +343,10 @@ impl Dispatch {
                     signal.send_modify(|s| s.conflict = Some(waiter));
                 }
             }
-            // Subscriptions are made again by the keeper; what happened in
-            // between is unknown, as after an overflow. Locks survive.
-            EventKind::Failover { .. } => {
-                // Into the stream, so a reader waiting on it wakes; only a
-                // full stream falls back on the flag.
-                for route in self.routes() {
-                    route.send(SubscriptionEvent::EventsLost);
-                }
-            }
+            // Subscriptions are made again by the keeper, and each stream
+            // is told its events were lost once its subscription is back
+            // (`resubscribe`). Locks survive.
+            EventKind::Failover { .. } => {}
             EventKind::EventsLost => {
                 // Into the stream, so a reader waiting on it wakes; only a
                 // full stream falls back on the flag.
@@ -583,6 +578,11 @@ pub(crate) async fn resubscribe(
         let unused = {
             let mut dispatch = shared.dispatch();
             dispatch.joining = None;
+            // Told only now, with the subscription back on the new master:
+            // a reader that re-reads on `EventsLost` hears of every change
+            // after what it read (`FO-6`). Told before the events that
+            // raced ahead of the reply, which came after the re-making.
+            route.send(SubscriptionEvent::EventsLost);
             match outcome {
                 Ok(Response::Subscribed { subscription }) if !route.tx.is_closed() => {
                     dispatch.install(subscription, route, false);

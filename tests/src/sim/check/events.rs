@@ -4,12 +4,13 @@
 //! after another, so the events for a writer's keys must be exactly its
 //! writes, in order: every acknowledged one once, a write whose answer was
 //! lost at most once, a refused one never. The only allowed holes are the
-//! ones the application was told of: writes that began between the last
-//! event the watcher heard before an `EventsLost` (or before its session
-//! expired) and a resubscription's worth of time after the notice (or after
-//! its new subscription) may be missing.
+//! ones the application was told of: writes made between the last event
+//! the watcher heard before an `EventsLost` (or before its session expired)
+//! and the notice (or its new subscription) may be missing. The notice of
+//! a fail-over comes once the subscription is back (`FO-6`), so every
+//! write after it must be heard.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::history::{ops, Op};
 use super::Violation;
@@ -18,10 +19,6 @@ use crate::sim::trace::What;
 use crate::sim::world::Run;
 
 pub const NAME: &str = "events";
-
-/// Writes that began this long after a hole was reported must be heard:
-/// the time a resubscription takes.
-const RESUBSCRIBE: u64 = 1_000;
 
 pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     let Some(first) = run
@@ -34,18 +31,21 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     };
     // What the watcher heard, by writer, and the spans of time whose writes
     // it was told it may have missed: from the last event it heard before
-    // the notice to a resubscription after it.
+    // the notice to the notice.
     let mut heard: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
     let mut holes: Vec<(u64, u64)> = Vec::new();
     let mut last_heard = first;
     let mut gone_since: Option<u64> = None;
     let mut jeopardy: Option<u64> = None;
     let lease = run.settings.lease.as_millis() as u64;
-    // The start of the fault cutting the watcher off, kept after the fault
-    // ends until the master has answered one of its KeepAlives: till then
-    // the master still holds the events queued during the cut.
+    // The start of the faults cutting the watcher off, kept after the last
+    // of them ends until the master has answered one of its KeepAlives:
+    // till then the master still holds the events queued during the cut.
     let mut watcher_cut: Option<u64> = None;
     let mut cut_ended: Option<u64> = None;
+    // The faults cutting the watcher off, which may overlap: a hold and a
+    // partition, ended one at a time.
+    let mut cuts: BTreeSet<(String, &str)> = BTreeSet::new();
     let mut session: Option<&str> = None;
     // A change of master loses what the old one had not delivered (`FO-6`):
     // from the earliest change not yet reported to the watcher, or from
@@ -55,12 +55,20 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     for e in &run.entries {
         let from_here = watcher_cut.unwrap_or(e.at);
         match &e.what {
-            What::Fault { fault, .. } if e.who == "watch" => {
+            What::Fault { fault, peer, .. } if e.who == "watch" => {
                 if fault.starts_with("partition") || fault == "hold" {
+                    cuts.insert((fault.clone(), peer));
                     watcher_cut = Some(watcher_cut.unwrap_or(e.at));
                     cut_ended = None;
-                } else if watcher_cut.is_some() {
-                    cut_ended = Some(e.at);
+                } else {
+                    let ended = match fault.as_str() {
+                        "release" => "hold".to_string(),
+                        repair => repair.replacen("repair", "partition", 1),
+                    };
+                    cuts.remove(&(ended, peer.as_str()));
+                    if cuts.is_empty() && watcher_cut.is_some() {
+                        cut_ended = Some(e.at);
+                    }
                 }
             }
             What::Fault { fault, .. } if fault == "crash" => {
@@ -87,14 +95,16 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
             What::SessionStarted { session: s } => session = Some(s),
             What::Subscribed { .. } => {
                 if let Some(since) = gone_since.take() {
-                    holes.push((since, e.at + RESUBSCRIBE));
+                    holes.push((since, e.at));
                 }
                 last_heard = e.at;
                 lost_from = None;
             }
+            // The notice comes once the subscription is back (`FO-6`):
+            // every write after it must be heard.
             What::EventsLost => {
                 let from = last_heard.min(lost_from.take().unwrap_or(from_here));
-                holes.push((from.min(from_here), e.at + RESUBSCRIBE));
+                holes.push((from.min(from_here), e.at));
             }
             What::State { state, .. } => match state.as_str() {
                 "jeopardy" => jeopardy = Some(e.at),
