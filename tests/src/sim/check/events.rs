@@ -4,13 +4,16 @@
 //! after another, so the events for a writer's keys must be exactly its
 //! writes, in order: every acknowledged one once, a write whose answer was
 //! lost at most once, a refused one never. The only allowed holes are the
-//! ones the application was told of: writes made between the last event
-//! the watcher heard before an `EventsLost` (or before its session expired)
-//! and the notice (or its new subscription) may be missing. The notice of
-//! a fail-over comes once the subscription is back (`FO-6`), so every
-//! write after it must be heard.
+//! ones the application was told of. An `EventsLost`, or a stream that
+//! ended with its session, owns up to every event not yet delivered: a
+//! write may be missing if it began before the notice (or before the new
+//! subscription) and each event heard before the notice belongs to an
+//! earlier write. Where the undelivered events were held (a master that
+//! crashed or lost its lease, a held link, a full queue) does not matter.
+//! The notice of a fail-over comes once the subscription is back (`FO-6`),
+//! so every write begun after it must be heard.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use super::history::{ops, Op};
 use super::Violation;
@@ -29,98 +32,23 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     else {
         return (0, Vec::new());
     };
-    // What the watcher heard, by writer, and the spans of time whose writes
-    // it was told it may have missed: from the last event it heard before
-    // the notice to the notice.
+    // What the watcher heard, by writer, and each notice that events may
+    // be lost: when it came, and how many of each writer's events the
+    // watcher had heard by then. A stream that ended with its session is
+    // a notice too, given when a new subscription begins (or at the end).
     let mut heard: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
-    let mut holes: Vec<(u64, u64)> = Vec::new();
-    let mut last_heard = first;
-    let mut gone_since: Option<u64> = None;
-    let mut jeopardy: Option<u64> = None;
-    let lease = run.settings.lease.as_millis() as u64;
-    // The start of the faults cutting the watcher off, kept after the last
-    // of them ends until the master has answered one of its KeepAlives:
-    // till then the master still holds the events queued during the cut.
-    let mut watcher_cut: Option<u64> = None;
-    let mut cut_ended: Option<u64> = None;
-    // The faults cutting the watcher off, which may overlap: a hold and a
-    // partition, ended one at a time.
-    let mut cuts: BTreeSet<(String, &str)> = BTreeSet::new();
-    let mut session: Option<&str> = None;
-    // A change of master loses what the old one had not delivered (`FO-6`):
-    // from the earliest change not yet reported to the watcher, or from
-    // the start of its cut if one was in force.
-    let mut lost_from: Option<u64> = None;
+    let mut notices: Vec<Notice> = Vec::new();
+    let mut gone = false;
     let mut total = 0;
-    for e in &run.entries {
-        let from_here = watcher_cut.unwrap_or(e.at);
+    for e in run.entries.iter().filter(|e| e.who == "watch") {
         match &e.what {
-            What::Fault { fault, peer, .. } if e.who == "watch" => {
-                if fault.starts_with("partition") || fault == "hold" {
-                    cuts.insert((fault.clone(), peer));
-                    watcher_cut = Some(watcher_cut.unwrap_or(e.at));
-                    cut_ended = None;
-                } else {
-                    let ended = match fault.as_str() {
-                        "release" => "hold".to_string(),
-                        repair => repair.replacen("repair", "partition", 1),
-                    };
-                    cuts.remove(&(ended, peer.as_str()));
-                    if cuts.is_empty() && watcher_cut.is_some() {
-                        cut_ended = Some(e.at);
-                    }
-                }
+            What::Subscribed { .. } if std::mem::take(&mut gone) => {
+                notices.push((e.at, counts_of(&heard)));
             }
-            What::Fault { fault, .. } if fault == "crash" => {
-                lost_from = Some(lost_from.map_or(from_here, |f| f.min(from_here)));
-            }
-            What::Serving { .. } => {
-                lost_from = Some(lost_from.map_or(from_here, |f| f.min(from_here)));
-            }
-            What::Lease {
-                session: s, why, ..
-            } if why == "keepalive"
-                && session == Some(s.as_str())
-                && cut_ended.is_some_and(|ended| e.at > ended) =>
-            {
-                watcher_cut = None;
-                cut_ended = None;
-            }
-            _ => {}
-        }
-        if e.who != "watch" {
-            continue;
-        }
-        match &e.what {
-            What::SessionStarted { session: s } => session = Some(s),
-            What::Subscribed { .. } => {
-                if let Some(since) = gone_since.take() {
-                    holes.push((since, e.at));
-                }
-                last_heard = e.at;
-                lost_from = None;
-            }
-            // The notice comes once the subscription is back (`FO-6`):
-            // every write after it must be heard.
-            What::EventsLost => {
-                let from = last_heard.min(lost_from.take().unwrap_or(from_here));
-                holes.push((from.min(from_here), e.at));
-            }
-            What::State { state, .. } => match state.as_str() {
-                "jeopardy" => jeopardy = Some(e.at),
-                "normal" => jeopardy = None,
-                _ => {}
-            },
-            // The session is gone: the master may have dropped its events
-            // from the last KeepAlive it answered, at most a lease before
-            // the local lease ran out.
-            What::Unsubscribed => {
-                let ran_out = jeopardy.take().unwrap_or(e.at);
-                gone_since = Some(last_heard.min(ran_out.saturating_sub(lease)));
-            }
+            What::EventsLost => notices.push((e.at, counts_of(&heard))),
+            What::Unsubscribed => gone = true,
             What::Event { key, change } => {
                 total += 1;
-                last_heard = e.at;
                 if matches!(change.as_str(), "created" | "modified") {
                     let writer = writer_of(key);
                     heard.entry(writer).or_default().push((key.clone(), e.at));
@@ -129,8 +57,8 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
             _ => {}
         }
     }
-    if let Some(since) = gone_since {
-        holes.push((since, run.end));
+    if gone {
+        notices.push((run.end, counts_of(&heard)));
     }
     let all = ops(run);
     let mut violations = Vec::new();
@@ -145,14 +73,17 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
     }
     for (writer, ops) in writers {
         let heard = heard.remove(&writer).unwrap_or_default();
-        // A write took effect somewhere between its start and its answer.
-        let missable = |o: &Op| {
-            let done = o.completed.unwrap_or(u64::MAX);
-            holes
+        // A write may be missing if it began before a notice, and every
+        // event heard before that notice is accounted for by earlier
+        // writes: its event was one the notice owned up to. The earliest
+        // such notice asks the fewest events to be accounted for.
+        let excused = |o: &Op| {
+            notices
                 .iter()
-                .any(|(from, to)| o.invoked <= *to && done >= *from)
+                .find(|(at, _)| o.invoked <= *at)
+                .map(|(_, counts)| counts.get(&writer).copied().unwrap_or(0))
         };
-        if let Err(why) = follow(&heard, &ops, missable) {
+        if let Err(why) = follow(&heard, &ops, excused) {
             violations.push(Violation {
                 invariant: NAME,
                 at: run.end,
@@ -161,6 +92,14 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
         }
     }
     (total, violations)
+}
+
+/// When the watcher was told events may be lost, and how many events of
+/// each writer it had heard by then.
+type Notice = (u64, BTreeMap<String, usize>);
+
+fn counts_of(heard: &BTreeMap<String, Vec<(String, u64)>>) -> BTreeMap<String, usize> {
+    heard.iter().map(|(w, h)| (w.clone(), h.len())).collect()
 }
 
 fn writer_of(key: &str) -> String {
@@ -175,7 +114,8 @@ fn writer_of(key: &str) -> String {
 ///
 /// Acknowledged writes happened one after another, so their events must
 /// come in their order, each after its write began; one may be missing only
-/// inside a reported hole. A write whose answer never came may have been
+/// where a notice excuses it (`excused`: how many events must be matched
+/// before it). A write whose answer never came may have been
 /// applied at any time after it began (even after later writes, if it was
 /// delayed on its way), or never: it can account for one event of its key
 /// heard after it began. An event nothing accounts for is a duplicate or
@@ -183,13 +123,13 @@ fn writer_of(key: &str) -> String {
 fn follow(
     heard: &[(String, u64)],
     ops: &[&Op],
-    missable: impl Fn(&Op) -> bool,
+    excused: impl Fn(&Op) -> Option<usize>,
 ) -> Result<(), String> {
     let acked: Vec<&Op> = ops.iter().copied().filter(|o| o.ok()).collect();
     let unknown: Vec<&Op> = ops.iter().copied().filter(|o| !o.ok()).take(64).collect();
     let mut search = Follow {
         heard,
-        missable: acked.iter().map(|o| missable(o)).collect(),
+        excused: acked.iter().map(|o| excused(o)).collect(),
         acked,
         unknown,
         failed: HashSet::new(),
@@ -216,7 +156,9 @@ fn follow(
 struct Follow<'a> {
     heard: &'a [(String, u64)],
     acked: Vec<&'a Op>,
-    missable: Vec<bool>,
+    /// For each acknowledged write, how many events must have been
+    /// matched before it for it to be missing: `None`, never.
+    excused: Vec<Option<usize>>,
     unknown: Vec<&'a Op>,
     /// States (event, next acknowledged write, unknown writes used) known
     /// to lead nowhere.
@@ -227,6 +169,12 @@ struct Follow<'a> {
 }
 
 impl<'a> Follow<'a> {
+    /// Whether the acknowledged write `k` may be missing when `i` events
+    /// have been matched before it.
+    fn missable(&self, k: usize, i: usize) -> bool {
+        self.excused[k].is_some_and(|needed| needed <= i)
+    }
+
     fn from(&mut self, i: usize, j: usize, used: u64) -> bool {
         if self.failed.contains(&(i, j, used)) {
             return false;
@@ -243,7 +191,7 @@ impl<'a> Follow<'a> {
             self.furthest = (i, None);
         }
         let Some((key, at)) = self.heard.get(i) else {
-            let lost = (j..self.acked.len()).find(|&k| !self.missable[k]);
+            let lost = (j..self.acked.len()).find(|&k| !self.missable(k, i));
             if let Some(k) = lost {
                 self.furthest = (i, Some(self.acked[k]));
             }
@@ -255,7 +203,7 @@ impl<'a> Follow<'a> {
             if op.key == *key && op.invoked <= *at && self.from(i + 1, k + 1, used) {
                 return true;
             }
-            if !self.missable[k] {
+            if !self.missable(k, i) {
                 break;
             }
         }
