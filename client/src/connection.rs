@@ -237,6 +237,13 @@ async fn write_requests(
             }
             outgoing = queue.recv(), if !handles_gone => match outgoing {
                 Some(first) => {
+                    // Unheld KeepAlives come in a crowd, one per session,
+                    // when a connection opens after a failure: a turn for
+                    // the rest of the crowd to queue theirs lets them all
+                    // go in one KeepAliveAll (`KA-10`).
+                    if matches!(&first.0, Request::KeepAlive(ka) if !ka.hold) {
+                        tokio::task::yield_now().await;
+                    }
                     // Requests queued behind this one go out in the same
                     // write: under load, one system call carries many.
                     let mut queued = vec![first];

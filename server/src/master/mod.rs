@@ -14,7 +14,7 @@
 //! What a timer or a promotion means is decided in `policy.rs`, without a
 //! runtime; this task carries the decision out.
 
-use leasehold_protocol::{Sequencer, SessionId};
+use leasehold_protocol::{Request, Sequencer, SessionId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::debug;
@@ -258,7 +258,11 @@ impl Master {
                     self.on_durable();
                 }
                 Some(call) = keepalives.recv() => {
-                    run += 1;
+                    // A KeepAliveAll counts as the KeepAlives it carries.
+                    run += match &call.request {
+                        Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
+                        _ => 1,
+                    };
                     self.now = self.read_clock();
                     self.handle(call);
                 }
