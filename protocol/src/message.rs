@@ -293,10 +293,10 @@ pub enum Request {
 
 /// The most sessions one [`Request::KeepAliveAll`] may name on a
 /// connection whose frames are at most `max_frame` bytes (`KA-10`): few
-/// enough that the answer fits a frame, with room for a short refusal for
-/// each.
+/// enough that their answers, each with a short refusal at most, fill half
+/// a frame, and their events the other half.
 pub fn keepalive_all_limit(max_frame: usize) -> usize {
-    (max_frame / 128).clamp(1, 1024)
+    (max_frame / 256).clamp(1, 1024)
 }
 
 /// Take a node's lock (`LOCK-2`, `LOCK-3`).

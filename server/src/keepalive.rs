@@ -7,6 +7,8 @@
 //! new one answers the old one at once, so a client that reconnects is never
 //! stuck behind a request on a dead connection.
 
+use std::collections::HashSet;
+
 use leasehold_protocol::{
     keepalive_all_limit, Error, ErrorCode, KeepAlive, KeepAliveGrant, LeaseGrant, Response,
     SessionId,
@@ -73,24 +75,43 @@ impl Master {
             self.deliver(reply, Err(refusal));
             return;
         }
-        // As for one KeepAlive: nobody would learn of the renewals (KA-4).
-        if reply.is_closed() {
-            return;
-        }
+        // As for one KeepAlive: each is taken (its acknowledgement, the
+        // one held before it), but nobody would learn of a renewal, so
+        // none is made (KA-4).
+        let closed = reply.is_closed();
+        // Strictly within half a frame, and each answer without its events
+        // within 128 bytes (`keepalive_all_limit`): the reply fits a frame.
         let mut budget = if self.may_carry_events(&reply) {
-            self.config.max_frame / 2
+            self.config.max_frame / 2 - 64
         } else {
             0
         };
+        let mut named = HashSet::with_capacity(all.len());
         let mut answers = Vec::with_capacity(all.len());
         for ka in all {
             let id = ka.session.id;
-            let answer = self
-                .check_token(&ka.session) // AUTH-2
-                .and_then(|()| self.admit(ka, now))
-                .and_then(|()| self.grant(id, now, now, &mut budget));
-            answers.push(answer);
+            let answer = if named.insert(id) {
+                self.check_token(&ka.session) // AUTH-2
+                    .and_then(|()| self.admit(ka, now))
+                    .and_then(|()| {
+                        if closed {
+                            return Ok(None);
+                        }
+                        self.grant(id, now, now, &mut budget, false).map(Some)
+                    })
+            } else {
+                let twice = format!("session {id} is named twice");
+                Err(Error::new(ErrorCode::InvalidArgument, twice))
+            };
+            answers.push(answer.map_err(shortened));
         }
+        if closed {
+            return;
+        }
+        let answers = answers
+            .into_iter()
+            .map(|answer| answer.map(|grant| grant.expect("granted while open")))
+            .collect();
         self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
     }
 
@@ -141,19 +162,22 @@ impl Master {
         } else {
             0
         };
-        let answer = self.grant(id, held.received_at, now, &mut budget);
+        let answer = self.grant(id, held.received_at, now, &mut budget, true);
         self.deliver(held.reply, answer.map(Response::from));
     }
 
     /// Extends the lease of a KeepAlive received at `received_at` (`KA-4`)
     /// and takes the events that fit `budget` bytes, less what they use;
-    /// none once it is spent.
+    /// none once it is spent. A lone KeepAlive takes its first event even
+    /// if it alone is over the budget (`first_regardless`), so its queue
+    /// always drains; a KeepAliveAll's sessions take only what fits.
     fn grant(
         &mut self,
         id: SessionId,
         received_at: Millis,
         now: Millis,
         budget: &mut usize,
+        first_regardless: bool,
     ) -> Result<KeepAliveGrant, Error> {
         if self.end_if_ran_out(id, now) {
             return Err(self.state.missing_session(id));
@@ -168,14 +192,10 @@ impl Master {
             expires,
             why: Grant::KeepAlive,
         });
-        // The first taker of a whole half frame gets one event however
-        // large, as a lone KeepAlive does; the sessions after it in a
-        // KeepAliveAll get only what fits what is left.
-        let whole = *budget == self.config.max_frame / 2;
         let events = if *budget == 0 {
             Vec::new()
         } else {
-            self.events.pending(id, *budget, whole)
+            self.events.pending(id, *budget, first_regardless)
         };
         *budget = budget.saturating_sub(events.iter().map(encoded_size).sum::<usize>());
         Ok(KeepAliveGrant {
@@ -239,4 +259,21 @@ impl Master {
         }
         false
     }
+}
+
+/// The longest refusal message a KeepAliveAll carries for one session.
+const ANSWER_MESSAGE: usize = 64;
+
+/// `e` with its message cut to [`ANSWER_MESSAGE`] bytes: with one session
+/// per 256 bytes of frame at most, the answers without their events then
+/// fill at most half of it (`KA-10`).
+fn shortened(mut e: Error) -> Error {
+    if e.message.len() > ANSWER_MESSAGE {
+        let mut end = ANSWER_MESSAGE;
+        while !e.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        e.message.truncate(end);
+    }
+    e
 }

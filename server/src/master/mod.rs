@@ -212,13 +212,16 @@ impl Master {
                 self.now = self.read_clock();
                 self.deliver_events();
             }
+            // A turn for each KEEPALIVE_RUN KeepAlives taken, however
+            // they came (a KeepAliveAll counts as those it carries).
             if run >= KEEPALIVE_RUN {
-                run = 0;
+                run -= KEEPALIVE_RUN;
                 if let Ok(call) = calls.try_recv() {
                     self.now = self.read_clock();
                     self.handle(call);
                     continue;
                 }
+                run = 0;
             }
             let next = match (self.leases.next_due(), self.timers.next_due()) {
                 (Some(a), Some(b)) => Some(a.min(b)),

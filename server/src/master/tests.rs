@@ -544,7 +544,8 @@ async fn a_keepalive_all_refuses_each_session_on_its_own() {
         id: uuid::Uuid::new_v4(),
         secret: good.secret,
     };
-    let mut request = keepalive_all(&[good, forged, unknown, good], 1, false);
+    let stale = created(&mut master, "stale", None).await;
+    let mut request = keepalive_all(&[good, forged, unknown, stale], 1, false);
     if let Request::KeepAliveAll(all) = &mut request {
         all[3].epoch = 7;
     }
@@ -610,4 +611,61 @@ async fn events_past_a_keepalive_alls_share_wait_for_the_next_keepalive() {
         Ok(Response::KeepAlive { events, .. }) => assert_eq!(events.len(), 1),
         other => panic!("expected an answer at once with the event, got {other:?}"),
     }
+}
+
+// KA-10: a session named twice is refused the second time, alone.
+#[tokio::test]
+async fn a_keepalive_all_refuses_a_session_named_twice() {
+    let mut master = started(&mut Config::default(), None);
+    let a = created(&mut master, "a", None).await;
+    let answers = answers(call(&mut master, keepalive_all(&[a, a], 1, false)).await);
+    assert!(answers[0].is_ok());
+    assert_eq!(
+        answers[1].as_ref().err().map(|e| e.code),
+        Some(ErrorCode::InvalidArgument)
+    );
+}
+
+// KA-10, WIRE-2: with every session it may name refused at length but
+// one, whose events fill what is left, the answer still fits a frame.
+#[tokio::test]
+async fn a_keepalive_all_answer_fits_a_frame_however_its_sessions_fare() {
+    let config = Config {
+        max_frame: crate::config::MIN_FRAME,
+        ..Config::default()
+    };
+    let (mut master, sessions) = watched_by(1, config).await;
+    let key = "k".repeat(300);
+    for _ in 0..3 {
+        assert!(call(&mut master, put(&key)).await.is_ok());
+        master.deliver_events();
+    }
+    let watcher = sessions[0];
+    let limit = leasehold_protocol::keepalive_all_limit(crate::config::MIN_FRAME);
+    let mut named = vec![watcher];
+    for n in 1..limit as u128 {
+        // A forged secret: refused with a message naming the session.
+        let victim = created(&mut master, "victim", None).await;
+        named.push(SessionToken {
+            id: victim.id,
+            secret: leasehold_protocol::SessionSecret::from_bytes([n as u8; 16]),
+        });
+    }
+    let reply = call(&mut master, keepalive_all(&named, 1, false)).await;
+    let carried = match &reply {
+        Ok(Response::KeepAliveAll { answers }) => answers[0].as_ref().unwrap().events.len(),
+        other => panic!("expected the answers, got {other:?}"),
+    };
+    assert!(carried >= 1, "the events that fit go");
+    let frame = leasehold_protocol::ServerFrame::Reply {
+        id: u64::MAX,
+        body: reply,
+    };
+    let body = leasehold_protocol::codec::encode_body(&frame).unwrap();
+    assert!(
+        body.len() <= crate::config::MIN_FRAME,
+        "{} bytes in a frame of {}",
+        body.len(),
+        crate::config::MIN_FRAME
+    );
 }

@@ -180,11 +180,12 @@ async fn a_keepalive_all_renews_each_session_at_once(ctx: Ctx) -> Check {
 async fn a_keepalive_all_refuses_a_session_alone(ctx: Ctx) -> Check {
     let (mut conn, w) = open(&ctx).await;
     let id = session(&mut conn, &w).await?;
+    let stale = session(&mut conn, &w).await?;
     let unknown = SessionToken {
         id: SessionId::from_u128(7),
         secret: SessionSecret::from_bytes([7; 16]),
     };
-    let mut request = keepalive_all(&[id, unknown, id], &w, false);
+    let mut request = keepalive_all(&[id, unknown, stale], &w, false);
     if let Request::KeepAliveAll(all) = &mut request {
         all[2].epoch = w.epoch + 1_000;
     }
