@@ -184,6 +184,7 @@ fn main() -> ExitCode {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
+            .with_timer(VirtualTime)
             .init();
     }
     let result = match args.command {
@@ -346,4 +347,18 @@ fn run_apart(scenario: &sim::Scenario, seed: u64, knobs: &Knobs) -> Result<(), S
     } else {
         report
     })
+}
+
+/// Stamps each log line with the simulation's virtual time, in
+/// milliseconds as the trace counts them, so a replay's log lines up with
+/// its trace and timeline.
+struct VirtualTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(at) => write!(w, "{:>8.1} ms", at.as_secs_f64() * 1_000.0),
+            None => write!(w, "{:>11}", "-"),
+        }
+    }
 }
