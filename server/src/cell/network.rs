@@ -193,14 +193,23 @@ pub(crate) async fn serve<S: Served>(
             }
         };
         let response = match request {
-            PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
+            PeerRequest::Append(rpc) => {
+                if rpc.vote.is_committed() && newest_voter(&raft.metrics().borrow(), hello.from) {
+                    let now = tokio::time::Instant::now();
+                    *member.led_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+                }
+                PeerResponse::Append(raft.append_entries(rpc).await)
+            }
             PeerRequest::Vote(rpc) => {
                 let m = raft.metrics().borrow().clone();
+                let led_at = *member.led_at.lock().unwrap_or_else(|e| e.into_inner());
+                let led = led_at.is_some_and(|at| at.elapsed() < member.config.timing.election_max);
                 let voter = may_campaign(
                     m.membership_config.membership(),
                     hello.from,
                     rpc.last_log_id.as_ref(),
                     member.log.last_log_id().as_ref(),
+                    led,
                 );
                 if voter {
                     // A leader the engine lets vote for a rival steps
@@ -222,11 +231,25 @@ pub(crate) async fn serve<S: Served>(
     }
 }
 
+/// Whether `from` is a voter of the newest configuration in `metrics`.
+fn newest_voter(metrics: &openraft::RaftMetrics<NodeId, BasicNode>, from: NodeId) -> bool {
+    let configs = metrics.membership_config.membership().get_joint_config();
+    configs.last().is_some_and(|voters| voters.contains(&from))
+}
+
 /// Whether this member, holding `membership` and a log that ends at
 /// `ours`, hears `candidate` ask for its vote with a log that ends at
 /// `theirs` (`CELL-9`): a voter of the newest configuration it knows (the
 /// new one while a change is joint), or a voter of the old one only that
-/// holds entries this member lacks.
+/// holds entries this member lacks, unless a leader of the newest
+/// configuration has been heard from within the election timeout (`led`).
+///
+/// The old-half voter is heard for a cell that has no other way to finish
+/// the change; once a leader of the newest configuration runs, it would
+/// only take votes that depose that leader: openraft orders the votes of
+/// one term by member id, so a vote given to the removed member outranks
+/// the leader's in its own term, and the leader steps down at its next
+/// append here, before it can bring this member up to date.
 ///
 /// A member removed (still running) or not yet added would otherwise
 /// depose the master with every request, for a vote no configuration
@@ -243,13 +266,14 @@ pub(crate) fn may_campaign(
     candidate: NodeId,
     theirs: Option<&openraft::LogId<NodeId>>,
     ours: Option<&openraft::LogId<NodeId>>,
+    led: bool,
 ) -> bool {
     let configs = membership.get_joint_config();
     let newest = configs
         .last()
         .is_some_and(|voters| voters.contains(&candidate));
     let older = configs.iter().any(|voters| voters.contains(&candidate));
-    newest || (older && theirs > ours)
+    newest || (older && theirs > ours && !led)
 }
 
 /// Makes the connections openraft asks for.
@@ -467,7 +491,13 @@ mod tests {
     }
 
     fn heard(membership: &Membership<NodeId, BasicNode>, candidate: NodeId) -> bool {
-        may_campaign(membership, candidate, at(2, 7).as_ref(), at(2, 7).as_ref())
+        may_campaign(
+            membership,
+            candidate,
+            at(2, 7).as_ref(),
+            at(2, 7).as_ref(),
+            false,
+        )
     }
 
     // CELL-9
@@ -485,7 +515,8 @@ mod tests {
             &cell,
             4,
             at(3, 9).as_ref(),
-            at(2, 7).as_ref()
+            at(2, 7).as_ref(),
+            false
         ));
     }
 
@@ -509,19 +540,22 @@ mod tests {
             &joint,
             4,
             at(2, 8).as_ref(),
-            at(2, 7).as_ref()
+            at(2, 7).as_ref(),
+            false
         ));
         assert!(may_campaign(
             &joint,
             4,
             at(3, 7).as_ref(),
-            at(2, 7).as_ref()
+            at(2, 7).as_ref(),
+            false
         ));
         assert!(!may_campaign(
             &joint,
             4,
             at(2, 6).as_ref(),
-            at(2, 7).as_ref()
+            at(2, 7).as_ref(),
+            false
         ));
     }
 
@@ -530,5 +564,33 @@ mod tests {
     fn during_an_addition_the_added_voter_may_ask_for_votes() {
         let joint = membership(&[&[1, 2, 3], &[1, 2, 3, 4]]);
         assert!(heard(&joint, 4));
+    }
+
+    // CELL-9: once a leader of the newest configuration has been heard
+    // from, the removed voter's longer log no longer earns it a hearing:
+    // its vote would only depose that leader before it brings this member
+    // up to date (cell-membership seed 228).
+    #[test]
+    fn a_removed_voter_ahead_is_not_heard_while_a_leader_of_the_new_configuration_runs() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        let (theirs, ours) = (at(2, 205), at(2, 204));
+        assert!(may_campaign(
+            &joint,
+            3,
+            theirs.as_ref(),
+            ours.as_ref(),
+            false
+        ));
+        assert!(!may_campaign(
+            &joint,
+            3,
+            theirs.as_ref(),
+            ours.as_ref(),
+            true
+        ));
+        assert!(
+            may_campaign(&joint, 2, theirs.as_ref(), ours.as_ref(), true),
+            "a voter of both"
+        );
     }
 }
