@@ -90,28 +90,21 @@ impl Master {
         let mut answers = Vec::with_capacity(all.len());
         for ka in all {
             let id = ka.session.id;
-            let answer = if named.insert(id) {
+            let admitted = if named.insert(id) {
                 self.check_token(&ka.session) // AUTH-2
                     .and_then(|()| self.admit(ka, now))
-                    .and_then(|()| {
-                        if closed {
-                            return Ok(None);
-                        }
-                        self.grant(id, now, now, &mut budget, false).map(Some)
-                    })
             } else {
                 let twice = format!("session {id} is named twice");
                 Err(Error::new(ErrorCode::InvalidArgument, twice))
             };
-            answers.push(answer.map_err(shortened));
+            if !closed {
+                let answer = admitted.and_then(|()| self.grant(id, now, now, &mut budget, false));
+                answers.push(answer.map_err(shortened));
+            }
         }
         if closed {
             return;
         }
-        let answers = answers
-            .into_iter()
-            .map(|answer| answer.map(|grant| grant.expect("granted while open")))
-            .collect();
         self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
     }
 

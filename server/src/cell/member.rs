@@ -111,9 +111,9 @@ pub struct Member {
     pub(crate) lease: Arc<MasterLease>,
     /// The member's log, as the engine writes it.
     pub(crate) log: CellLog,
-    /// When a leader that is a voter of the newest configuration this
-    /// member holds last sent it entries or a heartbeat (`CELL-9`).
-    pub(crate) led_at: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+    /// The last leader that sent this member entries or a heartbeat, and
+    /// when (`CELL-9`).
+    pub(crate) led_by: Arc<std::sync::Mutex<Option<(NodeId, tokio::time::Instant)>>>,
     /// A data directory's lock, held while the member runs: one member
     /// per directory.
     _lock: Option<Arc<std::fs::File>>,
@@ -193,7 +193,7 @@ impl Member {
             machine,
             lease,
             log,
-            led_at: Arc::default(),
+            led_by: Arc::default(),
             _lock: lock.map(Arc::new),
         })
     }

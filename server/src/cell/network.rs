@@ -194,18 +194,23 @@ pub(crate) async fn serve<S: Served>(
         };
         let response = match request {
             PeerRequest::Append(rpc) => {
-                if rpc.vote.is_committed() && newest_voter(&raft.metrics().borrow(), hello.from) {
+                if rpc.vote.is_committed() {
                     let now = tokio::time::Instant::now();
-                    *member.led_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+                    *member.led_by.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((hello.from, now));
                 }
                 PeerResponse::Append(raft.append_entries(rpc).await)
             }
             PeerRequest::Vote(rpc) => {
                 let m = raft.metrics().borrow().clone();
-                let led_at = *member.led_at.lock().unwrap_or_else(|e| e.into_inner());
-                let led = led_at.is_some_and(|at| at.elapsed() < member.config.timing.election_max);
+                let membership = m.membership_config.membership();
+                let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
+                let led = led_by.is_some_and(|(leader, at)| {
+                    at.elapsed() < member.config.timing.election_max
+                        && newest_voter(membership, leader)
+                });
                 let voter = may_campaign(
-                    m.membership_config.membership(),
+                    membership,
                     hello.from,
                     rpc.last_log_id.as_ref(),
                     member.log.last_log_id().as_ref(),
@@ -231,10 +236,10 @@ pub(crate) async fn serve<S: Served>(
     }
 }
 
-/// Whether `from` is a voter of the newest configuration in `metrics`.
-fn newest_voter(metrics: &openraft::RaftMetrics<NodeId, BasicNode>, from: NodeId) -> bool {
-    let configs = metrics.membership_config.membership().get_joint_config();
-    configs.last().is_some_and(|voters| voters.contains(&from))
+/// Whether `id` is a voter of the newest configuration of `membership`.
+fn newest_voter(membership: &openraft::Membership<NodeId, BasicNode>, id: NodeId) -> bool {
+    let configs = membership.get_joint_config();
+    configs.last().is_some_and(|voters| voters.contains(&id))
 }
 
 /// Whether this member, holding `membership` and a log that ends at
