@@ -347,6 +347,9 @@ impl Dispatch {
             // is told its events were lost once its subscription is back
             // (`resubscribe`). Locks survive.
             EventKind::Failover { .. } => {}
+            // The keeper drops the keys from the session's cache before it
+            // hands events here (`CACHE-3`).
+            EventKind::Invalidate { .. } => {}
             EventKind::EventsLost => {
                 // Into the stream, so a reader waiting on it wakes; only a
                 // full stream falls back on the flag.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use leasehold_protocol::{
-    Authority, ErrorCode, KeepAlive, Request, Response, SessionId, SessionToken,
+    Authority, ErrorCode, EventKind, KeepAlive, Request, Response, SessionId, SessionToken,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -90,6 +90,7 @@ impl Keeper {
             .local_expiry
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(local_expiry);
+        shared.cache().renewed(local_expiry);
         let machine = SessionMachine::new(
             epoch,
             local_expiry,
@@ -167,6 +168,9 @@ impl Keeper {
                 } => in_flight.push(self.send(hold, epoch, acked_seq)),
                 Action::Enter(state) => self.enter(state),
                 Action::Renewed(expiry) => {
+                    // After the invalidations this reply carried, which
+                    // `Deliver` handed over first (`CACHE-6`).
+                    self.shared.cache().renewed(expiry);
                     *self
                         .shared
                         .local_expiry
@@ -186,6 +190,19 @@ impl Keeper {
                     );
                 }
                 Action::Deliver(events) => {
+                    // The cache first: its invalidations are acknowledged
+                    // with these events (`CACHE-3`), and a lost event or a
+                    // new master may have changed anything (`CACHE-7`).
+                    {
+                        let mut cache = self.shared.cache();
+                        for event in &events {
+                            match &event.kind {
+                                EventKind::Invalidate { keys } => cache.invalidate(keys),
+                                EventKind::EventsLost | EventKind::Failover { .. } => cache.flush(),
+                                _ => {}
+                            }
+                        }
+                    }
                     let mut dispatch = self.shared.dispatch();
                     for event in events {
                         dispatch.deliver(event);
@@ -271,6 +288,15 @@ impl Keeper {
 
     fn enter(&mut self, state: SessionState) {
         debug!(session = %self.id, to = state.as_str(), "session state");
+        // Flushed and off in jeopardy and once the session is over, on
+        // again when it is back to normal (`CACHE-6`).
+        match state {
+            SessionState::Normal => self.shared.cache().set_enabled(true),
+            SessionState::Jeopardy | SessionState::Expired | SessionState::Closed => {
+                self.shared.cache().set_enabled(false)
+            }
+            _ => {}
+        }
         self.states.send_replace(state);
         for callback in self.shared.callbacks().iter() {
             callback(state);

@@ -139,7 +139,11 @@ impl Client {
         Ok(self.get_node(key, true).await?.node.map(|n| n.stat))
     }
 
-    async fn get_node(&self, key: &str, stat_only: bool) -> Result<Watched, ClientError> {
+    pub(crate) async fn get_node(
+        &self,
+        key: &str,
+        stat_only: bool,
+    ) -> Result<Watched, ClientError> {
         let request = Request::Get {
             key: key.to_string(),
             stat_only,

@@ -44,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+mod cache;
 mod check;
 mod client;
 mod clock;
@@ -61,6 +62,7 @@ mod session;
 mod session_machine;
 mod transport;
 
+pub use cache::{CacheStats, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_KEYS};
 pub use client::{Client, ClientConfig};
 pub use election::{Election, Leader, LeaderChanges, Term};
 pub use error::ClientError;

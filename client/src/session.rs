@@ -4,10 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_protocol::{Behavior, LeaseGrant, SessionId, SessionToken};
+use leasehold_protocol::{
+    Behavior, GetCached, LeaseGrant, NodeStat, NodeView, Request, Response, SessionId, SessionToken,
+};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::cache::CacheStats;
 use crate::client::Client;
 use crate::error::ClientError;
 use crate::events::{Dispatch, LockSignal};
@@ -94,6 +97,11 @@ pub struct SessionOptions {
     /// Health checks the session lives by: when one goes critical the master
     /// ends the session (`CHK-3`).
     pub checks: Vec<String>,
+    /// Keys [`Session::get`] may keep in the session's cache; 0 turns the
+    /// cache off (`CACHE-1`, `CACHE-8`).
+    pub cache_keys: usize,
+    /// Bytes of keys and contents the cache may hold.
+    pub cache_bytes: usize,
 }
 
 impl SessionOptions {
@@ -107,7 +115,28 @@ impl SessionOptions {
             grace: DEFAULT_GRACE,
             clock_drift: DEFAULT_CLOCK_DRIFT,
             checks: Vec::new(),
+            cache_keys: crate::cache::DEFAULT_CACHE_KEYS,
+            cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
         }
+    }
+
+    /// Turns the session's cache on (the default) or off: off, every
+    /// [`Session::get`] asks the master (`CACHE-1`).
+    pub fn cache(mut self, on: bool) -> Self {
+        self.cache_keys = if on {
+            crate::cache::DEFAULT_CACHE_KEYS
+        } else {
+            0
+        };
+        self
+    }
+
+    /// Caps the session's cache at `keys` entries and `bytes` bytes; the
+    /// least recently used entry goes first (`CACHE-8`).
+    pub fn cache_capacity(mut self, keys: usize, bytes: usize) -> Self {
+        self.cache_keys = keys;
+        self.cache_bytes = bytes;
+        self
     }
 
     /// Binds the session to a health check, which must exist and not be
@@ -162,6 +191,8 @@ pub(crate) struct Shared {
     /// Held while a subscription is made or ended on the master, since
     /// streams on the same key share one there (`EV-5`).
     pub(crate) subscribing: tokio::sync::Mutex<()>,
+    /// What [`Session::get`] read (`CACHE-1`).
+    pub(crate) cache: Mutex<crate::cache::Cache>,
 }
 
 impl Shared {
@@ -171,6 +202,10 @@ impl Shared {
 
     pub(crate) fn callbacks(&self) -> std::sync::MutexGuard<'_, Vec<Callback>> {
         self.callbacks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, crate::cache::Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -230,7 +265,13 @@ impl Session {
         options: SessionOptions,
     ) -> Session {
         let (states_tx, states) = watch::channel(SessionState::Normal);
-        let shared: Arc<Shared> = Arc::default();
+        let shared = Arc::new(Shared {
+            cache: Mutex::new(crate::cache::Cache::new(
+                options.cache_keys,
+                options.cache_bytes,
+            )),
+            ..Shared::default()
+        });
         let (close, close_rx) = oneshot::channel();
         let keeper = Keeper::new(
             client.clone(),
@@ -294,6 +335,81 @@ impl Session {
     /// streams on the same key share one subscription there (`EV-5`).
     pub(crate) fn subscribing(&self) -> &tokio::sync::Mutex<()> {
         &self.inner.shared.subscribing
+    }
+
+    /// A node's contents and metadata, or `None` if it does not exist, from
+    /// this session's cache when it has them (no round trip), else from the
+    /// master, which then tells this session before the node changes
+    /// (`CACHE-1`..`CACHE-3`). A read from the cache never returns a value
+    /// older than a write acknowledged before the read began.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// use leasehold::SessionOptions;
+    ///
+    /// let session = client.create_session(SessionOptions::new("reader")).await?;
+    /// let first = session.get("service/db/primary").await?; // the master
+    /// let again = session.get("service/db/primary").await?; // the cache
+    /// assert_eq!(first, again);
+    /// assert_eq!(session.cache_stats().hits, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get(&self, key: &str) -> Result<Option<NodeView>, ClientError> {
+        Ok(self.read(key).await?.1)
+    }
+
+    /// A node's metadata alone, or `None` if it does not exist, as
+    /// [`Session::get`] reads it.
+    pub async fn stat(&self, key: &str) -> Result<Option<NodeStat>, ClientError> {
+        Ok(self.read(key).await?.1.map(|n| n.stat))
+    }
+
+    /// How the session's cache has done so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.shared.cache().stats()
+    }
+
+    /// A key's index and node, from the cache or the master.
+    async fn read(&self, key: &str) -> Result<crate::cache::Read, ClientError> {
+        let clock = self.inner.client.clock();
+        let wanted = self.inner.shared.cache().wanted();
+        if !wanted {
+            let read = self.inner.client.get_node(key, false).await?;
+            return Ok((read.index, read.node));
+        }
+        let ticket = {
+            let mut cache = self.inner.shared.cache();
+            if let Some(read) = cache.lookup(key, clock.now()) {
+                return Ok(read);
+            }
+            cache.begin_read(key)
+        };
+        let request = Request::GetCached(GetCached {
+            key: key.to_string(),
+            session: self.inner.token,
+            dropped: ticket.dropped.clone(),
+        });
+        let answer = match self.inner.client.call(request).await {
+            Ok(Response::Cached {
+                index,
+                node,
+                cacheable,
+            }) => Ok(((index, node), cacheable)),
+            Ok(other) => Err(crate::client::unexpected(other)),
+            Err(e) => Err(e),
+        };
+        let mut cache = self.inner.shared.cache();
+        match answer {
+            Ok((read, cacheable)) => {
+                cache.end_read(key, ticket, Some((&read, cacheable)));
+                Ok(read)
+            }
+            Err(e) => {
+                cache.end_read(key, ticket, None);
+                Err(e)
+            }
+        }
     }
 
     /// The session's state now.

@@ -13,7 +13,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -289,6 +289,22 @@ pub enum Request {
     /// it must renew together, after a reconnection or a fail-over. At
     /// most [`keepalive_all_limit`] of them.
     KeepAliveAll(Vec<KeepAlive>),
+    /// A node read for a session's cache (`CACHE-2`): answered as `Get`,
+    /// and the master records the session as a cacher of the key when the
+    /// answer says `cacheable`.
+    GetCached(GetCached),
+}
+
+/// A read for a session's cache (`CACHE-2`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetCached {
+    /// The node's key.
+    pub key: String,
+    /// The session whose cache the answer goes to (`AUTH-2`).
+    pub session: SessionToken,
+    /// Keys the session's cache no longer holds: the master stops counting
+    /// them against its cap and sends them no invalidation (`CACHE-8`).
+    pub dropped: Vec<String>,
 }
 
 /// The most sessions one [`Request::KeepAliveAll`] may name on a
@@ -491,6 +507,17 @@ pub enum Response {
         /// Each session's renewal, or why it was refused.
         answers: Vec<Result<KeepAliveGrant, Error>>,
     },
+    /// The answer to a [`Request::GetCached`]: a node as `Node` gives it,
+    /// and whether the session may keep it in its cache (`CACHE-2`).
+    Cached {
+        /// The key's index (`NS-8`).
+        index: u64,
+        /// The node with its contents, if it exists.
+        node: Option<NodeView>,
+        /// Whether the master recorded the session as a cacher of the key,
+        /// so that it will be told before the key changes.
+        cacheable: bool,
+    },
 }
 
 /// One session's answer in a [`Response::KeepAliveAll`]: what
@@ -669,6 +696,12 @@ pub enum EventKind {
     Failover {
         /// The new master's epoch.
         epoch: u64,
+    },
+    /// Drop `keys` from the session's cache: a change to them waits for
+    /// this event's acknowledgement (`CACHE-3`).
+    Invalidate {
+        /// The keys to drop.
+        keys: Vec<String>,
     },
 }
 

@@ -26,6 +26,13 @@ struct Waiting {
     timer: TimerKey,
 }
 
+impl Acquires {
+    /// The key a waiter waits for, if it still waits.
+    pub(crate) fn waiting_key(&self, ticket: u64) -> Option<&str> {
+        self.waiting.get(&ticket).map(|w| w.key.as_str())
+    }
+}
+
 impl Master {
     pub(crate) fn acquire(
         &mut self,
@@ -117,8 +124,17 @@ impl Master {
         }
     }
 
-    /// A waiter's time is up: it leaves the line, told why it got nothing.
+    /// A waiter's time is up: it leaves the line, told why it got nothing,
+    /// once its leaving may change what caches hold (`CACHE-5`).
     pub(crate) fn acquire_timed_out(&mut self, ticket: u64) {
+        if let Some(Timer::AcquireTimeout(ticket)) = self.held_timer(Timer::AcquireTimeout(ticket))
+        {
+            self.acquire_times_out(ticket);
+        }
+    }
+
+    /// A waiter's time is up: it leaves the line, told why it got nothing.
+    pub(crate) fn acquire_times_out(&mut self, ticket: u64) {
         // The timer has fired, so its key is spent: forget the wait first.
         let Some(waiting) = self.stop_waiting(ticket) else {
             return;

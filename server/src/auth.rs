@@ -29,6 +29,7 @@ fn presented(request: &Request) -> Option<&SessionToken> {
         | Request::Subscribe { session, .. }
         | Request::Unsubscribe { session, .. } => Some(session),
         Request::Put(put) => put.ephemeral.as_ref(),
+        Request::GetCached(get) => Some(&get.session),
         _ => None,
     }
 }

@@ -95,7 +95,7 @@ impl Checks {
         }
     }
 
-    fn bound_to(&self, name: &str) -> Vec<SessionId> {
+    pub(crate) fn bound_to(&self, name: &str) -> Vec<SessionId> {
         self.bound
             .get(name)
             .map(|s| s.iter().copied().collect())

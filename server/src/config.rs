@@ -33,6 +33,9 @@ pub const DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER: usize = 100_000;
 pub const DEFAULT_EVENT_BYTES_PER_PEER: usize = 64 << 20;
 /// Bytes of events that may wait for all sessions (`EV-4`).
 pub const DEFAULT_ALL_EVENT_BYTES: usize = 256 << 20;
+/// Bytes the master's records of which sessions cache which keys may take
+/// (`CACHE-8`).
+pub const DEFAULT_ALL_CACHE_BYTES: usize = 256 << 20;
 /// Acquires one peer address may have waiting (`QUOTA-4`).
 pub const DEFAULT_MAX_WAITERS_PER_PEER: usize = 100_000;
 /// Bytes of nodes (keys and contents) one peer address may have written
@@ -124,6 +127,10 @@ pub struct Config {
     /// created, and for all sessions (`EV-4`).
     pub event_bytes_per_peer: usize,
     pub all_event_bytes: usize,
+    /// Keys one session may cache, and bytes the master's records of all
+    /// cachers may take (`CACHE-8`).
+    pub cached_keys_per_session: usize,
+    pub all_cache_bytes: usize,
     /// Health checks one peer address may create (`QUOTA-1`).
     pub max_checks_per_peer: usize,
     /// Live sessions one peer address may have created (`QUOTA-2`).
@@ -191,6 +198,8 @@ impl Default for Config {
             fanout_backlog: crate::events::FANOUT_BACKLOG,
             event_bytes_per_peer: DEFAULT_EVENT_BYTES_PER_PEER,
             all_event_bytes: DEFAULT_ALL_EVENT_BYTES,
+            cached_keys_per_session: crate::cache::CACHED_KEYS_PER_SESSION,
+            all_cache_bytes: DEFAULT_ALL_CACHE_BYTES,
             max_checks_per_peer: DEFAULT_MAX_CHECKS_PER_PEER,
             max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,
             max_subscriptions_per_peer: DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER,

@@ -175,6 +175,7 @@ fn encoded_size_of(kind: &EventKind) -> usize {
                 }
         }
         EventKind::LockLost { key, .. } | EventKind::LockConflict { key, .. } => key.len(),
+        EventKind::Invalidate { keys } => keys.iter().map(|k| k.len() + 2).sum(),
         EventKind::EventsLost | EventKind::Failover { .. } => 0,
     };
     64 + keys
@@ -245,10 +246,27 @@ impl Events {
 
     /// Queues the fail-over event a recovered session must acknowledge
     /// before anything but KeepAlives is served for it (`FO-5`).
-    pub(crate) fn push_failover(&mut self, session: SessionId, epoch: u64) {
+    /// Returns its sequence number.
+    pub(crate) fn push_failover(&mut self, session: SessionId, epoch: u64) -> u64 {
         // A recovered session's creator is not known (quotas are soft
         // state), so its queue counts against the master's budget alone.
-        self.push(session, EventKind::Failover { epoch }, None);
+        self.tell(session, EventKind::Failover { epoch }, None)
+    }
+
+    /// Queues `kind` for `session` at once, ahead of fan-out still owed
+    /// (it reports no change, so no order with changes is kept), and
+    /// marks the session's held KeepAlive for an answer. Returns the
+    /// sequence number its acknowledgement must reach: that of `kind`, or
+    /// of the `EventsLost` that replaced it (`EV-4`).
+    pub(crate) fn tell(
+        &mut self,
+        session: SessionId,
+        kind: EventKind,
+        owner: Option<IpAddr>,
+    ) -> u64 {
+        self.push(session, kind, owner);
+        self.woken.insert(session);
+        self.queues.get(&session).map_or(0, |q| q.next_seq - 1)
     }
 
     /// Whether the session's fail-over event still waits to be

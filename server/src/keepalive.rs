@@ -119,10 +119,11 @@ impl Master {
         // A lease that ran out is never revived, even if its timer has not
         // been handled yet (SES-6).
         if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
-            return Err(self.state.missing_session(id)); // KA-7
+            return Err(self.ended(id)); // KA-7
         }
         self.unheard.remove(&id);
         self.events.acknowledge(id, ka.acked_seq); // EV-2
+        self.cache.acknowledged(id, ka.acked_seq); // CACHE-3
         if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
             self.failover_pending.remove(&id); // FO-5
         }
@@ -164,7 +165,7 @@ impl Master {
     /// none once it is spent. A lone KeepAlive takes its first event even
     /// if it alone is over the budget (`first_regardless`), so its queue
     /// always drains; a KeepAliveAll's sessions take only what fits.
-    fn grant(
+    pub(crate) fn grant(
         &mut self,
         id: SessionId,
         received_at: Millis,
@@ -173,9 +174,24 @@ impl Master {
         first_regardless: bool,
     ) -> Result<KeepAliveGrant, Error> {
         if self.end_if_ran_out(id, now) {
-            return Err(self.state.missing_session(id));
+            return Err(self.ended(id));
         }
-        let Some(expires) = self.leases.extend(id, now) else {
+        let events = if *budget == 0 {
+            Vec::new()
+        } else {
+            self.events.pending(id, *budget, first_regardless)
+        };
+        *budget = budget.saturating_sub(events.iter().map(encoded_size).sum::<usize>());
+        // A reply that leaves an invalidation untold must not let the
+        // client serve its cache longer: the lease stays as it was when
+        // the cacher was told (`CACHE-6`).
+        let carried = events.last().map_or(0, |e| e.seq);
+        let expires = if self.cache.untold_beyond(id, carried) {
+            self.leases.expires_at(id)
+        } else {
+            self.leases.extend(id, now)
+        };
+        let Some(expires) = expires else {
             return Err(self.state.missing_session(id));
         };
         self.leases.arm(id, expires);
@@ -185,12 +201,6 @@ impl Master {
             expires,
             why: Grant::KeepAlive,
         });
-        let events = if *budget == 0 {
-            Vec::new()
-        } else {
-            self.events.pending(id, *budget, first_regardless)
-        };
-        *budget = budget.saturating_sub(events.iter().map(encoded_size).sum::<usize>());
         Ok(KeepAliveGrant {
             epoch: self.config.epoch,
             lease: LeaseGrant::conservative(
@@ -239,18 +249,32 @@ impl Master {
 
     /// Ends the session `id` if its lease has run out at `now`; says whether
     /// it did.
+    /// Its end may wait for caches (`CACHE-5`); the session counts as
+    /// ended meanwhile.
     pub(crate) fn end_if_ran_out(&mut self, id: SessionId, now: Millis) -> bool {
+        if self.cache.ending.contains(&id) {
+            return true;
+        }
         if self.leases.expires_at(id).is_some_and(|e| e <= now) {
-            let _ = self.apply(
-                Command::EndSession {
-                    id,
-                    cause: EndCause::Expired,
-                },
-                now,
-            );
+            self.apply_made(Command::EndSession {
+                id,
+                cause: EndCause::Expired,
+            });
             return true;
         }
         false
+    }
+
+    /// The refusal for a session that is not live, or whose lease ran out
+    /// while its end waits for caches.
+    fn ended(&self, id: SessionId) -> Error {
+        if self.state.session(id).is_some() {
+            return Error::new(
+                ErrorCode::SessionExpired,
+                format!("session {id} expired: its lease ran out"),
+            );
+        }
+        self.state.missing_session(id)
     }
 }
 

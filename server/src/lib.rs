@@ -40,6 +40,7 @@
 
 mod acquire;
 mod auth;
+mod cache;
 pub mod cell;
 mod check;
 mod commit;

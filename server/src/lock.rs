@@ -81,6 +81,14 @@ impl Locks {
             .unwrap_or_default()
     }
 
+    /// The keys whose lines `session` waits in.
+    pub fn waited_by(&self, session: SessionId) -> Vec<String> {
+        self.waiting_by
+            .get(&session)
+            .map(|waits| waits.iter().map(|(key, _)| key.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Locks with holders at `key`, and with `recursive` below it.
     pub(crate) fn held_at_or_below<'a>(
         &'a self,

@@ -59,6 +59,7 @@ fn event_len(event: &Event) -> usize {
                     }
             }
             EventKind::LockLost { key, .. } | EventKind::LockConflict { key, .. } => key.len(),
+            EventKind::Invalidate { keys } => keys.iter().map(|k| k.len() + 2).sum(),
             EventKind::EventsLost | EventKind::Failover { .. } => 0,
         }
 }
@@ -75,7 +76,7 @@ pub(crate) fn approx_len(body: &Result<Response, Error>) -> usize {
     FIXED
         + match body {
             Err(e) => e.message.len(),
-            Ok(Response::Node { node, .. }) => node_len(node),
+            Ok(Response::Node { node, .. }) | Ok(Response::Cached { node, .. }) => node_len(node),
             Ok(Response::Keys { keys, .. }) | Ok(Response::Deleted { keys, .. }) => strings(keys),
             Ok(Response::KeepAlive { events, .. }) => events.iter().map(event_len).sum(),
             Ok(Response::KeepAliveAll { answers }) => answers

@@ -8,7 +8,7 @@
 //! their waiters, health checks) lives here, and is changed only through
 //! `apply`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use leasehold_protocol::{
@@ -68,6 +68,9 @@ pub enum Command {
     },
     /// Remove a health check.
     DeleteCheck { name: String },
+    /// Mark a session as one that may cache nodes: a new master waits for
+    /// it to flush its cache before it changes anything (`CACHE-7`).
+    MayCache { session: SessionId },
 }
 
 /// A session to create, as [`Command::CreateSession`] logs it. The id and
@@ -125,6 +128,8 @@ pub enum LockedNodes {
 pub enum Applied {
     SessionCreated(Session),
     SessionEnded,
+    /// The session is marked as one that may cache (`CACHE-7`).
+    MayCache,
     /// A node was written at this global index.
     Written {
         index: u64,
@@ -271,6 +276,8 @@ pub struct State {
     pub(crate) checks: Checks,
     /// Rises by one with every command that changes the state (`NS-2`).
     index: u64,
+    /// Live sessions that may have cached nodes (`CACHE-7`).
+    pub(crate) may_cache: BTreeSet<SessionId>,
 }
 
 impl State {
@@ -291,6 +298,7 @@ impl State {
             locks: Locks::default(),
             checks: Checks::default(),
             index: 0,
+            may_cache: BTreeSet::new(),
         }
     }
 
@@ -349,6 +357,13 @@ impl State {
                 self.set_check(name, status, note, index, now, &mut events)
             }
             Command::DeleteCheck { name } => self.delete_check(&name, index, now, &mut events),
+            Command::MayCache { session } => match self.sessions.contains_key(&session) {
+                true => {
+                    self.may_cache.insert(session);
+                    Ok(Applied::MayCache)
+                }
+                false => Err(self.missing_session(session)),
+            },
         };
         if reply.is_err() {
             self.index -= 1;
@@ -445,6 +460,7 @@ impl State {
             return Err(self.missing_session(id));
         };
         self.remember_ended(id, cause);
+        self.may_cache.remove(&id);
         self.checks.unbind(id, &session.checks);
         self.invalidate_locks(id, session.behavior, session.lock_delay, index, now, events);
         events.push(StateEvent::SessionEnded { id, cause });

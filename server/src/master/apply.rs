@@ -72,7 +72,7 @@ impl Master {
         if self.depth > 0 {
             self.deferred.push_back(release);
         } else {
-            let _ = self.apply(release, self.now);
+            self.apply_made(release);
         }
     }
 
@@ -130,7 +130,7 @@ impl Master {
                 self.deliver_events();
             }
             while let Some(command) = self.deferred.pop_front() {
-                let _ = self.apply(command, self.now);
+                self.apply_made(command);
             }
         }
         reply
@@ -183,6 +183,7 @@ impl Master {
                 self.quotas.sessions.give_back(&id);
                 self.failover_pending.remove(&id);
                 self.unheard.remove(&id);
+                self.cache.forget_session(id);
                 // A KeepAlive held for it is answered at once (`KA-7`).
                 if let Some(held) = self.leases.remove(id) {
                     self.deliver(held.reply, Err(self.state.missing_session(id)));

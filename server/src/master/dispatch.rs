@@ -101,9 +101,29 @@ impl Master {
     /// for first: authority, a full disk, fan-out behind, an unread
     /// connection, quotas, a fail-over not yet acknowledged.
     pub(super) fn handle(&mut self, call: Call) {
-        let now = self.now;
+        if let Some(call) = self.checked(call) {
+            // A change to what sessions cache waits for their invalidation
+            // (`CACHE-3`).
+            if let Some(call) = self.held_for_caches(call) {
+                self.serve(call, self.now);
+            }
+        }
+    }
+
+    /// Answers a request let go after it was held for caches: its checks
+    /// again, as things may have changed meanwhile, then the work.
+    pub(crate) fn handle_checked(&mut self, call: Call) {
+        if let Some(call) = self.checked(call) {
+            self.serve(call, self.now);
+        }
+    }
+
+    /// The request, if it passes the checks every request passes; if not,
+    /// it is answered with the refusal.
+    fn checked(&mut self, call: Call) -> Option<Call> {
         if let Err(refused) = self.authorize(&call.request) {
-            return self.deliver(call.reply, Err(refused)); // AUTH-2
+            self.deliver(call.reply, Err(refused));
+            return None; // AUTH-2
         }
         if self.commit.as_ref().is_some_and(|c| c.disk_full()) && writes(&call.request) {
             let refusal = Error::new(
@@ -111,7 +131,8 @@ impl Master {
                 "the master's disk is full: nothing was written; reads and KeepAlives are \
                  served, and writes are accepted again once it has room",
             );
-            return self.deliver(call.reply, Err(refusal)); // STORE-5
+            self.deliver(call.reply, Err(refusal));
+            return None; // STORE-5
         }
         if self.events.backlogged(self.config.fanout_backlog) && writes(&call.request) {
             let refusal = Error::new(
@@ -120,7 +141,8 @@ impl Master {
                 },
                 "the master is behind telling subscribers of earlier writes: nothing was done; retry",
             );
-            return self.deliver(call.reply, Err(refusal)); // EV-9
+            self.deliver(call.reply, Err(refusal));
+            return None; // EV-9
         }
         // A peer that leaves its replies unread gets nothing more to leave
         // unread, and nothing is done for it, but its leases are kept
@@ -131,12 +153,23 @@ impl Master {
         );
         if !keepalive && self.congested(&call.reply) {
             let refusal = self.congested_refusal();
-            return self.deliver(call.reply, Err(refusal));
+            self.deliver(call.reply, Err(refusal));
+            return None;
         }
         if let Some(refusal) = self.over_quota(&call.request, call.peer) {
-            return self.deliver(call.reply, Err(refusal)); // QUOTA-1..QUOTA-5
+            self.deliver(call.reply, Err(refusal));
+            return None; // QUOTA-1..QUOTA-5
         }
         if let Some(session) = acting_for(&call.request) {
+            // Its lease ran out; its end waits for caches (`CACHE-5`).
+            if self.cache.ending.contains(&session) {
+                let ended = Error::new(
+                    ErrorCode::SessionExpired,
+                    format!("session {session} expired: its lease ran out"),
+                );
+                self.deliver(call.reply, Err(ended));
+                return None;
+            }
             if self.failover_pending.contains(&session) {
                 let error = Error::new(
                     ErrorCode::FailoverInProgress {
@@ -146,10 +179,11 @@ impl Master {
                         "failover in progress: session {session} must acknowledge the fail-over event on its next KeepAlive; retry"
                     ),
                 );
-                return self.deliver(call.reply, Err(error));
+                self.deliver(call.reply, Err(error));
+                return None;
             }
         }
-        self.serve(call, now);
+        Some(call)
     }
 
     /// Carries out a request that passed the checks every request passes.
@@ -157,6 +191,7 @@ impl Master {
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
             Request::KeepAliveAll(all) => return self.keepalive_all(all, call.reply, now),
+            Request::GetCached(get) => self.get_cached(get),
             Request::Watch {
                 key,
                 after_index,
@@ -199,7 +234,10 @@ impl Master {
                 }),
             Request::CheckSequencer { sequencer } => match Sequencer::from_bytes(&sequencer) {
                 Some(s) => Ok(Response::SequencerChecked {
-                    valid: self.state.sequencer_is_valid(&s),
+                    // A holder whose lease ran out holds nothing, even while
+                    // its end waits for caches (`CACHE-5`).
+                    valid: self.state.sequencer_is_valid(&s)
+                        && !self.cache.ending.contains(&s.session),
                 }),
                 None => Err(Error::new(
                     ErrorCode::InvalidArgument,

@@ -71,6 +71,8 @@ pub(crate) enum Timer {
     WatchTimeout(u64),
     AcquireTimeout(u64),
     LockDelayEnd(String),
+    /// A cacher told of a change may stop counting now (`CACHE-3`).
+    CacheDeadline,
 }
 
 pub(crate) struct Master {
@@ -81,6 +83,9 @@ pub(crate) struct Master {
     pub(crate) watches: Watches,
     pub(crate) acquires: Acquires,
     pub(crate) events: Events,
+    /// Which sessions may cache which keys, and work held for them
+    /// (`CACHE-1`..).
+    pub(crate) cache: crate::cache::Cache,
     ids: Ids,
     /// The clock's reading when this master started...
     start: Instant,
@@ -91,7 +96,7 @@ pub(crate) struct Master {
     /// does happens at this time.
     pub(crate) now: Millis,
     /// Group commit to the store; `None` runs in memory.
-    commit: Option<Committer>,
+    pub(crate) commit: Option<Committer>,
     /// A cell's master lease: the master stops the moment it lapses
     /// (`CELL-6`).
     lease: Option<std::sync::Arc<crate::cell::MasterLease>>,
@@ -140,6 +145,7 @@ impl Master {
             watches: Watches::default(),
             acquires: Acquires::default(),
             events: Events::default(),
+            cache: crate::cache::Cache::default(),
             start: clock,
             offset: start.offset,
             now: start.offset,
@@ -157,6 +163,8 @@ impl Master {
             per_peer: master.config.event_bytes_per_peer,
             all: master.config.all_event_bytes,
         };
+        master.cache.per_session = master.config.cached_keys_per_session;
+        master.cache.max_bytes = master.config.all_cache_bytes;
         let (epoch, now) = (master.config.epoch, master.now);
         master.observe(|| LeaseEvent::Serving { epoch, now });
         if start.recovered {
@@ -180,7 +188,17 @@ impl Master {
                     why: Grant::Failover,
                 });
             }
-            self.events.push_failover(id, self.config.epoch);
+            let seq = self.events.push_failover(id, self.config.epoch);
+            // Its client may serve a cache filled under the previous
+            // master until it hears of this one or the lease it may have
+            // had runs out (`CACHE-7`).
+            // Only a session that ever cached: the others never served a
+            // read without the master.
+            if let Some(expires) = self.leases.expires_at(id) {
+                if self.state.may_cache.contains(&id) {
+                    self.cache.recovered(id, seq, expires);
+                }
+            }
             self.failover_pending.insert(id);
             self.unheard.insert(id);
         }
@@ -188,7 +206,7 @@ impl Master {
             self.timers.insert(until, Timer::LockDelayEnd(key));
         }
         for (key, ticket) in promotion.abandoned_waits {
-            let _ = self.apply(Command::CancelWait { key, ticket }, now);
+            self.apply_made(Command::CancelWait { key, ticket });
         }
     }
 
@@ -285,6 +303,11 @@ impl Master {
                     self.now = self.read_clock();
                 }
             }
+            // Acknowledgements, deadlines and ended sessions may have let
+            // held work go (`CACHE-3`).
+            if self.cache.moved {
+                self.run_held();
+            }
             if self.failed {
                 break;
             }
@@ -342,8 +365,10 @@ impl Master {
             match timer {
                 Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
                 Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
-                Timer::LockDelayEnd(key) => {
-                    let _ = self.apply(Command::GrantWaiters { key }, now);
+                Timer::LockDelayEnd(key) => self.apply_made(Command::GrantWaiters { key }),
+                Timer::CacheDeadline => {
+                    self.cache.armed = None;
+                    self.cache.moved = true;
                 }
             }
         }

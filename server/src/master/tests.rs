@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::{Call, Master};
 use crate::config::Config;
 use crate::observe::{Grant, LeaseEvent, LeaseObserver};
+use crate::time::Millis;
 
 /// A master on `config`'s store, as `Server::open` starts one.
 fn started(config: &mut Config, store: Option<crate::MemoryStore>) -> Master {
@@ -668,4 +669,311 @@ async fn a_keepalive_all_answer_fits_a_frame_however_its_sessions_fare() {
         body.len(),
         crate::config::MIN_FRAME
     );
+}
+
+// The cache (SPEC "Cache"): the master's side, driven turn by turn.
+
+/// Sends `request` and returns where its reply will come.
+fn send(
+    master: &mut Master,
+    request: Request,
+) -> tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply> {
+    let (reply, rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request,
+        reply,
+        peer: None,
+    });
+    if master.cache.moved {
+        master.run_held();
+    }
+    rx
+}
+
+/// The reply that has come, if one has.
+fn answered(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
+) -> Option<Result<Response, Error>> {
+    rx.try_recv().ok().map(|r| *r.body)
+}
+
+fn put_value(key: &str, value: &str) -> Request {
+    Request::Put(leasehold_protocol::Put {
+        key: key.into(),
+        contents: value.as_bytes().to_vec(),
+        flags: 0,
+        cas: None,
+        ephemeral: None,
+    })
+}
+
+fn get_cached(key: &str, session: SessionToken) -> Request {
+    Request::GetCached(leasehold_protocol::GetCached {
+        key: key.into(),
+        session,
+        dropped: Vec::new(),
+    })
+}
+
+/// What the master answers now for `key`: its contents (None: no node).
+fn contents(master: &mut Master, key: &str) -> Option<Vec<u8>> {
+    let mut rx = send(
+        master,
+        Request::Get {
+            key: key.into(),
+            stat_only: false,
+        },
+    );
+    match answered(&mut rx) {
+        Some(Ok(Response::Node { node, .. })) => node.and_then(|n| n.contents),
+        other => panic!("expected a node, got {other:?}"),
+    }
+}
+
+/// Whether `session`'s read of `key` for its cache was called cacheable.
+fn cacheable(master: &mut Master, key: &str, session: SessionToken) -> bool {
+    let mut rx = send(master, get_cached(key, session));
+    match answered(&mut rx) {
+        Some(Ok(Response::Cached { cacheable, .. })) => cacheable,
+        other => panic!("expected a cached read, got {other:?}"),
+    }
+}
+
+/// `session`'s KeepAlive acknowledging `acked`, answered at once; the
+/// events it carried.
+fn renewed(
+    master: &mut Master,
+    session: SessionToken,
+    acked: u64,
+) -> Vec<leasehold_protocol::Event> {
+    let mut rx = send(
+        master,
+        Request::KeepAlive(KeepAlive {
+            session,
+            epoch: master.config.epoch,
+            acked_seq: acked,
+            hold: false,
+        }),
+    );
+    match answered(&mut rx) {
+        Some(Ok(Response::KeepAlive { events, .. })) => events,
+        other => panic!("expected a KeepAlive reply, got {other:?}"),
+    }
+}
+
+fn invalidation(events: &[leasehold_protocol::Event]) -> Option<(u64, Vec<String>)> {
+    events.iter().find_map(|e| match &e.kind {
+        leasehold_protocol::EventKind::Invalidate { keys } => Some((e.seq, keys.clone())),
+        _ => None,
+    })
+}
+
+fn lenient() -> Config {
+    Config {
+        min_lease: Duration::from_millis(100),
+        ..Config::default()
+    }
+}
+
+// CACHE-3, CACHE-4
+#[tokio::test]
+async fn a_write_to_a_cached_key_waits_until_the_cacher_acknowledges_its_invalidation() {
+    let mut master = started(&mut lenient(), None);
+    let cacher = created(&mut master, "cacher", None).await;
+    let other = created(&mut master, "other", None).await;
+    assert!(answered(&mut send(&mut master, put_value("k", "one"))).is_some());
+    assert!(cacheable(&mut master, "k", cacher));
+
+    let mut write = send(&mut master, put_value("k", "two"));
+    assert!(answered(&mut write).is_none(), "held for the cacher");
+    assert_eq!(
+        contents(&mut master, "k"),
+        Some(b"one".to_vec()),
+        "not applied yet"
+    );
+    assert!(!cacheable(&mut master, "k", other), "uncachable while held");
+
+    let (seq, keys) = invalidation(&renewed(&mut master, cacher, 0)).expect("told");
+    assert_eq!(keys, ["k"]);
+    assert!(answered(&mut write).is_none(), "told, not yet acknowledged");
+    renewed(&mut master, cacher, seq);
+    assert!(matches!(
+        answered(&mut write),
+        Some(Ok(Response::Written { .. }))
+    ));
+    assert_eq!(contents(&mut master, "k"), Some(b"two".to_vec()));
+    assert!(cacheable(&mut master, "k", other), "cachable again");
+}
+
+// CACHE-3
+#[tokio::test]
+async fn a_write_to_a_key_nobody_caches_is_not_held() {
+    let mut master = started(&mut lenient(), None);
+    let cacher = created(&mut master, "cacher", None).await;
+    assert!(cacheable(&mut master, "cached", cacher));
+    let mut write = send(&mut master, put_value("other", "x"));
+    assert!(matches!(
+        answered(&mut write),
+        Some(Ok(Response::Written { .. }))
+    ));
+}
+
+// CACHE-3: a cacher that never answers holds a write for the lease it had
+// when it was told, no longer.
+#[tokio::test]
+async fn a_silent_cachers_lease_bounds_how_long_a_write_waits() {
+    let mut master = started(&mut lenient(), None);
+    let cacher = created(&mut master, "silent", Some(1_000)).await;
+    assert!(cacheable(&mut master, "k", cacher));
+    let told_at = master.now;
+    let mut write = send(&mut master, put_value("k", "new"));
+    assert!(answered(&mut write).is_none());
+    let until = master.leases.expires_at(cacher.id).unwrap();
+    assert_eq!(until, told_at + Duration::from_millis(1_000));
+    master.now = Millis::from_millis(until.as_millis() - 1);
+    master.fire_timers(0);
+    master.run_held();
+    assert!(answered(&mut write).is_none(), "still within its lease");
+    master.now = until;
+    master.fire_timers(0);
+    if master.cache.moved {
+        master.run_held();
+    }
+    assert!(matches!(
+        answered(&mut write),
+        Some(Ok(Response::Written { .. }))
+    ));
+}
+
+// CACHE-6
+#[tokio::test]
+async fn a_reply_that_leaves_an_invalidation_untold_does_not_extend_the_lease() {
+    let mut master = started(&mut lenient(), None);
+    let cacher = created(&mut master, "cacher", Some(1_000)).await;
+    assert!(cacheable(&mut master, "k", cacher));
+    let _write = send(&mut master, put_value("k", "new"));
+    let before = master.leases.expires_at(cacher.id).unwrap();
+    master.now = master.now + Duration::from_millis(500);
+    let now = master.now;
+    let bare = master.grant(cacher.id, now, now, &mut 0, false).unwrap();
+    assert!(bare.events.is_empty());
+    assert_eq!(
+        master.leases.expires_at(cacher.id),
+        Some(before),
+        "not extended"
+    );
+    let full = master.grant(cacher.id, now, now, &mut 4096, false).unwrap();
+    assert!(invalidation(&full.events).is_some());
+    assert_eq!(
+        master.leases.expires_at(cacher.id),
+        Some(now + Duration::from_millis(1_000))
+    );
+}
+
+// CACHE-5
+#[tokio::test]
+async fn a_session_whose_lease_ran_out_counts_as_ended_while_its_end_waits_for_caches() {
+    let mut master = started(&mut lenient(), None);
+    let owner = created(&mut master, "owner", Some(1_000)).await;
+    let cacher = created(&mut master, "cacher", Some(60_000)).await;
+    let ephemeral = Request::Put(leasehold_protocol::Put {
+        key: "e".into(),
+        contents: b"alive".to_vec(),
+        flags: 0,
+        cas: None,
+        ephemeral: Some(owner),
+    });
+    assert!(answered(&mut send(&mut master, ephemeral)).is_some());
+    assert!(cacheable(&mut master, "e", cacher));
+
+    master.now = master.now + Duration::from_millis(1_000);
+    master.fire_timers(0);
+    master.run_held();
+    assert!(master.state.session(owner.id).is_some(), "its end is held");
+    let mut refused = send(&mut master, keepalive(owner));
+    let refused = answered(&mut refused).unwrap().unwrap_err();
+    assert_eq!(refused.code, ErrorCode::SessionExpired);
+    assert_eq!(contents(&mut master, "e"), Some(b"alive".to_vec()));
+
+    let (seq, _) = invalidation(&renewed(&mut master, cacher, 0)).expect("told");
+    renewed(&mut master, cacher, seq);
+    assert!(master.state.session(owner.id).is_none());
+    assert_eq!(contents(&mut master, "e"), None);
+}
+
+/// A master restarted on a store holding one session that was granted a
+/// cacheable read, and no KeepAlive has named since.
+async fn restarted_with_a_cacher() -> (Master, SessionToken) {
+    let mut config = lenient();
+    let store = crate::MemoryStore::default();
+    let mut first = started(&mut config, Some(store.clone()));
+    let token = created(&mut first, "cacher", Some(LEASE.as_millis() as u64)).await;
+    let read = call(&mut first, get_cached("k", token)).await;
+    assert!(matches!(
+        read,
+        Ok(Response::Cached {
+            cacheable: true,
+            ..
+        })
+    ));
+    drop(first);
+    (started(&mut config, Some(store)), token)
+}
+
+// CACHE-7
+#[tokio::test]
+async fn after_a_restart_a_session_that_never_cached_holds_no_write() {
+    let (mut master, _recovered) = restarted_with_a_session().await;
+    let mut write = send(&mut master, put_value("anything", "x"));
+    loop {
+        master.on_durable();
+        if let Some(reply) = answered(&mut write) {
+            assert!(matches!(reply, Ok(Response::Written { .. })));
+            break;
+        }
+        super::durable(&mut master.commit).await.unwrap();
+    }
+}
+
+// CACHE-7
+#[tokio::test]
+async fn after_a_restart_writes_wait_for_recovered_cachers_to_acknowledge_the_failover() {
+    let (mut master, recovered) = restarted_with_a_cacher().await;
+    let mut write = send(&mut master, put_value("anything", "x"));
+    assert!(answered(&mut write).is_none(), "it may cache anything");
+    assert!(
+        !cacheable(&mut master, "k", recovered),
+        "no grant before it has flushed"
+    );
+    let events = renewed(&mut master, recovered, 0);
+    let failover = events.first().expect("the fail-over event").seq;
+    assert!(answered(&mut write).is_none());
+    renewed(&mut master, recovered, failover);
+    loop {
+        master.on_durable();
+        if let Some(reply) = answered(&mut write) {
+            assert!(matches!(reply, Ok(Response::Written { .. })));
+            break;
+        }
+        super::durable(&mut master.commit).await.unwrap();
+    }
+}
+
+// CACHE-7
+#[tokio::test]
+async fn after_a_restart_a_silent_recovered_cacher_holds_writes_no_longer_than_its_lease() {
+    let (mut master, _recovered) = restarted_with_a_cacher().await;
+    let mut write = send(&mut master, put_value("anything", "x"));
+    assert!(answered(&mut write).is_none());
+    master.now = master.now + LEASE;
+    master.fire_timers(0);
+    master.run_held();
+    loop {
+        master.on_durable();
+        if let Some(reply) = answered(&mut write) {
+            assert!(matches!(reply, Ok(Response::Written { .. })));
+            break;
+        }
+        super::durable(&mut master.commit).await.unwrap();
+    }
 }

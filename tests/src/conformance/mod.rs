@@ -228,6 +228,14 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
         "reaching 1,000,000 sessions is impractical from a harness",
     ),
     ("ERR-7", "sent only when the server itself fails"),
+    (
+        "CACHE-1",
+        "client library: reads served from a session's cache; tests/tests/cache.rs",
+    ),
+    (
+        "CACHE-6",
+        "client library's flushes, and a reply that cannot carry events; tests/tests/cache.rs and server/src/master/tests.rs",
+    ),
 ];
 
 /// Every case the harness knows.

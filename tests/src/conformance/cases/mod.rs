@@ -7,6 +7,7 @@
 
 use super::Case;
 
+mod cache;
 mod checks;
 mod connections;
 mod events;
@@ -22,7 +23,7 @@ mod wire;
 
 /// Every case, section by section in SPEC order: wire format, handshake,
 /// connections, sessions, ownership, KeepAlive, namespace, locks, health
-/// checks, storage, epochs and failover, events.
+/// checks, storage, epochs and failover, events, cache.
 pub(super) fn all() -> Vec<Case> {
     [
         wire::cases(),
@@ -37,6 +38,7 @@ pub(super) fn all() -> Vec<Case> {
         storage::cases(),
         failover::cases(),
         events::cases(),
+        cache::cases(),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,797 @@
+//! Chubby's consistent client cache, the master's side (SPEC "Cache").
+//!
+//! The master records which sessions may cache which keys. A change to a
+//! key some session caches is held back: each cacher is sent an
+//! `Invalidate` event on its KeepAlive reply, and the change is applied
+//! once every cacher has acknowledged it or its lease, as it stood when it
+//! was told, has run out. While a change is held its keys are uncachable,
+//! so reads never wait behind it. Invalidate, never update.
+//!
+//! All of it is soft state, like leases: a new master knows no cacher, so
+//! it takes every recovered session as a possible cacher of every key until
+//! that session acknowledges its fail-over event (on which the client
+//! flushes its cache) or the lease it may have been granted by the previous
+//! master has run out (`CACHE-7`).
+//!
+//! What is held is the work itself, not its outcome: a request is carried
+//! out, with every check it passes, only when it is let go, so a read of a
+//! held key answers the value before the change and no cache can disagree
+//! with it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use leasehold_protocol::{Error, ErrorCode, EventKind, GetCached, Request, Response, SessionId};
+use tracing::debug;
+
+use crate::master::{Call, Master, Timer};
+use crate::node::check_key;
+use crate::state::Command;
+use crate::time::Millis;
+
+/// Keys one session may cache, by default (`CACHE-8`).
+pub const CACHED_KEYS_PER_SESSION: usize = 4096;
+/// What one record of a cacher costs the master, besides its key: the
+/// budget of all records is counted in these bytes (`CACHE-8`).
+pub(crate) const RECORD_BYTES: usize = 64;
+
+/// What a change may alter: one key's node, or every node below a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Touch {
+    Key(String),
+    Below(String),
+}
+
+impl Touch {
+    /// Whether this covers `key`.
+    fn covers(&self, key: &str) -> bool {
+        match self {
+            Touch::Key(k) => k == key,
+            Touch::Below(k) => is_below(key, k),
+        }
+    }
+
+    /// The range of recorded keys this may cover.
+    fn range<'a, V>(
+        &self,
+        map: &'a BTreeMap<String, V>,
+    ) -> Box<dyn Iterator<Item = (&'a String, &'a V)> + 'a> {
+        match self {
+            Touch::Key(k) => Box::new(map.get_key_value(k).into_iter()),
+            Touch::Below(k) => {
+                let start = if k.is_empty() {
+                    String::new()
+                } else {
+                    format!("{k}/")
+                };
+                let whole = k.is_empty();
+                Box::new(
+                    map.range(start.clone()..)
+                        .take_while(move |(key, _)| whole || key.starts_with(&start)),
+                )
+            }
+        }
+    }
+}
+
+/// Whether `key` lies below `parent` (every key lies below the root, "").
+fn is_below(key: &str, parent: &str) -> bool {
+    parent.is_empty()
+        || (key.len() > parent.len()
+            && key.starts_with(parent)
+            && key.as_bytes()[parent.len()] == b'/')
+}
+
+/// Whether two sets of touches share a key.
+fn overlap(a: &[Touch], b: &[Touch]) -> bool {
+    a.iter().any(|x| {
+        b.iter().any(|y| match (x, y) {
+            (Touch::Key(k), other) | (other, Touch::Key(k)) => other.covers(k),
+            (Touch::Below(p), Touch::Below(q)) => {
+                p == q || is_below(p, q) || is_below(q, p) || p.is_empty() || q.is_empty()
+            }
+        })
+    })
+}
+
+/// One session's standing for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// It may cache the key.
+    Granted,
+    /// It was sent the invalidation numbered `seq` (its event's sequence
+    /// number), and stops counting once it acknowledges it or at `until`,
+    /// the end of the lease it had then.
+    Told { seq: u64, until: Millis },
+}
+
+/// What the master knows of one session's cache.
+#[derive(Debug, Default)]
+struct SessionCache {
+    keys: BTreeSet<String>,
+    /// Invalidations sent and not acknowledged, by sequence number.
+    told: BTreeMap<u64, Vec<String>>,
+}
+
+/// Work held until the caches of what it changes are invalidated.
+#[derive(Debug)]
+pub(crate) enum Work {
+    /// A request, carried out (with all its checks) when let go.
+    Request(Call),
+    /// A command the master made itself.
+    Command(Command),
+    /// A timer whose work is held.
+    Timer(Timer),
+}
+
+#[derive(Debug)]
+struct Held {
+    work: Work,
+    touches: Vec<Touch>,
+}
+
+/// Cachers, held work and the sessions a new master waits for.
+#[derive(Debug)]
+pub(crate) struct Cache {
+    records: BTreeMap<String, BTreeMap<SessionId, Standing>>,
+    sessions: HashMap<SessionId, SessionCache>,
+    /// Bytes the records take, as `RECORD_BYTES` and their keys count them.
+    bytes: usize,
+    held: VecDeque<Held>,
+    /// Recovered sessions that may still serve a cache filled under the
+    /// previous master: the sequence number of their fail-over event and
+    /// the end of the lease the previous master may have granted.
+    recovering: HashMap<SessionId, (u64, Millis)>,
+    recovering_until: BTreeSet<(Millis, SessionId)>,
+    /// Sessions whose lease ran out and whose end is held (`CACHE-5`).
+    pub(crate) ending: BTreeSet<SessionId>,
+    /// Keys one session may cache, and bytes all records may take.
+    pub(crate) per_session: usize,
+    pub(crate) max_bytes: usize,
+    /// Set when something happened that may let held work go.
+    pub(crate) moved: bool,
+    /// The deadline a timer is set for, to look at held work again.
+    pub(crate) armed: Option<Millis>,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache {
+            records: BTreeMap::new(),
+            sessions: HashMap::new(),
+            bytes: 0,
+            held: VecDeque::new(),
+            recovering: HashMap::new(),
+            recovering_until: BTreeSet::new(),
+            ending: BTreeSet::new(),
+            per_session: CACHED_KEYS_PER_SESSION,
+            max_bytes: usize::MAX,
+            moved: false,
+            armed: None,
+        }
+    }
+}
+
+/// Invalidations to send: for each session, the keys it must drop.
+pub(crate) type ToTell = BTreeMap<SessionId, Vec<String>>;
+
+impl Cache {
+    /// Whether `session` may be granted `key` now: nothing held touches it,
+    /// no cacher of it is still being told, and the session's cap and the
+    /// master's budget leave room (`CACHE-2`, `CACHE-4`, `CACHE-8`).
+    pub(crate) fn may_grant(&self, session: SessionId, key: &str) -> bool {
+        if self
+            .held
+            .iter()
+            .any(|h| h.touches.iter().any(|t| t.covers(key)))
+        {
+            return false;
+        }
+        let standings = self.records.get(key);
+        if standings.is_some_and(|s| s.values().any(|s| matches!(s, Standing::Told { .. }))) {
+            return false;
+        }
+        if standings.is_some_and(|s| s.contains_key(&session)) {
+            return true;
+        }
+        let mine = self.sessions.get(&session).map_or(0, |s| s.keys.len());
+        mine < self.per_session && self.bytes + RECORD_BYTES + key.len() <= self.max_bytes
+    }
+
+    /// Records that `session` may cache `key`.
+    pub(crate) fn grant(&mut self, session: SessionId, key: &str) {
+        let standings = self.records.entry(key.to_string()).or_default();
+        if standings.insert(session, Standing::Granted).is_none() {
+            self.bytes += RECORD_BYTES + key.len();
+            self.sessions
+                .entry(session)
+                .or_default()
+                .keys
+                .insert(key.to_string());
+        }
+    }
+
+    /// Forgets `session`'s record of `key`.
+    fn forget(&mut self, session: SessionId, key: &str) {
+        let Some(standings) = self.records.get_mut(key) else {
+            return;
+        };
+        if standings.remove(&session).is_some() {
+            self.bytes -= RECORD_BYTES + key.len();
+            self.moved = true;
+        }
+        if standings.is_empty() {
+            self.records.remove(key);
+        }
+        if let Some(mine) = self.sessions.get_mut(&session) {
+            mine.keys.remove(key);
+            if mine.keys.is_empty() && mine.told.is_empty() {
+                self.sessions.remove(&session);
+            }
+        }
+    }
+
+    /// The session no longer caches `keys` (`CACHE-8`).
+    pub(crate) fn dropped(&mut self, session: SessionId, keys: &[String]) {
+        for key in keys {
+            self.forget(session, key);
+        }
+    }
+
+    /// The session acknowledged its events up to `acked`: every
+    /// invalidation among them is done with, and so is the fail-over event
+    /// of a recovered session (`CACHE-3`, `CACHE-7`).
+    pub(crate) fn acknowledged(&mut self, session: SessionId, acked: u64) {
+        if let Some(&(seq, until)) = self.recovering.get(&session) {
+            if seq <= acked {
+                self.recovering.remove(&session);
+                self.recovering_until.remove(&(until, session));
+                self.moved = true;
+            }
+        }
+        let Some(mine) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        let later = mine.told.split_off(&(acked.saturating_add(1)));
+        let done = std::mem::replace(&mut mine.told, later);
+        for (seq, keys) in done {
+            for key in keys {
+                let told = self
+                    .records
+                    .get(&key)
+                    .and_then(|s| s.get(&session))
+                    .copied();
+                if matches!(told, Some(Standing::Told { seq: s, .. }) if s == seq) {
+                    self.forget(session, &key);
+                }
+            }
+        }
+    }
+
+    /// Whether `session` has an invalidation (or a fail-over event it must
+    /// hear before the master counts it flushed) numbered above `carried`,
+    /// which a reply carrying events up to `carried` leaves untold: such a
+    /// reply must not extend the lease (`CACHE-6`).
+    pub(crate) fn untold_beyond(&self, session: SessionId, carried: u64) -> bool {
+        let told = self
+            .sessions
+            .get(&session)
+            .is_some_and(|s| s.told.range(carried.saturating_add(1)..).next().is_some());
+        let recovering = self
+            .recovering
+            .get(&session)
+            .is_some_and(|(seq, _)| *seq > carried);
+        told || recovering
+    }
+
+    /// Forgets everything of a session that ended.
+    pub(crate) fn forget_session(&mut self, session: SessionId) {
+        if let Some(mine) = self.sessions.remove(&session) {
+            for key in mine.keys {
+                if let Some(standings) = self.records.get_mut(&key) {
+                    if standings.remove(&session).is_some() {
+                        self.bytes -= RECORD_BYTES + key.len();
+                    }
+                    if standings.is_empty() {
+                        self.records.remove(&key);
+                    }
+                }
+            }
+        }
+        if let Some((_, until)) = self.recovering.remove(&session) {
+            self.recovering_until.remove(&(until, session));
+        }
+        self.ending.remove(&session);
+        self.moved = true;
+    }
+
+    /// Takes `session`, recovered by a new master, as a possible cacher of
+    /// every key until it acknowledges event `seq` (its fail-over event) or
+    /// `until` passes (`CACHE-7`).
+    pub(crate) fn recovered(&mut self, session: SessionId, seq: u64, until: Millis) {
+        self.recovering.insert(session, (seq, until));
+        self.recovering_until.insert((until, session));
+    }
+
+    /// Whether some recovered session may still serve an old cache at
+    /// `now`; forgets those that no longer may.
+    fn recovering_at(&mut self, now: Millis) -> Option<Millis> {
+        while let Some(&(until, session)) = self.recovering_until.first() {
+            if until > now {
+                return Some(until);
+            }
+            self.recovering_until.pop_first();
+            self.recovering.remove(&session);
+        }
+        None
+    }
+
+    /// Whether work touching `touches` must wait: a cacher of one of them,
+    /// earlier held work sharing one, or a recovered session that may
+    /// still serve an old cache.
+    pub(crate) fn must_hold(&mut self, touches: &[Touch], now: Millis) -> bool {
+        if touches.is_empty() {
+            return false;
+        }
+        if self.recovering_at(now).is_some() {
+            return true;
+        }
+        if self.held.iter().any(|h| overlap(&h.touches, touches)) {
+            return true;
+        }
+        touches
+            .iter()
+            .any(|t| t.range(&self.records).next().is_some())
+    }
+
+    /// Holds `work` behind what is held already.
+    pub(crate) fn hold(&mut self, work: Work, touches: Vec<Touch>) {
+        self.held.push_back(Held { work, touches });
+        self.moved = true;
+    }
+
+    /// How much work is held.
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The work held at `i`, to recompute its touches.
+    pub(crate) fn work(&self, i: usize) -> &Work {
+        &self.held[i].work
+    }
+
+    /// Replaces the touches of the work at `i`.
+    pub(crate) fn retouch(&mut self, i: usize, touches: Vec<Touch>) {
+        self.held[i].touches = touches;
+    }
+
+    /// Whether the work at `i` shares a key with work held before it.
+    pub(crate) fn behind_earlier(&self, i: usize) -> bool {
+        let mine = &self.held[i].touches;
+        self.held.iter().take(i).any(|h| overlap(&h.touches, mine))
+    }
+
+    /// Lets the work at `i` go.
+    pub(crate) fn take(&mut self, i: usize) -> Work {
+        self.held.remove(i).expect("an index of held work").work
+    }
+
+    /// For the work at `i`: the cachers still to tell (now marked told,
+    /// with the sequence number `seq` gives each and the end of its lease
+    /// `lease` gives), and the earliest time the work may go if nobody
+    /// acknowledges: `None` when nothing keeps it, `Some` when something
+    /// still does until then.
+    pub(crate) fn invalidate(
+        &mut self,
+        i: usize,
+        now: Millis,
+        mut tell: impl FnMut(SessionId, Vec<String>) -> u64,
+        lease: impl Fn(SessionId) -> Millis,
+    ) -> Option<Millis> {
+        let mut to_tell: ToTell = BTreeMap::new();
+        let mut expired = Vec::new();
+        let mut wait: Option<Millis> = None;
+        for touch in &self.held[i].touches {
+            for (key, standings) in touch.range(&self.records) {
+                for (session, standing) in standings {
+                    match standing {
+                        Standing::Granted => {
+                            to_tell.entry(*session).or_default().push(key.clone());
+                        }
+                        Standing::Told { until, .. } if *until <= now => {
+                            expired.push((*session, key.clone()));
+                        }
+                        Standing::Told { until, .. } => {
+                            wait = Some(wait.map_or(*until, |w| w.min(*until)));
+                        }
+                    }
+                }
+            }
+        }
+        for (session, key) in expired {
+            self.forget(session, &key);
+        }
+        for (session, keys) in to_tell {
+            let until = lease(session);
+            if until <= now {
+                // Its lease ran out: it serves nothing from its cache.
+                for key in &keys {
+                    self.forget(session, key);
+                }
+                continue;
+            }
+            let seq = tell(session, keys.clone());
+            for key in &keys {
+                if let Some(s) = self.records.get_mut(key).and_then(|s| s.get_mut(&session)) {
+                    *s = Standing::Told { seq, until };
+                }
+            }
+            let mine = self.sessions.entry(session).or_default();
+            mine.told.entry(seq).or_default().extend(keys);
+            wait = Some(wait.map_or(until, |w| w.min(until)));
+        }
+        match (wait, self.recovering_at(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// How many keys `session` is recorded as caching, and bytes all
+    /// records take.
+    #[cfg(test)]
+    pub(crate) fn size(&self, session: SessionId) -> (usize, usize) {
+        (
+            self.sessions.get(&session).map_or(0, |s| s.keys.len()),
+            self.bytes,
+        )
+    }
+}
+
+impl Master {
+    /// What `request` may change, for the caches (`CACHE-3`): nothing for
+    /// a request that changes no node.
+    pub(crate) fn request_touches(&self, request: &Request) -> Vec<Touch> {
+        match request {
+            Request::Put(put) => vec![Touch::Key(put.key.clone())],
+            Request::Delete { key, recursive, .. } => {
+                let mut touches = vec![Touch::Key(key.clone())];
+                if *recursive {
+                    touches.push(Touch::Below(key.clone()));
+                }
+                touches
+            }
+            Request::Acquire(a) => vec![Touch::Key(a.key.clone())],
+            Request::Release { key, .. } => vec![Touch::Key(key.clone())],
+            Request::DestroySession { session, .. } => self.session_touches(*session),
+            Request::SetCheck { name, .. } | Request::DeleteCheck { name } => self
+                .state
+                .checks
+                .bound_to(name)
+                .into_iter()
+                .flat_map(|id| self.session_touches(id))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What `command` may change.
+    fn command_touches(&self, command: &Command) -> Vec<Touch> {
+        match command {
+            Command::EndSession { id, .. } => self.session_touches(*id),
+            Command::CancelWait { key, .. }
+            | Command::GrantWaiters { key }
+            | Command::Release { key, .. } => vec![Touch::Key(key.clone())],
+            Command::Put(put) => vec![Touch::Key(put.key.clone())],
+            Command::Delete { key, recursive, .. } => {
+                let mut touches = vec![Touch::Key(key.clone())];
+                if *recursive {
+                    touches.push(Touch::Below(key.clone()));
+                }
+                touches
+            }
+            Command::Acquire { key, .. } => vec![Touch::Key(key.clone())],
+            Command::SetCheck { name, .. } | Command::DeleteCheck { name } => self
+                .state
+                .checks
+                .bound_to(name)
+                .into_iter()
+                .flat_map(|id| self.session_touches(id))
+                .collect(),
+            Command::CreateSession(_) | Command::MayCache { .. } => Vec::new(),
+        }
+    }
+
+    /// What ending session `id` may change: its ephemeral nodes, and the
+    /// nodes whose locks it holds or waits for (released, deleted or
+    /// granted to the next in line).
+    fn session_touches(&self, id: SessionId) -> Vec<Touch> {
+        let locks = self.state.locks();
+        let mut keys = self.state.namespace().ephemeral_of(id);
+        keys.extend(locks.held_by(id));
+        keys.extend(locks.waited_by(id));
+        keys.sort();
+        keys.dedup();
+        keys.into_iter().map(Touch::Key).collect()
+    }
+
+    fn work_touches(&self, work: &Work) -> Vec<Touch> {
+        match work {
+            Work::Request(call) => self.request_touches(&call.request),
+            Work::Command(command) => self.command_touches(command),
+            Work::Timer(Timer::AcquireTimeout(ticket)) => self
+                .acquires
+                .waiting_key(*ticket)
+                .map(|key| vec![Touch::Key(key.to_string())])
+                .unwrap_or_default(),
+            Work::Timer(_) => Vec::new(),
+        }
+    }
+
+    /// Holds `request` if what it changes is cached, or behind held work
+    /// on the same keys (`CACHE-3`); says whether it did.
+    pub(crate) fn held_for_caches(&mut self, call: Call) -> Option<Call> {
+        let touches = self.request_touches(&call.request);
+        if self.cache.must_hold(&touches, self.now) {
+            self.cache.hold(Work::Request(call), touches);
+            return None;
+        }
+        Some(call)
+    }
+
+    /// Applies a command the master made itself, or holds it as it would a
+    /// request (`CACHE-5`). A session whose end is held is ended for every
+    /// request meanwhile.
+    pub(crate) fn apply_made(&mut self, command: Command) {
+        let touches = self.command_touches(&command);
+        if self.cache.must_hold(&touches, self.now) {
+            if let Command::EndSession { id, .. } = &command {
+                if !self.cache.ending.insert(*id) {
+                    return; // its end is held already
+                }
+            }
+            self.cache.hold(Work::Command(command), touches);
+            return;
+        }
+        let _ = self.apply(command, self.now);
+    }
+
+    /// Holds a timer's work if what it changes is cached; says whether it
+    /// did.
+    pub(crate) fn held_timer(&mut self, timer: Timer) -> Option<Timer> {
+        let work = Work::Timer(timer);
+        let touches = self.work_touches(&work);
+        if self.cache.must_hold(&touches, self.now) {
+            self.cache.hold(work, touches);
+            return None;
+        }
+        match work {
+            Work::Timer(timer) => Some(timer),
+            _ => unreachable!("built above"),
+        }
+    }
+
+    /// Sends the invalidations held work needs and lets go, in order, the
+    /// work nothing keeps any longer (`CACHE-3`).
+    pub(crate) fn run_held(&mut self) {
+        self.cache.moved = false;
+        let now = self.now;
+        let mut next: Option<Millis> = None;
+        let mut i = 0;
+        while i < self.cache.held() {
+            let touches = self.work_touches(self.cache.work(i));
+            self.cache.retouch(i, touches);
+            let (events, leases, quotas) = (&mut self.events, &self.leases, &self.quotas);
+            let wait = self.cache.invalidate(
+                i,
+                now,
+                |session, keys| {
+                    let owner = quotas.sessions.holder(&session);
+                    events.tell(session, EventKind::Invalidate { keys }, owner)
+                },
+                |session| leases.expires_at(session).unwrap_or(now),
+            );
+            if wait.is_some() || self.cache.behind_earlier(i) {
+                if let Some(at) = wait {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+                i += 1;
+                continue;
+            }
+            match self.cache.take(i) {
+                Work::Request(call) => self.handle_checked(call),
+                Work::Command(command) => {
+                    let _ = self.apply(command, self.now);
+                }
+                Work::Timer(Timer::AcquireTimeout(ticket)) => self.acquire_times_out(ticket),
+                Work::Timer(timer) => debug!(?timer, "held timer with nothing to do"),
+            }
+        }
+        // The cachers told answer their held KeepAlives now (`EV-3`).
+        self.wake();
+        if let Some(at) = next {
+            if self
+                .cache
+                .armed
+                .is_none_or(|armed| armed > at || armed <= now)
+            {
+                self.cache.armed = Some(at);
+                self.timers.insert(at, Timer::CacheDeadline);
+            }
+        }
+    }
+
+    /// Answers a read for `get.session`'s cache (`CACHE-2`).
+    pub(crate) fn get_cached(&mut self, get: GetCached) -> Result<Response, Error> {
+        check_key(&get.key).map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
+        if get.dropped.len() > self.cache.per_session {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a read drops at most {} keys, the most a session may cache",
+                    self.cache.per_session
+                ),
+            ));
+        }
+        let id = get.session.id;
+        self.cache.dropped(id, &get.dropped);
+        let now = self.now;
+        let live = self.state.session(id).is_some()
+            && self.leases.expires_at(id).is_some_and(|e| e > now)
+            && !self.failover_pending.contains(&id)
+            && !self.cache.ending.contains(&id);
+        let mut cacheable = live && self.cache.may_grant(id, &get.key);
+        // A session's first grant is made durable, so that a new master
+        // waits for this session, and no other, to flush (`CACHE-7`). On a
+        // full disk nothing is logged for a read: it is not cacheable.
+        if cacheable && !self.state.may_cache.contains(&id) {
+            let disk_full = self.commit.as_ref().is_some_and(|c| c.disk_full());
+            cacheable = !disk_full && self.apply(Command::MayCache { session: id }, now).is_ok();
+        }
+        if cacheable {
+            self.cache.grant(id, &get.key);
+        }
+        Ok(Response::Cached {
+            index: self.state.namespace().key_index(&get.key),
+            node: self.node_view(&get.key, false),
+            cacheable,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> SessionId {
+        SessionId::from_u128(u128::from(n))
+    }
+
+    fn at(ms: u64) -> Millis {
+        Millis::from_millis(ms)
+    }
+
+    #[test]
+    fn a_touch_below_a_key_covers_its_descendants_only() {
+        let below = Touch::Below("a".into());
+        assert!(below.covers("a/b"));
+        assert!(below.covers("a/b/c"));
+        assert!(!below.covers("a"));
+        assert!(!below.covers("ab"));
+        assert!(Touch::Below(String::new()).covers("x"));
+        assert!(overlap(&[Touch::Key("a/b".into())], &[below.clone()]));
+        assert!(!overlap(&[Touch::Key("ab".into())], &[below]));
+    }
+
+    // CACHE-4: a key with an invalidation outstanding is not granted.
+    #[test]
+    fn a_key_being_invalidated_is_not_granted_to_anyone() {
+        let mut cache = Cache::default();
+        cache.grant(id(1), "k");
+        assert!(cache.must_hold(&[Touch::Key("k".into())], at(0)));
+        cache.hold(
+            Work::Command(Command::GrantWaiters { key: "k".into() }),
+            vec![Touch::Key("k".into())],
+        );
+        assert!(!cache.may_grant(id(2), "k"));
+        let wait = cache.invalidate(0, at(0), |_, _| 7, |_| at(12_000));
+        assert_eq!(wait, Some(at(12_000)));
+        assert!(!cache.may_grant(id(2), "k"));
+        assert!(cache.untold_beyond(id(1), 6));
+        assert!(!cache.untold_beyond(id(1), 7));
+        cache.acknowledged(id(1), 7);
+        assert_eq!(cache.invalidate(0, at(1), |_, _| 8, |_| at(12_000)), None);
+        cache.take(0);
+        assert!(cache.may_grant(id(2), "k"));
+    }
+
+    // CACHE-3: a cacher that does not acknowledge stops counting when the
+    // lease it had when told runs out.
+    #[test]
+    fn a_silent_cacher_stops_counting_when_its_lease_runs_out() {
+        let mut cache = Cache::default();
+        cache.grant(id(1), "k");
+        cache.hold(
+            Work::Command(Command::GrantWaiters { key: "k".into() }),
+            vec![Touch::Key("k".into())],
+        );
+        assert_eq!(
+            cache.invalidate(0, at(0), |_, _| 1, |_| at(5_000)),
+            Some(at(5_000))
+        );
+        assert_eq!(
+            cache.invalidate(0, at(4_999), |_, _| 2, |_| at(9_000)),
+            Some(at(5_000))
+        );
+        assert_eq!(
+            cache.invalidate(0, at(5_000), |_, _| 3, |_| at(9_000)),
+            None
+        );
+        assert_eq!(cache.size(id(1)), (0, 0));
+    }
+
+    // CACHE-8: the cap counts keys a session caches; dropped keys free it.
+    #[test]
+    fn the_cap_refuses_past_its_keys_until_some_are_dropped() {
+        let mut cache = Cache {
+            per_session: 2,
+            ..Cache::default()
+        };
+        for key in ["a", "b"] {
+            assert!(cache.may_grant(id(1), key));
+            cache.grant(id(1), key);
+        }
+        assert!(!cache.may_grant(id(1), "c"));
+        assert!(cache.may_grant(id(1), "a"), "a key it has is no new room");
+        assert!(cache.may_grant(id(2), "c"), "the cap is per session");
+        cache.dropped(id(1), &["a".into()]);
+        assert!(cache.may_grant(id(1), "c"));
+    }
+
+    // CACHE-8: all records together stay within the master's bytes.
+    #[test]
+    fn the_master_budget_counts_every_sessions_records_in_bytes() {
+        let mut cache = Cache {
+            max_bytes: 2 * (RECORD_BYTES + 1),
+            ..Cache::default()
+        };
+        cache.grant(id(1), "a");
+        cache.grant(id(2), "b");
+        assert!(!cache.may_grant(id(3), "c"));
+        cache.forget_session(id(1));
+        assert!(cache.may_grant(id(3), "c"));
+    }
+
+    // CACHE-7: a recovered session counts as a cacher of every key until
+    // it acknowledges its fail-over event or its lease may have ended.
+    #[test]
+    fn a_recovered_session_holds_every_change_until_it_acknowledges() {
+        let mut cache = Cache::default();
+        cache.recovered(id(1), 1, at(12_000));
+        cache.recovered(id(2), 1, at(6_000));
+        let k = [Touch::Key("anything".into())];
+        assert!(cache.must_hold(&k, at(0)));
+        cache.acknowledged(id(1), 1);
+        assert!(cache.must_hold(&k, at(5_999)));
+        assert!(!cache.must_hold(&k, at(6_000)));
+        assert!(
+            !cache.untold_beyond(id(2), 0),
+            "forgotten once it may not serve"
+        );
+    }
+
+    #[test]
+    fn work_on_a_key_waits_behind_earlier_work_on_it() {
+        let mut cache = Cache::default();
+        cache.hold(
+            Work::Command(Command::GrantWaiters { key: "a".into() }),
+            vec![Touch::Below("a".into())],
+        );
+        assert!(cache.must_hold(&[Touch::Key("a/b".into())], at(0)));
+        assert!(!cache.must_hold(&[Touch::Key("a".into())], at(0)));
+        cache.hold(
+            Work::Command(Command::GrantWaiters { key: "a/b".into() }),
+            vec![Touch::Key("a/b".into())],
+        );
+        assert!(cache.behind_earlier(1));
+        assert!(!cache.behind_earlier(0));
+    }
+}
