@@ -4,8 +4,9 @@
 //! - contenders take a lock, lead an election or hold a semaphore slot, and
 //!   while they believe they hold it, write to the storage host with their
 //!   sequencer;
-//! - writers put and get keys (no session needed), and put keys of their
-//!   own exactly once each, whose loss no later write can hide;
+//! - writers put and get keys (no session needed), read them through a
+//!   session's cache as well, and put keys of their own exactly once each,
+//!   whose loss no later write can hide;
 //! - the watcher subscribes to the writers' own keys and reports every
 //!   event it receives.
 //!
@@ -483,13 +484,18 @@ async fn writer(ctx: &mut Ctx) {
     let mut turn = 0;
     let mut written = 0;
     let mut once = 0;
+    // A session whose cache serves reads again (`CACHE-1`).
+    let mut reader: Option<Live> = None;
+    // Writers that contend (the cache scenarios') mostly read, through
+    // their caches, what the bystanders mostly write.
+    let writes = if ctx.name.starts_with('c') { 3 } else { 9 };
     while now_ms() < ctx.work_until {
         let dice = ctx.rng.range(0, 12);
-        if dice < 9 {
-            let key = if dice < 4 {
+        if dice < writes {
+            let key = if dice < writes * 4 / 9 {
                 turn += 1;
                 own[turn % 2].clone()
-            } else if dice < 7 {
+            } else if dice < writes * 7 / 9 {
                 ctx.rng.pick(&shared).clone()
             } else {
                 once += 1;
@@ -504,9 +510,45 @@ async fn writer(ctx: &mut Ctx) {
             } else {
                 ctx.rng.pick(&own).clone()
             };
-            get(ctx, &client, &key).await;
+            if ctx.rng.chance(0.3) {
+                get(ctx, &client, &key).await;
+            } else {
+                if reader.as_ref().is_none_or(|r| r.session.state().is_final()) {
+                    if let Some(old) = reader.take() {
+                        old.finish(ctx).await;
+                    }
+                    let until = (now_ms() + 3_000).min(ctx.work_until);
+                    reader = open_session(ctx, None, until).await;
+                }
+                match &reader {
+                    Some(live) => cached_get(ctx, &live.session, &key).await,
+                    None => {
+                        get(ctx, &client, &key).await;
+                    }
+                }
+            }
         }
         sleep(Duration::from_millis(ctx.rng.range(50, 300))).await;
+    }
+    if let Some(live) = reader {
+        live.finish(ctx).await;
+    }
+}
+
+/// Reads `key` through `session`'s cache, and says in the trace whether
+/// the cache served it.
+async fn cached_get(ctx: &Ctx, session: &Session, key: &str) {
+    let op = invoke(ctx, key, Call::CachedGet);
+    let hits = session.cache_stats().hits;
+    let result = timeout(Duration::from_secs(4), session.get(key)).await;
+    let hit = session.cache_stats().hits > hits;
+    let result = outcome(result, |node| {
+        node.and_then(|n| n.contents)
+            .map(|c| String::from_utf8_lossy(&c).into_owned())
+    });
+    ctx.trace.push(&ctx.name, What::Complete { op, result });
+    if hit {
+        ctx.trace.push(&ctx.name, What::CacheHit { op });
     }
 }
 
@@ -548,8 +590,11 @@ async fn put(ctx: &Ctx, client: &Client, key: &str, value: String) {
             value: value.clone(),
         },
     );
+    // A write to a key a cut-off session caches waits up to that
+    // session's lease (`CACHE-3`): wait for it, and then some.
+    let patience = ctx.settings.lease + Duration::from_secs(4);
     let result = timeout(
-        Duration::from_secs(4),
+        patience,
         client.put(key, value.into_bytes(), PutOptions::new()),
     )
     .await;

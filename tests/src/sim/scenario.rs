@@ -520,6 +520,32 @@ pub static SCENARIOS: &[Scenario] = &[
         },
     },
     Scenario {
+        name: "cache-partition",
+        about: "writers read through their sessions' caches and are cut off while others write what they cache: a write waits for a cut-off cacher's lease at most, and no cache serves a value an acknowledged write replaced",
+        role: Some(Role::Writer),
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 0,
+        plan: cachers_cut_off,
+    },
+    Scenario {
+        name: "cache-master-restart",
+        about: "writers read through their sessions' caches while the master restarts: the new master holds writes until every cacher has flushed on the fail-over event",
+        role: Some(Role::Writer),
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 0,
+        plan: |p| {
+            let half = p.work() / 2;
+            for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
+                let at = p.rng.range(lo, hi);
+                let ms = p.rng.range(200, p.lease() + p.grace() / 2);
+                p.add(at, Action::Crash { ms });
+            }
+            p.some_partitions(0.5, Direction::Both, p.lease() / 2, p.lease() + 2_000);
+        },
+    },
+    Scenario {
         name: "cell-master-crash",
         about: "a three-member cell whose master crashes twice, down for a moment or for longer than a lease: a follower takes over in a new epoch",
         role: None,
@@ -730,6 +756,28 @@ fn contended(p: &mut Planner) {
     let (lease, grace) = (p.lease(), p.grace());
     p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
     p.holder_partition(500, lease + grace + 2_000);
+}
+
+/// Writers cut off (either way, or both) while the others write the keys
+/// they cache: the bystanders `w1` and `w2` are never cut off, so their
+/// writes wait for a cacher's lease at most (`CACHE-3`).
+fn cachers_cut_off(p: &mut Planner) {
+    let (lease, grace) = (p.lease(), p.grace());
+    let directions = [Direction::Both, Direction::ToMaster, Direction::FromMaster];
+    for client in p.contenders.clone() {
+        let mut at = p.rng.range(2_000, 6_000);
+        while at + 4_000 < p.work() {
+            let ms = p.rng.range(lease / 2, lease + grace + 2_000);
+            let direction = *p.rng.pick(&directions);
+            let cut = Action::Partition {
+                client: client.clone(),
+                direction,
+                ms,
+            };
+            p.add(at, cut);
+            at += ms + p.rng.range(2_000, 8_000);
+        }
+    }
 }
 
 /// The scenario called `name`.

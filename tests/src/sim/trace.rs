@@ -21,8 +21,12 @@ pub struct Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum Call {
-    Put { value: String },
+    Put {
+        value: String,
+    },
     Get,
+    /// A read through a session's cache (`CACHE-1`).
+    CachedGet,
 }
 
 /// How a key/value call ended.
@@ -82,6 +86,9 @@ pub enum What {
     Invoke { op: u64, key: String, call: Call },
     /// The call `op` ended.
     Complete { op: u64, result: Outcome },
+    /// The read `op` was served from its session's cache, with no round
+    /// trip (`CACHE-1`).
+    CacheHit { op: u64 },
     /// A watcher has a subscription: events from here on must all arrive.
     Subscribed { prefix: String },
     /// A watcher's subscription ended with its session.

@@ -16,6 +16,8 @@ pub struct Op {
     /// When it ended; `None` if it never did.
     pub completed: Option<u64>,
     pub result: Option<Outcome>,
+    /// A read its session's cache served (`CACHE-1`).
+    pub hit: bool,
 }
 
 impl Op {
@@ -33,14 +35,14 @@ impl Op {
     pub fn written(&self) -> Option<&str> {
         match &self.call {
             Call::Put { value } => Some(value),
-            Call::Get => None,
+            Call::Get | Call::CachedGet => None,
         }
     }
 
     /// The value a successful get read.
     pub fn read(&self) -> Option<Option<&str>> {
         match (&self.call, &self.result) {
-            (Call::Get, Some(Outcome::Ok { value })) => Some(value.as_deref()),
+            (Call::Get | Call::CachedGet, Some(Outcome::Ok { value })) => Some(value.as_deref()),
             _ => None,
         }
     }
@@ -74,6 +76,7 @@ pub fn ops(run: &Run) -> Vec<Op> {
                         invoked: e.at,
                         completed: None,
                         result: None,
+                        hit: false,
                     },
                 );
             }
@@ -81,6 +84,11 @@ pub fn ops(run: &Run) -> Vec<Op> {
                 if let Some(o) = ops.get_mut(op) {
                     o.completed = Some(e.at);
                     o.result = Some(result.clone());
+                }
+            }
+            What::CacheHit { op } => {
+                if let Some(o) = ops.get_mut(op) {
+                    o.hit = true;
                 }
             }
             _ => {}

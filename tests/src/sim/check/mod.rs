@@ -11,7 +11,10 @@
 //!   shorter than the lease never leaves `Normal`.
 //! - [`events`]: events reach the application in order, with no gap and no
 //!   duplicate.
-//! - [`linearizable`]: the key/value history is linearizable.
+//! - [`linearizable`]: the key/value history is linearizable, reads served
+//!   from a session's cache included.
+//! - [`cache`]: no read a cache served returned a value older than a write
+//!   acknowledged before the read began.
 //! - [`containment`]: every belief a client held of its session lies
 //!   inside the lease the master kept for it.
 //! - [`failover`]: a session whose client was not cut off does not
@@ -21,6 +24,7 @@
 //! - [`replicas`]: a cell's members hold the same replica at the same
 //!   applied index.
 
+pub mod cache;
 pub mod containment;
 pub mod durability;
 pub mod events;
@@ -134,6 +138,7 @@ pub fn all(run: &Run) -> Report {
     add(states::NAME, (count, violations));
     add(events::NAME, events::check(run));
     add(linearizable::NAME, linearizable::check(run));
+    add(cache::NAME, cache::check(run));
     add(containment::NAME, containment::check(run));
     add(failover::NAME, failover::check(run));
     add(masters::NAME, masters::check(run));
@@ -235,6 +240,70 @@ pub(crate) mod tests {
 
     const A: &str = "kv/own/w1/a";
     const B: &str = "kv/own/w1/b";
+
+    /// A read `w2`'s session cache served, reading `value`.
+    fn hit(op: u64, at: u64, key: &str, value: Option<&str>) -> Vec<(u64, &'static str, What)> {
+        let key = key.to_string();
+        let value = value.map(str::to_string);
+        let call = Call::CachedGet;
+        vec![
+            (at, "w2", What::Invoke { op, key, call }),
+            (
+                at,
+                "w2",
+                What::Complete {
+                    op,
+                    result: Outcome::Ok { value },
+                },
+            ),
+            (at, "w2", What::CacheHit { op }),
+        ]
+    }
+
+    // CACHE-3
+    #[test]
+    fn a_hit_on_the_newest_acknowledged_value_passes() {
+        let mut entries = Vec::new();
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(hit(2, 20, A, Some("1")));
+        entries.extend(put(3, 30, A, "2"));
+        entries.extend(hit(4, 40, A, Some("2")));
+        let (hits, violations) = cache::check(&run_of(entries));
+        assert_eq!(hits, 2);
+        assert!(violations.is_empty(), "{violations:?}");
+    }
+
+    // CACHE-3
+    #[test]
+    fn a_hit_on_a_value_an_acknowledged_write_replaced_is_stale() {
+        let mut entries = Vec::new();
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(put(2, 20, A, "2"));
+        entries.extend(hit(3, 30, A, Some("1")));
+        let (_, violations) = cache::check(&run_of(entries));
+        assert_eq!(violations.len(), 1, "{violations:?}");
+    }
+
+    // CACHE-3
+    #[test]
+    fn a_hit_reading_absence_after_an_acknowledged_create_is_stale() {
+        let mut entries = Vec::new();
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(hit(2, 20, A, None));
+        let (_, violations) = cache::check(&run_of(entries));
+        assert_eq!(violations.len(), 1, "{violations:?}");
+    }
+
+    // CACHE-3: a write still in flight when the read began may come after it.
+    #[test]
+    fn a_hit_on_the_value_before_a_write_still_in_flight_passes() {
+        let mut entries = Vec::new();
+        entries.extend(put(1, 10, A, "1"));
+        entries.extend(put(2, 19, A, "2"));
+        entries.extend(hit(3, 20, A, Some("1")));
+        let (_, violations) = cache::check(&run_of(entries));
+        assert!(violations.is_empty(), "{violations:?}");
+    }
 
     #[test]
     fn events_matching_the_writes_in_order_pass() {
