@@ -43,6 +43,7 @@ pub(crate) enum Touch {
 
 impl Touch {
     /// Whether this covers `key`.
+    #[cfg(test)]
     fn covers(&self, key: &str) -> bool {
         match self {
             Touch::Key(k) => k == key,
@@ -74,6 +75,7 @@ impl Touch {
 }
 
 /// Whether `key` lies below `parent` (every key lies below the root, "").
+#[cfg(test)]
 fn is_below(key: &str, parent: &str) -> bool {
     parent.is_empty()
         || (key.len() > parent.len()
@@ -81,16 +83,73 @@ fn is_below(key: &str, parent: &str) -> bool {
             && key.as_bytes()[parent.len()] == b'/')
 }
 
-/// Whether two sets of touches share a key.
-fn overlap(a: &[Touch], b: &[Touch]) -> bool {
-    a.iter().any(|x| {
-        b.iter().any(|y| match (x, y) {
-            (Touch::Key(k), other) | (other, Touch::Key(k)) => other.covers(k),
-            (Touch::Below(p), Touch::Below(q)) => {
-                p == q || is_below(p, q) || is_below(q, p) || p.is_empty() || q.is_empty()
+/// The keys `key` lies below: the root (""), then each of its prefixes.
+fn ancestors(key: &str) -> impl Iterator<Item = &str> {
+    std::iter::once("").chain(key.match_indices('/').map(move |(i, _)| &key[..i]))
+}
+
+/// What held work touches, counted by key, so that whether work touches a
+/// key is found without walking the work: a hostile client may have
+/// thousands of writes held.
+#[derive(Debug, Default)]
+pub(crate) struct Busy {
+    keys: BTreeMap<String, usize>,
+    below: BTreeMap<String, usize>,
+}
+
+impl Busy {
+    pub(crate) fn add(&mut self, touches: &[Touch]) {
+        for t in touches {
+            let (map, key) = match t {
+                Touch::Key(k) => (&mut self.keys, k),
+                Touch::Below(k) => (&mut self.below, k),
+            };
+            *map.entry(key.clone()).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, touches: &[Touch]) {
+        for t in touches {
+            let (map, key) = match t {
+                Touch::Key(k) => (&mut self.keys, k),
+                Touch::Below(k) => (&mut self.below, k),
+            };
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Whether something counted here covers `key`.
+    fn covers(&self, key: &str) -> bool {
+        self.keys.contains_key(key) || ancestors(key).any(|a| self.below.contains_key(a))
+    }
+
+    /// Whether something counted here shares a key with `touches`.
+    pub(crate) fn overlaps(&self, touches: &[Touch]) -> bool {
+        touches.iter().any(|t| match t {
+            Touch::Key(k) => self.covers(k),
+            Touch::Below(p) => {
+                // Below p or at p's descendants, or below p's ancestors
+                // or p itself.
+                t.range(&self.keys).next().is_some()
+                    || t.range(&self.below).next().is_some()
+                    || self.below.contains_key(p)
+                    || ancestors(p).any(|a| self.below.contains_key(a))
             }
         })
-    })
+    }
+}
+
+/// Whether two sets of touches share a key.
+#[cfg(test)]
+fn overlap(a: &[Touch], b: &[Touch]) -> bool {
+    let mut busy = Busy::default();
+    busy.add(b);
+    busy.overlaps(a)
 }
 
 /// One session's standing for one key.
@@ -137,6 +196,8 @@ pub(crate) struct Cache {
     /// Bytes the records take, as `RECORD_BYTES` and their keys count them.
     bytes: usize,
     held: VecDeque<Held>,
+    /// What the held work touches.
+    busy: Busy,
     /// Recovered sessions that may still serve a cache filled under the
     /// previous master: the sequence number of their fail-over event and
     /// the end of the lease the previous master may have granted.
@@ -160,6 +221,7 @@ impl Default for Cache {
             sessions: HashMap::new(),
             bytes: 0,
             held: VecDeque::new(),
+            busy: Busy::default(),
             recovering: HashMap::new(),
             recovering_until: BTreeSet::new(),
             ending: BTreeSet::new(),
@@ -179,11 +241,7 @@ impl Cache {
     /// no cacher of it is still being told, and the session's cap and the
     /// master's budget leave room (`CACHE-2`, `CACHE-4`, `CACHE-8`).
     pub(crate) fn may_grant(&self, session: SessionId, key: &str) -> bool {
-        if self
-            .held
-            .iter()
-            .any(|h| h.touches.iter().any(|t| t.covers(key)))
-        {
+        if self.busy.covers(key) {
             return false;
         }
         let standings = self.records.get(key);
@@ -215,9 +273,15 @@ impl Cache {
         let Some(standings) = self.records.get_mut(key) else {
             return;
         };
-        if standings.remove(&session).is_some() {
+        if let Some(standing) = standings.remove(&session) {
             self.bytes -= RECORD_BYTES + key.len();
-            self.moved = true;
+            // Held work may go only once the last cacher still being told
+            // of the key is done: looking at it sooner finds it still held,
+            // and with many cachers would cost a look per acknowledgement.
+            let told = |s: &Standing| matches!(s, Standing::Told { .. });
+            if told(&standing) && !standings.values().any(told) {
+                self.moved = true;
+            }
         }
         if standings.is_empty() {
             self.records.remove(key);
@@ -335,7 +399,7 @@ impl Cache {
         if self.recovering_at(now).is_some() {
             return true;
         }
-        if self.held.iter().any(|h| overlap(&h.touches, touches)) {
+        if self.busy.overlaps(touches) {
             return true;
         }
         touches
@@ -345,6 +409,7 @@ impl Cache {
 
     /// Holds `work` behind what is held already.
     pub(crate) fn hold(&mut self, work: Work, touches: Vec<Touch>) {
+        self.busy.add(&touches);
         self.held.push_back(Held { work, touches });
         self.moved = true;
     }
@@ -361,18 +426,23 @@ impl Cache {
 
     /// Replaces the touches of the work at `i`.
     pub(crate) fn retouch(&mut self, i: usize, touches: Vec<Touch>) {
-        self.held[i].touches = touches;
+        if self.held[i].touches != touches {
+            self.busy.remove(&self.held[i].touches);
+            self.busy.add(&touches);
+            self.held[i].touches = touches;
+        }
     }
 
-    /// Whether the work at `i` shares a key with work held before it.
-    pub(crate) fn behind_earlier(&self, i: usize) -> bool {
-        let mine = &self.held[i].touches;
-        self.held.iter().take(i).any(|h| overlap(&h.touches, mine))
+    /// What the work at `i` touches.
+    pub(crate) fn touches(&self, i: usize) -> &[Touch] {
+        &self.held[i].touches
     }
 
     /// Lets the work at `i` go.
     pub(crate) fn take(&mut self, i: usize) -> Work {
-        self.held.remove(i).expect("an index of held work").work
+        let held = self.held.remove(i).expect("an index of held work");
+        self.busy.remove(&held.touches);
+        held.work
     }
 
     /// For the work at `i`: the cachers still to tell (now marked told,
@@ -575,6 +645,9 @@ impl Master {
         self.cache.moved = false;
         let now = self.now;
         let mut next: Option<Millis> = None;
+        // What the work still held ahead of the one looked at touches:
+        // work waits behind earlier work on the same keys.
+        let mut ahead = Busy::default();
         let mut i = 0;
         while i < self.cache.held() {
             let touches = self.work_touches(self.cache.work(i));
@@ -589,10 +662,11 @@ impl Master {
                 },
                 |session| leases.expires_at(session).unwrap_or(now),
             );
-            if wait.is_some() || self.cache.behind_earlier(i) {
+            if wait.is_some() || ahead.overlaps(self.cache.touches(i)) {
                 if let Some(at) = wait {
                     next = Some(next.map_or(at, |n| n.min(at)));
                 }
+                ahead.add(self.cache.touches(i));
                 i += 1;
                 continue;
             }
@@ -678,7 +752,16 @@ mod tests {
         assert!(!below.covers("ab"));
         assert!(Touch::Below(String::new()).covers("x"));
         assert!(overlap(&[Touch::Key("a/b".into())], &[below.clone()]));
-        assert!(!overlap(&[Touch::Key("ab".into())], &[below]));
+        assert!(!overlap(&[Touch::Key("ab".into())], &[below.clone()]));
+        assert!(overlap(&[Touch::Below("a/b".into())], &[below.clone()]));
+        assert!(overlap(&[below.clone()], &[Touch::Below("a/b".into())]));
+        assert!(overlap(&[below.clone()], &[Touch::Key("a/x".into())]));
+        assert!(!overlap(&[below.clone()], &[Touch::Key("a".into())]));
+        assert!(overlap(
+            &[Touch::Below(String::new())],
+            &[Touch::Key("z".into())]
+        ));
+        assert!(!overlap(&[Touch::Below("b".into())], &[below]));
     }
 
     // CACHE-4: a key with an invalidation outstanding is not granted.
@@ -791,7 +874,9 @@ mod tests {
             Work::Command(Command::GrantWaiters { key: "a/b".into() }),
             vec![Touch::Key("a/b".into())],
         );
-        assert!(cache.behind_earlier(1));
-        assert!(!cache.behind_earlier(0));
+        let mut ahead = Busy::default();
+        ahead.add(cache.touches(0));
+        assert!(ahead.overlaps(cache.touches(1)));
+        assert!(!Busy::default().overlaps(cache.touches(0)));
     }
 }
