@@ -1,6 +1,6 @@
 //! No read a session's cache served returned a value older than a write
 //! acknowledged before the read began (`CACHE-3`): the value it read was not
-//! written by a put that ended before an acknowledged put of the same key
+//! written by a put acknowledged before an acknowledged put of the same key
 //! began, and a key some acknowledged put created was not read as absent.
 //! The linearizable check holds cached reads to the rest, with every other
 //! call; this one names the stale hit when there is one, and counts the
@@ -51,9 +51,15 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
                         });
                         continue;
                     }
+                    // Older only if acknowledged before the other began: a
+                    // put whose answer never came may take effect at any
+                    // time after it began, a delayed request long after
+                    // the client gave up on it.
                     Some(writer) => before
                         .clone()
-                        .find(|p| writer.completed.is_some_and(|end| end < p.invoked))
+                        .find(|p| {
+                            writer.ok() && writer.completed.is_some_and(|end| end < p.invoked)
+                        })
                         .map(|p| (p, format!("{v:?}"))),
                 },
             };

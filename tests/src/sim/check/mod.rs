@@ -284,6 +284,40 @@ pub(crate) mod tests {
         assert_eq!(violations.len(), 1, "{violations:?}");
     }
 
+    // CACHE-3: random seed 75 held a put's request until after its client
+    // gave up, and two later puts were acknowledged; the late one was the
+    // newest value then, and a cache may serve it.
+    #[test]
+    fn a_hit_on_a_put_whose_answer_never_came_is_not_called_stale() {
+        let mut entries = vec![
+            (
+                10,
+                "w2",
+                What::Invoke {
+                    op: 1,
+                    key: A.to_string(),
+                    call: Call::Put {
+                        value: "late".into(),
+                    },
+                },
+            ),
+            (
+                20,
+                "w2",
+                What::Complete {
+                    op: 1,
+                    result: Outcome::Unknown {
+                        error: "no reply".into(),
+                    },
+                },
+            ),
+        ];
+        entries.extend(put(2, 30, A, "1"));
+        entries.extend(hit(3, 40, A, Some("late")));
+        let (_, violations) = cache::check(&run_of(entries));
+        assert!(violations.is_empty(), "{violations:?}");
+    }
+
     // CACHE-3
     #[test]
     fn a_hit_reading_absence_after_an_acknowledged_create_is_stale() {
