@@ -376,8 +376,10 @@ async fn a_peer_of_another_cell_or_naming_another_member_is_refused() {
         let refused = client.vote(vote.clone(), option.clone()).await.unwrap_err();
         assert!(refused.to_string().contains("refused"), "{name}: {refused}");
     }
-    // The refused peers changed nothing: the cell still has its leader.
-    assert!(cell.leader().is_some());
+    // The refused peers changed nothing: the cell has a leader (on a
+    // loaded machine a lease may lapse and another be elected, which is
+    // no fault of theirs), and no term reached the one they asked for.
+    eventually("a leader", || cell.leader().is_some()).await;
     let term = cell.members[&target].raft.metrics().borrow().current_term;
     assert!(term < 99, "the refused vote request reached the engine");
 }
