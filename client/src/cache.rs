@@ -12,7 +12,7 @@
 //! extends the local lease, under this cache's lock, so a reader either
 //! finds an entry nobody has acknowledged a change to yet, or none.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use leasehold_protocol::NodeView;
 use tokio::time::Instant;
@@ -83,7 +83,11 @@ pub(crate) struct Cache {
     generation: u64,
     reading: HashMap<String, Reading>,
     /// Keys dropped that the master may still count as cached here.
-    to_drop: Vec<String>,
+    to_drop: HashSet<String>,
+    /// Keys named as dropped by reads still in flight: the master may take
+    /// the drop after granting the key to another read, so no answer may
+    /// fill them until those reads are answered.
+    dropping: HashMap<String, usize>,
     stats: CacheStats,
 }
 
@@ -108,7 +112,8 @@ impl Cache {
             max_bytes,
             generation: 0,
             reading: HashMap::new(),
-            to_drop: Vec::new(),
+            to_drop: HashSet::new(),
+            dropping: HashMap::new(),
             stats: CacheStats::default(),
         }
     }
@@ -137,10 +142,22 @@ impl Cache {
     /// A read of `key` is about to go to the master.
     pub(crate) fn begin_read(&mut self, key: &str) -> ReadTicket {
         self.reading.entry(key.to_string()).or_default().count += 1;
-        let take = self.to_drop.len().min(DROPPED_PER_READ);
+        // This read may fill it again: telling the master it is dropped
+        // after that would leave it cached here unknown to the master.
+        self.to_drop.remove(key);
+        let dropped: Vec<String> = self
+            .to_drop
+            .iter()
+            .take(DROPPED_PER_READ)
+            .cloned()
+            .collect();
+        for k in &dropped {
+            self.to_drop.remove(k);
+            *self.dropping.entry(k.clone()).or_default() += 1;
+        }
         ReadTicket {
             generation: self.generation,
-            dropped: self.to_drop.drain(..take).collect(),
+            dropped,
         }
     }
 
@@ -163,14 +180,28 @@ impl Cache {
             }
             None => true,
         };
-        // What the master did not hear of being dropped, it still counts.
-        if !ticket.dropped.is_empty() && answer.is_none() {
-            self.to_drop.extend(ticket.dropped);
+        for k in &ticket.dropped {
+            if let Some(n) = self.dropping.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.dropping.remove(k);
+                }
+            }
+        }
+        // What the master may not have heard of being dropped, it may still
+        // count; unless it is cached again, or about to be.
+        if answer.is_none() {
+            for k in ticket.dropped {
+                if !self.entries.contains_key(&k) && !self.reading.contains_key(&k) {
+                    self.to_drop.insert(k);
+                }
+            }
         }
         let Some((read, true)) = answer else {
             return;
         };
-        if !self.enabled || invalidated || ticket.generation != self.generation {
+        let dropping = self.dropping.contains_key(key);
+        if !self.enabled || invalidated || dropping || ticket.generation != self.generation {
             // The master counts it cached here: say it is not.
             self.drop_later(key.to_string());
             return;
@@ -186,6 +217,7 @@ impl Cache {
                 .as_ref()
                 .map_or(0, |n| n.contents.as_ref().map_or(0, Vec::len));
         self.remove(key);
+        self.to_drop.remove(key);
         if bytes > self.max_bytes {
             self.drop_later(key.to_string());
             return;
@@ -226,7 +258,7 @@ impl Cache {
     /// Keeps the to-drop list within what the master may count here.
     fn drop_later(&mut self, key: String) {
         if self.to_drop.len() < self.max_keys.max(DROPPED_PER_READ) {
-            self.to_drop.push(key);
+            self.to_drop.insert(key);
         }
     }
 
@@ -324,7 +356,7 @@ mod tests {
         cache.invalidate(&["k".into()]);
         cache.end_read("k", ticket, Some((&read(3), true)));
         assert_eq!(cache.lookup("k", now), None);
-        let ticket = cache.begin_read("k");
+        let ticket = cache.begin_read("other");
         assert_eq!(ticket.dropped, ["k"], "the master is told it is not kept");
     }
 
@@ -367,6 +399,68 @@ mod tests {
         assert!(cache.lookup("b", now).is_none());
         assert!(cache.lookup("a", now).is_some());
         assert_eq!(cache.begin_read("d").dropped, ["b"]);
+    }
+
+    // CACHE-8: a key dropped, then cached again, is not named as dropped
+    // after it is back, however long the list of drops.
+    #[test]
+    fn a_key_cached_again_is_taken_off_the_list_of_drops() {
+        let mut cache = Cache::new(4096, 1 << 30);
+        let now = lease(&mut cache);
+        for i in 0..2000 {
+            filled(&mut cache, &format!("k{i}"), 1);
+        }
+        cache.flush();
+        let ticket = cache.begin_read("k1500");
+        let mut named = ticket.dropped.clone();
+        cache.end_read("k1500", ticket, Some((&read(2), true)));
+        assert_eq!(cache.lookup("k1500", now), Some(read(2)));
+        for _ in 0..3 {
+            let ticket = cache.begin_read("other");
+            named.extend(ticket.dropped.clone());
+            cache.end_read("other", ticket, Some((&read(0), false)));
+        }
+        assert!(
+            !named.iter().any(|k| k == "k1500"),
+            "named k1500 as dropped"
+        );
+        assert_eq!(named.len(), 1999);
+    }
+
+    // CACHE-8: a drop still in flight may reach the master after a grant
+    // of the same key to another read: that read fills nothing.
+    #[test]
+    fn a_read_answered_while_its_key_is_being_dropped_fills_nothing() {
+        let mut cache = Cache::new(16, 1 << 20);
+        let now = lease(&mut cache);
+        filled(&mut cache, "a", 1);
+        cache.flush();
+        let dropping = cache.begin_read("b");
+        assert_eq!(dropping.dropped, ["a"]);
+        let again = cache.begin_read("a");
+        cache.end_read("a", again, Some((&read(2), true)));
+        assert_eq!(cache.lookup("a", now), None);
+        // The drop's read timed out: "a" is not cached, so it is named again.
+        cache.end_read("b", dropping, None);
+        let next = cache.begin_read("c");
+        assert_eq!(next.dropped, ["a"]);
+    }
+
+    // A drop whose read timed out is not named again once the key is back.
+    #[test]
+    fn a_timed_out_drop_of_a_key_cached_since_is_not_sent_again() {
+        let mut cache = Cache::new(16, 1 << 20);
+        let now = lease(&mut cache);
+        filled(&mut cache, "a", 1);
+        cache.flush();
+        let dropping = cache.begin_read("b");
+        cache.end_read("b", dropping, Some((&read(0), false)));
+        filled(&mut cache, "a", 2);
+        let stale = cache.begin_read("c");
+        assert!(stale.dropped.is_empty());
+        cache.end_read("c", stale, None);
+        assert_eq!(cache.lookup("a", now), Some(read(2)));
+        assert!(cache.begin_read("d").dropped.is_empty());
     }
 
     #[test]
