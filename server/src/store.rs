@@ -9,7 +9,7 @@
 //! master's soft state, rebuilt on recovery (`STORE-4`).
 //!
 //! Files in the data directory:
-//! - `FORMAT`: `leasehold-data 3`, so a foreign directory is never taken
+//! - `FORMAT`: `leasehold-data 4`, so a foreign directory is never taken
 //!   for ours.
 //! - `LOCK`: locked while a master has the directory open.
 //! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`].
@@ -30,7 +30,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::state::{Command, State};
 use crate::time::Millis;
 
-const FORMAT: &str = "leasehold-data 3\n";
+const FORMAT: &str = "leasehold-data 4\n";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP01";
 const LOG_MAGIC: &[u8; 8] = b"LHLOG001";
 /// A record's body may not claim more than this; bigger means corruption.
@@ -313,7 +313,7 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 1, whose sessions have no \
-                     secret); this master reads format 3: start it on a new directory",
+                     secret); this master reads format 4: start it on a new directory",
                 ))
             }
             // Format 2 encoded nodes and acquires without the transient
@@ -322,7 +322,17 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 2, whose nodes have no \
-                     transient mark); this master reads format 3: start it on a new directory",
+                     transient mark); this master reads format 4: start it on a new directory",
+                ))
+            }
+            // Format 3's state has no record of which sessions may cache
+            // (`CACHE-7`): its snapshots cannot be read as format 4's.
+            Ok(text) if text == "leasehold-data 3\n" => {
+                return Err(corrupt(
+                    dir,
+                    "it was written by an earlier Leasehold (format 3, whose state does not \
+                     say which sessions may cache); this master reads format 4: start it on a \
+                     new directory",
                 ))
             }
             Ok(text) => {
@@ -1052,7 +1062,19 @@ mod tests {
         fs::write(dir.join("FORMAT"), "leasehold-data 2\n").unwrap();
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("format 2"), "{err}");
-        assert!(err.to_string().contains("reads format 3"), "{err}");
+        assert!(err.to_string().contains("reads format 4"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    // STORE-2, CACHE-7
+    #[test]
+    fn a_directory_of_format_3_is_refused_with_the_reason() {
+        let dir = dir("format-3");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("FORMAT"), "leasehold-data 3\n").unwrap();
+        let err = FileStore::open(&dir).unwrap_err();
+        assert!(err.to_string().contains("format 3"), "{err}");
+        assert!(err.to_string().contains("may cache"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 

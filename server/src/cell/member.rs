@@ -232,7 +232,7 @@ impl Member {
 }
 
 /// What a member's data directory says it is.
-const FORMAT: &str = "leasehold-cell 1\n";
+const FORMAT: &str = "leasehold-cell 2\n";
 
 /// Takes a member's data directory: creates it, or checks that it is a
 /// cell member's, and locks it. A single master's directory is refused, not
@@ -243,6 +243,16 @@ fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
     let format = dir.join("FORMAT");
     match std::fs::read_to_string(&format) {
         Ok(text) if text == FORMAT => {}
+        // Format 1's snapshots hold a state that does not say which
+        // sessions may cache (`CACHE-7`).
+        Ok(text) if text == "leasehold-cell 1\n" => {
+            return Err(corrupt(
+                dir,
+                "it was written by an earlier Leasehold (cell format 1, whose state does not \
+                 say which sessions may cache); this member reads cell format 2: start it on a \
+                 new directory",
+            ))
+        }
         Ok(text) => {
             return Err(corrupt(
                 dir,
