@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use leasehold_protocol::{Error, ErrorCode, EventKind, GetCached, Request, Response, SessionId};
+use leasehold_protocol::{CheckStatus, Error, ErrorCode, GetCached, Request, Response, SessionId};
 use tracing::debug;
 
 use crate::master::{Call, Master, Timer};
@@ -30,6 +30,8 @@ use crate::time::Millis;
 
 /// Keys one session may cache, by default (`CACHE-8`).
 pub const CACHED_KEYS_PER_SESSION: usize = 4096;
+/// Keys one `GetCached` may name as dropped (`CACHE-2`), whatever the cap.
+pub(crate) const DROPPED_PER_READ: usize = 4096;
 /// What one record of a cacher costs the master, besides its key: the
 /// budget of all records is counted in these bytes (`CACHE-8`).
 pub(crate) const RECORD_BYTES: usize = 64;
@@ -210,6 +212,12 @@ pub(crate) struct Cache {
     pub(crate) max_bytes: usize,
     /// Set when something happened that may let held work go.
     pub(crate) moved: bool,
+    /// Whether every held work must be looked at again (work was held, a
+    /// deadline passed, a session ended or flushed), or only the work on
+    /// the keys in `cleared`, whose last cacher is done: a pass over all
+    /// of it for every key would grow with the square of the work held.
+    everything: bool,
+    cleared: Busy,
     /// The deadline a timer is set for, to look at held work again.
     pub(crate) armed: Option<Millis>,
 }
@@ -228,6 +236,8 @@ impl Default for Cache {
             per_session: CACHED_KEYS_PER_SESSION,
             max_bytes: usize::MAX,
             moved: false,
+            everything: false,
+            cleared: Busy::default(),
             armed: None,
         }
     }
@@ -275,12 +285,24 @@ impl Cache {
         };
         if let Some(standing) = standings.remove(&session) {
             self.bytes -= RECORD_BYTES + key.len();
+            // Its invalidation is done with, acknowledged or not.
+            if let (Standing::Told { seq, .. }, Some(mine)) =
+                (standing, self.sessions.get_mut(&session))
+            {
+                if let Some(keys) = mine.told.get_mut(&seq) {
+                    keys.retain(|k| k != key);
+                    if keys.is_empty() {
+                        mine.told.remove(&seq);
+                    }
+                }
+            }
             // Held work may go only once the last cacher still being told
             // of the key is done: looking at it sooner finds it still held,
             // and with many cachers would cost a look per acknowledgement.
             let told = |s: &Standing| matches!(s, Standing::Told { .. });
             if told(&standing) && !standings.values().any(told) {
                 self.moved = true;
+                self.cleared.add(&[Touch::Key(key.to_string())]);
             }
         }
         if standings.is_empty() {
@@ -309,7 +331,7 @@ impl Cache {
             if seq <= acked {
                 self.recovering.remove(&session);
                 self.recovering_until.remove(&(until, session));
-                self.moved = true;
+                self.moved_everything();
             }
         }
         let Some(mine) = self.sessions.get_mut(&session) else {
@@ -347,6 +369,22 @@ impl Cache {
         told || recovering
     }
 
+    /// Every held work is to be looked at again.
+    pub(crate) fn moved_everything(&mut self) {
+        self.moved = true;
+        self.everything = true;
+    }
+
+    /// Starts a pass over held work: whether it must look at all of it,
+    /// and else the keys whose last cacher is done since the last.
+    fn pass(&mut self) -> (bool, Busy) {
+        self.moved = false;
+        (
+            std::mem::take(&mut self.everything),
+            std::mem::take(&mut self.cleared),
+        )
+    }
+
     /// Forgets everything of a session that ended.
     pub(crate) fn forget_session(&mut self, session: SessionId) {
         if let Some(mine) = self.sessions.remove(&session) {
@@ -365,7 +403,7 @@ impl Cache {
             self.recovering_until.remove(&(until, session));
         }
         self.ending.remove(&session);
-        self.moved = true;
+        self.moved_everything();
     }
 
     /// Takes `session`, recovered by a new master, as a possible cacher of
@@ -411,7 +449,7 @@ impl Cache {
     pub(crate) fn hold(&mut self, work: Work, touches: Vec<Touch>) {
         self.busy.add(&touches);
         self.held.push_back(Held { work, touches });
-        self.moved = true;
+        self.moved_everything();
     }
 
     /// How much work is held.
@@ -532,13 +570,12 @@ impl Master {
             Request::Acquire(a) => vec![Touch::Key(a.key.clone())],
             Request::Release { key, .. } => vec![Touch::Key(key.clone())],
             Request::DestroySession { session, .. } => self.session_touches(*session),
-            Request::SetCheck { name, .. } | Request::DeleteCheck { name } => self
-                .state
-                .checks
-                .bound_to(name)
-                .into_iter()
-                .flat_map(|id| self.session_touches(id))
-                .collect(),
+            // Only a critical check (or its removal) ends the sessions bound
+            // to it; a passing or warning one changes no node.
+            Request::SetCheck { name, status, .. } if *status == CheckStatus::Critical => {
+                self.check_touches(name)
+            }
+            Request::DeleteCheck { name } => self.check_touches(name),
             _ => Vec::new(),
         }
     }
@@ -559,15 +596,24 @@ impl Master {
                 touches
             }
             Command::Acquire { key, .. } => vec![Touch::Key(key.clone())],
-            Command::SetCheck { name, .. } | Command::DeleteCheck { name } => self
-                .state
-                .checks
-                .bound_to(name)
-                .into_iter()
-                .flat_map(|id| self.session_touches(id))
-                .collect(),
-            Command::CreateSession(_) | Command::MayCache { .. } => Vec::new(),
+            Command::SetCheck { name, status, .. } if *status == CheckStatus::Critical => {
+                self.check_touches(name)
+            }
+            Command::DeleteCheck { name } => self.check_touches(name),
+            Command::SetCheck { .. } | Command::CreateSession(_) | Command::MayCache { .. } => {
+                Vec::new()
+            }
         }
+    }
+
+    /// What ending the sessions bound to check `name` may change.
+    fn check_touches(&self, name: &str) -> Vec<Touch> {
+        self.state
+            .checks
+            .bound_to(name)
+            .into_iter()
+            .flat_map(|id| self.session_touches(id))
+            .collect()
     }
 
     /// What ending session `id` may change: its ephemeral nodes, and the
@@ -642,7 +688,7 @@ impl Master {
     /// Sends the invalidations held work needs and lets go, in order, the
     /// work nothing keeps any longer (`CACHE-3`).
     pub(crate) fn run_held(&mut self) {
-        self.cache.moved = false;
+        let (everything, mut cleared) = self.cache.pass();
         let now = self.now;
         let mut next: Option<Millis> = None;
         // What the work still held ahead of the one looked at touches:
@@ -650,15 +696,25 @@ impl Master {
         let mut ahead = Busy::default();
         let mut i = 0;
         while i < self.cache.held() {
+            // Work none of whose keys cleared since the last pass stays as
+            // it was: held.
+            if !everything && !cleared.overlaps(self.cache.touches(i)) {
+                ahead.add(self.cache.touches(i));
+                i += 1;
+                continue;
+            }
             let touches = self.work_touches(self.cache.work(i));
             self.cache.retouch(i, touches);
             let (events, leases, quotas) = (&mut self.events, &self.leases, &self.quotas);
+            // Each event within an eighth of a frame, as a node event's
+            // contents are (`EV-10`): a reply always carries it.
+            let max_bytes = self.config.max_frame / 8;
             let wait = self.cache.invalidate(
                 i,
                 now,
                 |session, keys| {
                     let owner = quotas.sessions.holder(&session);
-                    events.tell(session, EventKind::Invalidate { keys }, owner)
+                    events.invalidate(session, keys, owner, max_bytes)
                 },
                 |session| leases.expires_at(session).unwrap_or(now),
             );
@@ -670,6 +726,8 @@ impl Master {
                 i += 1;
                 continue;
             }
+            // What waited behind it on its keys may go now.
+            cleared.add(self.cache.touches(i));
             match self.cache.take(i) {
                 Work::Request(call) => self.handle_checked(call),
                 Work::Command(command) => {
@@ -696,13 +754,10 @@ impl Master {
     /// Answers a read for `get.session`'s cache (`CACHE-2`).
     pub(crate) fn get_cached(&mut self, get: GetCached) -> Result<Response, Error> {
         check_key(&get.key).map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
-        if get.dropped.len() > self.cache.per_session {
+        if get.dropped.len() > DROPPED_PER_READ {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
-                format!(
-                    "a read drops at most {} keys, the most a session may cache",
-                    self.cache.per_session
-                ),
+                format!("a read drops at most {DROPPED_PER_READ} keys"),
             ));
         }
         let id = get.session.id;

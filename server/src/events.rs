@@ -258,6 +258,35 @@ impl Events {
     /// marks the session's held KeepAlive for an answer. Returns the
     /// sequence number its acknowledgement must reach: that of `kind`, or
     /// of the `EventsLost` that replaced it (`EV-4`).
+    /// Queues `keys`' invalidation for `session`, in events of at most
+    /// `max_bytes` of keys each, so that every one fits a KeepAlive reply
+    /// (`CACHE-3`, `EV-3`); returns the sequence number of the last.
+    pub(crate) fn invalidate(
+        &mut self,
+        session: SessionId,
+        keys: Vec<String>,
+        owner: Option<IpAddr>,
+        max_bytes: usize,
+    ) -> u64 {
+        let mut seq = 0;
+        let mut chunk = Vec::new();
+        let mut bytes = 0;
+        for key in keys {
+            let size = key.len() + 2;
+            if !chunk.is_empty() && bytes + size > max_bytes {
+                let keys = std::mem::take(&mut chunk);
+                seq = self.tell(session, EventKind::Invalidate { keys }, owner);
+                bytes = 0;
+            }
+            bytes += size;
+            chunk.push(key);
+        }
+        if !chunk.is_empty() {
+            seq = self.tell(session, EventKind::Invalidate { keys: chunk }, owner);
+        }
+        seq
+    }
+
     pub(crate) fn tell(
         &mut self,
         session: SessionId,

@@ -224,6 +224,11 @@ impl Master {
         // gets a turn, so a flood of KeepAlives cannot starve the rest.
         let mut run = 0;
         loop {
+            // Acknowledgements, deadlines and ended sessions may have let
+            // held work go (`CACHE-3`); first, whatever turn comes next.
+            if self.cache.moved {
+                self.run_held();
+            }
             if self.events.owes() {
                 // A turn of its own: it answers held KeepAlives, at the
                 // time it runs, not the time of the turn before.
@@ -303,11 +308,6 @@ impl Master {
                     self.now = self.read_clock();
                 }
             }
-            // Acknowledgements, deadlines and ended sessions may have let
-            // held work go (`CACHE-3`).
-            if self.cache.moved {
-                self.run_held();
-            }
             if self.failed {
                 break;
             }
@@ -368,7 +368,7 @@ impl Master {
                 Timer::LockDelayEnd(key) => self.apply_made(Command::GrantWaiters { key }),
                 Timer::CacheDeadline => {
                     self.cache.armed = None;
-                    self.cache.moved = true;
+                    self.cache.moved_everything();
                 }
             }
         }

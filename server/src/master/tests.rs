@@ -977,3 +977,110 @@ async fn after_a_restart_a_silent_recovered_cacher_holds_writes_no_longer_than_i
         super::durable(&mut master.commit).await.unwrap();
     }
 }
+
+// CACHE-3: however many keys one change touches, each invalidation fits a
+// reply: a lone KeepAlive never carries one over the frame.
+#[tokio::test]
+async fn an_invalidation_of_many_keys_comes_in_events_that_fit_a_reply() {
+    let mut master = started(
+        &mut Config {
+            max_frame: 4096,
+            ..lenient()
+        },
+        None,
+    );
+    let cacher = created(&mut master, "cacher", None).await;
+    let keys: Vec<String> = (0..200).map(|i| format!("a/key-number-{i:04}")).collect();
+    for key in &keys {
+        assert!(answered(&mut send(&mut master, put_value(key, "x"))).is_some());
+        assert!(cacheable(&mut master, key, cacher));
+    }
+    let delete = Request::Delete {
+        key: "a".into(),
+        cas: None,
+        recursive: true,
+        authority: leasehold_protocol::Authority::Anonymous,
+    };
+    let mut deleted = send(&mut master, delete);
+    assert!(answered(&mut deleted).is_none());
+    let mut told = Vec::new();
+    let mut acked = 0;
+    while told.len() < keys.len() {
+        let events = renewed(&mut master, cacher, acked);
+        assert!(
+            !events.is_empty(),
+            "told {} of {} keys",
+            told.len(),
+            keys.len()
+        );
+        for event in events {
+            let leasehold_protocol::EventKind::Invalidate { keys: some } = event.kind else {
+                panic!("expected an invalidation, got {event:?}");
+            };
+            let bytes: usize = some.iter().map(|k| k.len() + 2).sum();
+            assert!(bytes <= 4096 / 8, "an event of {bytes} bytes of keys");
+            told.extend(some);
+            acked = event.seq;
+        }
+    }
+    told.sort();
+    assert_eq!(told, keys);
+    renewed(&mut master, cacher, acked);
+    assert!(matches!(
+        answered(&mut deleted),
+        Some(Ok(Response::Deleted { .. }))
+    ));
+}
+
+// CACHE-3: a check that stays passing ends no session and changes no node.
+#[tokio::test]
+async fn a_passing_check_is_not_held_for_the_caches_of_its_sessions_nodes() {
+    let mut master = started(&mut lenient(), None);
+    let set = |status| Request::SetCheck {
+        name: "web".into(),
+        status,
+        note: String::new(),
+    };
+    assert!(answered(&mut send(
+        &mut master,
+        set(leasehold_protocol::CheckStatus::Passing)
+    ))
+    .is_some());
+    let bound = Request::CreateSession(CreateSession {
+        name: "bound".into(),
+        lease_ms: None,
+        lock_delay_ms: None,
+        behavior: Behavior::Release,
+        checks: vec!["web".into()],
+    });
+    let Some(Ok(Response::SessionCreated {
+        session, secret, ..
+    })) = answered(&mut send(&mut master, bound))
+    else {
+        panic!("no session");
+    };
+    let owner = SessionToken {
+        id: session,
+        secret,
+    };
+    let cacher = created(&mut master, "cacher", None).await;
+    let ephemeral = Request::Put(leasehold_protocol::Put {
+        key: "svc/a".into(),
+        contents: b"up".to_vec(),
+        flags: 0,
+        cas: None,
+        ephemeral: Some(owner),
+    });
+    assert!(answered(&mut send(&mut master, ephemeral)).is_some());
+    assert!(cacheable(&mut master, "svc/a", cacher));
+    let mut heartbeat = send(&mut master, set(leasehold_protocol::CheckStatus::Passing));
+    assert!(matches!(
+        answered(&mut heartbeat),
+        Some(Ok(Response::CheckSet { .. }))
+    ));
+    let mut critical = send(&mut master, set(leasehold_protocol::CheckStatus::Critical));
+    assert!(
+        answered(&mut critical).is_none(),
+        "ending the session waits for the cacher"
+    );
+}
