@@ -220,6 +220,9 @@ pub(crate) struct Cache {
     cleared: Busy,
     /// The deadline a timer is set for, to look at held work again.
     pub(crate) armed: Option<Millis>,
+    /// Never hold anything: a broken master, for simulations
+    /// (`Config::unsafe_unheld_cache_writes`).
+    pub(crate) unheld: bool,
 }
 
 impl Default for Cache {
@@ -239,6 +242,7 @@ impl Default for Cache {
             everything: false,
             cleared: Busy::default(),
             armed: None,
+            unheld: false,
         }
     }
 }
@@ -431,7 +435,7 @@ impl Cache {
     /// earlier held work sharing one, or a recovered session that may
     /// still serve an old cache.
     pub(crate) fn must_hold(&mut self, touches: &[Touch], now: Millis) -> bool {
-        if touches.is_empty() {
+        if touches.is_empty() || self.unheld {
             return false;
         }
         if self.recovering_at(now).is_some() {

@@ -180,6 +180,10 @@ pub struct Config {
     /// in master time; `None` tells no one. Simulations check with it that
     /// clients' beliefs stay inside the master's leases.
     pub lease_observer: Option<LeaseObserver>,
+    /// Unsafe, for simulations that show the cache check fires: grant
+    /// cacheable reads but never hold a change for their cachers
+    /// (`CACHE-3`), so caches serve values writes replaced.
+    pub unsafe_unheld_cache_writes: bool,
 }
 
 impl Default for Config {
@@ -221,6 +225,7 @@ impl Default for Config {
             operator_token: None,
             clock_rate: 1.0,
             lease_observer: None,
+            unsafe_unheld_cache_writes: false,
         }
     }
 }

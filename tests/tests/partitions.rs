@@ -317,6 +317,23 @@ fn a_master_that_gives_recovered_sessions_a_short_lease_breaks_the_failover_prom
     );
 }
 
+// CACHE-3: a master that grants cacheable reads but applies writes at once
+// lets caches serve values acknowledged writes replaced.
+#[test]
+fn a_master_that_does_not_hold_writes_for_cachers_is_caught() {
+    let settings = Settings {
+        unheld_cache_writes: true,
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("cache-partition", settings, "cache")
+        .expect("the cache checker fires within 10 seeds");
+    assert!(
+        report.of("cache")[0].detail.contains("cache served"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
 /// How many faults named `fault` (and, for a hold, promising Normal)
 /// began within `within` ms after the master last answered the client's
 /// KeepAlive, in a run of `lease-edges`.

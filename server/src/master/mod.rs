@@ -165,6 +165,7 @@ impl Master {
         };
         master.cache.per_session = master.config.cached_keys_per_session;
         master.cache.max_bytes = master.config.all_cache_bytes;
+        master.cache.unheld = master.config.unsafe_unheld_cache_writes;
         let (epoch, now) = (master.config.epoch, master.now);
         master.observe(|| LeaseEvent::Serving { epoch, now });
         if start.recovered {

@@ -54,6 +54,10 @@ struct Knobs {
     /// a lease of 100 ms.
     #[arg(long)]
     short_recovered_leases: bool,
+    /// Break it another way: a master that grants cacheable reads but
+    /// never holds a write for the sessions that cache its key.
+    #[arg(long)]
+    unheld_cache_writes: bool,
     /// Break it another way: a cell's masters keep their master lease once
     /// held, so one cut off from its quorum goes on granting.
     #[arg(long)]
@@ -67,6 +71,7 @@ impl Knobs {
             ignore_jeopardy: self.ignore_jeopardy,
             fencing: !self.no_fencing,
             short_recovered_leases: self.short_recovered_leases,
+            unheld_cache_writes: self.unheld_cache_writes,
             lying_disk: self.lying_disk,
             broken_master_lease: self.broken_master_lease,
             ..Settings::default()
@@ -108,6 +113,9 @@ impl Knobs {
         }
         if self.short_recovered_leases {
             flags.push_str(" --short-recovered-leases");
+        }
+        if self.unheld_cache_writes {
+            flags.push_str(" --unheld-cache-writes");
         }
         if self.broken_master_lease {
             flags.push_str(" --broken-master-lease");

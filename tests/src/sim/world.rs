@@ -23,8 +23,9 @@ use super::trace::{now_ms, Entry, Trace, What};
 
 /// How a run is set up. The defaults are the product's safe use; the
 /// `ignore_jeopardy`, `fencing`, `lock_delay`, `lying_disk`,
-/// `clock_spread`, `clock_drift` and `short_recovered_leases` knobs exist
-/// to break it on purpose and see the checkers fire.
+/// `clock_spread`, `clock_drift`, `short_recovered_leases` and
+/// `unheld_cache_writes` knobs exist to break it on purpose and see the
+/// checkers fire.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Contending clients; `None`: the scenario's own number.
@@ -42,6 +43,9 @@ pub struct Settings {
     pub clock_drift: f64,
     /// The master gives the sessions it recovers a lease of 100 ms.
     pub short_recovered_leases: bool,
+    /// Break it another way: a master that grants cacheable reads but
+    /// never holds a write for the sessions that cache its key.
+    pub unheld_cache_writes: bool,
     pub semaphore_limit: u32,
     /// Contenders keep believing they hold their lock in jeopardy.
     pub ignore_jeopardy: bool,
@@ -76,6 +80,7 @@ impl Default for Settings {
             clock_spread: DEFAULT_CLOCK_SPREAD,
             clock_drift: leasehold::lease::DEFAULT_CLOCK_DRIFT,
             short_recovered_leases: false,
+            unheld_cache_writes: false,
             semaphore_limit: 2,
             ignore_jeopardy: false,
             fencing: true,
@@ -440,6 +445,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     );
     let master_rate = clocks.rate("master");
     let short = settings.short_recovered_leases;
+    let unheld = settings.unheld_cache_writes;
     if members == 0 {
         sim.host("master", move || {
             let observer = observer.clone();
@@ -455,6 +461,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
                     ids: IdSource::Seeded(seed ^ (start << 48)),
                     clock_rate: master_rate,
                     lease_observer: Some(observer),
+                    unsafe_unheld_cache_writes: unheld,
                     // The short lease is below the usual minimum.
                     min_lease: if short {
                         SHORT
