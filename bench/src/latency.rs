@@ -32,6 +32,11 @@ impl Latency {
         self.0.len()
     }
 
+    /// The `q` quantile (0..=1) in microseconds.
+    pub fn us(&self, q: f64) -> f64 {
+        self.0.value_at_quantile(q) as f64
+    }
+
     /// The `q` quantile (0..=1) in milliseconds.
     pub fn ms(&self, q: f64) -> f64 {
         self.0.value_at_quantile(q) as f64 / 1000.0

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
+mod cache;
 mod cell;
 mod chart;
 mod failover;
@@ -134,6 +135,24 @@ enum Scenario {
         /// Concurrent clients, each on its own connection (repeatable).
         #[arg(long = "clients", default_values_t = [1, 64])]
         clients: Vec<usize>,
+    },
+    /// A read-mostly workload, reads fast and linearizable: Leasehold's
+    /// session cache on and off, etcd's serializable and linearizable
+    /// reads, ZooKeeper's plain and synced reads; then writes to a key
+    /// many sessions cache.
+    Cache {
+        /// Concurrent clients, each on its own connection.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Keys read and written.
+        #[arg(long, default_value_t = 1_000)]
+        keys: usize,
+        /// Reads of every 1,000 operations.
+        #[arg(long, default_value_t = 990)]
+        reads_per_mille: u32,
+        /// Sessions that cache the key of the held-write phase.
+        #[arg(long, default_value_t = 100)]
+        cachers: usize,
     },
     /// One write, many subscribers: time until the last has the event.
     Fanout {
@@ -433,6 +452,28 @@ async fn main() -> anyhow::Result<()> {
             compare(&common, "kv", true, parameters, |system| {
                 let clients = clients.clone();
                 async move { kv::run(&system, &clients, duration).await }
+            })
+            .await
+        }
+        Scenario::Cache {
+            clients,
+            keys,
+            reads_per_mille,
+            cachers,
+        } => {
+            let shape = cache::Shape {
+                clients,
+                keys,
+                reads_per_mille: reads_per_mille.min(1_000),
+                cachers,
+            };
+            let duration = timed(10);
+            let parameters = serde_json::json!({
+                "clients": clients, "keys": keys, "reads_per_mille": shape.reads_per_mille,
+                "cachers": cachers, "duration_ms": duration.as_millis() as u64,
+            });
+            compare(&common, "cache", true, parameters, |system| async move {
+                cache::run(&system, shape, duration).await
             })
             .await
         }

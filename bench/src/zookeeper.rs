@@ -113,6 +113,13 @@ impl Kv {
             Err(e) => Err(e.into()),
         }
     }
+
+    /// Reads `key` after a `sync`, so the read sees every write the
+    /// leader had committed when it began: ZooKeeper's linearizable read.
+    pub async fn get_synced(&self, key: &str) -> anyhow::Result<bool> {
+        self.client.sync(&path(key)).await?;
+        self.get(key).await
+    }
 }
 
 /// `sessions`: `n` sessions, each its own connection, until the phase is

@@ -126,6 +126,26 @@ fn kv_writes_and_reads() {
 }
 
 #[test]
+fn cache_reads_through_sessions_caches_and_holds_writes_for_cachers() {
+    let report = bench(&[
+        "cache",
+        "--clients",
+        "2",
+        "--keys",
+        "10",
+        "--cachers",
+        "3",
+        "--duration",
+        "300ms",
+    ]);
+    assert!(figure(&report, "reads/s, fast reads, 2 clients") > 0.0);
+    assert!(figure(&report, "reads/s, linearizable reads, 2 clients") > 0.0);
+    // Every key was read once before the run, so a hit is the rule.
+    assert!(figure(&report, "hit ratio, fast reads, 2 clients") > 0.0);
+    assert!(figure(&report, "write p50, 3 cachers") > 0.0);
+}
+
+#[test]
 fn fanout_reaches_every_subscriber() {
     let report = bench(&["fanout", "--subscribers", "30", "--connections", "3"]);
     let first = figure(&report, "first subscriber has the event");
