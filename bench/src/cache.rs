@@ -89,6 +89,18 @@ impl Reader {
         Ok(())
     }
 
+    /// One read from the master, past any cache: a round trip.
+    async fn round_trip(&self, key: &str) -> anyhow::Result<()> {
+        match self {
+            Reader::Leasehold { client, .. } => {
+                client.get(key).await?;
+            }
+            #[allow(unreachable_patterns)]
+            _ => self.read(key).await?,
+        }
+        Ok(())
+    }
+
     /// Reads its cache served, and reads it sent to the master.
     fn hits(&self) -> (u64, u64) {
         match self {
@@ -295,6 +307,7 @@ async fn held_writes(system: &System, cachers: usize, prefix: &str) -> anyhow::R
         .put(&cached, VALUE.to_vec(), PutOptions::new())
         .await?;
     let (mut held, mut free, mut round_trip) = (Latency::new(), Latency::new(), Latency::new());
+    let mut all_at_once = Latency::new();
     let probe = writer
         .create_session(SessionOptions::new("bench-probe").cache(false))
         .await?;
@@ -314,6 +327,11 @@ async fn held_writes(system: &System, cachers: usize, prefix: &str) -> anyhow::R
         let sent = Instant::now();
         probe.get(&alone).await?;
         round_trip.record(sent.elapsed());
+        // A round trip from every cacher at once: about what the held
+        // write waits for, each cacher's answer and acknowledgement.
+        let sent = Instant::now();
+        futures::future::try_join_all(sessions.iter().map(|s| s.round_trip(&alone))).await?;
+        all_at_once.record(sent.elapsed());
     }
     let _ = probe.close().await;
     for s in sessions {
@@ -328,5 +346,10 @@ async fn held_writes(system: &System, cachers: usize, prefix: &str) -> anyhow::R
         Figure::lower("write p50, no cacher", "ms", free.ms(0.5)),
         Figure::lower("write p99, no cacher", "ms", free.ms(0.99)),
         Figure::neutral("read round trip p50", "ms", round_trip.ms(0.5)),
+        Figure::neutral(
+            format!("a round trip from each of {cachers} clients at once, p50"),
+            "ms",
+            all_at_once.ms(0.5),
+        ),
     ])
 }
