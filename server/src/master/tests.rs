@@ -697,6 +697,22 @@ fn answered(
     rx.try_recv().ok().map(|r| *r.body)
 }
 
+/// The reply that comes once the store has what it waits for.
+async fn durably_answered(
+    master: &mut Master,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
+) -> Result<Response, Error> {
+    loop {
+        master.on_durable();
+        if let Some(reply) = answered(rx) {
+            return reply;
+        }
+        super::durable(&mut master.commit)
+            .await
+            .expect("the writer goes on");
+    }
+}
+
 fn put_value(key: &str, value: &str) -> Request {
     Request::Put(leasehold_protocol::Put {
         key: key.into(),
@@ -925,14 +941,10 @@ async fn restarted_with_a_cacher() -> (Master, SessionToken) {
 async fn after_a_restart_a_session_that_never_cached_holds_no_write() {
     let (mut master, _recovered) = restarted_with_a_session().await;
     let mut write = send(&mut master, put_value("anything", "x"));
-    loop {
-        master.on_durable();
-        if let Some(reply) = answered(&mut write) {
-            assert!(matches!(reply, Ok(Response::Written { .. })));
-            break;
-        }
-        super::durable(&mut master.commit).await.unwrap();
-    }
+    assert!(matches!(
+        durably_answered(&mut master, &mut write).await,
+        Ok(Response::Written { .. })
+    ));
 }
 
 // CACHE-7
@@ -949,14 +961,10 @@ async fn after_a_restart_writes_wait_for_recovered_cachers_to_acknowledge_the_fa
     let failover = events.first().expect("the fail-over event").seq;
     assert!(answered(&mut write).is_none());
     renewed(&mut master, recovered, failover);
-    loop {
-        master.on_durable();
-        if let Some(reply) = answered(&mut write) {
-            assert!(matches!(reply, Ok(Response::Written { .. })));
-            break;
-        }
-        super::durable(&mut master.commit).await.unwrap();
-    }
+    assert!(matches!(
+        durably_answered(&mut master, &mut write).await,
+        Ok(Response::Written { .. })
+    ));
 }
 
 // CACHE-7
@@ -968,14 +976,10 @@ async fn after_a_restart_a_silent_recovered_cacher_holds_writes_no_longer_than_i
     master.now = master.now + LEASE;
     master.fire_timers(0);
     master.run_held();
-    loop {
-        master.on_durable();
-        if let Some(reply) = answered(&mut write) {
-            assert!(matches!(reply, Ok(Response::Written { .. })));
-            break;
-        }
-        super::durable(&mut master.commit).await.unwrap();
-    }
+    assert!(matches!(
+        durably_answered(&mut master, &mut write).await,
+        Ok(Response::Written { .. })
+    ));
 }
 
 // CACHE-3: however many keys one change touches, each invalidation fits a

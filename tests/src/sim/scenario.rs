@@ -409,12 +409,8 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         plan: |p| {
-            let half = p.work() / 2;
-            for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
-                let at = p.rng.range(lo, hi);
-                let ms = p.rng.range(200, p.lease() / 2);
-                p.add(at, Action::Crash { ms });
-            }
+            let down = p.lease() / 2;
+            two_crashes(p, down);
         },
     },
     Scenario {
@@ -536,12 +532,8 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         plan: |p| {
-            let half = p.work() / 2;
-            for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
-                let at = p.rng.range(lo, hi);
-                let ms = p.rng.range(200, p.lease() + p.grace() / 2);
-                p.add(at, Action::Crash { ms });
-            }
+            let down = p.lease() + p.grace() / 2;
+            two_crashes(p, down);
             p.some_partitions(0.5, Direction::Both, p.lease() / 2, p.lease() + 2_000);
         },
     },
@@ -756,6 +748,17 @@ fn contended(p: &mut Planner) {
     let (lease, grace) = (p.lease(), p.grace());
     p.some_partitions(0.3, Direction::Both, 500, lease + grace + 2_000);
     p.holder_partition(500, lease + grace + 2_000);
+}
+
+/// Two crashes of the master, one in each half of the work, each down for
+/// 200 ms up to `down`.
+fn two_crashes(p: &mut Planner, down: u64) {
+    let half = p.work() / 2;
+    for (lo, hi) in [(4_000, half - 2_000), (half + 2_000, p.work() - 6_000)] {
+        let at = p.rng.range(lo, hi);
+        let ms = p.rng.range(200, down);
+        p.add(at, Action::Crash { ms });
+    }
 }
 
 /// Writers cut off (either way, or both) while the others write the keys

@@ -98,6 +98,23 @@ async fn reply_within(
         .map(|(_, r)| r)
 }
 
+/// Sends the acknowledging KeepAlive `ack` on `conn`; the write in flight
+/// on `writer` must then be answered within the slack.
+async fn acknowledged_then_written(
+    conn: &mut RawConnection,
+    ack: Request,
+    writer: &mut RawConnection,
+) -> Check {
+    conn.call(ack)
+        .await
+        .map_err(|e| format!("acknowledging KeepAlive: {e}"))?;
+    let answered = reply_within(writer, SLACK).await;
+    expect_reply!(
+        answered.ok_or("the write was not answered after the acknowledgement")?,
+        Response::Written { .. }
+    )
+}
+
 async fn destroy(conn: &mut RawConnection, session: SessionToken) {
     let _ = conn
         .call(Request::DestroySession {
@@ -155,14 +172,7 @@ async fn a_write_to_a_cached_key_waits_for_the_cachers_acknowledgement(ctx: Ctx)
     );
 
     // The acknowledgement lets the write go.
-    kept.call(keepalive(cacher, &w, seq, false))
-        .await
-        .map_err(|e| format!("acknowledging KeepAlive: {e}"))?;
-    let answered = reply_within(&mut writer, SLACK).await;
-    expect_reply!(
-        answered.ok_or("the write was not answered after the acknowledgement")?,
-        Response::Written { .. }
-    )?;
+    acknowledged_then_written(&mut kept, keepalive(cacher, &w, seq, false), &mut writer).await?;
     let now = contents(&mut conn, &k).await?;
     ensure!(
         now.as_deref() == Some(b"two"),
@@ -363,14 +373,12 @@ async fn after_a_restart_writes_wait_for_the_cachers_to_flush(ctx: Ctx) -> Check
         .find(|e| matches!(e.kind, EventKind::Failover { .. }))
         .map(|e| e.seq)
         .ok_or(format!("no fail-over event in {events:?}"))?;
-    conn.call(keepalive(cacher, &w, failover, false))
-        .await
-        .map_err(|e| format!("acknowledging KeepAlive: {e}"))?;
-    let answered = reply_within(&mut writer, SLACK).await;
-    expect_reply!(
-        answered.ok_or("the write was not answered after the acknowledgement")?,
-        Response::Written { .. }
-    )?;
+    acknowledged_then_written(
+        &mut conn,
+        keepalive(cacher, &w, failover, false),
+        &mut writer,
+    )
+    .await?;
     destroy(&mut conn, cacher).await;
     Ok(())
 }
