@@ -140,6 +140,15 @@ async fn a_session_its_lock_and_an_acknowledged_write_ride_through_the_masters_l
             other => panic!("member {id} answered {other:?}"),
         }
     }
+    // FO-6: the session reports Failover, then Normal, once it hears of
+    // the new master; until then it is Normal under the old epoch.
+    let failed_over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = failed_over.clone();
+    session.on_state_change(move |state| {
+        if state == SessionState::Failover {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
     cell.stop(master).await;
 
     let mut states = session.watch_state();
@@ -147,6 +156,7 @@ async fn a_session_its_lock_and_an_acknowledged_write_ride_through_the_masters_l
         loop {
             let epoch = client.epoch().await;
             if matches!(epoch, Ok(e) if e > first_epoch)
+                && failed_over.load(std::sync::atomic::Ordering::SeqCst)
                 && *states.borrow_and_update() == SessionState::Normal
             {
                 return epoch.unwrap();
