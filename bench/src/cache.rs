@@ -114,7 +114,13 @@ impl Reader {
     }
 
     async fn close(self) {
-        if let Reader::Leasehold { session, .. } = self {
+        // The peers' sessions end with their connections.
+        let session = match self {
+            Reader::Leasehold { session, .. } => Some(session),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        if let Some(session) = session {
             let _ = session.close().await;
         }
     }

@@ -810,17 +810,16 @@ mod tests {
         assert!(!below.covers("a"));
         assert!(!below.covers("ab"));
         assert!(Touch::Below(String::new()).covers("x"));
-        assert!(overlap(&[Touch::Key("a/b".into())], &[below.clone()]));
-        assert!(!overlap(&[Touch::Key("ab".into())], &[below.clone()]));
-        assert!(overlap(&[Touch::Below("a/b".into())], &[below.clone()]));
-        assert!(overlap(&[below.clone()], &[Touch::Below("a/b".into())]));
-        assert!(overlap(&[below.clone()], &[Touch::Key("a/x".into())]));
-        assert!(!overlap(&[below.clone()], &[Touch::Key("a".into())]));
-        assert!(overlap(
-            &[Touch::Below(String::new())],
-            &[Touch::Key("z".into())]
-        ));
-        assert!(!overlap(&[Touch::Below("b".into())], &[below]));
+        let key = |k: &str| Touch::Key(k.into());
+        let under = |k: &str| Touch::Below(k.into());
+        assert!(overlap(&[key("a/b")], &[under("a")]));
+        assert!(!overlap(&[key("ab")], &[under("a")]));
+        assert!(overlap(&[under("a/b")], &[under("a")]));
+        assert!(overlap(&[under("a")], &[under("a/b")]));
+        assert!(overlap(&[under("a")], &[key("a/x")]));
+        assert!(!overlap(&[under("a")], &[key("a")]));
+        assert!(overlap(&[under("")], &[key("z")]));
+        assert!(!overlap(&[under("b")], &[under("a")]));
     }
 
     // CACHE-4: a key with an invalidation outstanding is not granted.
