@@ -207,6 +207,43 @@ async fn unsubscribe(session: &Session, subscription: u64) -> Result<(), ClientE
     }
 }
 
+/// One of the session's locks as this client knows it: the guards that
+/// hold it, the acquires of it still waiting for their answers, and the
+/// latest acquire of it the master answered.
+#[derive(Debug)]
+pub(crate) struct HeldLock {
+    /// What its guards hear of it.
+    pub(crate) signal: watch::Sender<LockSignal>,
+    /// Guards that hold it. Every guard of one key holds the session's one
+    /// holding: the lock is released when the last of them is
+    /// (`LOCK-11`).
+    pub(crate) guards: usize,
+    /// Acquires of it (a `rewrite` too) waiting for their answers: each
+    /// may tell the session it holds the lock.
+    pub(crate) acquiring: usize,
+    /// The index of the latest `Acquired` answer heard for it: the release
+    /// names it, so a copy of it delivered late cannot undo an acquire
+    /// answered after it was sent (`LOCK-4`).
+    pub(crate) heard: u64,
+}
+
+impl HeldLock {
+    fn new() -> HeldLock {
+        HeldLock {
+            signal: watch::channel(LockSignal::default()).0,
+            guards: 0,
+            acquiring: 0,
+            heard: 0,
+        }
+    }
+
+    /// Whether nothing of this client holds the lock or may be told it
+    /// does.
+    pub(crate) fn unused(&self) -> bool {
+        self.guards == 0 && self.acquiring == 0
+    }
+}
+
 /// What a lock's holder hears of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LockSignal {
@@ -277,14 +314,67 @@ pub(crate) struct Dispatch {
     joining: Option<(String, bool)>,
     joined: Vec<(u64, SubscriptionEvent)>,
     joined_overflowed: bool,
-    /// Keys this client holds locks on, with their signals; released before
-    /// a close destroys the session (`LOCK-11`).
-    pub(crate) locks: BTreeMap<String, watch::Sender<LockSignal>>,
+    /// Keys this client holds locks on, or asks for; released before a
+    /// close destroys the session (`LOCK-11`).
+    pub(crate) locks: BTreeMap<String, HeldLock>,
     /// Semaphore contender keys still being deleted (`SEM-4`).
     pub(crate) leaving: std::collections::BTreeSet<String>,
 }
 
 impl Dispatch {
+    /// An acquire of `key` is about to go out: what the guard it may make
+    /// will hear of the lock.
+    pub(crate) fn acquiring(&mut self, key: &str) -> watch::Receiver<LockSignal> {
+        let lock = self
+            .locks
+            .entry(key.to_string())
+            .or_insert_with(HeldLock::new);
+        lock.acquiring += 1;
+        lock.signal.subscribe()
+    }
+
+    /// An acquire of `key` is over: answered at `index` (with a guard made
+    /// for it if `guard`), or not answered (`None`: refused, failed, or
+    /// given up on).
+    pub(crate) fn acquire_ended(&mut self, key: &str, answered: Option<u64>, guard: bool) {
+        let Some(lock) = self.locks.get_mut(key) else {
+            return;
+        };
+        lock.acquiring -= 1;
+        if let Some(index) = answered {
+            lock.heard = lock.heard.max(index);
+            if guard {
+                lock.guards += 1;
+            }
+        }
+        if lock.unused() {
+            self.locks.remove(key);
+        }
+    }
+
+    /// A guard of `key` is gone (released, dropped, or freed with its
+    /// node). If it was the last, returns the index the release names
+    /// (`LOCK-4`); the lock stays held while other guards hold it.
+    pub(crate) fn guard_gone(&mut self, key: &str) -> Option<u64> {
+        let lock = self.locks.get_mut(key)?;
+        lock.guards = lock.guards.saturating_sub(1);
+        if lock.guards > 0 {
+            return None;
+        }
+        let heard = lock.heard;
+        if lock.acquiring == 0 {
+            self.locks.remove(key);
+        }
+        Some(heard)
+    }
+
+    /// Whether nothing of this client holds `key`'s lock or may be told it
+    /// does: a release refused as stale may then be sent again naming the
+    /// later acquire, whose answer nobody here is left to hear.
+    pub(crate) fn lock_unused(&self, key: &str) -> bool {
+        self.locks.get(key).is_none_or(HeldLock::unused)
+    }
+
     /// Hands one event to whoever waits for it (`EV-7`).
     pub(crate) fn deliver(&mut self, event: Event) {
         match event.kind {
@@ -334,13 +424,14 @@ impl Dispatch {
                 key,
                 lock_generation,
             } => {
-                if let Some(signal) = self.locks.get(&key) {
-                    signal.send_modify(|s| s.taken = s.taken.max(lock_generation));
+                if let Some(lock) = self.locks.get(&key) {
+                    lock.signal
+                        .send_modify(|s| s.taken = s.taken.max(lock_generation));
                 }
             }
             EventKind::LockConflict { key, waiter } => {
-                if let Some(signal) = self.locks.get(&key) {
-                    signal.send_modify(|s| s.conflict = Some(waiter));
+                if let Some(lock) = self.locks.get(&key) {
+                    lock.signal.send_modify(|s| s.conflict = Some(waiter));
                 }
             }
             // Subscriptions are made again by the keeper, and each stream
@@ -357,8 +448,8 @@ impl Dispatch {
                     route.send(SubscriptionEvent::EventsLost);
                 }
                 // A lost event may have been a lock taken away: assume so.
-                for signal in self.locks.values() {
-                    signal.send_modify(|s| s.lost = true);
+                for lock in self.locks.values() {
+                    lock.signal.send_modify(|s| s.lost = true);
                 }
             }
         }
@@ -434,8 +525,8 @@ impl Dispatch {
     /// `Expired` every stream ends after it.
     pub(crate) fn session_state(&mut self, state: SessionState) {
         if state == SessionState::Jeopardy {
-            for signal in self.locks.values() {
-                signal.send_modify(|s| s.jeopardies += 1);
+            for lock in self.locks.values() {
+                lock.signal.send_modify(|s| s.jeopardies += 1);
             }
         }
         let asked = |r: &&Route| r.options.mask & event_mask::SESSION_STATE != 0;

@@ -24,6 +24,7 @@ use tracing::debug;
 
 use crate::client::Client;
 use crate::error::ClientError;
+use crate::release::release_holding;
 use crate::session::{SessionOptions, SessionState, Shared, Stop};
 use crate::session_machine::{Action, Reply, SessionMachine};
 
@@ -317,21 +318,22 @@ impl Keeper {
         // Destroying invalidates the session, which would start lock-delay
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).
-        let held: Vec<String> = {
+        let held: Vec<(String, u64)> = {
             let dispatch = self.shared.dispatch();
             // Guards stop counting as held before the first release, so no
             // holder acts on a lock someone else may already have.
-            for signal in dispatch.locks.values() {
-                signal.send_modify(|s| s.lost = true);
+            for lock in dispatch.locks.values() {
+                lock.signal.send_modify(|s| s.lost = true);
             }
-            dispatch.locks.keys().cloned().collect()
+            let heard = dispatch.locks.iter();
+            heard.map(|(key, lock)| (key.clone(), lock.heard)).collect()
         };
-        for key in held {
-            let release = Request::Release {
-                key,
-                session: self.token,
-            };
-            let _ = tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(release)).await;
+        for (key, heard) in held {
+            // Every guard is lost already, and so is any an answer still on
+            // its way would make: a release refused as stale goes again,
+            // naming the later acquire.
+            let release = release_holding(&self.client, self.token, &key, heard, || true);
+            let _ = tokio::time::timeout(DESTROY_TIMEOUT, release).await;
         }
         let request = Request::DestroySession {
             session: self.id,

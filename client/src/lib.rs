@@ -36,7 +36,8 @@
 //!   sends the KeepAlives; `lease.rs`: the local lease formula.
 //! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
 //! - `kv.rs`: get, list, put, delete and watch on the namespace.
-//! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`.
+//! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`;
+//!   `release.rs`: giving a lock back, naming the acquire it ends.
 //! - `events.rs`: [`Subscription`]s and where a session's events go.
 //! - `check.rs`: health checks sessions can be bound to.
 //! - `election.rs`: [`Election`], leader election on a lock.
@@ -57,6 +58,7 @@ mod keeper;
 mod kv;
 pub mod lease;
 mod lock;
+mod release;
 mod semaphore;
 mod session;
 mod session_machine;

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
 use crate::events::LockSignal;
+use crate::release::release_holding;
 use crate::session::{Session, SessionState};
 
 /// The longest a blocking acquire may wait at the master.
@@ -94,7 +95,9 @@ impl LockOptions {
 }
 
 /// A lock held by a session. Dropping it releases the lock (best effort);
-/// [`LockGuard::release`] does so and reports the outcome.
+/// [`LockGuard::release`] does so and reports the outcome. A session's
+/// guards of one key share its one holding, as a reentrant mutex's do:
+/// the lock is given back when the last of them goes (`LOCK-11`).
 #[derive(Debug)]
 pub struct LockGuard {
     session: Session,
@@ -191,12 +194,20 @@ impl LockGuard {
             wait_ms: None,
             transient: self.transient,
         });
+        // An acquire in flight: a release of the key refused as stale
+        // meanwhile leaves the lock to what its answer tells.
+        let mut asking = Asking::new(&self.session, &self.key);
         match self.session.client().call(request).await? {
-            Response::Acquired { sequencer, .. } if sequencer == self.bytes => Ok(()),
-            Response::Acquired { .. } => {
+            Response::Acquired { sequencer, index } if sequencer == self.bytes => {
+                asking.answered(index, false);
+                Ok(())
+            }
+            Response::Acquired { index, .. } => {
                 // The holding was lost and this took the lock anew: give
                 // that back rather than hold a lock nobody acts for.
-                let _ = release(self.session.client(), &self.key, &self.session).await;
+                asking.answered(index, false);
+                drop(asking);
+                let _ = release(&self.session, &self.key, index).await;
                 Err(ClientError::Conflict(format!(
                     "the lock on '{}' was lost before the rewrite",
                     self.key
@@ -210,14 +221,18 @@ impl LockGuard {
     /// freed it (`LOCK-8`).
     pub(crate) fn forget(mut self) {
         self.released = true;
-        self.session.forget_lock(&self.key);
+        self.session.dispatch().guard_gone(&self.key);
     }
 
-    /// Gives the lock back.
+    /// Gives the lock back, unless another guard of this session holds
+    /// it still: then it is given back when the last of them goes.
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.released = true;
-        self.session.forget_lock(&self.key);
-        release(self.session.client(), &self.key, &self.session).await
+        let last = self.session.dispatch().guard_gone(&self.key);
+        match last {
+            Some(heard) => release(&self.session, &self.key, heard).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -226,26 +241,24 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        self.session.forget_lock(&self.key);
+        let Some(heard) = self.session.dispatch().guard_gone(&self.key) else {
+            return;
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let session = self.session.clone();
             let key = std::mem::take(&mut self.key);
             runtime.spawn(async move {
-                let _ = release(session.client(), &key, &session).await;
+                let _ = release(&session, &key, heard).await;
             });
         }
     }
 }
 
-async fn release(client: &Client, key: &str, session: &Session) -> Result<(), ClientError> {
-    let request = Request::Release {
-        key: key.to_string(),
-        session: session.token(),
-    };
-    match client.call(request).await? {
-        Response::Released { .. } => Ok(()),
-        other => Err(unexpected(other)),
-    }
+/// Gives back `session`'s lock of `key`, naming `heard`, the latest
+/// acquire of it answered (`LOCK-4`).
+async fn release(session: &Session, key: &str, heard: u64) -> Result<(), ClientError> {
+    let unused = || session.dispatch().lock_unused(key);
+    release_holding(session.client(), session.token(), key, heard, unused).await
 }
 
 impl Session {
@@ -300,19 +313,24 @@ impl Session {
         });
         // Registered before the request goes out: a LockLost the keeper
         // delivers before this task sees the reply must not be dropped.
-        let mut registration = Registration {
-            fresh: !self.dispatch().locks.contains_key(key),
-            session: self,
-            key,
-            kept: false,
-        };
-        let signal = self.remember_lock(key);
+        let mut asking = Asking::new(self, key);
+        let signal = asking.signal.clone();
         match self.client().call_waiting(request, held).await? {
-            Response::Acquired { sequencer, .. } => {
-                let parsed = Sequencer::from_bytes(&sequencer).ok_or_else(|| {
-                    ClientError::Protocol("the master sent a malformed sequencer".into())
-                })?;
-                registration.kept = true;
+            Response::Acquired { sequencer, index } => {
+                let Some(parsed) = Sequencer::from_bytes(&sequencer) else {
+                    // Held by the session all the same, with no guard to
+                    // act for it: give it back unless a guard holds it.
+                    asking.answered(index, true);
+                    drop(asking);
+                    let last = self.dispatch().guard_gone(key);
+                    if let Some(heard) = last {
+                        let _ = release(self, key, heard).await;
+                    }
+                    return Err(ClientError::Protocol(
+                        "the master sent a malformed sequencer".into(),
+                    ));
+                };
+                asking.answered(index, true);
                 Ok(LockGuard {
                     session: self.clone(),
                     key: key.to_string(),
@@ -328,23 +346,43 @@ impl Session {
     }
 }
 
-/// A lock's signal registered for an acquire in flight; forgotten unless
-/// the acquire succeeds, however it ends (an error, or the caller giving
-/// up on the future).
-struct Registration<'a> {
+/// An acquire of a key in flight, counted in the session's record of the
+/// lock until it ends however it ends (answered, refused, failed, or the
+/// caller giving up on the future): while it is counted, a release of the
+/// key refused as stale is not sent again, since its answer may still
+/// tell the session it holds the lock (`LOCK-4`).
+struct Asking<'a> {
     session: &'a Session,
     key: &'a str,
-    /// Whether this acquire made the registration (a second guard for a
-    /// holding shares the first's and must leave it).
-    fresh: bool,
-    kept: bool,
+    signal: watch::Receiver<LockSignal>,
+    /// The answer's index, and whether a guard was made for it.
+    answer: Option<(u64, bool)>,
 }
 
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        if self.fresh && !self.kept {
-            self.session.forget_lock(self.key);
+impl<'a> Asking<'a> {
+    fn new(session: &'a Session, key: &'a str) -> Asking<'a> {
+        let signal = session.dispatch().acquiring(key);
+        Asking {
+            session,
+            key,
+            signal,
+            answer: None,
         }
+    }
+
+    /// The master answered at `index`; `guard`: a guard holds it now.
+    fn answered(&mut self, index: u64, guard: bool) {
+        self.answer = Some((index, guard));
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        let (index, guard) = self.answer.unzip();
+        let guard = guard.unwrap_or(false);
+        self.session
+            .dispatch()
+            .acquire_ended(self.key, index, guard);
     }
 }
 

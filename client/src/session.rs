@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::cache::CacheStats;
 use crate::client::Client;
 use crate::error::ClientError;
-use crate::events::{Dispatch, LockSignal};
+use crate::events::Dispatch;
 use crate::keepalive::Keeper;
 use crate::lease::{local_expiry, DEFAULT_CLOCK_DRIFT};
 
@@ -310,21 +310,6 @@ impl Session {
     /// The client the session was created through.
     pub fn client(&self) -> &Client {
         &self.inner.client
-    }
-
-    /// Records a lock this client now holds; the receiver hears of it. A
-    /// second guard for a holding the session already has shares its
-    /// signal.
-    pub(crate) fn remember_lock(&self, key: &str) -> watch::Receiver<LockSignal> {
-        self.dispatch()
-            .locks
-            .entry(key.to_string())
-            .or_insert_with(|| watch::channel(LockSignal::default()).0)
-            .subscribe()
-    }
-
-    pub(crate) fn forget_lock(&self, key: &str) {
-        self.dispatch().locks.remove(key);
     }
 
     pub(crate) fn dispatch(&self) -> std::sync::MutexGuard<'_, Dispatch> {

@@ -76,6 +76,13 @@ pub enum ErrorCode {
     /// may or may not have taken effect (`ERR-18`). A cell's next master
     /// has it if the log kept it.
     OutcomeUnknown,
+    /// The release names an acquire older than the latest the session was
+    /// answered for that lock: it was sent before its client heard of that
+    /// answer, and the lock stays held (`ERR-19`, `LOCK-4`).
+    StaleRelease {
+        /// The index of the holding's latest acquire.
+        acquired: u64,
+    },
 }
 
 /// What the caller should do about an error: SPEC's "retry?" column, for
@@ -132,7 +139,7 @@ impl ErrorCode {
             ErrorCode::LimitReached | ErrorCode::LockHeld | ErrorCode::StorageFull => {
                 Remedy::RetryLater
             }
-            ErrorCode::CasMismatch { .. } => Remedy::Reread,
+            ErrorCode::CasMismatch { .. } | ErrorCode::StaleRelease { .. } => Remedy::Reread,
             ErrorCode::OutcomeUnknown => Remedy::OutcomeUnknown,
             ErrorCode::SessionExpired => Remedy::NewSession,
             ErrorCode::UnknownSession
@@ -202,6 +209,7 @@ mod tests {
             ),
             (ErrorCode::StorageFull, Remedy::RetryLater),
             (ErrorCode::OutcomeUnknown, Remedy::OutcomeUnknown),
+            (ErrorCode::StaleRelease { acquired: 9 }, Remedy::Reread),
         ];
         for (code, remedy) in table {
             assert_eq!(code.remedy(), remedy, "{code:?}");

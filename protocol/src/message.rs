@@ -13,7 +13,12 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
+
+/// The oldest protocol version a server still serves (`HS-2`): protocol 7
+/// differs only in its release, which names no acquire
+/// ([`Request::ReleaseUnfenced`]).
+pub const OLDEST_PROTOCOL_VERSION: u32 = 7;
 
 /// A session's identity, chosen by the master.
 pub type SessionId = Uuid;
@@ -220,8 +225,11 @@ pub enum Request {
     },
     /// Take a node's lock for a session (`LOCK-2`).
     Acquire(Acquire),
-    /// Give a lock back (`LOCK-4`).
-    Release {
+    /// Protocol 7's release: gives the lock back whichever acquire its
+    /// client last heard of, so a copy delivered late can undo a later
+    /// acquire's answer (`LOCK-4`). Served for protocol 7's clients;
+    /// [`Request::Release`] is the one to send.
+    ReleaseUnfenced {
         /// The locked key.
         key: String,
         /// The holder.
@@ -293,6 +301,18 @@ pub enum Request {
     /// and the master records the session as a cacher of the key when the
     /// answer says `cacheable`.
     GetCached(GetCached),
+    /// Give a lock back (`LOCK-4`): only the holding `acquired` names.
+    Release {
+        /// The locked key.
+        key: String,
+        /// The holder.
+        session: SessionToken,
+        /// The `index` of the latest `Acquired` answer the client heard
+        /// for this lock. If the session asked for it again since and was
+        /// answered, the release was sent before its client heard of that
+        /// and is refused with `StaleRelease`.
+        acquired: u64,
+    },
 }
 
 /// A read for a session's cache (`CACHE-2`).

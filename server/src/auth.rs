@@ -25,6 +25,7 @@ fn presented(request: &Request) -> Option<&SessionToken> {
         Request::KeepAlive(ka) => Some(&ka.session),
         Request::Acquire(a) => Some(&a.session),
         Request::Release { session, .. }
+        | Request::ReleaseUnfenced { session, .. }
         | Request::GetSequencer { session, .. }
         | Request::Subscribe { session, .. }
         | Request::Unsubscribe { session, .. } => Some(session),

@@ -554,7 +554,9 @@ impl Master {
                 touches
             }
             Request::Acquire(a) => vec![Touch::Key(a.key.clone())],
-            Request::Release { key, .. } => vec![Touch::Key(key.clone())],
+            Request::Release { key, .. } | Request::ReleaseUnfenced { key, .. } => {
+                vec![Touch::Key(key.clone())]
+            }
             Request::DestroySession { session, .. } => self.session_touches(*session),
             // Only a critical check (or its removal) ends the sessions bound
             // to it; a passing or warning one changes no node.
@@ -572,7 +574,9 @@ impl Master {
             Command::EndSession { id, .. } => self.session_touches(*id),
             Command::CancelWait { key, .. }
             | Command::GrantWaiters { key }
-            | Command::Release { key, .. } => vec![Touch::Key(key.clone())],
+            | Command::Release { key, .. }
+            | Command::ReleaseAcquired { key, .. }
+            | Command::GiveBack { key, .. } => vec![Touch::Key(key.clone())],
             Command::Put(put) => vec![Touch::Key(put.key.clone())],
             Command::Delete { key, recursive, .. } => {
                 let mut touches = vec![Touch::Key(key.clone())];

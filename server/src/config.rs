@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{Limits, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
 
-use crate::observe::LeaseObserver;
+use crate::observe::MasterObserver;
 
 /// Lease a session gets when it asks for none (`SES-2`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(12);
@@ -176,14 +176,20 @@ pub struct Config {
     /// (`LEASE-4`). Simulations give each host a rate of its own. Between
     /// 0.5 and 2.0.
     pub clock_rate: f64,
-    /// Told of every lease the master grants and every session it ends,
-    /// in master time; `None` tells no one. Simulations check with it that
-    /// clients' beliefs stay inside the master's leases.
-    pub lease_observer: Option<LeaseObserver>,
+    /// Told of every lease the master grants, every session it ends and
+    /// every holding of a lock it begins or ends, in master time; `None`
+    /// tells no one. Simulations check with it that clients' beliefs stay
+    /// inside the master's leases, and trace why each lock changed hands.
+    pub observer: Option<MasterObserver>,
     /// Unsafe, for simulations that show the cache check fires: grant
     /// cacheable reads but never hold a change for their cachers
     /// (`CACHE-3`), so caches serve values writes replaced.
     pub unsafe_unheld_cache_writes: bool,
+    /// Unsafe, for simulations that show the exclusion check fires: carry
+    /// out every release whichever acquire it names (`LOCK-4`), so a
+    /// release delivered late undoes the answer to an acquire sent after
+    /// it.
+    pub unsafe_unfenced_releases: bool,
 }
 
 impl Default for Config {
@@ -224,8 +230,9 @@ impl Default for Config {
             disk_reserve: DEFAULT_DISK_RESERVE,
             operator_token: None,
             clock_rate: 1.0,
-            lease_observer: None,
+            observer: None,
             unsafe_unheld_cache_writes: false,
+            unsafe_unfenced_releases: false,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
     ClientFrame, CodecError, Error, ErrorCode, FrameCodec, Hello, Request, ServerFrame, Welcome,
-    MAGIC, PROTOCOL_VERSION,
+    MAGIC, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
@@ -193,16 +193,22 @@ fn handshake(
                     ErrorCode::Malformed,
                     "not a Leasehold client: bad magic",
                 ))
-            } else if version != PROTOCOL_VERSION {
+            } else if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                 Err(Error::new(
                     ErrorCode::VersionMismatch {
                         supported: PROTOCOL_VERSION,
                     },
-                    format!("protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}"),
+                    format!(
+                        "protocol version {version} is not supported; this server speaks \
+                         {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
+                    ),
                 ))
             } else {
+                // Protocol 7 differs only in a request it may not send
+                // (the release naming its acquire) and the one refusal
+                // that request alone gets: its client is answered as ever.
                 Ok(Welcome {
-                    version: PROTOCOL_VERSION,
+                    version,
                     epoch: config.epoch,
                     limits: config.limits(),
                 })

@@ -12,6 +12,7 @@ use leasehold_protocol::{
     event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId, EVENT_CONTENTS_MAX,
 };
 
+use crate::holding::LetGo;
 use crate::master::Master;
 use crate::node::{check_key, check_prefix};
 use crate::state::{NodeChange, StateEvent};
@@ -706,14 +707,17 @@ impl Master {
             StateEvent::LockReleased {
                 key,
                 session,
-                taken,
+                generation,
+                why,
             } => {
                 let change = Change::LockReleased { holder: *session };
                 ev.send_covering(key, event_mask::LOCK_RELEASED, change, at);
-                if let Some(lock_generation) = *taken {
+                // Taken from a live holder: its node was deleted under it
+                // (`LOCK-8`).
+                if *why == LetGo::Deleted {
                     let kind = EventKind::LockLost {
                         key: key.clone(),
-                        lock_generation,
+                        lock_generation: *generation,
                     };
                     ev.send_session(*session, kind);
                 }

@@ -17,7 +17,7 @@ use tracing::debug;
 
 use crate::events::encoded_size;
 use crate::master::{Master, ReplyTx};
-use crate::observe::{Grant, LeaseEvent};
+use crate::observe::{Grant, MasterEvent};
 use crate::policy::{self, SessionDue};
 use crate::session::EndCause;
 use crate::state::Command;
@@ -195,7 +195,7 @@ impl Master {
             return Err(self.state.missing_session(id));
         };
         self.leases.arm(id, expires);
-        self.observe(|| LeaseEvent::Granted {
+        self.observe(|| MasterEvent::Granted {
             session: id,
             now,
             expires,
@@ -233,7 +233,7 @@ impl Master {
                 if let Some(expires) = self.leases.extend(id, now) {
                     debug!(session = %id, backlog, "recovered session unheard from while requests wait: one more lease");
                     self.leases.arm(id, expires);
-                    self.observe(|| LeaseEvent::Granted {
+                    self.observe(|| MasterEvent::Granted {
                         session: id,
                         now,
                         expires,

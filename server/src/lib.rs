@@ -14,14 +14,16 @@
 //!   soft state; `timers.rs`: the master's other timers, an ordered set.
 //! - `policy.rs`: what a session's timer and a promotion ask of the master,
 //!   decided without a runtime.
-//! - `lock.rs`: locks, waiters, lock-delay and sequencers.
+//! - `lock.rs`: locks, waiters, lock-delay and sequencers; `holding.rs`:
+//!   one holder's hold, and how holdings begin and end.
 //! - `events.rs`: subscriptions and per-session event queues.
 //! - `check.rs`: health checks bound to sessions.
 //! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
 //!   Watches until their key changes; `acquire.rs`: holding blocking
 //!   acquires until they get the lock.
-//! - `observe.rs`: telling an observer of every lease granted and every
-//!   session ended, for checks from outside the master.
+//! - `observe.rs`: telling an observer of every lease granted, every
+//!   session ended and every holding of a lock begun or ended, for checks
+//!   from outside the master.
 //! - `quota.rs`: what each peer address may take of what the master shares.
 //! - `master/`: the task that owns state, leases and timers, and the only
 //!   reader of the clock (`mod.rs`); requests to commands to responses
@@ -35,7 +37,8 @@
 //!   store that never blocks) that appends and fsyncs batches (group
 //!   commit); `memstore.rs`, a store in memory that keeps what a disk
 //!   would through a crash, for tests and simulations; `recovery.rs`,
-//!   rebuilding state (and a new epoch) from a store; `ids.rs`, session
+//!   rebuilding state (and a new epoch) from a store; `upgrade.rs`,
+//!   reading the state as the previous format stored it; `ids.rs`, session
 //!   ids and secrets.
 
 mod acquire;
@@ -47,6 +50,7 @@ mod commit;
 mod config;
 mod connection;
 mod events;
+mod holding;
 mod ids;
 mod keepalive;
 mod lease;
@@ -67,16 +71,18 @@ mod state;
 mod store;
 mod time;
 mod timers;
+mod upgrade;
 mod watch;
 
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
 pub use config::*;
+pub use holding::{Holding, HowGranted, LetGo};
 pub use lease::Leases;
 pub use lock::{LockState, Locks, Waiter};
 pub use memstore::MemoryStore;
 pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
-pub use observe::{Grant, LeaseEvent, LeaseObserver};
+pub use observe::{Grant, MasterEvent, MasterObserver};
 pub use server::{run, Listener, Server, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
 
+use crate::holding::{Holding, HowGranted, LetGo};
 use crate::node::check_key;
 use crate::state::{Applied, NodeChange, State, StateEvent};
 use crate::time::{whole_millis, Millis};
@@ -30,7 +31,7 @@ pub struct Waiter {
 /// The lock of one key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockState {
-    pub holders: BTreeMap<SessionId, LockMode>,
+    pub holders: BTreeMap<SessionId, Holding>,
     /// First in, first served (`LOCK-5`).
     pub waiters: VecDeque<Waiter>,
     /// Master time at which lock-delay ends (`LOCK-6`).
@@ -40,7 +41,8 @@ pub struct LockState {
 impl LockState {
     fn admits(&self, mode: LockMode) -> bool {
         self.holders.is_empty()
-            || (mode == LockMode::Shared && self.holders.values().all(|m| *m == LockMode::Shared))
+            || (mode == LockMode::Shared
+                && self.holders.values().all(|h| h.mode == LockMode::Shared))
     }
 
     fn delay_remaining(&self, now: Millis) -> Option<Duration> {
@@ -57,9 +59,9 @@ impl LockState {
 /// Every lock that is held, awaited or delayed, with indexes by session.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Locks {
-    locks: BTreeMap<String, LockState>,
-    held_by: BTreeMap<SessionId, BTreeSet<String>>,
-    waiting_by: BTreeMap<SessionId, BTreeSet<(String, u64)>>,
+    pub(crate) locks: BTreeMap<String, LockState>,
+    pub(crate) held_by: BTreeMap<SessionId, BTreeSet<String>>,
+    pub(crate) waiting_by: BTreeMap<SessionId, BTreeSet<(String, u64)>>,
 }
 
 impl Locks {
@@ -105,20 +107,15 @@ impl Locks {
             .map(|(k, lock)| (k.as_str(), lock))
     }
 
-    fn remove_holder(&mut self, key: &str, session: SessionId) -> bool {
-        let Some(lock) = self.locks.get_mut(key) else {
-            return false;
-        };
-        if lock.holders.remove(&session).is_none() {
-            return false;
-        }
+    fn remove_holder(&mut self, key: &str, session: SessionId) -> Option<Holding> {
+        let holding = self.locks.get_mut(key)?.holders.remove(&session)?;
         if let Some(keys) = self.held_by.get_mut(&session) {
             keys.remove(key);
             if keys.is_empty() {
                 self.held_by.remove(&session);
             }
         }
-        true
+        Some(holding)
     }
 
     fn forget_waiter(&mut self, session: SessionId, key: &str, ticket: u64) {
@@ -158,10 +155,11 @@ impl State {
             return Err(self.missing_session(session));
         }
         let lock = self.locks.locks.entry(key.clone()).or_default();
-        match lock.holders.get(&session) {
+        match lock.holders.get(&session).map(|h| h.mode) {
             // Re-acquiring what one holds succeeds and leaves the generation.
-            Some(held) if *held == mode => {
-                return Ok(self.grant(&key, session, mode, contents, transient, index, events));
+            Some(held) if held == mode => {
+                let how = HowGranted::Again;
+                return Ok(self.grant(&key, session, mode, contents, transient, index, how, events));
             }
             Some(held) => {
                 return Err(Error::new(
@@ -182,7 +180,8 @@ impl State {
         let delayed = lock.delay_remaining(now);
         // A newcomer never overtakes a waiter (`LOCK-5`).
         if delayed.is_none() && lock.waiters.is_empty() && lock.admits(mode) {
-            return Ok(self.grant(&key, session, mode, contents, transient, index, events));
+            let how = HowGranted::AtOnce;
+            return Ok(self.grant(&key, session, mode, contents, transient, index, how, events));
         }
         if wait {
             lock.waiters.push_back(Waiter {
@@ -208,21 +207,79 @@ impl State {
         Err(refusal)
     }
 
-    /// Gives a lock back; the next waiters get it (`LOCK-4`).
+    /// Gives a lock back; the next waiters get it (`LOCK-4`). With
+    /// `acquired`, only if no acquire answered after that one renewed the
+    /// holding: a release sent before its client heard of a later acquire
+    /// may arrive after it (on another connection, `CONN-2`), and must not
+    /// undo what that acquire's answer told the client.
     pub(crate) fn release(
         &mut self,
         key: &str,
         session: SessionId,
+        acquired: Option<u64>,
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
     ) -> Result<Applied, Error> {
-        if !self.locks.remove_holder(key, session) {
+        let holding = self.locks.get(key).and_then(|l| l.holders.get(&session));
+        let Some(holding) = holding else {
             return Err(Error::new(
                 ErrorCode::LockNotHeld,
                 format!("the session does not hold '{key}'"),
             ));
+        };
+        if let Some(named) = acquired.filter(|named| *named < holding.acquired) {
+            return Err(Error::new(
+                ErrorCode::StaleRelease {
+                    acquired: holding.acquired,
+                },
+                format!(
+                    "the release names the acquire at index {named}, but the session asked for \
+                     '{key}' again since and was answered at index {}: the lock stays held",
+                    holding.acquired
+                ),
+            ));
         }
+        self.let_go(key, session, LetGo::Released, index, now, events);
+        Ok(Applied::Released { index })
+    }
+
+    /// Gives back the grant of `key` at lock generation `generation` that
+    /// nobody was there to hear (`LOCK-9`); the master checked that no
+    /// reply told the session of it.
+    pub(crate) fn give_back(
+        &mut self,
+        key: &str,
+        session: SessionId,
+        generation: u64,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Applied, Error> {
+        let held = self.sequencer_of(key, session);
+        if held.is_none_or(|s| s.lock_generation != generation) {
+            return Err(Error::new(
+                ErrorCode::LockNotHeld,
+                format!("the session does not hold '{key}' at generation {generation}"),
+            ));
+        }
+        self.let_go(key, session, LetGo::GivenBack, index, now, events);
+        Ok(Applied::Released { index })
+    }
+
+    /// Takes `session`'s holding of `key` away, a plain release with no
+    /// lock-delay, and grants the lock to whoever waits next.
+    fn let_go(
+        &mut self,
+        key: &str,
+        session: SessionId,
+        why: LetGo,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) {
+        let generation = self.generation_of(key);
+        self.locks.remove_holder(key, session);
         self.namespace.touch(key, index);
         events.push(StateEvent::NodeChanged {
             key: key.to_string(),
@@ -231,12 +288,17 @@ impl State {
         events.push(StateEvent::LockReleased {
             key: key.to_string(),
             session,
-            taken: None,
+            generation,
+            why,
         });
         self.grant_waiters(key, index, now, events);
         self.remove_if_transient(key, index, events);
         self.locks.tidy(key, now);
-        Ok(Applied::Released { index })
+    }
+
+    /// The lock generation of `key`'s node (0: no node).
+    fn generation_of(&self, key: &str) -> u64 {
+        self.namespace.get(key).map_or(0, |n| n.lock_generation)
     }
 
     /// Deletes `key`'s node if it is transient and its lock is free with
@@ -310,6 +372,7 @@ impl State {
                 waiter.contents,
                 waiter.transient,
                 index,
+                HowGranted::FromLine,
                 events,
             );
             if let Applied::Acquired { sequencer, .. } = granted {
@@ -334,11 +397,13 @@ impl State {
         contents: Option<Vec<u8>>,
         transient: bool,
         index: u64,
+        how: HowGranted,
         events: &mut Vec<StateEvent>,
     ) -> Applied {
         let lock = self.locks.locks.entry(key.to_string()).or_default();
         let was_free = lock.holders.is_empty();
-        lock.holders.insert(session, mode);
+        let acquired = index;
+        lock.holders.insert(session, Holding { mode, acquired });
         self.locks
             .held_by
             .entry(session)
@@ -355,6 +420,9 @@ impl State {
             key: key.to_string(),
             session,
             mode,
+            generation: node.lock_generation,
+            index,
+            how,
         });
         Applied::Acquired {
             index,
@@ -389,6 +457,7 @@ impl State {
             self.locks.tidy(&key, now);
         }
         for key in self.locks.held_by(session) {
+            let generation = self.generation_of(&key);
             self.locks.remove_holder(&key, session);
             if whole_millis(lock_delay) > 0 {
                 let until = now + lock_delay;
@@ -402,7 +471,8 @@ impl State {
             events.push(StateEvent::LockReleased {
                 key: key.clone(),
                 session,
-                taken: None,
+                generation,
+                why: LetGo::SessionEnded,
             });
             if behavior == Behavior::Delete {
                 self.namespace.remove(&key, index);
@@ -440,7 +510,8 @@ impl State {
             events.push(StateEvent::LockReleased {
                 key: key.to_string(),
                 session,
-                taken: Some(generation),
+                generation,
+                why: LetGo::Deleted,
             });
         }
     }
@@ -456,7 +527,7 @@ impl State {
                 .locks
                 .get(&sequencer.key)
                 .and_then(|l| l.holders.get(&sequencer.session))
-                == Some(&sequencer.mode)
+                .is_some_and(|h| h.mode == sequencer.mode)
     }
 
     /// The sequencer of `session`'s holding of `key`.
@@ -468,7 +539,7 @@ impl State {
     }
 
     pub fn sequencer_of(&self, key: &str, session: SessionId) -> Option<Sequencer> {
-        let mode = *self.locks.get(key)?.holders.get(&session)?;
+        let mode = self.locks.get(key)?.holders.get(&session)?.mode;
         let node = self.namespace.get(key)?;
         Some(Sequencer {
             key: key.to_string(),
@@ -928,7 +999,8 @@ mod tests {
         assert!(events.contains(&StateEvent::LockReleased {
             key: "k".into(),
             session: id(B),
-            taken: Some(held),
+            generation: held,
+            why: LetGo::Deleted,
         }));
         assert_eq!(granted(&events), [a]);
         let holders = &s.locks().get("k").expect("the lock").holders;
@@ -1097,5 +1169,127 @@ mod tests {
         let events = release(&mut s, C, at(3));
         assert!(!deleted(&events), "{events:?}");
         assert!(s.namespace.get("k").is_some());
+    }
+
+    fn acquired_at(reply: Result<Applied, Error>) -> u64 {
+        match reply {
+            Ok(Applied::Acquired { index, .. }) => index,
+            other => panic!("expected the lock, got {other:?}"),
+        }
+    }
+
+    fn release_naming(s: &mut State, who: u128, acquired: u64) -> Result<Applied, Error> {
+        let release = Command::ReleaseAcquired {
+            key: "k".into(),
+            session: id(who),
+            acquired,
+        };
+        s.apply(release, at(2)).0
+    }
+
+    // LOCK-4, LOCK-2: a release sent before its client heard the answer to
+    // the holder's asking again arrives after it (another connection): it
+    // must not undo the holding that answer told of.
+    #[test]
+    fn a_release_naming_an_acquire_older_than_the_holdings_latest_is_refused() {
+        let mut s = state(Behavior::Release);
+        let first = acquired_at(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
+        let again = acquired_at(acquire(&mut s, B, LockMode::Exclusive, false, at(1)).0);
+        assert!(again > first, "asking again is answered at a new index");
+        let waiter = ticket(acquire(&mut s, C, LockMode::Exclusive, true, at(1)).0);
+        let refused = release_naming(&mut s, B, first);
+        assert!(
+            matches!(
+                refused,
+                Err(Error {
+                    code: ErrorCode::StaleRelease { acquired },
+                    ..
+                }) if acquired == again
+            ),
+            "{refused:?}"
+        );
+        assert!(s.sequencer_of("k", id(B)).is_some(), "the holding stays");
+        assert!(s.is_waiting("k", waiter), "nobody else got the lock");
+        let released = release_naming(&mut s, B, again);
+        assert!(
+            matches!(released, Ok(Applied::Released { .. })),
+            "{released:?}"
+        );
+        assert!(
+            s.sequencer_of("k", id(C)).is_some(),
+            "the waiter has it now"
+        );
+    }
+
+    // LOCK-4: a release from an earlier holding cannot end a later one of
+    // the same session, even at the same lock generation (a shared lock
+    // that others held throughout).
+    #[test]
+    fn a_release_from_an_earlier_holding_leaves_a_later_shared_one() {
+        let mut s = state(Behavior::Release);
+        acquire(&mut s, C, LockMode::Shared, false, at(0))
+            .0
+            .unwrap();
+        let first = acquired_at(acquire(&mut s, B, LockMode::Shared, false, at(0)).0);
+        release_naming(&mut s, B, first).unwrap();
+        let second = acquire(&mut s, B, LockMode::Shared, false, at(1)).0;
+        let generation_of = |s: &State| s.sequencer_of("k", id(B)).map(|q| q.lock_generation);
+        let held = generation_of(&s);
+        assert!(acquired_at(second) > first);
+        let stale = release_naming(&mut s, B, first);
+        assert!(
+            matches!(&stale, Err(e) if matches!(e.code, ErrorCode::StaleRelease { .. })),
+            "{stale:?}"
+        );
+        assert_eq!(generation_of(&s), held, "the later holding stays");
+    }
+
+    // LOCK-4: protocol 7's release, naming no acquire, gives back whatever
+    // holding the session has, as it always did.
+    #[test]
+    fn a_release_naming_no_acquire_gives_back_the_latest_holding() {
+        let mut s = state(Behavior::Release);
+        acquire(&mut s, B, LockMode::Exclusive, false, at(0))
+            .0
+            .unwrap();
+        acquire(&mut s, B, LockMode::Exclusive, false, at(1))
+            .0
+            .unwrap();
+        let release = Command::Release {
+            key: "k".into(),
+            session: id(B),
+        };
+        let released = s.apply(release, at(2)).0;
+        assert!(
+            matches!(released, Ok(Applied::Released { .. })),
+            "{released:?}"
+        );
+        assert!(s.sequencer_of("k", id(B)).is_none());
+    }
+
+    // LOCK-9: a give-back names the generation of the grant nobody heard;
+    // a later holding of the session is not given back.
+    #[test]
+    fn a_give_back_ends_only_the_holding_of_its_generation() {
+        let mut s = state(Behavior::Release);
+        let first = generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
+        release(&mut s, B, at(1));
+        let second = generation(acquire(&mut s, B, LockMode::Exclusive, false, at(1)).0);
+        assert!(second > first);
+        let give_back = |generation| Command::GiveBack {
+            key: "k".into(),
+            session: id(B),
+            generation,
+        };
+        let (stale, _) = s.apply(give_back(first), at(2));
+        assert!(stale.is_err(), "{stale:?}");
+        let (reply, events) = s.apply(give_back(second), at(2));
+        assert!(matches!(reply, Ok(Applied::Released { .. })), "{reply:?}");
+        assert!(events.contains(&StateEvent::LockReleased {
+            key: "k".into(),
+            session: id(B),
+            generation: second,
+            why: LetGo::GivenBack,
+        }));
     }
 }

@@ -1,16 +1,21 @@
-//! Watching the master's leases from outside the process that keeps them.
+//! Watching the master's leases and locks from outside the process that
+//! keeps them.
 //!
 //! Chubby's safety argument rests on one containment: whatever a client
 //! believes while its session is `Normal` (that it holds a lock, that it
 //! leads) lies inside the lease the master keeps for that session. A
-//! [`LeaseObserver`] is told of every lease the master grants and every
+//! [`MasterObserver`] is told of every lease the master grants and every
 //! session it ends, so a simulation can check that containment from the
-//! master's side rather than trust the client's own account of it.
+//! master's side rather than trust the client's own account of it. It is
+//! told too of every holding of a lock the master begins or ends, with
+//! the reason, so that a run in which two clients believed they held one
+//! lock says why the master gave it to the second.
 
 use std::sync::Arc;
 
 use leasehold_protocol::SessionId;
 
+use crate::holding::{HowGranted, LetGo};
 use crate::session::EndCause;
 use crate::time::Millis;
 
@@ -32,7 +37,7 @@ pub enum Grant {
 /// What the master did to a session's lease, in master time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum LeaseEvent {
+pub enum MasterEvent {
     /// From `now` the session is live until `expires` at least: a lease
     /// never moves backward (`LEASE-2`).
     Granted {
@@ -63,19 +68,64 @@ pub enum LeaseEvent {
         /// Why it ended.
         cause: EndCause,
     },
+    /// The master answered an acquire of `key` with the holding of lock
+    /// generation `generation`, at `index` (`LOCK-2`, `LOCK-5`).
+    LockGranted {
+        /// The holder.
+        session: SessionId,
+        /// The locked key.
+        key: String,
+        /// The holding's lock generation.
+        generation: u64,
+        /// The index the acquire was answered with.
+        index: u64,
+        /// When.
+        now: Millis,
+        /// At once, from the line, or to a holder asking again.
+        how: HowGranted,
+    },
+    /// The session no longer holds `key`'s lock, which it held at
+    /// `generation`.
+    LockLetGo {
+        /// The holder it was.
+        session: SessionId,
+        /// The key.
+        key: String,
+        /// The holding's lock generation.
+        generation: u64,
+        /// When.
+        now: Millis,
+        /// Released, given back unheard, its session ended, its node
+        /// deleted.
+        why: LetGo,
+    },
+    /// A release named an acquire older than the holding's latest, and
+    /// was refused: the lock stays held (`LOCK-4`).
+    ReleaseRefused {
+        /// The holder.
+        session: SessionId,
+        /// The key.
+        key: String,
+        /// The acquire the release named.
+        named: u64,
+        /// The holding's latest acquire.
+        acquired: u64,
+        /// When.
+        now: Millis,
+    },
 }
 
-/// Told of every [`LeaseEvent`], on the master's task: it must return
+/// Told of every [`MasterEvent`], on the master's task: it must return
 /// quickly and never call back into the master. Cheap to clone.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
-/// use leasehold_server::{Config, LeaseEvent, LeaseObserver};
+/// use leasehold_server::{Config, MasterEvent, MasterObserver};
 ///
 /// let seen = Arc::new(Mutex::new(Vec::new()));
 /// let log = seen.clone();
 /// let config = Config {
-///     lease_observer: Some(LeaseObserver::new(move |event: &LeaseEvent| {
+///     observer: Some(MasterObserver::new(move |event: &MasterEvent| {
 ///         log.lock().unwrap().push(event.clone());
 ///     })),
 ///     ..Config::default()
@@ -83,21 +133,21 @@ pub enum LeaseEvent {
 /// # let _ = config;
 /// ```
 #[derive(Clone)]
-pub struct LeaseObserver(Arc<dyn Fn(&LeaseEvent) + Send + Sync>);
+pub struct MasterObserver(Arc<dyn Fn(&MasterEvent) + Send + Sync>);
 
-impl LeaseObserver {
+impl MasterObserver {
     /// An observer that calls `tell` with each event.
-    pub fn new(tell: impl Fn(&LeaseEvent) + Send + Sync + 'static) -> LeaseObserver {
-        LeaseObserver(Arc::new(tell))
+    pub fn new(tell: impl Fn(&MasterEvent) + Send + Sync + 'static) -> MasterObserver {
+        MasterObserver(Arc::new(tell))
     }
 
-    pub(crate) fn tell(&self, event: &LeaseEvent) {
+    pub(crate) fn tell(&self, event: &MasterEvent) {
         (self.0)(event);
     }
 }
 
-impl std::fmt::Debug for LeaseObserver {
+impl std::fmt::Debug for MasterObserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LeaseObserver")
+        f.write_str("MasterObserver")
     }
 }

@@ -17,6 +17,7 @@ use leasehold_protocol::{
 
 use crate::check::Checks;
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
+use crate::holding::{HowGranted, LetGo};
 use crate::lock::Locks;
 use crate::namespace::{Namespace, Put};
 use crate::node::MAX_CONTENTS;
@@ -53,7 +54,8 @@ pub enum Command {
         transient: bool,
         wait: bool,
     },
-    /// Give a lock back.
+    /// Give a lock back, whichever acquire its client last heard of:
+    /// protocol 7's release, and format 4's logs (`LOCK-4`).
     Release { key: String, session: SessionId },
     /// Take waiter `ticket` out of line: it stopped waiting.
     CancelWait { key: String, ticket: u64 },
@@ -71,6 +73,20 @@ pub enum Command {
     /// Mark a session as one that may cache nodes: a new master waits for
     /// it to flush its cache before it changes anything (`CACHE-7`).
     MayCache { session: SessionId },
+    /// Give a lock back if no acquire answered after the one at index
+    /// `acquired` renewed the holding (`LOCK-4`).
+    ReleaseAcquired {
+        key: String,
+        session: SessionId,
+        acquired: u64,
+    },
+    /// Give back a grant of lock generation `generation` that nobody was
+    /// there to hear (`LOCK-9`).
+    GiveBack {
+        key: String,
+        session: SessionId,
+        generation: u64,
+    },
 }
 
 /// A session to create, as [`Command::CreateSession`] logs it. The id and
@@ -205,19 +221,23 @@ pub enum StateEvent {
         key: String,
         until: Millis,
     },
-    /// `session` took the lock of `key`.
+    /// `session` took the lock of `key`, or asked again for what it held:
+    /// the holding of lock generation `generation`, answered at `index`.
     LockAcquired {
         key: String,
         session: SessionId,
         mode: LockMode,
+        generation: u64,
+        index: u64,
+        how: HowGranted,
     },
-    /// `session` no longer holds the lock of `key`; `taken`, with the lock
-    /// generation of the holding, when the node was deleted under a live
-    /// holder (`LOCK-8`).
+    /// `session` no longer holds the lock of `key`, which it held at lock
+    /// generation `generation`, for the reason `why`.
     LockReleased {
         key: String,
         session: SessionId,
-        taken: Option<u64>,
+        generation: u64,
+        why: LetGo,
     },
     /// `waiter` waits for the lock of `key`: its holders may want to hand it
     /// over (`EV-6`).
@@ -266,16 +286,16 @@ impl From<&Config> for Bounds {
 /// The durable state of a master.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct State {
-    bounds: Bounds,
+    pub(crate) bounds: Bounds,
     // BTreeMap: listing order is observable and must not depend on hashing.
     pub(crate) sessions: BTreeMap<SessionId, Session>,
-    ended: BTreeMap<SessionId, EndCause>,
-    ended_order: VecDeque<SessionId>,
+    pub(crate) ended: BTreeMap<SessionId, EndCause>,
+    pub(crate) ended_order: VecDeque<SessionId>,
     pub(crate) namespace: Namespace,
     pub(crate) locks: Locks,
     pub(crate) checks: Checks,
     /// Rises by one with every command that changes the state (`NS-2`).
-    index: u64,
+    pub(crate) index: u64,
     /// Live sessions that may have cached nodes (`CACHE-7`).
     pub(crate) may_cache: BTreeSet<SessionId>,
 }
@@ -344,8 +364,18 @@ impl State {
                 &mut events,
             ),
             Command::Release { key, session } => {
-                self.release(&key, session, index, now, &mut events)
+                self.release(&key, session, None, index, now, &mut events)
             }
+            Command::ReleaseAcquired {
+                key,
+                session,
+                acquired,
+            } => self.release(&key, session, Some(acquired), index, now, &mut events),
+            Command::GiveBack {
+                key,
+                session,
+                generation,
+            } => self.give_back(&key, session, generation, index, now, &mut events),
             Command::CancelWait { key, ticket } => {
                 self.cancel_wait(&key, ticket, index, now, &mut events)
             }

@@ -9,10 +9,11 @@
 //! master's soft state, rebuilt on recovery (`STORE-4`).
 //!
 //! Files in the data directory:
-//! - `FORMAT`: `leasehold-data 4`, so a foreign directory is never taken
-//!   for ours.
+//! - `FORMAT`: `leasehold-data 5`, so a foreign directory is never taken
+//!   for ours. A format 4 directory is carried forward (`upgrade.rs`).
 //! - `LOCK`: locked while a master has the directory open.
-//! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`].
+//! - `snapshot`: magic, length, CRC-32, then the encoded [`Snapshot`]; the
+//!   magic says which format's shape it is in.
 //! - `log`: magic and the sequence number of its first record, then records:
 //!   length (u32), CRC-32 of the body (u32), body (an encoded [`Record`]).
 //!
@@ -30,8 +31,12 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::state::{Command, State};
 use crate::time::Millis;
 
-const FORMAT: &str = "leasehold-data 4\n";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP01";
+const FORMAT: &str = "leasehold-data 5\n";
+/// Format 4, whose directories this master reads and carries forward.
+const FORMAT_4: &str = "leasehold-data 4\n";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP02";
+/// A snapshot in format 4's shape (`upgrade.rs`).
+const SNAPSHOT_MAGIC_4: &[u8; 8] = b"LHSNAP01";
 const LOG_MAGIC: &[u8; 8] = b"LHLOG001";
 /// A record's body may not claim more than this; bigger means corruption.
 const MAX_RECORD: usize = 64 << 20;
@@ -305,15 +310,19 @@ impl FileStore {
     pub fn open(dir: &Path) -> Result<FileStore, StoreError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let format = dir.join("FORMAT");
+        let mut upgrade = false;
         match fs::read_to_string(&format) {
             Ok(text) if text == FORMAT => {}
+            // Format 4 differs only in its snapshot, which is read by its
+            // magic; its log holds commands this master applies alike.
+            Ok(text) if text == FORMAT_4 => upgrade = true,
             // Format 1 kept sessions without secrets (`AUTH-1`): no owner
             // could prove itself, so such a directory is not taken over.
             Ok(text) if text == "leasehold-data 1\n" => {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 1, whose sessions have no \
-                     secret); this master reads format 4: start it on a new directory",
+                     secret); this master reads formats 4 and 5: start it on a new directory",
                 ))
             }
             // Format 2 encoded nodes and acquires without the transient
@@ -322,7 +331,7 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 2, whose nodes have no \
-                     transient mark); this master reads format 4: start it on a new directory",
+                     transient mark); this master reads formats 4 and 5: start it on a new directory",
                 ))
             }
             // Format 3's state has no record of which sessions may cache
@@ -331,8 +340,8 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 3, whose state does not \
-                     say which sessions may cache); this master reads format 4: start it on a \
-                     new directory",
+                     say which sessions may cache); this master reads formats 4 and 5: start \
+                     it on a new directory",
                 ))
             }
             Ok(text) => {
@@ -362,6 +371,14 @@ impl FileStore {
             .map_err(io_error(&lock_path))?;
         if lock.try_lock().is_err() {
             return Err(corrupt(dir, "another master is using it (LOCK is held)"));
+        }
+        if upgrade {
+            // From now on the log may hold commands format 4 does not
+            // know, so an earlier master must refuse the directory rather
+            // than misread it. The snapshot is rewritten in format 5's
+            // shape once recovery is done (`STORE-2`).
+            tracing::info!(dir = %dir.display(), "carrying a format 4 data directory forward to format 5");
+            write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
         }
         let snapshot_path = dir.join("snapshot");
         let snapshot = read_snapshot(&snapshot_path)?;
@@ -580,12 +597,19 @@ fn new_log(dir: &Path, base: u64) -> Result<File, StoreError> {
 }
 
 fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
-    let Some(body) = read_sealed(path, SNAPSHOT_MAGIC, "snapshot")? else {
-        return Ok(None);
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path)(e)),
     };
-    decode(&body)
-        .map(Some)
-        .map_err(|e| corrupt(path, format!("the snapshot does not decode: {e}")))
+    let undecodable = |e: String| corrupt(path, format!("the snapshot does not decode: {e}"));
+    if bytes.starts_with(SNAPSHOT_MAGIC_4) {
+        let body = unseal(bytes, path, SNAPSHOT_MAGIC_4, "snapshot")?;
+        let old: crate::upgrade::SnapshotV4 = decode(&body).map_err(undecodable)?;
+        return Ok(Some(old.into()));
+    }
+    let body = unseal(bytes, path, SNAPSHOT_MAGIC, "snapshot")?;
+    decode(&body).map(Some).map_err(undecodable)
 }
 
 /// A whole file as snapshots are kept: `magic`, the body's length (u64),
@@ -597,20 +621,6 @@ pub(crate) fn sealed(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
     bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
     bytes.extend_from_slice(body);
     bytes
-}
-
-/// The body of the [`sealed`] file at `path` (`None`: no file); a wrong
-/// magic, length or checksum is refused, naming the file as `what`.
-pub(crate) fn read_sealed(
-    path: &Path,
-    magic: &[u8; 8],
-    what: &str,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    match fs::read(path) {
-        Ok(bytes) => unseal(bytes, path, magic, what).map(Some),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(path)(e)),
-    }
 }
 
 /// The body of a [`sealed`] file's `bytes`, read from `path`.
@@ -1062,7 +1072,7 @@ mod tests {
         fs::write(dir.join("FORMAT"), "leasehold-data 2\n").unwrap();
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("format 2"), "{err}");
-        assert!(err.to_string().contains("reads format 4"), "{err}");
+        assert!(err.to_string().contains("reads formats 4 and 5"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -190,3 +190,26 @@ async fn a_server_that_reuses_a_lock_generation_fails_lock_2() {
         "{failed:?}"
     );
 }
+
+// LOCK-4: a master that carries out every release, whichever acquire it
+// names, is caught, by the plain case and by the one whose release stalls
+// on its way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_carries_out_stale_releases_fails_lock_4() {
+    let config = leasehold_server::Config {
+        unsafe_unfenced_releases: true,
+        ..short_lease_config()
+    };
+    let server = start(config).await;
+    let failed = failing(server.addr, &["LOCK-4"]).await;
+    for case in [
+        "a_release_naming_an_acquire_older_than_the_holdings_latest_changes_nothing",
+        "a_release_delivered_late_on_a_stalled_connection_leaves_a_later_acquire_held",
+    ] {
+        assert!(failed.contains(&case), "{case} passed: {failed:?}");
+    }
+    assert!(
+        !failed.contains(&"only_a_holder_may_release_a_lock"),
+        "{failed:?}"
+    );
+}

@@ -219,6 +219,7 @@ async fn lock_events_reach_subscribers_who_asked_for_them() {
     let release = Request::Release {
         key: "leader".into(),
         session: holder,
+        acquired: u64::MAX,
     };
     locker.call(release).await.unwrap();
     watcher.keepalive_acking(observer, false, 0).await;
@@ -346,6 +347,7 @@ async fn a_session_granted_a_lock_while_others_wait_hears_of_the_head_of_the_lin
     let release = Request::Release {
         key: "k".into(),
         session: line.a,
+        acquired: u64::MAX,
     };
     assert!(line.second.call(release).await.is_ok());
     // The grant and the event come on the same connection, in either order.

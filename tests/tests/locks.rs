@@ -438,3 +438,68 @@ async fn rewriting_a_lost_lock_fails_and_takes_nothing() {
     assert!(refused.to_string().contains("lost"), "{refused}");
     assert_eq!(client.get("k").await.unwrap(), None);
 }
+
+fn held_by_another(refused: leasehold::ClientError) {
+    assert_eq!(refused.code(), Some(ErrorCode::LockHeld), "{refused}");
+}
+
+// LOCK-11: a session's guards of one key share its one holding, as a
+// reentrant mutex's do: releasing one leaves the lock with the other.
+#[tokio::test]
+async fn a_sessions_guards_of_one_key_hold_it_until_the_last_is_released() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let b = session(&client, Duration::ZERO).await;
+    let first = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    let second = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    first.release().await.unwrap();
+    assert!(second.is_held());
+    held_by_another(b.try_lock("k", LockOptions::exclusive()).await.unwrap_err());
+    assert!(client
+        .check_sequencer(second.sequencer_bytes())
+        .await
+        .unwrap());
+    second.release().await.unwrap();
+    b.try_lock("k", LockOptions::exclusive()).await.unwrap();
+}
+
+// LOCK-4, LOCK-2: a rewrite is the holder asking again, answered at a new
+// index; the guard's release names it, and frees the lock.
+#[tokio::test]
+async fn a_release_after_a_rewrite_frees_the_lock() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let b = session(&client, Duration::ZERO).await;
+    let guard = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    guard.rewrite("v2").await.unwrap();
+    guard.release().await.unwrap();
+    b.try_lock("k", LockOptions::exclusive()).await.unwrap();
+}
+
+// LOCK-4, LOCK-11: another holder of the session's token asked for the
+// lock again, so the guard's release names an older acquire and is
+// refused as stale; nothing of this client awaits the later answer, so
+// the release goes again naming it, and the lock is free.
+#[tokio::test]
+async fn a_release_refused_as_stale_goes_again_when_nothing_here_awaits_the_later_answer() {
+    use leasehold_protocol::{Acquire, Request};
+    use leasehold_tests::raw::RawConnection;
+
+    let (server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let b = session(&client, Duration::ZERO).await;
+    let guard = a.try_lock("k", LockOptions::exclusive()).await.unwrap();
+    let (mut elsewhere, _) = RawConnection::open(server.addr).await;
+    let again = Request::Acquire(Acquire {
+        key: "k".into(),
+        session: a.token(),
+        mode: LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+        transient: false,
+    });
+    let told = elsewhere.call(again).await;
+    assert!(matches!(told, Ok(Response::Acquired { .. })), "{told:?}");
+    guard.release().await.unwrap();
+    b.try_lock("k", LockOptions::exclusive()).await.unwrap();
+}

@@ -86,6 +86,7 @@ async fn a_release_without_the_secret_is_refused_and_the_holder_keeps_its_lock()
     let release = Request::Release {
         key: "k".into(),
         session: forged(victim),
+        acquired: u64::MAX,
     };
     denied(attacker.call(release).await);
     assert!(still_valid(&mut attacker, sequencer).await);
@@ -116,6 +117,7 @@ async fn every_request_acting_for_a_session_needs_its_secret() {
         Request::Release {
             key: "held".into(),
             session: forged,
+            acquired: u64::MAX,
         },
         Request::GetSequencer {
             key: "held".into(),

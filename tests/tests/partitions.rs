@@ -515,6 +515,42 @@ fn a_grant_nobody_heard_never_frees_a_lock_its_session_was_told_of() {
     }
 }
 
+// LOCK-4: `lease-edges` seed 700204. c2's release went out on a
+// connection that then stalled; c2, hearing nothing, asked for the lock
+// again on a new connection and was told it holds it (`LOCK-2`). The
+// stalled release arrived after that answer, and a master that carries it
+// out gives the lock to c3 while c2 still believes it holds it: two
+// holders. The release names the acquire its client had heard of, older
+// than the one since, and is refused.
+#[test]
+fn a_release_delivered_late_never_frees_a_lock_its_session_was_told_of_since() {
+    let (run, report) = judged("lease-edges", 700_204, Settings::default());
+    assert!(report.passed(), "{}", report.summary(&run));
+    let refused = run
+        .entries
+        .iter()
+        .any(|e| matches!(&e.what, What::ReleaseRefused { lock, .. } if lock == "locks/work"));
+    assert!(refused, "the seed no longer delivers a release late");
+
+    let unfenced = Settings {
+        unfenced_releases: true,
+        ..Settings::default()
+    };
+    let (run, report) = judged("lease-edges", 700_204, unfenced);
+    let two_holders = report.of("exclusion");
+    assert!(
+        !two_holders.is_empty(),
+        "a master that carries out the late release must break exclusion: {}",
+        report.summary(&run)
+    );
+    // The trace says why the lock changed hands: the master let c2's
+    // holding go on the late release, then granted it to another.
+    let let_go = run.entries.iter().any(|e| {
+        matches!(&e.what, What::LetGo { lock, why, .. } if lock == "locks/work" && why == "released")
+    });
+    assert!(let_go, "{}", report.summary(&run));
+}
+
 // The timeline shows the master's lane (up per epoch, down between a crash
 // and its restart) and names the lock on every holding bar.
 #[test]

@@ -181,6 +181,7 @@ async fn a_peer_address_has_at_most_its_quota_of_acquires_waiting() {
     let release = Request::Release {
         key: "a".into(),
         session: holder,
+        acquired: u64::MAX,
     };
     bystander.call(release).await.unwrap();
     let (granted, reply) = greedy.reply().await;
@@ -242,6 +243,7 @@ async fn taking_a_lock_on_a_node_moves_none_of_its_bytes() {
     let release = Request::Release {
         key: "n1".into(),
         session: holder,
+        acquired: u64::MAX,
     };
     bystander.call(release).await.unwrap();
     over_quota(

@@ -28,7 +28,9 @@ use crate::state::{Bounds, State};
 use crate::store::{corrupt, decode, encode, io_error, sealed, unseal, StoreError};
 use crate::time::Millis;
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP01";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP02";
+/// A snapshot whose replica is in cell format 2's shape (`upgrade.rs`).
+const SNAPSHOT_MAGIC_2: &[u8; 8] = b"LHRSNP01";
 const FILE: &str = "raft-snapshot";
 
 /// One member's copy of what the log has made of the state.
@@ -42,6 +44,28 @@ pub struct Replica {
     /// The last entry applied.
     pub applied: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
+}
+
+/// A replica as cell format 2 stored it: its state in format 4's shape.
+#[derive(Deserialize)]
+struct ReplicaV2 {
+    state: crate::upgrade::StateV4,
+    epoch: u64,
+    now: Millis,
+    applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+}
+
+impl From<ReplicaV2> for Replica {
+    fn from(old: ReplicaV2) -> Replica {
+        Replica {
+            state: old.state.into(),
+            epoch: old.epoch,
+            now: old.now,
+            applied: old.applied,
+            membership: old.membership,
+        }
+    }
 }
 
 impl Replica {
@@ -120,14 +144,31 @@ fn snapshot_file(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Vec<u8>
     sealed(SNAPSHOT_MAGIC, &encode(&(meta, data)))
 }
 
+/// The member's snapshot, its replica encoded in today's shape whatever
+/// the shape it was stored in: it is also what followers are sent.
 fn read_snapshot(volume: &dyn Volume) -> Result<Option<Stored>, StoreError> {
     let path = volume.path(FILE);
     let Some(bytes) = volume.read(FILE).map_err(io_error(&path))? else {
         return Ok(None);
     };
-    let body = unseal(bytes, &path, SNAPSHOT_MAGIC, "cell snapshot")?;
-    let (meta, data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(&body)
+    let old = bytes.starts_with(SNAPSHOT_MAGIC_2);
+    let magic = if old {
+        SNAPSHOT_MAGIC_2
+    } else {
+        SNAPSHOT_MAGIC
+    };
+    let body = unseal(bytes, &path, magic, "cell snapshot")?;
+    let (meta, mut data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(&body)
         .map_err(|e| corrupt(&path, format!("the cell snapshot does not decode: {e}")))?;
+    if old {
+        let replica: ReplicaV2 = decode(&data).map_err(|e| {
+            corrupt(
+                &path,
+                format!("the cell snapshot's state (cell format 2) does not decode: {e}"),
+            )
+        })?;
+        data = encode(&Replica::from(replica));
+    }
     Ok(Some(Stored { meta, data }))
 }
 

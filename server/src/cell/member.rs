@@ -232,25 +232,31 @@ impl Member {
 }
 
 /// What a member's data directory says it is.
-const FORMAT: &str = "leasehold-cell 2\n";
+const FORMAT: &str = "leasehold-cell 3\n";
+/// Cell format 2, whose directories a member reads and carries forward:
+/// its log holds the same commands, and its snapshot is read by its magic
+/// (`upgrade.rs`).
+const FORMAT_2: &str = "leasehold-cell 2\n";
 
 /// Takes a member's data directory: creates it, or checks that it is a
 /// cell member's, and locks it. A single master's directory is refused, not
 /// taken over: its state is not a cell's log.
-fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
+pub(super) fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
     use crate::store::{corrupt, io_error, write_atomically};
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let format = dir.join("FORMAT");
+    let mut upgrade = false;
     match std::fs::read_to_string(&format) {
         Ok(text) if text == FORMAT => {}
+        Ok(text) if text == FORMAT_2 => upgrade = true,
         // Format 1's snapshots hold a state that does not say which
         // sessions may cache (`CACHE-7`).
         Ok(text) if text == "leasehold-cell 1\n" => {
             return Err(corrupt(
                 dir,
                 "it was written by an earlier Leasehold (cell format 1, whose state does not \
-                 say which sessions may cache); this member reads cell format 2: start it on a \
-                 new directory",
+                 say which sessions may cache); this member reads cell formats 2 and 3: start it \
+                 on a new directory",
             ))
         }
         Ok(text) => {
@@ -291,6 +297,12 @@ fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
             dir,
             "another member or master is using it (LOCK is held)",
         ));
+    }
+    if upgrade {
+        // The log may hold commands cell format 2 does not know from now
+        // on: an earlier member must refuse the directory, not misread it.
+        tracing::info!(dir = %dir.display(), "carrying a cell format 2 directory forward to cell format 3");
+        write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
     }
     Ok(lock)
 }

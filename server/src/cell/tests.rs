@@ -517,3 +517,58 @@ async fn a_member_the_others_cannot_reach_is_not_made_a_voter() {
         .collect();
     assert_eq!(voters, [1, 2, 3]);
 }
+
+// STORE-6: a member's cell format 2 directory, as the Leasehold of
+// protocol 7 left it (tests/fixtures/README.md), is carried forward: its
+// log decodes, its snapshot's holdings count as acquired at index 0, and
+// its FORMAT says cell format 3 from then on.
+#[test]
+fn a_cell_format_2_directory_is_carried_forward() {
+    use crate::holding::Holding;
+    use leasehold_protocol::{LockMode, SessionId};
+
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cell-format-2");
+    let dir = member_dir("format-2", 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = PathGuard(dir.clone());
+    for file in ["FORMAT", "raft-log", "raft-snapshot"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
+    }
+    let _lock = member::take_dir(&dir).expect("a cell format 2 directory is taken");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-cell 3\n"
+    );
+    let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
+    let log = CellLog::open(volume.clone()).expect("its log decodes");
+    assert!(!log.is_empty());
+    let machine = CellMachine::open(volume, Bounds::from(&crate::Config::default()))
+        .expect("its snapshot decodes");
+    let state = machine.replica().state;
+    let a: SessionId = "e71364f3-9832-404e-b1d0-b9a41ff02b91".parse().unwrap();
+    let b: SessionId = "72e1a3bd-83bb-4107-a12c-0f3a0ab98785".parse().unwrap();
+    let holder = |key: &str, session| {
+        state
+            .locks()
+            .get(key)
+            .and_then(|l| l.holders.get(&session))
+            .copied()
+    };
+    assert_eq!(
+        holder("locks/x", a),
+        Some(Holding {
+            mode: LockMode::Exclusive,
+            acquired: 0
+        })
+    );
+    assert_eq!(
+        holder("locks/s", b),
+        Some(Holding {
+            mode: LockMode::Shared,
+            acquired: 0
+        })
+    );
+    assert!(state.namespace().get("svc/db").is_some());
+}

@@ -6,7 +6,7 @@ use leasehold_protocol::{Error, Response, Sequencer};
 use tracing::info;
 
 use super::{Master, ReplyTx, Timer};
-use crate::observe::{Grant, LeaseEvent};
+use crate::observe::{Grant, MasterEvent};
 use crate::state::{Applied, Command, StateEvent};
 use crate::store::{Record, Snapshot};
 use crate::time::Millis;
@@ -65,9 +65,10 @@ impl Master {
             return;
         }
         self.told.remove(&holding);
-        let release = Command::Release {
+        let release = Command::GiveBack {
             key: grant.key,
             session: grant.session,
+            generation: grant.lock_generation,
         };
         if self.depth > 0 {
             self.deferred.push_back(release);
@@ -146,18 +147,47 @@ impl Master {
                 info!(session = %id, name = %session.name, lease = ?session.lease, "session created");
                 let expires = self.leases.start(id, session.lease, now);
                 self.leases.arm(id, expires);
-                self.observe(|| LeaseEvent::Granted {
+                self.observe(|| MasterEvent::Granted {
                     session: id,
                     now,
                     expires,
                     why: Grant::Created,
                 });
             }
-            StateEvent::LockReleased { key, session, .. } => {
+            StateEvent::LockReleased {
+                key,
+                session,
+                generation,
+                why,
+            } => {
+                self.observe(|| MasterEvent::LockLetGo {
+                    session,
+                    key: key.clone(),
+                    generation,
+                    now,
+                    why,
+                });
                 self.told.remove(&(session, key));
             }
+            StateEvent::LockAcquired {
+                key,
+                session,
+                generation,
+                index,
+                how,
+                ..
+            } => {
+                self.observe(|| MasterEvent::LockGranted {
+                    session,
+                    key,
+                    generation,
+                    index,
+                    now,
+                    how,
+                });
+            }
             // Heard of through `publish` alone.
-            StateEvent::LockAcquired { .. } | StateEvent::LockWaiting { .. } => {}
+            StateEvent::LockWaiting { .. } => {}
             StateEvent::NodeChanged { key, .. } => self.wake_watchers(&key),
             StateEvent::NodeDeleted { key } => {
                 self.quotas.bytes.give_back(&key);
@@ -175,7 +205,7 @@ impl Master {
             }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
-                self.observe(|| LeaseEvent::Ended {
+                self.observe(|| MasterEvent::Ended {
                     session: id,
                     now,
                     cause,

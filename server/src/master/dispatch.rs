@@ -9,6 +9,7 @@ use leasehold_protocol::{
 use super::{Call, Master, ReplyTx};
 use crate::config::MAX_LIST_PAGE;
 use crate::node::check_key;
+use crate::observe::MasterEvent;
 use crate::session::EndCause;
 use crate::state::{Applied, Command, NewSession};
 use crate::time::{whole_millis, Millis};
@@ -56,6 +57,7 @@ fn acting_for(request: &Request) -> Option<SessionId> {
     match request {
         Request::Acquire(a) => Some(a.session.id),
         Request::Release { session, .. }
+        | Request::ReleaseUnfenced { session, .. }
         | Request::GetSequencer { session, .. }
         | Request::Subscribe { session, .. }
         | Request::Unsubscribe { session, .. } => Some(session.id),
@@ -75,6 +77,7 @@ fn writes(request: &Request) -> bool {
             | Request::Delete { .. }
             | Request::Acquire(_)
             | Request::Release { .. }
+            | Request::ReleaseUnfenced { .. }
             | Request::SetCheck { .. }
             | Request::DeleteCheck { .. }
     )
@@ -208,18 +211,33 @@ impl Master {
                 session,
                 subscription,
             } => self.unsubscribe(session.id, subscription),
-            Request::Release { key, session } => self
-                .apply(
+            Request::Release { key, session, .. } if self.config.unsafe_unfenced_releases => self
+                .release(
                     Command::Release {
                         key,
                         session: session.id,
                     },
                     now,
-                )
-                .and_then(|applied| match applied {
-                    Applied::Released { index } => Ok(Response::Released { index }),
-                    other => Err(mismatch(other)),
-                }),
+                ),
+            Request::Release {
+                key,
+                session,
+                acquired,
+            } => self.release(
+                Command::ReleaseAcquired {
+                    key,
+                    session: session.id,
+                    acquired,
+                },
+                now,
+            ),
+            Request::ReleaseUnfenced { key, session } => self.release(
+                Command::Release {
+                    key,
+                    session: session.id,
+                },
+                now,
+            ),
             Request::GetSequencer { key, session } => self
                 .state
                 .sequencer_of(&key, session.id)
@@ -417,6 +435,37 @@ impl Master {
 
     /// The refusal of a request that would take `peer` past one of its
     /// quotas (`QUOTA-1`..`QUOTA-5`).
+    /// Carries out a release (`LOCK-4`); a refused stale one is observed,
+    /// so that a trace says why a lock its client let go stayed held.
+    fn release(&mut self, command: Command, now: Millis) -> Result<Response, Error> {
+        let named = match &command {
+            Command::ReleaseAcquired {
+                key,
+                session,
+                acquired,
+            } => Some((key.clone(), *session, *acquired)),
+            _ => None,
+        };
+        match self.apply(command, now) {
+            Ok(Applied::Released { index }) => Ok(Response::Released { index }),
+            Ok(other) => Err(mismatch(other)),
+            Err(e) => {
+                if let (ErrorCode::StaleRelease { acquired }, Some((key, session, named))) =
+                    (e.code, named)
+                {
+                    self.observe(|| MasterEvent::ReleaseRefused {
+                        session,
+                        key,
+                        named,
+                        acquired,
+                        now,
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+
     fn over_quota(&self, request: &Request, peer: Option<std::net::IpAddr>) -> Option<Error> {
         use crate::quota::over;
         let (c, q) = (&self.config, &self.quotas);
@@ -503,7 +552,7 @@ impl Master {
         let node = self.state.namespace().get(key)?;
         let mut stat = node.stat();
         if let Some(lock) = self.state.locks().get(key) {
-            stat.lock_holders = lock.holders.iter().map(|(s, m)| (*s, *m)).collect();
+            stat.lock_holders = lock.holders.iter().map(|(s, h)| (*s, h.mode)).collect();
         }
         Some(NodeView {
             key: key.to_string(),

@@ -26,7 +26,7 @@ use crate::events::Events;
 use crate::ids::Ids;
 use crate::keepalive::Held;
 use crate::lease::Leases;
-use crate::observe::{Grant, LeaseEvent};
+use crate::observe::{Grant, MasterEvent};
 use crate::policy;
 use crate::recovery::Start;
 use crate::state::{Command, State};
@@ -167,7 +167,7 @@ impl Master {
         master.cache.max_bytes = master.config.all_cache_bytes;
         master.cache.unheld = master.config.unsafe_unheld_cache_writes;
         let (epoch, now) = (master.config.epoch, master.now);
-        master.observe(|| LeaseEvent::Serving { epoch, now });
+        master.observe(|| MasterEvent::Serving { epoch, now });
         if start.recovered {
             master.promote();
         }
@@ -182,7 +182,7 @@ impl Master {
         self.leases = promotion.leases;
         for id in promotion.sessions {
             if let Some(expires) = self.leases.expires_at(id) {
-                self.observe(|| LeaseEvent::Granted {
+                self.observe(|| MasterEvent::Granted {
                     session: id,
                     now,
                     expires,
@@ -348,8 +348,8 @@ impl Master {
     }
 
     /// Tells the observer, if there is one, of `event`.
-    pub(crate) fn observe(&self, event: impl FnOnce() -> LeaseEvent) {
-        if let Some(observer) = &self.config.lease_observer {
+    pub(crate) fn observe(&self, event: impl FnOnce() -> MasterEvent) {
+        if let Some(observer) = &self.config.observer {
             observer.tell(&event());
         }
     }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Call, Master};
 use crate::config::Config;
-use crate::observe::{Grant, LeaseEvent, LeaseObserver};
+use crate::observe::{Grant, MasterEvent, MasterObserver};
 use crate::time::Millis;
 
 /// A master on `config`'s store, as `Server::open` starts one.
@@ -329,11 +329,11 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
 }
 
 /// A master whose observer writes down every lease event.
-fn observed(config: Config) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<LeaseEvent>>>) {
+fn observed(config: Config) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<MasterEvent>>>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
     let mut config = Config {
-        lease_observer: Some(LeaseObserver::new(move |e: &LeaseEvent| {
+        observer: Some(MasterObserver::new(move |e: &MasterEvent| {
             log.lock().unwrap().push(e.clone());
         })),
         ..config
@@ -356,23 +356,23 @@ async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_sessio
     assert_eq!(
         *seen.lock().unwrap(),
         [
-            LeaseEvent::Serving {
+            MasterEvent::Serving {
                 epoch: master.config.epoch,
                 now: start
             },
-            LeaseEvent::Granted {
+            MasterEvent::Granted {
                 session: id,
                 now: start,
                 expires: start + Duration::from_millis(5_000),
                 why: Grant::Created
             },
-            LeaseEvent::Granted {
+            MasterEvent::Granted {
                 session: id,
                 now: start + Duration::from_millis(1_000),
                 expires: start + Duration::from_millis(6_000),
                 why: Grant::KeepAlive
             },
-            LeaseEvent::Ended {
+            MasterEvent::Ended {
                 session: id,
                 now: start + Duration::from_millis(6_000),
                 cause: crate::EndCause::Expired
@@ -391,7 +391,7 @@ async fn a_master_that_recovers_sessions_tells_the_observer_of_their_fresh_lease
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
     let mut config = Config {
-        lease_observer: Some(LeaseObserver::new(move |e: &LeaseEvent| {
+        observer: Some(MasterObserver::new(move |e: &MasterEvent| {
             log.lock().unwrap().push(e.clone());
         })),
         ..Config::default()
@@ -401,11 +401,11 @@ async fn a_master_that_recovers_sessions_tells_the_observer_of_their_fresh_lease
     assert_eq!(
         *seen.lock().unwrap(),
         [
-            LeaseEvent::Serving {
+            MasterEvent::Serving {
                 epoch: second.config.epoch,
                 now
             },
-            LeaseEvent::Granted {
+            MasterEvent::Granted {
                 session: token.id,
                 now,
                 expires: now + Duration::from_millis(5_000),
@@ -467,11 +467,14 @@ async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of()
     let holder = created(&mut master, "holder", None).await;
     let waiter = created(&mut master, "waiter", None).await;
     let held = call(&mut master, acquire(holder, None)).await;
-    assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
+    let Ok(Response::Acquired { index, .. }) = held else {
+        panic!("{held:?}");
+    };
     let first = handed(&mut master, acquire(waiter, Some(60_000)));
     let release = Request::Release {
         key: "locks/a".into(),
         session: holder,
+        acquired: index,
     };
     let _released = handed(&mut master, release);
     let mut second = handed(&mut master, acquire(waiter, Some(60_000)));

@@ -58,6 +58,11 @@ struct Knobs {
     /// never holds a write for the sessions that cache its key.
     #[arg(long)]
     unheld_cache_writes: bool,
+    /// Break it another way: a master that carries out every release
+    /// whichever acquire it names, so a release delivered late undoes an
+    /// acquire answered after it was sent.
+    #[arg(long)]
+    unfenced_releases: bool,
     /// Break it another way: a cell's masters keep their master lease once
     /// held, so one cut off from its quorum goes on granting.
     #[arg(long)]
@@ -72,6 +77,7 @@ impl Knobs {
             fencing: !self.no_fencing,
             short_recovered_leases: self.short_recovered_leases,
             unheld_cache_writes: self.unheld_cache_writes,
+            unfenced_releases: self.unfenced_releases,
             lying_disk: self.lying_disk,
             broken_master_lease: self.broken_master_lease,
             ..Settings::default()
@@ -116,6 +122,9 @@ impl Knobs {
         }
         if self.unheld_cache_writes {
             flags.push_str(" --unheld-cache-writes");
+        }
+        if self.unfenced_releases {
+            flags.push_str(" --unfenced-releases");
         }
         if self.broken_master_lease {
             flags.push_str(" --broken-master-lease");

@@ -172,11 +172,13 @@ pub(super) fn keepalive(session: SessionToken, w: &Welcome, acked_seq: u64, hold
     })
 }
 
-/// A release of `key`'s lock by `session`.
+/// A release of `key`'s lock by `session`, whichever acquire answered it
+/// last: it names an index no acquire can be past (`LOCK-4`).
 pub(super) fn release(key: &str, session: SessionToken) -> Request {
     Request::Release {
         key: key.to_string(),
         session,
+        acquired: u64::MAX,
     }
 }
 

@@ -219,6 +219,10 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("FO-6", "client library: reaction to the fail-over event"),
     ("STORE-2", "the data directory's layout, not the wire"),
     (
+        "STORE-6",
+        "reading an earlier data directory, not the wire; tests/tests/upgrade.rs",
+    ),
+    (
         "STORE-3",
         "the data directory's damage handling, not the wire",
     ),

@@ -20,7 +20,7 @@ use leasehold_server::{Config, IdSource};
 use super::net::{SimDialer, SimListener, PORT};
 use super::rng::Rng;
 use super::trace::{Trace, What};
-use super::world::{lease_observer, Grants};
+use super::world::{master_observer, Grants};
 
 /// The cell's name, as peers check it.
 const CELL: &str = "sim";
@@ -116,6 +116,8 @@ pub struct Cell {
     /// Keep the master lease once held: a master that grants without its
     /// quorum.
     pub broken_master_lease: bool,
+    /// Masters carry out every release whichever acquire it names.
+    pub unfenced_releases: bool,
 }
 
 /// One member's volume: kept by the driver, which crashes it with its
@@ -169,8 +171,9 @@ pub fn host(
         unsafe_keep_master_lease: cell.broken_master_lease,
         join,
     };
-    let observer = lease_observer(cell.trace.clone(), cell.grants.clone(), rate, name.clone());
+    let observer = master_observer(cell.trace.clone(), cell.grants.clone(), rate, name.clone());
     let (seed, registry) = (cell.seed, cell.registry.clone());
+    let unfenced = cell.unfenced_releases;
     let starts = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let host = name.clone();
     sim.host(name, move || {
@@ -187,7 +190,8 @@ pub fn host(
             let config = Config {
                 ids: IdSource::Seeded(seed ^ (id << 56) ^ (start << 48)),
                 clock_rate: rate,
-                lease_observer: Some(observer),
+                observer: Some(observer),
+                unsafe_unfenced_releases: unfenced,
                 ..Config::default()
             };
             let bounds = leasehold_server::Bounds::from(&config);

@@ -107,6 +107,34 @@ pub enum What {
     },
     /// The master ended `session`.
     SessionEnded { session: String, cause: String },
+    /// The master answered an acquire of `lock` by `session` with the
+    /// holding of `generation`, at `index`: `at_once`, `from_line` (its
+    /// turn came) or `again` (it held it and asked again, `LOCK-2`).
+    Granted {
+        session: String,
+        lock: String,
+        generation: u64,
+        index: u64,
+        how: String,
+    },
+    /// `session` no longer holds `lock` at the master: `released` by its
+    /// client, `given_back` (a grant nobody heard, `LOCK-9`), its session
+    /// ended (`session_ended`), or its node `deleted`.
+    LetGo {
+        session: String,
+        lock: String,
+        generation: u64,
+        why: String,
+    },
+    /// The master refused a release of `lock` by `session` naming the
+    /// acquire at `named`: the holding's latest was answered at
+    /// `acquired`, after the release was sent (`LOCK-4`).
+    ReleaseRefused {
+        session: String,
+        lock: String,
+        named: u64,
+        acquired: u64,
+    },
     /// A master began serving in `epoch`: the grants it reports from here
     /// on are that epoch's.
     Serving { epoch: u64 },

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_server::cell::MemoryVolume;
-use leasehold_server::{Config, IdSource, LeaseEvent, LeaseObserver};
+use leasehold_server::{Config, HowGranted, IdSource, LetGo, MasterEvent, MasterObserver};
 
 use super::admin;
 use super::app::{self, short_id, Ctx, Leases, Role};
@@ -24,8 +24,8 @@ use super::trace::{now_ms, Entry, Trace, What};
 /// How a run is set up. The defaults are the product's safe use; the
 /// `ignore_jeopardy`, `fencing`, `lock_delay`, `lying_disk`,
 /// `clock_spread`, `clock_drift`, `short_recovered_leases` and
-/// `unheld_cache_writes` knobs exist to break it on purpose and see the
-/// checkers fire.
+/// `unheld_cache_writes` and `unfenced_releases` knobs exist to break it
+/// on purpose and see the checkers fire.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Contending clients; `None`: the scenario's own number.
@@ -46,6 +46,10 @@ pub struct Settings {
     /// Break it another way: a master that grants cacheable reads but
     /// never holds a write for the sessions that cache its key.
     pub unheld_cache_writes: bool,
+    /// Break it another way: a master that carries out every release
+    /// whichever acquire it names, so a release delivered late undoes an
+    /// acquire answered after it was sent (`LOCK-4`).
+    pub unfenced_releases: bool,
     pub semaphore_limit: u32,
     /// Contenders keep believing they hold their lock in jeopardy.
     pub ignore_jeopardy: bool,
@@ -81,6 +85,7 @@ impl Default for Settings {
             clock_drift: leasehold::lease::DEFAULT_CLOCK_DRIFT,
             short_recovered_leases: false,
             unheld_cache_writes: false,
+            unfenced_releases: false,
             semaphore_limit: 2,
             ignore_jeopardy: false,
             fencing: true,
@@ -143,16 +148,16 @@ impl Grants {
 /// expiry after the master time left divided by its rate; a millisecond
 /// less, since master time drops the fraction of a millisecond its clock
 /// had reached. It also writes when each master begins, with its epoch.
-pub(crate) fn lease_observer(
+pub(crate) fn master_observer(
     trace: Trace,
     grants: Grants,
     rate: f64,
     who: String,
-) -> LeaseObserver {
-    LeaseObserver::new(move |event: &LeaseEvent| {
+) -> MasterObserver {
+    MasterObserver::new(move |event: &MasterEvent| {
         let at = now_ms();
         match event {
-            LeaseEvent::Granted {
+            MasterEvent::Granted {
                 session,
                 now,
                 expires,
@@ -170,15 +175,73 @@ pub(crate) fn lease_observer(
                 };
                 trace.push_at(at, &who, what);
             }
-            LeaseEvent::Ended { session, cause, .. } => {
+            MasterEvent::Ended { session, cause, .. } => {
                 let what = What::SessionEnded {
                     session: short_id(*session),
                     cause: format!("{cause:?}").to_lowercase(),
                 };
                 trace.push_at(at, &who, what);
             }
-            LeaseEvent::Serving { epoch, .. } => {
+            MasterEvent::Serving { epoch, .. } => {
                 trace.push_at(at, &who, What::Serving { epoch: *epoch });
+            }
+            MasterEvent::LockGranted {
+                session,
+                key,
+                generation,
+                index,
+                how,
+                ..
+            } => {
+                let how = match how {
+                    HowGranted::AtOnce => "at_once",
+                    HowGranted::Again => "again",
+                    HowGranted::FromLine => "from_line",
+                };
+                let what = What::Granted {
+                    session: short_id(*session),
+                    lock: key.clone(),
+                    generation: *generation,
+                    index: *index,
+                    how: how.to_string(),
+                };
+                trace.push_at(at, &who, what);
+            }
+            MasterEvent::LockLetGo {
+                session,
+                key,
+                generation,
+                why,
+                ..
+            } => {
+                let why = match why {
+                    LetGo::Released => "released",
+                    LetGo::GivenBack => "given_back",
+                    LetGo::SessionEnded => "session_ended",
+                    LetGo::Deleted => "deleted",
+                };
+                let what = What::LetGo {
+                    session: short_id(*session),
+                    lock: key.clone(),
+                    generation: *generation,
+                    why: why.to_string(),
+                };
+                trace.push_at(at, &who, what);
+            }
+            MasterEvent::ReleaseRefused {
+                session,
+                key,
+                named,
+                acquired,
+                ..
+            } => {
+                let what = What::ReleaseRefused {
+                    session: short_id(*session),
+                    lock: key.clone(),
+                    named: *named,
+                    acquired: *acquired,
+                };
+                trace.push_at(at, &who, what);
             }
             _ => {}
         }
@@ -413,6 +476,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             registry: Registry::default(),
             founders: servers.len() - planner.spare,
             broken_master_lease: settings.broken_master_lease,
+            unfenced_releases: settings.unfenced_releases,
         };
         let mut disks = Rng::new(seed).fork(6);
         let mut volumes = BTreeMap::new();
@@ -437,7 +501,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let disk = Disk::new(Rng::new(seed).fork(5), settings.lying_disk);
     let starts = Arc::new(AtomicU64::new(0));
     let master_disk = disk.clone();
-    let observer = lease_observer(
+    let observer = master_observer(
         trace.clone(),
         grants.clone(),
         clocks.rate("master"),
@@ -446,6 +510,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let master_rate = clocks.rate("master");
     let short = settings.short_recovered_leases;
     let unheld = settings.unheld_cache_writes;
+    let unfenced = settings.unfenced_releases;
     if members == 0 {
         sim.host("master", move || {
             let observer = observer.clone();
@@ -460,8 +525,9 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
                 let config = Config {
                     ids: IdSource::Seeded(seed ^ (start << 48)),
                     clock_rate: master_rate,
-                    lease_observer: Some(observer),
+                    observer: Some(observer),
                     unsafe_unheld_cache_writes: unheld,
+                    unsafe_unfenced_releases: unfenced,
                     // The short lease is below the usual minimum.
                     min_lease: if short {
                         SHORT

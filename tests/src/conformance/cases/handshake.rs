@@ -3,9 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_protocol::{ClientFrame, ErrorCode, Hello, Request, MAGIC};
+use leasehold_protocol::{
+    ClientFrame, ErrorCode, Hello, LockMode, Request, Response, ServerFrame, MAGIC,
+};
 
-use crate::conformance::common::{case, ensure, expect_close, open};
+use crate::conformance::common::{
+    acquire, case, ensure, expect_close, expect_reply, generation, key, open, session,
+};
 use crate::conformance::{Case, Check, Ctx};
 use crate::raw::RawConnection;
 
@@ -21,6 +25,10 @@ pub(super) fn cases() -> Vec<Case> {
             another_version_is_refused_with_the_supported_one
         ),
         case!(&["HS-3"], welcome_names_the_version_and_sane_limits),
+        case!(
+            &["HS-2", "LOCK-4"],
+            a_protocol_7_client_is_welcomed_in_its_version_and_its_release_served
+        ),
         case!(&["HS-4"], a_connection_without_hello_is_closed),
     ]
 }
@@ -58,6 +66,27 @@ async fn another_version_is_refused_with_the_supported_one(ctx: Ctx) -> Check {
         ErrorCode::VersionMismatch { supported }
             if supported == leasehold_protocol::PROTOCOL_VERSION
     )
+}
+
+async fn a_protocol_7_client_is_welcomed_in_its_version_and_its_release_served(ctx: Ctx) -> Check {
+    let mut conn = RawConnection::connect(ctx.addr).await;
+    conn.send(ClientFrame::Hello(Hello {
+        magic: MAGIC,
+        version: 7,
+    }))
+    .await;
+    let w = match conn.recv().await {
+        Some(ServerFrame::Welcome(w)) => w,
+        other => return Err(format!("expected a Welcome for protocol 7, got {other:?}")),
+    };
+    ensure!(w.version == 7, "Welcome names version {}", w.version);
+    let s = session(&mut conn, &w).await?;
+    let k = key("protocol-7");
+    generation(&conn.call(acquire(&k, s, LockMode::Exclusive, None)).await)?;
+    generation(&conn.call(acquire(&k, s, LockMode::Exclusive, None)).await)?;
+    // Protocol 7's release names no acquire: whatever the session holds.
+    let release = Request::ReleaseUnfenced { key: k, session: s };
+    expect_reply!(conn.call(release).await, Response::Released { .. })
 }
 
 async fn welcome_names_the_version_and_sane_limits(ctx: Ctx) -> Check {

@@ -1,15 +1,19 @@
-//! SPEC.md, "Locks": modes, generations, releases, the line of waiters,
-//! lock-delay, sequencers, grants nobody hears, and transient nodes.
+//! SPEC.md, "Locks": modes, generations, releases and the acquires they
+//! name, the line of waiters, lock-delay, sequencers, grants nobody hears,
+//! and transient nodes.
 
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{Acquire, Authority, Behavior, ErrorCode, LockMode, Request, Response};
+
+use crate::raw::RawConnection;
 
 use crate::conformance::common::{
     acquire, case, create, ensure, expect_error, expect_reply, generation, key, open, put, release,
     session, stat_of, written,
 };
 use crate::conformance::{Case, Check, Ctx};
+use crate::proxy::{Link, Proxy};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![
@@ -23,6 +27,14 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
         case!(&["LOCK-4", "ERR-13"], only_a_holder_may_release_a_lock),
+        case!(
+            &["LOCK-4", "LOCK-2", "ERR-19"],
+            a_release_naming_an_acquire_older_than_the_holdings_latest_changes_nothing
+        ),
+        case!(
+            &["LOCK-4", "CONN-2"],
+            a_release_delivered_late_on_a_stalled_connection_leaves_a_later_acquire_held
+        ),
         case!(
             &["LOCK-6", "ERR-12"],
             lock_delay_follows_invalidation_not_release
@@ -105,13 +117,86 @@ async fn waiters_are_served_in_order(ctx: Ctx) -> Check {
     for (n, (conn, s)) in waiters.iter_mut().enumerate() {
         let (_, reply) = conn.reply().await;
         generation(&reply).map_err(|e| format!("waiter {n}: {e}"))?;
-        conn.call(Request::Release {
-            key: k.clone(),
-            session: *s,
-        })
-        .await
-        .map_err(|e| format!("release {n}: {e}"))?;
+        conn.call(release(&k, *s))
+            .await
+            .map_err(|e| format!("release {n}: {e}"))?;
     }
+    Ok(())
+}
+
+/// The `index` of an `Acquired` answer.
+fn acquired_at(reply: &Result<Response, leasehold_protocol::Error>) -> Result<u64, String> {
+    match reply {
+        Ok(Response::Acquired { index, .. }) => Ok(*index),
+        other => Err(format!("expected the lock, got {other:?}")),
+    }
+}
+
+/// A release of `key` by `session` naming the acquire answered at
+/// `acquired`.
+fn release_naming(key: &str, session: leasehold_protocol::SessionToken, acquired: u64) -> Request {
+    Request::Release {
+        key: key.into(),
+        session,
+        acquired,
+    }
+}
+
+async fn a_release_naming_an_acquire_older_than_the_holdings_latest_changes_nothing(
+    ctx: Ctx,
+) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let b = session(&mut conn, &w).await?;
+    let k = key("fenced");
+    let first = acquired_at(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    let again = acquired_at(&conn.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    ensure!(
+        again > first,
+        "asking again was answered at index {again}, not after the grant's {first}"
+    );
+    let stale = conn.call(release_naming(&k, a, first)).await;
+    expect_error!(stale, ErrorCode::StaleRelease { acquired } if acquired == again)
+        .map_err(|e| format!("a release naming the first acquire: {e}"))?;
+    let held = conn.call(acquire(&k, b, LockMode::Exclusive, None)).await;
+    expect_error!(held, ErrorCode::LockHeld)
+        .map_err(|e| format!("after the refused release, another session: {e}"))?;
+    let released = conn.call(release_naming(&k, a, again)).await;
+    expect_reply!(released, Response::Released { .. })
+        .map_err(|e| format!("a release naming the latest acquire: {e}"))?;
+    generation(&conn.call(acquire(&k, b, LockMode::Exclusive, None)).await)
+        .map_err(|e| format!("after the release, another session: {e}"))?;
+    Ok(())
+}
+
+async fn a_release_delivered_late_on_a_stalled_connection_leaves_a_later_acquire_held(
+    ctx: Ctx,
+) -> Check {
+    let proxy = Proxy::start(ctx.addr).await;
+    let (mut stalled, w) = RawConnection::open(proxy.addr).await;
+    let (mut other, _) = open(&ctx).await;
+    let a = session(&mut other, &w).await?;
+    let b = session(&mut other, &w).await?;
+    let k = key("late");
+    let first = acquired_at(
+        &stalled
+            .call(acquire(&k, a, LockMode::Exclusive, None))
+            .await,
+    )?;
+    // The release is sent, and stalls on its way.
+    proxy.set(Link::Hold);
+    let late = stalled.request(release_naming(&k, a, first)).await;
+    // Its client, hearing nothing, asks again on another connection and
+    // is told it holds the lock.
+    let again = acquired_at(&other.call(acquire(&k, a, LockMode::Exclusive, None)).await)?;
+    proxy.set(Link::Pass);
+    let (id, reply) = stalled.reply().await;
+    ensure!(id == late, "a reply to request {id}, not to the release");
+    expect_error!(reply, ErrorCode::StaleRelease { acquired } if acquired == again)
+        .map_err(|e| format!("the late release: {e}"))?;
+    let held = other.call(acquire(&k, b, LockMode::Exclusive, None)).await;
+    expect_error!(held, ErrorCode::LockHeld)
+        .map_err(|e| format!("the lock the second answer told of: {e}"))?;
     Ok(())
 }
 
@@ -256,10 +341,7 @@ async fn a_grant_nobody_can_hear_is_released(ctx: Ctx) -> Check {
 async fn a_transient_lock_node_goes_when_its_lock_is_free(ctx: Ctx) -> Check {
     let (mut conn, w) = open(&ctx).await;
     let a = session(&mut conn, &w).await?;
-    let release = |key: &str| Request::Release {
-        key: key.into(),
-        session: a,
-    };
+    let release = |key: &str| release(key, a);
     let transient = |key: &str| {
         let Request::Acquire(acquire) = acquire(key, a, LockMode::Exclusive, None) else {
             unreachable!()

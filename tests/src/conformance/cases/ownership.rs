@@ -6,7 +6,7 @@ use leasehold_protocol::{
 };
 
 use crate::conformance::common::{
-    acquire, case, ensure, expect_error, expect_reply, keepalive, key, open, session,
+    acquire, case, ensure, expect_error, expect_reply, keepalive, key, open, release, session,
 };
 use crate::conformance::{Case, Check, Ctx};
 
@@ -57,18 +57,14 @@ async fn a_wrong_secret_is_refused_and_changes_nothing(ctx: Ctx) -> Check {
     expect_reply!(acquired, Response::Acquired { .. })
         .map_err(|e| format!("acquire with the token: {e}"))?;
     let (mut other, _) = open(&ctx).await;
-    let release = Request::Release {
-        key: k.clone(),
-        session: forged(s),
-    };
-    let refused = other.call(release).await;
+    let forged_release = release(&k, forged(s));
+    let refused = other.call(forged_release).await;
     expect_error!(refused, ErrorCode::PermissionDenied)
         .map_err(|e| format!("Release with a wrong secret: {e}"))?;
     let refused = other.call(keepalive(forged(s), &w, 0, false)).await;
     expect_error!(refused, ErrorCode::PermissionDenied)
         .map_err(|e| format!("KeepAlive with a wrong secret: {e}"))?;
-    let release = Request::Release { key: k, session: s };
-    let released = other.call(release).await;
+    let released = other.call(release(&k, s)).await;
     expect_reply!(released, Response::Released { .. })
         .map_err(|e| format!("the lock was not still held: {e}"))
 }

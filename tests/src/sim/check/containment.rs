@@ -2,7 +2,7 @@
 //! every instant a client believed its session `Normal`, and every instant
 //! it believed it held a lock, lies inside the lease the master kept for
 //! that session (`LEASE-4`, `CS-1`). The master's side comes from the
-//! master itself ([`leasehold_server::LeaseObserver`]): each lease it
+//! master itself ([`leasehold_server::MasterObserver`]): each lease it
 //! granted, until when by its own clock, in virtual time; the client's
 //! from its reported states and holdings. Exclusion follows: the master
 //! grants a lock again only once the holder's session has ended, which is

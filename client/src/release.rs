@@ -1,0 +1,68 @@
+//! Giving a lock back (SPEC `LOCK-4`): the release names the latest
+//! acquire of the lock this client heard answered.
+//!
+//! Requests on different connections are not ordered (`CONN-2`): a release
+//! sent on a connection that then stalled can reach the master after the
+//! same session asked for the lock again on another and was told it holds
+//! it. Named by its acquire, such a release is refused (`StaleRelease`)
+//! and the lock stays with the holding the later answer told of.
+
+use leasehold_protocol::{ErrorCode, Remedy, Request, Response, SessionToken};
+
+use crate::client::{unexpected, Client};
+use crate::error::ClientError;
+
+/// Releases sent for one give-back at most: the first, one more for each
+/// later acquire it turns out the session was answered for since, and
+/// one more for each that went out with no answer back.
+const RELEASE_TRIES: usize = 3;
+
+/// Gives back the session's lock of `key`, naming `acquired`, the index of
+/// the latest `Acquired` answer heard for it. A release refused because a
+/// later acquire renewed the holding (its answer went unheard, or is
+/// still on its way) is sent again naming that acquire only if `unused()`
+/// says nothing of this client may yet hear that answer; otherwise the
+/// lock stays with whatever will, and this is `Ok`. A release whose
+/// answer never came goes again on the connection the client has now:
+/// named by its acquire, a copy of it arriving late changes nothing the
+/// second did not.
+pub(crate) async fn release_holding(
+    client: &Client,
+    session: SessionToken,
+    key: &str,
+    mut acquired: u64,
+    unused: impl Fn() -> bool,
+) -> Result<(), ClientError> {
+    let mut tries = 0;
+    // Set once a release went out with no answer back: it may have been
+    // carried out.
+    let mut unanswered = false;
+    loop {
+        tries += 1;
+        let request = Request::Release {
+            key: key.to_string(),
+            session,
+            acquired,
+        };
+        match client.call(request).await {
+            Ok(Response::Released { .. }) => return Ok(()),
+            Ok(other) => return Err(unexpected(other)),
+            Err(e) => match e.code() {
+                Some(ErrorCode::StaleRelease { acquired: latest }) if tries < RELEASE_TRIES => {
+                    if !unused() {
+                        return Ok(());
+                    }
+                    acquired = latest;
+                }
+                // The earlier release was carried out after all.
+                Some(ErrorCode::LockNotHeld) if unanswered => return Ok(()),
+                _ if tries < RELEASE_TRIES
+                    && matches!(e.remedy(), Remedy::Reconnect | Remedy::OutcomeUnknown) =>
+                {
+                    unanswered |= e.remedy() == Remedy::OutcomeUnknown;
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Reading the state as earlier formats stored it (SPEC `STORE-6`).
+//!
+//! Data directories of format 4 (a single master) and cell format 2 are
+//! read and carried forward: their logs hold the same commands, and their
+//! snapshots differ from today's only in how a lock's holders are kept.
+//! Format 4 kept each holder's mode alone; format 5 keeps with it the index
+//! of the latest acquire answered for the holding (`LOCK-4`). A recovered
+//! holding gets 0 there, which any release names: it was taken before
+//! releases named acquires, so no release of it can be told from a stale
+//! one.
+//!
+//! Each earlier shape is written out in full below, field for field as it
+//! was, because the snapshot encoding (bincode) is not self-describing: a
+//! shape is read only as the shape it was written in. A snapshot file says
+//! which by its magic.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use leasehold_protocol::{LockMode, SessionId};
+use serde::Deserialize;
+
+use crate::check::Checks;
+use crate::holding::Holding;
+use crate::lock::{LockState, Locks, Waiter};
+use crate::namespace::Namespace;
+use crate::session::{EndCause, Session};
+use crate::state::{Bounds, State};
+use crate::store::Snapshot;
+use crate::time::Millis;
+
+/// A format 4 snapshot: epoch, master time, sequence number, state.
+#[derive(Deserialize)]
+pub(crate) struct SnapshotV4 {
+    epoch: u64,
+    now: Millis,
+    next_seq: u64,
+    state: StateV4,
+}
+
+impl From<SnapshotV4> for Snapshot {
+    fn from(old: SnapshotV4) -> Snapshot {
+        Snapshot {
+            epoch: old.epoch,
+            now: old.now,
+            next_seq: old.next_seq,
+            state: old.state.into(),
+        }
+    }
+}
+
+/// The state as format 4 (and cell format 2) stored it.
+#[derive(Deserialize)]
+pub(crate) struct StateV4 {
+    bounds: Bounds,
+    sessions: BTreeMap<SessionId, Session>,
+    ended: BTreeMap<SessionId, EndCause>,
+    ended_order: VecDeque<SessionId>,
+    namespace: Namespace,
+    locks: LocksV4,
+    checks: Checks,
+    index: u64,
+    may_cache: BTreeSet<SessionId>,
+}
+
+#[derive(Deserialize)]
+struct LocksV4 {
+    locks: BTreeMap<String, LockStateV4>,
+    held_by: BTreeMap<SessionId, BTreeSet<String>>,
+    waiting_by: BTreeMap<SessionId, BTreeSet<(String, u64)>>,
+}
+
+#[derive(Deserialize)]
+struct LockStateV4 {
+    holders: BTreeMap<SessionId, LockMode>,
+    waiters: VecDeque<Waiter>,
+    delay_until: Option<Millis>,
+}
+
+impl From<StateV4> for State {
+    fn from(old: StateV4) -> State {
+        let locks = old
+            .locks
+            .locks
+            .into_iter()
+            .map(|(key, lock)| {
+                let holders = lock
+                    .holders
+                    .into_iter()
+                    .map(|(session, mode)| (session, Holding { mode, acquired: 0 }))
+                    .collect();
+                let lock = LockState {
+                    holders,
+                    waiters: lock.waiters,
+                    delay_until: lock.delay_until,
+                };
+                (key, lock)
+            })
+            .collect();
+        State {
+            bounds: old.bounds,
+            sessions: old.sessions,
+            ended: old.ended,
+            ended_order: old.ended_order,
+            namespace: old.namespace,
+            locks: Locks {
+                locks,
+                held_by: old.locks.held_by,
+                waiting_by: old.locks.waiting_by,
+            },
+            checks: old.checks,
+            index: old.index,
+            may_cache: old.may_cache,
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! What an earlier Leasehold left is read and served: a format 4 data
+//! directory is carried forward (SPEC `STORE-6`), and a protocol 7 client
+//! is served (`HS-2`). The fixtures, in `tests/fixtures/`, were written by
+//! that Leasehold; their README says what each holds.
+
+use std::path::Path;
+
+use leasehold_protocol::{
+    ClientFrame, ErrorCode, KeepAlive, Request, Response, ServerFrame, SessionToken, Welcome,
+};
+use leasehold_server::Config;
+use leasehold_tests::fixture::TempDir;
+use leasehold_tests::raw::RawConnection;
+use leasehold_tests::server::{start, Setup, TestServer};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
+
+/// Session `a` of `data-format-4`: it holds `locks/x` (in the snapshot)
+/// and `locks/y` (acquired in the log).
+const A: &str = "5551904d-9765-48ad-8dcd-c25ed9ee2edb:68c39c42937ac1dc5bf05918191cee8b";
+/// Session `b`: it holds `locks/s` shared, with `c`.
+const B: &str = "023ead52-d511-420f-a642-1e853e88b8d8:442ddeec91cfeeccebbb17cc14c3d589";
+const A_LOCKS_X: &str = "01076c6f636b732f78000605105551904d976548ad8dcdc25ed9ee2edb";
+const A_LOCKS_Y: &str = "01076c6f636b732f79001615105551904d976548ad8dcdc25ed9ee2edb";
+const B_LOCKS_S: &str = "01076c6f636b732f7301070610023ead52d511420fa6421e853e88b8d8";
+
+/// A protocol 7 client's `Hello`, as it sent it (the frame's body).
+const HELLO_7: &str = "004c45415345484c4407";
+/// Its `Release { key: "locks/x", session: a }`, request id 7.
+const RELEASE_7: &str =
+    "01070b076c6f636b732f78105551904d976548ad8dcdc25ed9ee2edb68c39c42937ac1dc5bf05918191cee8b";
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A length-prefixed frame of `body`.
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// A copy of the fixture directory `name` in a directory of its own.
+fn copied(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("upgrade-{name}"));
+    let from = Path::new(FIXTURES).join(name);
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+async fn started_on_format_4() -> (TempDir, TestServer) {
+    let dir = copied("data-format-4");
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    (dir, server)
+}
+
+fn token(text: &str) -> SessionToken {
+    text.parse().unwrap()
+}
+
+/// Acknowledges the fail-over event of the recovered session `session`,
+/// so that the new master serves its requests (`FO-5`).
+async fn past_failover(conn: &mut RawConnection, welcome: &Welcome, session: SessionToken) {
+    let keepalive = |acked_seq| {
+        Request::KeepAlive(KeepAlive {
+            session,
+            epoch: welcome.epoch,
+            acked_seq,
+            hold: false,
+        })
+    };
+    let Ok(Response::KeepAlive { events, .. }) = conn.call(keepalive(0)).await else {
+        panic!("the recovered session is kept alive");
+    };
+    let acked = events
+        .iter()
+        .map(|e| e.seq)
+        .max()
+        .expect("the fail-over event");
+    conn.call(keepalive(acked)).await.unwrap();
+}
+
+async fn valid(conn: &mut RawConnection, sequencer: &str) -> bool {
+    let check = Request::CheckSequencer {
+        sequencer: unhex(sequencer),
+    };
+    match conn.call(check).await {
+        Ok(Response::SequencerChecked { valid }) => valid,
+        other => panic!("expected a check, got {other:?}"),
+    }
+}
+
+// STORE-6: the directory is taken, its nodes, sessions and locks are
+// there, and from then on it says format 5, with recovery's snapshot in
+// format 5's shape.
+#[tokio::test]
+async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_locks() {
+    let (dir, server) = started_on_format_4().await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    let get = |key: &str| Request::Get {
+        key: key.into(),
+        stat_only: false,
+    };
+    let Ok(Response::Node { node: Some(db), .. }) = conn.call(get("svc/db")).await else {
+        panic!("svc/db survived");
+    };
+    assert_eq!(db.contents.as_deref(), Some(&b"10.0.0.5"[..]));
+    assert_eq!(db.stat.flags, 3);
+    let Ok(Response::Node {
+        node: Some(after), ..
+    }) = conn.call(get("svc/after")).await
+    else {
+        panic!("svc/after, written in the log, survived");
+    };
+    assert_eq!(after.contents.as_deref(), Some(&b"log"[..]));
+    for sequencer in [A_LOCKS_X, A_LOCKS_Y, B_LOCKS_S] {
+        assert!(valid(&mut conn, sequencer).await, "{sequencer} is held");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-data 5\n"
+    );
+    let snapshot = std::fs::read(dir.join("snapshot")).unwrap();
+    assert_eq!(&snapshot[..8], b"LHSNAP02");
+    server.shutdown().await.unwrap();
+
+    // And it is read again as format 5.
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    assert!(valid(&mut conn, A_LOCKS_X).await);
+    server.shutdown().await.unwrap();
+}
+
+// STORE-6, LOCK-4: a holding the snapshot kept counts as acquired at
+// index 0, which any release names; one the log's records made again
+// keeps the index its acquire had.
+#[tokio::test]
+async fn holdings_from_a_format_4_directory_are_released_as_their_acquires_allow() {
+    let (_dir, server) = started_on_format_4().await;
+    let (mut conn, welcome) = RawConnection::open(server.addr).await;
+    let (a, b) = (token(A), token(B));
+    past_failover(&mut conn, &welcome, a).await;
+    past_failover(&mut conn, &welcome, b).await;
+    let release = |key: &str, session, acquired| Request::Release {
+        key: key.into(),
+        session,
+        acquired,
+    };
+    let released = conn.call(release("locks/s", b, 0)).await;
+    assert!(
+        matches!(released, Ok(Response::Released { .. })),
+        "{released:?}"
+    );
+    assert!(!valid(&mut conn, B_LOCKS_S).await);
+
+    let stat = Request::Get {
+        key: "locks/y".into(),
+        stat_only: true,
+    };
+    let Ok(Response::Node { node: Some(y), .. }) = conn.call(stat).await else {
+        panic!("locks/y is there");
+    };
+    // Nothing but its acquire touched the node: its modify index is the
+    // acquire's.
+    let acquired = y.stat.modify_index;
+    let stale = conn.call(release("locks/y", a, acquired - 1)).await;
+    assert!(
+        matches!(&stale, Err(e) if e.code == ErrorCode::StaleRelease { acquired }),
+        "{stale:?}"
+    );
+    assert!(
+        valid(&mut conn, A_LOCKS_Y).await,
+        "a refused release changes nothing"
+    );
+    let released = conn.call(release("locks/y", a, acquired)).await;
+    assert!(
+        matches!(released, Ok(Response::Released { .. })),
+        "{released:?}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+// HS-2, LOCK-4: a protocol 7 client, speaking the bytes it always sent, is
+// welcomed in its version and its release (which names no acquire) is
+// carried out.
+#[tokio::test]
+async fn a_protocol_7_client_is_served_as_before() {
+    let (_dir, server) = started_on_format_4().await;
+    let (mut conn, welcome) = RawConnection::open(server.addr).await;
+    past_failover(&mut conn, &welcome, token(A)).await;
+
+    let mut old = RawConnection::connect(server.addr).await;
+    old.send_bytes(&framed(&unhex(HELLO_7))).await;
+    let Some(ServerFrame::Welcome(welcome)) = old.recv().await else {
+        panic!("a protocol 7 client is welcomed");
+    };
+    assert_eq!(welcome.version, 7);
+    old.send_bytes(&framed(&unhex(RELEASE_7))).await;
+    let (id, released) = old.reply().await;
+    assert_eq!(id, 7);
+    assert!(
+        matches!(released, Ok(Response::Released { .. })),
+        "{released:?}"
+    );
+    assert!(!valid(&mut conn, A_LOCKS_X).await, "locks/x was released");
+    drop(old);
+
+    // A version neither side knows is refused, naming the newest spoken.
+    let mut future = RawConnection::connect(server.addr).await;
+    future
+        .send(ClientFrame::Hello(leasehold_protocol::Hello {
+            version: 9,
+            ..leasehold_protocol::Hello::current()
+        }))
+        .await;
+    assert_eq!(
+        future.closed_with().await.expect("a Close frame").code,
+        ErrorCode::VersionMismatch { supported: 8 }
+    );
+    server.shutdown().await.unwrap();
+}
