@@ -221,19 +221,31 @@ pub(crate) struct HeldLock {
     /// Acquires of it (a `rewrite` too) waiting for their answers: each
     /// may tell the session it holds the lock.
     pub(crate) acquiring: usize,
-    /// The index of the latest `Acquired` answer heard for it: the release
-    /// names it, so a copy of it delivered late cannot undo an acquire
-    /// answered after it was sent (`LOCK-4`).
+    /// The index of the latest `Acquired` answer heard for it (or that a
+    /// refused release named): the release names it, so a copy of it
+    /// delivered late cannot undo an acquire answered after it was sent
+    /// (`LOCK-4`).
     pub(crate) heard: u64,
+    /// No guard holds it, and it is to be released once the acquires of it
+    /// still waiting for their answers end without making a guard: until
+    /// then an answer may still tell the session it holds the lock.
+    pub(crate) release_pending: bool,
 }
 
 impl HeldLock {
-    fn new() -> HeldLock {
+    /// A record for a lock the session begins to ask for; `lost` if the
+    /// session is closing, so no guard made from it counts as held.
+    fn new(lost: bool) -> HeldLock {
+        let signal = LockSignal {
+            lost,
+            ..LockSignal::default()
+        };
         HeldLock {
-            signal: watch::channel(LockSignal::default()).0,
+            signal: watch::channel(signal).0,
             guards: 0,
             acquiring: 0,
             heard: 0,
+            release_pending: false,
         }
     }
 
@@ -319,60 +331,103 @@ pub(crate) struct Dispatch {
     pub(crate) locks: BTreeMap<String, HeldLock>,
     /// Semaphore contender keys still being deleted (`SEM-4`).
     pub(crate) leaving: std::collections::BTreeSet<String>,
+    /// The session is closing: every guard counts as lost, those made from
+    /// answers still to come too (`LOCK-11`).
+    pub(crate) closing: bool,
 }
 
 impl Dispatch {
     /// An acquire of `key` is about to go out: what the guard it may make
     /// will hear of the lock.
     pub(crate) fn acquiring(&mut self, key: &str) -> watch::Receiver<LockSignal> {
+        let closing = self.closing;
         let lock = self
             .locks
             .entry(key.to_string())
-            .or_insert_with(HeldLock::new);
+            .or_insert_with(|| HeldLock::new(closing));
         lock.acquiring += 1;
         lock.signal.subscribe()
     }
 
     /// An acquire of `key` is over: answered at `index` (with a guard made
     /// for it if `guard`), or not answered (`None`: refused, failed, or
-    /// given up on).
-    pub(crate) fn acquire_ended(&mut self, key: &str, answered: Option<u64>, guard: bool) {
-        let Some(lock) = self.locks.get_mut(key) else {
-            return;
-        };
+    /// given up on). Returns the index to release the lock naming, if it
+    /// is to be released now: no guard holds it, and a release waited for
+    /// this acquire's end.
+    #[must_use]
+    pub(crate) fn acquire_ended(
+        &mut self,
+        key: &str,
+        answered: Option<u64>,
+        guard: bool,
+    ) -> Option<u64> {
+        let lock = self.locks.get_mut(key)?;
         lock.acquiring -= 1;
         if let Some(index) = answered {
             lock.heard = lock.heard.max(index);
-            if guard {
-                lock.guards += 1;
-            }
         }
-        if lock.unused() {
-            self.locks.remove(key);
+        if guard {
+            lock.guards += 1;
+            lock.release_pending = false;
         }
+        if !lock.unused() {
+            return None;
+        }
+        let release = lock.release_pending.then_some(lock.heard);
+        self.locks.remove(key);
+        release
     }
 
     /// A guard of `key` is gone (released, dropped, or freed with its
-    /// node). If it was the last, returns the index the release names
-    /// (`LOCK-4`); the lock stays held while other guards hold it.
+    /// node). If it was the last, and no acquire of the key awaits its
+    /// answer, returns the index the release names (`LOCK-4`). While other
+    /// guards hold it, the lock stays theirs; while an acquire awaits its
+    /// answer, the release waits for it (`acquire_ended`), since that
+    /// answer may tell the session it holds the lock.
+    #[must_use]
     pub(crate) fn guard_gone(&mut self, key: &str) -> Option<u64> {
         let lock = self.locks.get_mut(key)?;
         lock.guards = lock.guards.saturating_sub(1);
         if lock.guards > 0 {
             return None;
         }
-        let heard = lock.heard;
-        if lock.acquiring == 0 {
-            self.locks.remove(key);
+        if lock.acquiring > 0 {
+            lock.release_pending = true;
+            return None;
         }
+        let heard = lock.heard;
+        self.locks.remove(key);
         Some(heard)
     }
 
-    /// Whether nothing of this client holds `key`'s lock or may be told it
-    /// does: a release refused as stale may then be sent again naming the
-    /// later acquire, whose answer nobody here is left to hear.
-    pub(crate) fn lock_unused(&self, key: &str) -> bool {
-        self.locks.get(key).is_none_or(HeldLock::unused)
+    /// A release of `key` was refused: the session asked for the lock
+    /// again since and was answered at `latest`. Whether to release again
+    /// now, naming it: only if nothing of this client holds the lock or
+    /// awaits an answer that may say it does. Otherwise a guard holds it,
+    /// and releases it naming `latest` at the earliest, or the release
+    /// waits for the acquires still to be answered (`acquire_ended`).
+    pub(crate) fn release_refused(&mut self, key: &str, latest: u64) -> bool {
+        let Some(lock) = self.locks.get_mut(key) else {
+            return true;
+        };
+        if lock.unused() {
+            self.locks.remove(key);
+            return true;
+        }
+        lock.heard = lock.heard.max(latest);
+        if lock.guards == 0 {
+            lock.release_pending = true;
+        }
+        false
+    }
+
+    /// The session's holdings of `key` at `generation` or below are over,
+    /// as a `LockLost` naming it says (`LOCK-13`).
+    pub(crate) fn holding_lost(&mut self, key: &str, generation: u64) {
+        if let Some(lock) = self.locks.get(key) {
+            lock.signal
+                .send_modify(|s| s.taken = s.taken.max(generation));
+        }
     }
 
     /// Hands one event to whoever waits for it (`EV-7`).
@@ -423,12 +478,7 @@ impl Dispatch {
             EventKind::LockLost {
                 key,
                 lock_generation,
-            } => {
-                if let Some(lock) = self.locks.get(&key) {
-                    lock.signal
-                        .send_modify(|s| s.taken = s.taken.max(lock_generation));
-                }
-            }
+            } => self.holding_lost(&key, lock_generation),
             EventKind::LockConflict { key, waiter } => {
                 if let Some(lock) = self.locks.get(&key) {
                     lock.signal.send_modify(|s| s.conflict = Some(waiter));
@@ -699,5 +749,81 @@ pub(crate) async fn resubscribe(
             };
             let _ = client.call(request).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // LOCK-11: the last guard's release names the latest answer heard.
+    #[test]
+    fn the_last_guard_of_a_key_releases_it_naming_the_latest_answer() {
+        let mut d = Dispatch::default();
+        let _ = d.acquiring("k");
+        assert_eq!(d.acquire_ended("k", Some(5), true), None);
+        let _ = d.acquiring("k");
+        assert_eq!(d.acquire_ended("k", Some(9), true), None);
+        assert_eq!(d.guard_gone("k"), None, "another guard holds it");
+        assert_eq!(d.guard_gone("k"), Some(9));
+        assert!(!d.locks.contains_key("k"));
+    }
+
+    // LOCK-4, LOCK-11: a guard let go while another acquire of the key
+    // awaits its answer: the answer may tell the session it holds the
+    // lock, so the release waits; an acquire that ends without a guard
+    // lets it go.
+    #[test]
+    fn a_release_waits_for_the_acquires_still_to_be_answered() {
+        let mut d = Dispatch::default();
+        let _ = d.acquiring("k");
+        assert_eq!(d.acquire_ended("k", Some(5), true), None);
+        let _ = d.acquiring("k");
+        assert_eq!(d.guard_gone("k"), None, "an answer is still to come");
+        assert_eq!(d.acquire_ended("k", None, false), Some(5));
+        assert!(!d.locks.contains_key("k"));
+    }
+
+    // LOCK-4, LOCK-11: ...and an answer that makes a guard keeps the lock
+    // for it.
+    #[test]
+    fn an_answer_that_makes_a_guard_takes_over_a_waiting_release() {
+        let mut d = Dispatch::default();
+        let _ = d.acquiring("k");
+        assert_eq!(d.acquire_ended("k", Some(5), true), None);
+        let _ = d.acquiring("k");
+        assert_eq!(d.guard_gone("k"), None);
+        assert_eq!(d.acquire_ended("k", Some(7), true), None);
+        assert_eq!(d.guard_gone("k"), Some(7));
+    }
+
+    // LOCK-4: a release refused as stale goes again only when nothing of
+    // the client holds the key or awaits an answer for it; otherwise the
+    // later index is remembered for the release to come.
+    #[test]
+    fn a_stale_release_goes_again_only_when_nothing_here_may_hold_the_lock() {
+        let mut d = Dispatch::default();
+        assert!(d.release_refused("free", 4), "nothing here holds it");
+
+        let _ = d.acquiring("held");
+        assert_eq!(d.acquire_ended("held", Some(5), true), None);
+        assert!(!d.release_refused("held", 8), "a guard holds it");
+        assert_eq!(d.guard_gone("held"), Some(8));
+
+        let _ = d.acquiring("asked");
+        assert!(!d.release_refused("asked", 8), "an answer is still to come");
+        assert_eq!(d.acquire_ended("asked", None, false), Some(8));
+    }
+
+    // LOCK-11: once the session closes, a guard made from an answer still
+    // to come counts as lost from the start.
+    #[test]
+    fn an_answer_that_comes_while_the_session_closes_makes_a_lost_guard() {
+        let mut d = Dispatch {
+            closing: true,
+            ..Dispatch::default()
+        };
+        let signal = d.acquiring("k");
+        assert!(signal.borrow().lost);
     }
 }

@@ -319,9 +319,11 @@ impl Keeper {
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).
         let held: Vec<(String, u64)> = {
-            let dispatch = self.shared.dispatch();
+            let mut dispatch = self.shared.dispatch();
             // Guards stop counting as held before the first release, so no
-            // holder acts on a lock someone else may already have.
+            // holder acts on a lock someone else may already have; guards
+            // made from answers still to come count as lost too.
+            dispatch.closing = true;
             for lock in dispatch.locks.values() {
                 lock.signal.send_modify(|s| s.lost = true);
             }
@@ -332,7 +334,7 @@ impl Keeper {
             // Every guard is lost already, and so is any an answer still on
             // its way would make: a release refused as stale goes again,
             // naming the later acquire.
-            let release = release_holding(&self.client, self.token, &key, heard, || true);
+            let release = release_holding(&self.client, self.token, &key, heard, |_| true);
             let _ = tokio::time::timeout(DESTROY_TIMEOUT, release).await;
         }
         let request = Request::DestroySession {

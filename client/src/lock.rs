@@ -203,11 +203,14 @@ impl LockGuard {
                 Ok(())
             }
             Response::Acquired { index, .. } => {
-                // The holding was lost and this took the lock anew: give
-                // that back rather than hold a lock nobody acts for.
+                // The holding was lost and this took the lock anew. Another
+                // guard of the session may hold that one (it took the lock
+                // meanwhile); if none does, it goes back with this guard,
+                // whose release names this answer. This guard's holding is
+                // over whether or not the master's word has come.
                 asking.answered(index, false);
-                drop(asking);
-                let _ = release(&self.session, &self.key, index).await;
+                let generation = self.sequencer.lock_generation;
+                self.session.dispatch().holding_lost(&self.key, generation);
                 Err(ClientError::Conflict(format!(
                     "the lock on '{}' was lost before the rewrite",
                     self.key
@@ -221,7 +224,8 @@ impl LockGuard {
     /// freed it (`LOCK-8`).
     pub(crate) fn forget(mut self) {
         self.released = true;
-        self.session.dispatch().guard_gone(&self.key);
+        // The node's deletion freed the lock: nothing to release.
+        let _ = self.session.dispatch().guard_gone(&self.key);
     }
 
     /// Gives the lock back, unless another guard of this session holds
@@ -241,15 +245,9 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let Some(heard) = self.session.dispatch().guard_gone(&self.key) else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let session = self.session.clone();
-            let key = std::mem::take(&mut self.key);
-            runtime.spawn(async move {
-                let _ = release(&session, &key, heard).await;
-            });
+        let last = self.session.dispatch().guard_gone(&self.key);
+        if let Some(heard) = last {
+            release_in_background(&self.session, &self.key, heard);
         }
     }
 }
@@ -257,8 +255,19 @@ impl Drop for LockGuard {
 /// Gives back `session`'s lock of `key`, naming `heard`, the latest
 /// acquire of it answered (`LOCK-4`).
 async fn release(session: &Session, key: &str, heard: u64) -> Result<(), ClientError> {
-    let unused = || session.dispatch().lock_unused(key);
-    release_holding(session.client(), session.token(), key, heard, unused).await
+    let again = |latest| session.dispatch().release_refused(key, latest);
+    release_holding(session.client(), session.token(), key, heard, again).await
+}
+
+/// Releases `session`'s lock of `key` naming `heard` in a task of its
+/// own (best effort), from where nothing can wait for it: a drop.
+fn release_in_background(session: &Session, key: &str, heard: u64) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let (session, key) = (session.clone(), key.to_string());
+        runtime.spawn(async move {
+            let _ = release(&session, &key, heard).await;
+        });
+    }
 }
 
 impl Session {
@@ -380,9 +389,15 @@ impl Drop for Asking<'_> {
     fn drop(&mut self) {
         let (index, guard) = self.answer.unzip();
         let guard = guard.unwrap_or(false);
-        self.session
+        let ended = self
+            .session
             .dispatch()
             .acquire_ended(self.key, index, guard);
+        // A guard let the lock go while this acquire waited for its answer,
+        // which made none: the release waited for it.
+        if let Some(heard) = ended {
+            release_in_background(self.session, self.key, heard);
+        }
     }
 }
 

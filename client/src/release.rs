@@ -20,18 +20,18 @@ const RELEASE_TRIES: usize = 3;
 /// Gives back the session's lock of `key`, naming `acquired`, the index of
 /// the latest `Acquired` answer heard for it. A release refused because a
 /// later acquire renewed the holding (its answer went unheard, or is
-/// still on its way) is sent again naming that acquire only if `unused()`
-/// says nothing of this client may yet hear that answer; otherwise the
-/// lock stays with whatever will, and this is `Ok`. A release whose
-/// answer never came goes again on the connection the client has now:
-/// named by its acquire, a copy of it arriving late changes nothing the
-/// second did not.
+/// still on its way) is sent again naming that acquire only if
+/// `again(latest)` says nothing of this client may yet hear that answer;
+/// otherwise the lock stays with whatever will, and this is `Ok`. A
+/// release whose answer never came goes again on the connection the
+/// client has now: named by its acquire, a copy of it arriving late
+/// changes nothing the second did not.
 pub(crate) async fn release_holding(
     client: &Client,
     session: SessionToken,
     key: &str,
     mut acquired: u64,
-    unused: impl Fn() -> bool,
+    again: impl Fn(u64) -> bool,
 ) -> Result<(), ClientError> {
     let mut tries = 0;
     // Set once a release went out with no answer back: it may have been
@@ -48,9 +48,12 @@ pub(crate) async fn release_holding(
             Ok(Response::Released { .. }) => return Ok(()),
             Ok(other) => return Err(unexpected(other)),
             Err(e) => match e.code() {
-                Some(ErrorCode::StaleRelease { acquired: latest }) if tries < RELEASE_TRIES => {
-                    if !unused() {
+                Some(ErrorCode::StaleRelease { acquired: latest }) => {
+                    if !again(latest) {
                         return Ok(());
+                    }
+                    if tries >= RELEASE_TRIES {
+                        return Err(e);
                     }
                     acquired = latest;
                 }

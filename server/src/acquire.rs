@@ -42,6 +42,12 @@ impl Master {
         now: Millis,
     ) {
         let writes = acquire.contents.is_some();
+        // A holder asking again is answered with a holding some earlier
+        // reply, maybe a previous master's, told it of (`LOCK-9`).
+        let again = self
+            .state
+            .sequencer_of(&acquire.key, acquire.session.id)
+            .is_some();
         let command = Command::Acquire {
             key: acquire.key.clone(),
             session: acquire.session.id,
@@ -55,7 +61,7 @@ impl Master {
                 if writes {
                     self.count_node_bytes(acquire.key, peer); // QUOTA-5
                 }
-                self.hand_over(reply, index, sequencer)
+                self.hand_over(reply, index, sequencer, !again)
             }
             // The events of its own command may already have ended the
             // wait (a session's lease ran out as held KeepAlives were
@@ -64,7 +70,7 @@ impl Master {
                 match self.state.sequencer_of(&acquire.key, acquire.session.id) {
                     Some(sequencer) => {
                         let index = self.state.namespace().key_index(&acquire.key);
-                        self.hand_over(reply, index, sequencer);
+                        self.hand_over(reply, index, sequencer, true);
                     }
                     None => {
                         let ended = self.state.missing_session(acquire.session.id);
@@ -106,7 +112,7 @@ impl Master {
     pub(crate) fn acquire_granted(&mut self, ticket: u64, index: u64, sequencer: Sequencer) {
         if let Some(waiting) = self.stop_waiting(ticket) {
             self.timers.remove(waiting.timer);
-            self.hand_over(waiting.reply, index, sequencer);
+            self.hand_over(waiting.reply, index, sequencer, true);
         }
     }
 
@@ -159,13 +165,13 @@ impl Master {
     }
 
     /// Tells the acquirer it holds the lock; if it is no longer there to be
-    /// told, gives the lock back at once, so no session holds a lock its
-    /// client never heard of.
-    fn hand_over(&mut self, reply: ReplyTx, index: u64, sequencer: Sequencer) {
+    /// told of a holding this acquire `made`, gives the lock back at once,
+    /// so no session holds a lock its client never heard of (`LOCK-9`).
+    fn hand_over(&mut self, reply: ReplyTx, index: u64, sequencer: Sequencer, made: bool) {
         let response = Response::Acquired {
             index,
             sequencer: sequencer.to_bytes(),
         };
-        self.deliver_grant(reply, Ok(response), sequencer);
+        self.deliver_grant(reply, Ok(response), sequencer, made);
     }
 }

@@ -590,9 +590,10 @@ impl Master {
                 self.check_touches(name)
             }
             Command::DeleteCheck { name } => self.check_touches(name),
-            Command::SetCheck { .. } | Command::CreateSession(_) | Command::MayCache { .. } => {
-                Vec::new()
-            }
+            Command::SetCheck { .. }
+            | Command::CreateSession(_)
+            | Command::MayCache { .. }
+            | Command::KeepAcquires => Vec::new(),
         }
     }
 

@@ -402,7 +402,7 @@ impl State {
     ) -> Applied {
         let lock = self.locks.locks.entry(key.to_string()).or_default();
         let was_free = lock.holders.is_empty();
-        let acquired = index;
+        let acquired = if self.acquires_kept { index } else { 0 };
         lock.holders.insert(session, Holding { mode, acquired });
         self.locks
             .held_by
@@ -608,9 +608,11 @@ mod tests {
     }
 
     /// A state with sessions A, B and C; A has a 5 s lock-delay and the
-    /// behaviour given, the others none.
+    /// behaviour given, the others none. Holdings keep their acquires, as
+    /// once a master has started on it.
     fn state(behavior: Behavior) -> State {
         let mut s = State::new(Bounds::from(&Config::default()));
+        s.apply(Command::KeepAcquires, at(0)).0.unwrap();
         for (n, delay) in [(A, 5_000), (B, 0), (C, 0)] {
             let (reply, _) = s.apply(
                 Command::CreateSession(NewSession {
@@ -1291,5 +1293,45 @@ mod tests {
             generation: second,
             why: LetGo::GivenBack,
         }));
+    }
+
+    // LOCK-4, STORE-6: until `KeepAcquires`, a grant records no index, as
+    // a holding carried forward from format 4 has none: any release names
+    // it, and a member replaying the log from any snapshot, or none, holds
+    // the same state.
+    #[test]
+    fn holdings_keep_their_acquires_only_once_a_master_has_said_so() {
+        let mut s = State::new(Bounds::from(&Config::default()));
+        for n in [A, B] {
+            let new = NewSession {
+                id: id(n),
+                secret: leasehold_protocol::SessionSecret::from_bytes([7; 16]),
+                name: format!("s{n}"),
+                lease: None,
+                lock_delay: Some(Duration::ZERO),
+                behavior: Behavior::Release,
+                checks: Vec::new(),
+            };
+            s.apply(Command::CreateSession(new), at(0)).0.unwrap();
+        }
+        assert!(!s.acquires_kept());
+        let first = acquired_at(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
+        acquire(&mut s, A, LockMode::Exclusive, false, at(1))
+            .0
+            .unwrap();
+        let holding = |s: &State| {
+            s.locks()
+                .get("k")
+                .and_then(|l| l.holders.get(&id(A)))
+                .copied()
+        };
+        assert_eq!(holding(&s).map(|h| h.acquired), Some(0));
+        release_naming(&mut s, A, first).unwrap();
+
+        s.apply(Command::KeepAcquires, at(2)).0.unwrap();
+        let kept = acquired_at(acquire(&mut s, A, LockMode::Exclusive, false, at(2)).0);
+        assert_eq!(holding(&s).map(|h| h.acquired), Some(kept));
+        let stale = release_naming(&mut s, A, kept - 1);
+        assert!(stale.is_err(), "{stale:?}");
     }
 }

@@ -87,6 +87,10 @@ pub enum Command {
         session: SessionId,
         generation: u64,
     },
+    /// From now on each holding keeps the index of its latest acquire
+    /// (`LOCK-4`, `STORE-6`). A master logs it first thing, once, on a
+    /// state that does not keep them yet.
+    KeepAcquires,
 }
 
 /// A session to create, as [`Command::CreateSession`] logs it. The id and
@@ -146,6 +150,8 @@ pub enum Applied {
     SessionEnded,
     /// The session is marked as one that may cache (`CACHE-7`).
     MayCache,
+    /// Holdings keep the index of their latest acquire from now on.
+    KeepingAcquires,
     /// A node was written at this global index.
     Written {
         index: u64,
@@ -298,6 +304,13 @@ pub struct State {
     pub(crate) index: u64,
     /// Live sessions that may have cached nodes (`CACHE-7`).
     pub(crate) may_cache: BTreeSet<SessionId>,
+    /// Whether a grant records its index in the holding (`LOCK-4`): not
+    /// before `KeepAcquires` is applied. Until then every holding counts
+    /// as acquired at index 0, as one carried forward from format 4 (or
+    /// cell format 2) does, so every member that applies the same log
+    /// holds the same state, whichever snapshot it started from: one of
+    /// the earlier format, or none (`STORE-6`).
+    pub(crate) acquires_kept: bool,
 }
 
 impl State {
@@ -319,7 +332,13 @@ impl State {
             checks: Checks::default(),
             index: 0,
             may_cache: BTreeSet::new(),
+            acquires_kept: false,
         }
+    }
+
+    /// Whether holdings keep the index of their latest acquire (`LOCK-4`).
+    pub fn acquires_kept(&self) -> bool {
+        self.acquires_kept
     }
 
     /// Applies one command at master time `now`.
@@ -376,6 +395,10 @@ impl State {
                 session,
                 generation,
             } => self.give_back(&key, session, generation, index, now, &mut events),
+            Command::KeepAcquires => {
+                self.acquires_kept = true;
+                Ok(Applied::KeepingAcquires)
+            }
             Command::CancelWait { key, ticket } => {
                 self.cancel_wait(&key, ticket, index, now, &mut events)
             }

@@ -372,14 +372,6 @@ impl FileStore {
         if lock.try_lock().is_err() {
             return Err(corrupt(dir, "another master is using it (LOCK is held)"));
         }
-        if upgrade {
-            // From now on the log may hold commands format 4 does not
-            // know, so an earlier master must refuse the directory rather
-            // than misread it. The snapshot is rewritten in format 5's
-            // shape once recovery is done (`STORE-2`).
-            tracing::info!(dir = %dir.display(), "carrying a format 4 data directory forward to format 5");
-            write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
-        }
         let snapshot_path = dir.join("snapshot");
         let snapshot = read_snapshot(&snapshot_path)?;
         let snapshot_bytes = fs::metadata(&snapshot_path).map_or(0, |m| m.len());
@@ -387,6 +379,16 @@ impl FileStore {
         let log = read_log(&log_path)?;
         let valid_len = log.as_ref().map(|l| l.valid_len);
         let recovered = recovered(dir, snapshot, log)?;
+        if upgrade {
+            // Read whole: from now on the log may hold commands format 4
+            // does not know, so an earlier master must refuse the
+            // directory rather than misread it. (Had it not read, the
+            // directory would still be format 4's, untouched.) The
+            // snapshot is rewritten in format 5's shape once recovery is
+            // done (`STORE-2`).
+            tracing::info!(dir = %dir.display(), "carrying a format 4 data directory forward to format 5");
+            write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
+        }
         let log = match valid_len {
             // No log yet (nor a snapshot): start one.
             None => new_log(dir, recovered.next_seq)?,

@@ -110,6 +110,9 @@ impl From<StateV4> for State {
             checks: old.checks,
             index: old.index,
             may_cache: old.may_cache,
+            // As a state that replays the same log from an older snapshot,
+            // or from none, has them until a master logs `KeepAcquires`.
+            acquires_kept: false,
         }
     }
 }

@@ -94,6 +94,7 @@ scenarios! {
     random_holds_every_invariant => "random",
     lock_contention_without_lock_delay_holds_every_invariant => "lock-contention-no-delay",
     election_without_lock_delay_holds_every_invariant => "election-no-delay",
+    a_release_delivered_late_holds_every_invariant => "late-release",
     lease_edges_hold_every_invariant => "lease-edges",
     cut_off_cachers_hold_every_invariant => "cache-partition",
     cachers_across_master_restarts_hold_every_invariant => "cache-master-restart",
@@ -515,36 +516,42 @@ fn a_grant_nobody_heard_never_frees_a_lock_its_session_was_told_of() {
     }
 }
 
-// LOCK-4: `lease-edges` seed 700204. c2's release went out on a
-// connection that then stalled; c2, hearing nothing, asked for the lock
-// again on a new connection and was told it holds it (`LOCK-2`). The
-// stalled release arrived after that answer, and a master that carries it
-// out gives the lock to c3 while c2 still believes it holds it: two
-// holders. The release names the acquire its client had heard of, older
-// than the one since, and is refused.
+// LOCK-4: `lease-edges` seed 700204 had two holders at 54c5f16. c2's
+// release went out on a connection that then stalled; c2, hearing
+// nothing, asked for the lock again on a new connection and was told it
+// holds it (`LOCK-2`). The stalled release arrived after that answer; the
+// master carried it out and gave the lock to c3 while c2 still believed it
+// held it. Kept as a regression: every invariant holds on it. (Later
+// changes move what the seed draws; `late-release` stalls a release so
+// on every seed.)
 #[test]
-fn a_release_delivered_late_never_frees_a_lock_its_session_was_told_of_since() {
+fn lease_edges_seed_700204_holds_every_invariant() {
     let (run, report) = judged("lease-edges", 700_204, Settings::default());
     assert!(report.passed(), "{}", report.summary(&run));
+}
+
+// LOCK-4: in `late-release` a holder's release stalls on its way and
+// arrives after the holder was told, on a new connection, that it holds
+// the lock again. The master refuses it; a master that carries out every
+// release, whichever acquire it names, gives the lock to another while the
+// holder still believes it holds it, and the trace says so.
+#[test]
+fn a_release_delivered_late_never_frees_a_lock_its_session_was_told_of_since() {
+    let (run, report) = shared("late-release", SEEDS[0]);
     let refused = run
         .entries
         .iter()
         .any(|e| matches!(&e.what, What::ReleaseRefused { lock, .. } if lock == "locks/work"));
-    assert!(refused, "the seed no longer delivers a release late");
+    assert!(refused, "no release arrived late: {}", report.summary(run));
 
     let unfenced = Settings {
         unfenced_releases: true,
         ..Settings::default()
     };
-    let (run, report) = judged("lease-edges", 700_204, unfenced);
-    let two_holders = report.of("exclusion");
-    assert!(
-        !two_holders.is_empty(),
-        "a master that carries out the late release must break exclusion: {}",
-        report.summary(&run)
-    );
-    // The trace says why the lock changed hands: the master let c2's
-    // holding go on the late release, then granted it to another.
+    let (run, report) = first_broken_in("late-release", unfenced, "exclusion")
+        .expect("carrying out late releases breaks exclusion within 10 seeds");
+    // The trace says why the lock changed hands: the master let the
+    // holding go on the late release, then granted the lock to another.
     let let_go = run.entries.iter().any(|e| {
         matches!(&e.what, What::LetGo { lock, why, .. } if lock == "locks/work" && why == "released")
     });

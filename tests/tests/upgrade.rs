@@ -138,11 +138,12 @@ async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_loc
     server.shutdown().await.unwrap();
 }
 
-// STORE-6, LOCK-4: a holding the snapshot kept counts as acquired at
-// index 0, which any release names; one the log's records made again
-// keeps the index its acquire had.
+// STORE-6, LOCK-4: every holding carried forward (the snapshot's, and the
+// one the log's records made again) counts as acquired at index 0, which
+// any release names; from the first start on, each acquire is kept, and a
+// release naming one older than the holding's latest is refused.
 #[tokio::test]
-async fn holdings_from_a_format_4_directory_are_released_as_their_acquires_allow() {
+async fn holdings_carried_forward_are_released_naming_any_acquire_and_fenced_from_then_on() {
     let (_dir, server) = started_on_format_4().await;
     let (mut conn, welcome) = RawConnection::open(server.addr).await;
     let (a, b) = (token(A), token(B));
@@ -159,18 +160,28 @@ async fn holdings_from_a_format_4_directory_are_released_as_their_acquires_allow
         "{released:?}"
     );
     assert!(!valid(&mut conn, B_LOCKS_S).await);
+    let released = conn.call(release("locks/x", a, 0)).await;
+    assert!(
+        matches!(released, Ok(Response::Released { .. })),
+        "{released:?}"
+    );
 
-    let stat = Request::Get {
+    // a asks again for locks/y, which the log made: answered at a kept index.
+    let again = Request::Acquire(leasehold_protocol::Acquire {
         key: "locks/y".into(),
-        stat_only: true,
+        session: a,
+        mode: leasehold_protocol::LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+        transient: true,
+    });
+    let Ok(Response::Acquired {
+        index: acquired, ..
+    }) = conn.call(again).await
+    else {
+        panic!("a holder asking again is answered");
     };
-    let Ok(Response::Node { node: Some(y), .. }) = conn.call(stat).await else {
-        panic!("locks/y is there");
-    };
-    // Nothing but its acquire touched the node: its modify index is the
-    // acquire's.
-    let acquired = y.stat.modify_index;
-    let stale = conn.call(release("locks/y", a, acquired - 1)).await;
+    let stale = conn.call(release("locks/y", a, 0)).await;
     assert!(
         matches!(&stale, Err(e) if e.code == ErrorCode::StaleRelease { acquired }),
         "{stale:?}"

@@ -157,6 +157,9 @@ impl Member {
         };
         let log = CellLog::open(volume.clone())?;
         let machine = CellMachine::open(volume, bounds)?;
+        if let (Storage::Dir(dir), Some(taken)) = (&config.storage, &lock) {
+            taken.carried_forward(dir)?;
+        }
         let fresh = log.is_empty();
         tokio::time::sleep(timing.election_max).await;
         let lease = Arc::new(if config.unsafe_keep_master_lease {
@@ -194,7 +197,7 @@ impl Member {
             lease,
             log,
             led_by: Arc::default(),
-            _lock: lock.map(Arc::new),
+            _lock: lock.map(|taken| Arc::new(taken.lock)),
         })
     }
 
@@ -231,6 +234,28 @@ impl Member {
     }
 }
 
+/// A member's data directory, locked for it.
+pub(super) struct TakenDir {
+    /// Locked while the member runs.
+    pub(super) lock: std::fs::File,
+    /// It is cell format 2's, to be carried forward once read whole.
+    upgrade: bool,
+}
+
+impl TakenDir {
+    /// Marks the directory cell format 3's, once its log and snapshot were
+    /// read: from now on the log may hold commands cell format 2 does not
+    /// know, and an earlier member must refuse the directory rather than
+    /// misread it (`STORE-6`).
+    pub(super) fn carried_forward(&self, dir: &std::path::Path) -> Result<(), StoreError> {
+        if self.upgrade {
+            tracing::info!(dir = %dir.display(), "carrying a cell format 2 directory forward to cell format 3");
+            crate::store::write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
 /// What a member's data directory says it is.
 const FORMAT: &str = "leasehold-cell 3\n";
 /// Cell format 2, whose directories a member reads and carries forward:
@@ -241,7 +266,7 @@ const FORMAT_2: &str = "leasehold-cell 2\n";
 /// Takes a member's data directory: creates it, or checks that it is a
 /// cell member's, and locks it. A single master's directory is refused, not
 /// taken over: its state is not a cell's log.
-pub(super) fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
+pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
     use crate::store::{corrupt, io_error, write_atomically};
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let format = dir.join("FORMAT");
@@ -298,13 +323,7 @@ pub(super) fn take_dir(dir: &std::path::Path) -> Result<std::fs::File, StoreErro
             "another member or master is using it (LOCK is held)",
         ));
     }
-    if upgrade {
-        // The log may hold commands cell format 2 does not know from now
-        // on: an earlier member must refuse the directory, not misread it.
-        tracing::info!(dir = %dir.display(), "carrying a cell format 2 directory forward to cell format 3");
-        write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
-    }
-    Ok(lock)
+    Ok(TakenDir { lock, upgrade })
 }
 
 /// Reads a connection's first frame, refusing one longer than `max`

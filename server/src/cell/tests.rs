@@ -536,17 +536,27 @@ fn a_cell_format_2_directory_is_carried_forward() {
     for file in ["FORMAT", "raft-log", "raft-snapshot"] {
         std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
     }
-    let _lock = member::take_dir(&dir).expect("a cell format 2 directory is taken");
-    assert_eq!(
-        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
-        "leasehold-cell 3\n"
-    );
+    let taken = member::take_dir(&dir).expect("a cell format 2 directory is taken");
     let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
     let log = CellLog::open(volume.clone()).expect("its log decodes");
     assert!(!log.is_empty());
     let machine = CellMachine::open(volume, Bounds::from(&crate::Config::default()))
         .expect("its snapshot decodes");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-cell 2\n",
+        "read, not yet carried forward"
+    );
+    taken.carried_forward(&dir).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-cell 3\n"
+    );
     let state = machine.replica().state;
+    assert!(
+        !state.acquires_kept(),
+        "until a master of this version says so"
+    );
     let a: SessionId = "e71364f3-9832-404e-b1d0-b9a41ff02b91".parse().unwrap();
     let b: SessionId = "72e1a3bd-83bb-4107-a12c-0f3a0ab98785".parse().unwrap();
     let holder = |key: &str, session| {

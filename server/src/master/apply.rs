@@ -5,7 +5,7 @@
 use leasehold_protocol::{Error, Response, Sequencer};
 use tracing::info;
 
-use super::{Master, ReplyTx, Timer};
+use super::{Master, ReplyTx, Timer, Told};
 use crate::observe::{Grant, MasterEvent};
 use crate::state::{Applied, Command, StateEvent};
 use crate::store::{Record, Snapshot};
@@ -25,19 +25,28 @@ impl Master {
     }
 
     /// As `deliver` for a reply that grants `grant`, giving the lock back
-    /// if nobody is there to receive it (`LOCK-9`).
+    /// if nobody is there to receive it (`LOCK-9`). `made`: this reply's
+    /// acquire made the holding; otherwise its session held it already
+    /// and was told so by an earlier reply, maybe a previous master's,
+    /// which this master cannot count.
     pub(crate) fn deliver_grant(
         &mut self,
         reply: ReplyTx,
         result: Result<Response, Error>,
         grant: Sequencer,
+        made: bool,
     ) {
         let holding = (grant.session, grant.key.clone());
-        let told = self.told.entry(holding).or_insert((grant.clone(), 0));
-        if told.0 != grant {
-            *told = (grant.clone(), 0);
+        let fresh = || Told {
+            grant: grant.clone(),
+            replies: 0,
+            made_here: made,
+        };
+        let told = self.told.entry(holding).or_insert_with(fresh);
+        if told.grant != grant {
+            *told = fresh();
         }
-        told.1 += 1;
+        told.replies += 1;
         let unheard = match &mut self.commit {
             Some(commit) => commit.reply(reply, result, Some(grant)),
             None => reply.send(result).err().map(|_| grant),
@@ -50,16 +59,20 @@ impl Master {
     /// A reply granting `grant` found nobody to receive it. The lock goes
     /// back unless another reply has told the session it holds this same
     /// holding (it asked again while this one waited for the log, and was
-    /// told it already holds it, `LOCK-2`), or the holding is gone.
+    /// told it already holds it, `LOCK-2`), or the holding was made before
+    /// this master's replies (a previous master's reply told of it), or
+    /// the holding is gone.
     fn grant_unheard(&mut self, grant: Sequencer) {
         let holding = (grant.session, grant.key.clone());
-        if let Some((told, replies)) = self.told.get_mut(&holding) {
-            if *told == grant {
-                *replies -= 1;
-                if *replies > 0 {
+        match self.told.get_mut(&holding) {
+            Some(told) if told.grant == grant => {
+                told.replies -= 1;
+                if told.replies > 0 || !told.made_here {
                     return;
                 }
             }
+            // Its record went with the holding: the lock was let go.
+            _ => return,
         }
         if self.state.sequencer_of(&grant.key, grant.session).as_ref() != Some(&grant) {
             return;

@@ -113,10 +113,21 @@ pub(crate) struct Master {
     pub(crate) failover_pending: std::collections::BTreeSet<SessionId>,
     /// Recovered sessions no KeepAlive has named yet (`FO-2`).
     pub(crate) unheard: std::collections::BTreeSet<SessionId>,
-    /// Each holding's grant and how many replies have told its session of
-    /// it, sent or waiting for the log: one of them undelivered gives the
-    /// lock back only if no other told the session (`LOCK-9`).
-    pub(crate) told: std::collections::BTreeMap<(SessionId, String), (Sequencer, u32)>,
+    /// What this master's replies told of each holding (`LOCK-9`).
+    pub(crate) told: std::collections::BTreeMap<(SessionId, String), Told>,
+}
+
+/// What this master's replies told a session of one of its holdings: one
+/// of them undelivered gives the lock back only if no other told the
+/// session of it, and the holding was made by this master's acquire, not
+/// an earlier one (`LOCK-9`).
+#[derive(Debug)]
+pub(crate) struct Told {
+    pub(crate) grant: Sequencer,
+    /// Replies that told of it, sent or waiting for the log.
+    pub(crate) replies: u32,
+    /// Whether an acquire this master answered made the holding.
+    pub(crate) made_here: bool,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -170,6 +181,13 @@ impl Master {
         master.observe(|| MasterEvent::Serving { epoch, now });
         if start.recovered {
             master.promote();
+        }
+        // Once, on a new state or one carried forward from format 4 (cell
+        // format 2): logged, so every member keeps acquires from the same
+        // entry on (`STORE-6`).
+        if !master.state.acquires_kept() {
+            let now = master.now;
+            let _ = master.apply(Command::KeepAcquires, now);
         }
         master
     }

@@ -496,6 +496,40 @@ async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of()
     );
 }
 
+// LOCK-9: after a restart, a holder asks again and the answer finds
+// nobody to receive it. The holding was made under the previous master,
+// whose reply told the session of it: it is not given back.
+#[tokio::test]
+async fn an_unheard_answer_to_a_holder_asking_again_never_gives_back_an_earlier_holding() {
+    let mut config = Config::default();
+    let store = crate::MemoryStore::default();
+    let mut first = started(&mut config, Some(store.clone()));
+    let holder = created(&mut first, "holder", None).await;
+    let held = call(&mut first, acquire(holder, None)).await;
+    assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
+    drop(first);
+    let mut master = started(&mut config, Some(store));
+    // Its fail-over event acknowledged, its requests are served (`FO-5`).
+    master.failover_pending.clear();
+    let again = handed(&mut master, acquire(holder, None));
+    drop(again);
+    // The answer waits for the log; once the log has it, it finds nobody.
+    let holding = (holder.id, "locks/a".to_string());
+    loop {
+        master.on_durable();
+        if master.told.get(&holding).is_none_or(|t| t.replies == 0) {
+            break;
+        }
+        super::durable(&mut master.commit)
+            .await
+            .expect("the writer goes on");
+    }
+    assert!(
+        master.state.sequencer_of("locks/a", holder.id).is_some(),
+        "the holding the previous master told of was given back"
+    );
+}
+
 /// A KeepAliveAll for `sessions` under `epoch`, acknowledging nothing.
 fn keepalive_all(sessions: &[SessionToken], epoch: u64, hold: bool) -> Request {
     Request::KeepAliveAll(

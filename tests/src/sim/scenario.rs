@@ -68,6 +68,15 @@ pub enum Action {
         delay: u64,
         edge: Edge,
     },
+    /// Stall the link of whichever contender then holds the lock (waiting
+    /// for one): its messages to and from the master wait, the release it
+    /// sends as it lets the lock go among them. Once it has let go, new
+    /// traffic flows again while the stalled messages still wait, so the
+    /// client reconnects; once it holds the lock again (its session, still
+    /// holding it at the master, is told so, `LOCK-2`), or after a lease
+    /// and a grace period, the stalled messages arrive, the release last
+    /// (`LOCK-4`).
+    LateRelease,
     /// Hold `client`'s traffic for `hold`, then cut its messages to the
     /// master off for `ms` from `delay` after the held messages are let
     /// go: the stale reply arrives, the KeepAlive it sets off is lost.
@@ -492,6 +501,21 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 0,
         plan: contended,
+    },
+    Scenario {
+        name: "late-release",
+        about: "no lock-delay; a holder's link stalls as it lets the lock go, it reconnects and is told it holds the lock again, then the release it sent arrives: it must not free the lock the second answer told of",
+        role: Some(Role::Locker),
+        contenders: 4,
+        lock_delay: Duration::ZERO,
+        members: 0,
+        plan: |p| {
+            let mut at = p.rng.range(2_000, 4_000);
+            while at + 8_000 < p.work() {
+                p.add(at, Action::LateRelease);
+                at += p.rng.range(6_000, 12_000);
+            }
+        },
     },
     Scenario {
         name: "lease-edges",

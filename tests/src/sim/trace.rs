@@ -46,7 +46,9 @@ pub enum Outcome {
 pub enum What {
     /// The network or the master misbehaves from here on (`fault`:
     /// partition, partition-to, partition-from, hold, crash), or is
-    /// repaired (repair, release, restart). `peer` is the other end.
+    /// repaired (repair, release, restart). `flow`: new traffic passes a
+    /// held link again while what it held still waits, until `release`.
+    /// `peer` is the other end.
     /// `expect_normal` marks a partition that heals while the client's
     /// local lease still covers the held KeepAlive answer.
     Fault {

@@ -264,6 +264,18 @@ pub struct Run {
     pub clocks: Clocks,
 }
 
+/// Where an `Action::LateRelease` is: waiting for a holder to stall;
+/// for the stalled client to let go (since `since`); to let new traffic
+/// flow; for the client to hold the lock again (since `since`), when the
+/// stalled messages go on. `id` names its hold.
+#[derive(Debug, Clone)]
+enum Late {
+    Holder,
+    LetGo { client: String, since: u64, id: u64 },
+    Flow { client: String, id: u64 },
+    HeldAgain { client: String, since: u64, id: u64 },
+}
+
 /// A fault as the driver applies it. A fault that finds its client
 /// already cut off (or held) is skipped whole, and a repair heals only the
 /// fault that scheduled it, so overlapping faults never end each other.
@@ -316,6 +328,12 @@ enum Step {
         /// The client's local lease as published when last looked at:
         /// what a renewal by the coming grant's reply will change.
         published: Option<u64>,
+        give_up: u64,
+    },
+    /// `Action::LateRelease`, in the phase `late`, watching until
+    /// `give_up`.
+    LateRelease {
+        late: Late,
         give_up: u64,
     },
     /// Crash a cell's member: its master, or a follower.
@@ -758,6 +776,10 @@ impl Driver {
                     give_up: at + 2 * self.settings.lease.as_millis() as u64,
                 }
             }
+            Action::LateRelease => Step::LateRelease {
+                late: Late::Holder,
+                give_up: at + self.settings.lease.as_millis() as u64,
+            },
             Action::StaleThenLost {
                 client,
                 hold,
@@ -1312,6 +1334,7 @@ impl Driver {
                 }
             }
             Step::Watch { client, watched } => self.leases.watch(&client, watched),
+            Step::LateRelease { late, give_up } => self.late_release(sim, now, late, give_up),
             Step::AfterRenewal {
                 client,
                 before,
@@ -1382,6 +1405,131 @@ impl Driver {
                 give_up: at + 100,
             }),
         }
+    }
+
+    /// One phase of `Action::LateRelease`; polls every 5 ms until it can
+    /// go on, or gives up.
+    fn late_release(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, late: Late, give_up: u64) {
+        let again = |late| Step::LateRelease { late, give_up };
+        let (lease, grace) = (
+            self.settings.lease.as_millis() as u64,
+            self.settings.grace.as_millis() as u64,
+        );
+        match late {
+            Late::Holder => {
+                let holder = self
+                    .holder()
+                    .filter(|h| !self.is_cut(h) && !self.active.contains_key(&(h.clone(), "hold")));
+                match holder {
+                    Some(client) => {
+                        for server in &self.servers {
+                            sim.hold(client.as_str(), server.as_str());
+                        }
+                        self.fault(now, &client, "hold", "master", false);
+                        self.seq += 1;
+                        let id = self.seq;
+                        let release = Step::Release {
+                            client: client.clone(),
+                            id,
+                        };
+                        self.active.insert((client.clone(), "hold"), (id, release));
+                        let next = Step::LateRelease {
+                            late: Late::LetGo {
+                                client,
+                                since: now,
+                                id,
+                            },
+                            // Let go by the end of its local lease at most.
+                            give_up: now + lease + grace,
+                        };
+                        self.push(now + 5, next);
+                    }
+                    None if now < give_up => self.push(now + 5, again(late)),
+                    None => {}
+                }
+            }
+            Late::LetGo { client, since, id } => {
+                if !self.holds_hold(&client, id) {
+                    return;
+                }
+                let let_go = self.believed_since(&client, since, false);
+                if let_go.is_none() && now < give_up {
+                    return self.push(now + 5, again(Late::LetGo { client, since, id }));
+                }
+                // The release goes out right after the belief ends: let it
+                // join the stalled messages, then let new traffic through.
+                let sent = let_go.unwrap_or(now) + self.rng.range(20, 200);
+                let flow = Step::LateRelease {
+                    late: Late::Flow { client, id },
+                    give_up: sent + lease + grace,
+                };
+                self.push(sent.max(now + 5), flow);
+            }
+            Late::Flow { client, id } => {
+                if !self.holds_hold(&client, id) {
+                    return;
+                }
+                // A repair heals a cut too: not while one is in force.
+                if self.is_cut(&client) {
+                    if now < give_up {
+                        return self.push(now + 5, again(Late::Flow { client, id }));
+                    }
+                    return self.apply(sim, now, Step::Release { client, id });
+                }
+                for server in &self.servers {
+                    sim.repair(client.as_str(), server.as_str());
+                }
+                // Not a "repair": the held messages still wait, and the
+                // hold lasts until its "release".
+                self.fault(now, &client, "flow", "master", false);
+                let next = Step::LateRelease {
+                    late: Late::HeldAgain {
+                        client,
+                        since: now,
+                        id,
+                    },
+                    give_up,
+                };
+                self.push(now + 5, next);
+            }
+            Late::HeldAgain { client, since, id } => {
+                if !self.holds_hold(&client, id) {
+                    return;
+                }
+                if self.believed_since(&client, since, true).is_none() && now < give_up {
+                    let next = Late::HeldAgain { client, since, id };
+                    return self.push(now + 5, again(next));
+                }
+                // The stalled messages arrive, the release among them.
+                self.apply(sim, now, Step::Release { client, id });
+            }
+        }
+    }
+
+    /// Whether the hold `id` is the one in force on `client`'s link.
+    fn holds_hold(&self, client: &str, id: u64) -> bool {
+        self.active
+            .get(&(client.to_string(), "hold"))
+            .is_some_and(|(active, _)| *active == id)
+    }
+
+    /// When, after `since`, `client` last came to believe it holds
+    /// something (`holding`), or stopped believing it does.
+    fn believed_since(&self, client: &str, since: u64, holding: bool) -> Option<u64> {
+        self.trace
+            .entries()
+            .iter()
+            .rev()
+            .take_while(|e| e.at >= since)
+            .find(|e| {
+                e.who == client
+                    && match e.what {
+                        What::Holding { .. } => holding,
+                        What::Released { .. } => !holding,
+                        _ => false,
+                    }
+            })
+            .map(|e| e.at)
     }
 
     /// A contender that believes it holds something now.
