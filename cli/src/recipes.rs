@@ -86,10 +86,11 @@ pub(crate) async fn lock(
     let lost = until_lost(&session, run.stop_on, || guard.lost(), || guard.is_held());
     let sequencer = Some(guard.sequencer().to_hex());
     let what = format!("the lock on {key}");
-    let code = supervise(&run, &what, guard.is_held(), sequencer, lost).await?;
+    // Given back however the command ended, or failed to start.
+    let code = supervise(&run, &what, guard.is_held(), sequencer, lost).await;
     let _ = guard.release().await;
     let _ = session.close().await;
-    Ok(code)
+    code
 }
 
 /// `leasehold elect KEY --value V -- CMD`.
@@ -107,10 +108,10 @@ pub(crate) async fn elect(
     let lost = until_lost(&session, run.stop_on, || term.lost(), || term.is_leader());
     let sequencer = Some(term.sequencer().to_hex());
     let what = format!("leadership of {key}");
-    let code = supervise(&run, &what, term.is_leader(), sequencer, lost).await?;
+    let code = supervise(&run, &what, term.is_leader(), sequencer, lost).await;
     let _ = term.resign().await;
     let _ = session.close().await;
-    Ok(code)
+    code
 }
 
 /// `leasehold semaphore PREFIX --limit N -- CMD`.
@@ -130,10 +131,10 @@ pub(crate) async fn semaphore(
     eprintln!("leasehold: holding a slot in {prefix}");
     let lost = until_lost(&session, run.stop_on, || permit.lost(), || permit.is_held());
     let what = format!("the slot in {prefix}");
-    let code = supervise(&run, &what, permit.is_held(), None, lost).await?;
+    let code = supervise(&run, &what, permit.is_held(), None, lost).await;
     let _ = permit.release().await;
     let _ = session.close().await;
-    Ok(code)
+    code
 }
 
 /// `leasehold leader KEY`: the leader's value; none is exit status 1.

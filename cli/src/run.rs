@@ -25,6 +25,12 @@ use clap::ValueEnum;
 use leasehold::{Session, SessionState};
 use tokio::process::{Child, Command};
 
+/// The exit status of a command that was not found, as shells give it.
+pub(crate) const COMMAND_NOT_FOUND: u8 = 127;
+/// The exit status of a command found but not runnable (not executable,
+/// not a program), as shells give it.
+pub(crate) const COMMAND_NOT_RUNNABLE: u8 = 126;
+
 /// When a supervised command is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum StopOn {
@@ -166,7 +172,9 @@ impl Guard {
 /// Runs `args.command` with `LEASEHOLD_SEQUENCER` set (when there is one)
 /// until it exits, or until `lost` resolves, when it gets SIGTERM and, after
 /// the grace, SIGKILL. Exits with the command's status (128 + the signal if
-/// a signal ended it).
+/// a signal ended it); a command that cannot start is 127 when it is not
+/// found and 126 when it cannot be run, as shells have it. The caller gives
+/// the holding back however this ends.
 /// CMD runs in a process group led by its guard, and the signals go to the
 /// whole group, so that what CMD started stops with it; when this process
 /// ends, however it ends, the guard kills what is left of the group.
@@ -201,9 +209,18 @@ pub(crate) async fn supervise(
     // signs of life must not find the default action, which would end this
     // process without stopping CMD or releasing the lock.
     let interrupted = crate::signals::stop_requested(true)?;
-    let mut child = command
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot run {program}: {e}"))?;
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let program = crate::printable(program);
+            eprintln!("leasehold: cannot run {program}: {e}");
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => COMMAND_NOT_FOUND,
+                _ => COMMAND_NOT_RUNNABLE,
+            };
+            return Ok(ExitCode::from(code));
+        }
+    };
     #[cfg(unix)]
     let guard_ended = guard.ended();
     #[cfg(not(unix))]

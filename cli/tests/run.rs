@@ -417,3 +417,50 @@ fn lock_try_runs_the_command_only_if_the_lock_is_free_now() {
     assert!(free.status.success(), "{free:?}");
     assert_eq!(String::from_utf8_lossy(&free.stdout).trim(), "ran");
 }
+
+// A command that cannot start gives what was taken for it back at once,
+// with no lock-delay, and exits as a shell does: 127 for a command not
+// found, 126 for one that cannot be run.
+#[test]
+fn a_command_that_cannot_start_gives_the_lock_back_at_once_and_exits_as_a_shell_does() {
+    let serve = Serve::start();
+    let missing = serve.run(&[
+        "lock",
+        "jobs/typo",
+        "--lease",
+        "10s",
+        "--lock-delay",
+        "15s",
+        "--",
+        "./no-such-script.sh",
+    ]);
+    assert_eq!(missing.status.code(), Some(127), "{missing:?}");
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot run ./no-such-script.sh"),
+        "{missing:?}"
+    );
+    let next = serve.run(&["lock", "jobs/typo", "--try", "--", "true"]);
+    assert!(next.status.success(), "the lock is free at once: {next:?}");
+
+    let not_runnable = serve.run(&["lock", "jobs/typo", "--", "/etc/passwd"]);
+    assert_eq!(not_runnable.status.code(), Some(126), "{not_runnable:?}");
+    let next = serve.run(&["lock", "jobs/typo", "--try", "--", "true"]);
+    assert!(next.status.success(), "{next:?}");
+
+    let daemon = serve.run(&["elect", "svc/x", "--value", "me", "--", "./no-such-daemon"]);
+    assert_eq!(daemon.status.code(), Some(127), "{daemon:?}");
+    let leader = serve.run(&["leader", "svc/x"]);
+    assert_eq!(leader.status.code(), Some(1), "nobody leads: {leader:?}");
+
+    let slot = serve.run(&[
+        "semaphore",
+        "pool",
+        "--limit",
+        "1",
+        "--",
+        "./no-such-worker",
+    ]);
+    assert_eq!(slot.status.code(), Some(127), "{slot:?}");
+    let next = serve.run(&["semaphore", "pool", "--limit", "1", "--", "true"]);
+    assert!(next.status.success(), "the slot is free at once: {next:?}");
+}
