@@ -11,7 +11,11 @@ use crate::{Command, NOT_FOUND};
 pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
     match command {
-        Command::Get { key, stat } => {
+        Command::Get { key, stat, raw } => {
+            if raw && json {
+                eprintln!("leasehold: --raw writes the contents alone; it does not go with --json");
+                return Ok(ExitCode::from(crate::USAGE));
+            }
             let Some(node) = (if stat {
                 client.stat(&key).await?.map(|stat| NodeView {
                     key: key.clone(),
@@ -24,7 +28,7 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
                 eprintln!("leasehold: no node at {key}");
                 return Ok(ExitCode::from(NOT_FOUND));
             };
-            print_node(&node, json);
+            return print_node(&node, json, raw);
         }
         Command::Put {
             key,
@@ -138,19 +142,36 @@ fn print_keys(keys: &[String], json: bool) {
     }
 }
 
-fn print_node(node: &NodeView, json: bool) {
+/// Prints a node: its contents (exactly, with `raw`; as a line of UTF-8
+/// text otherwise, or refused if they are not text), or its metadata.
+fn print_node(node: &NodeView, json: bool, raw: bool) -> anyhow::Result<ExitCode> {
+    use base64::Engine;
+    use std::io::Write;
+
     let s = &node.stat;
     let owner = s.ephemeral_owner.map(|o| o.to_string());
-    let value = node
-        .contents
-        .as_ref()
-        .map(|c| String::from_utf8_lossy(c).into_owned());
+    if raw {
+        let contents = node.contents.as_deref().unwrap_or_default();
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(contents)?;
+        stdout.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = node.contents.as_deref().map(std::str::from_utf8);
     if json {
+        // Text as it is; bytes that are not UTF-8 only in base64, which
+        // carries every value exactly.
+        let value = text.and_then(Result::ok);
+        let base64 = node
+            .contents
+            .as_deref()
+            .map(|c| base64::engine::general_purpose::STANDARD.encode(c));
         println!(
             "{}",
             json!({
                 "key": node.key,
                 "value": value,
+                "value_base64": base64,
                 "flags": s.flags,
                 "instance": s.instance,
                 "content_generation": s.content_generation,
@@ -162,8 +183,16 @@ fn print_node(node: &NodeView, json: bool) {
                 "transient": s.transient,
             })
         );
-    } else if let Some(value) = value {
-        println!("{value}");
+    } else if let Some(text) = text {
+        let Ok(text) = text else {
+            eprintln!(
+                "leasehold: the value of {} is not UTF-8 text: `get --raw` writes its bytes \
+                 exactly, `--json get` gives them in base64",
+                crate::printable(&node.key)
+            );
+            return Ok(ExitCode::from(crate::MALFORMED));
+        };
+        println!("{text}");
     } else {
         println!(
             "key={} flags={} instance={} content_generation={} lock_generation={} modify_index={} checksum={:016x} length={} ephemeral_owner={} transient={}",
@@ -179,6 +208,7 @@ fn print_node(node: &NodeView, json: bool) {
             s.transient,
         );
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The contents `put KEY -` reads from stdin: at most one byte more than a

@@ -66,8 +66,14 @@ enum Command {
     Get {
         key: String,
         /// Print the metadata instead of the contents.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "raw")]
         stat: bool,
+        /// Write the contents exactly as stored, with no newline after
+        /// them: `put KEY - < FILE` then `get KEY --raw > COPY` gives FILE
+        /// back, binary or not. Without it the contents must be UTF-8 text
+        /// and a newline follows them; `--json` gives them in base64 too.
+        #[arg(long)]
+        raw: bool,
     },
     /// Write a node and print its new modify index.
     Put {
@@ -374,7 +380,7 @@ enum SessionCommand {
 /// "No": the thing asked about does not exist, or the check failed.
 pub(crate) const NOT_FOUND: u8 = 1;
 /// The command line was wrong (EX_USAGE).
-const USAGE: u8 = 64;
+pub(crate) const USAGE: u8 = 64;
 /// The input was malformed, e.g. not a sequencer (EX_DATAERR).
 pub(crate) const MALFORMED: u8 = 65;
 /// The master could not be reached (EX_UNAVAILABLE).

@@ -498,3 +498,81 @@ fn session_keep_destroys_its_session_on_sigterm() {
     let info = serve.run(&["session", "info", &id]);
     assert_eq!(info.status.code(), Some(1), "{info:?}");
 }
+
+/// `put KEY -` with `bytes` on its stdin.
+fn put_from_stdin(serve: &Serve, key: &str, bytes: &[u8]) {
+    use std::io::Write;
+    let mut put = Command::new(BIN)
+        .args(["--addr", &serve.addr, "put", key, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    put.stdin.take().unwrap().write_all(bytes).unwrap();
+    assert!(put.wait().unwrap().success());
+}
+
+/// 256 KiB of bytes that are not UTF-8 text (a fixed xorshift stream).
+fn random_bytes() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..256 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+// `get --raw` writes exactly what `put -` stored, binary or not, and no
+// newline after it.
+#[test]
+fn get_raw_gives_back_exactly_the_bytes_put_stored() {
+    let serve = Serve::start();
+    let bytes = random_bytes();
+    assert!(std::str::from_utf8(&bytes).is_err());
+    put_from_stdin(&serve, "blob", &bytes);
+    let got = serve.run(&["get", "blob", "--raw"]);
+    assert!(got.status.success(), "{:?}", got.status);
+    assert!(
+        got.stdout == bytes,
+        "{} bytes back for {}",
+        got.stdout.len(),
+        bytes.len()
+    );
+    put_from_stdin(&serve, "text", b"abc");
+    assert_eq!(serve.run(&["get", "text", "--raw"]).stdout, b"abc");
+}
+
+// A value that is not text is not printed as text, where it would come
+// out changed: `get` refuses it and says what gives it exactly; `--json`
+// carries it in base64, and text as text too.
+#[test]
+fn get_refuses_to_print_bytes_that_are_not_text_and_json_carries_them_in_base64() {
+    use base64::Engine;
+
+    let serve = Serve::start();
+    let bytes = random_bytes();
+    put_from_stdin(&serve, "blob", &bytes);
+    let text = serve.run(&["get", "blob"]);
+    assert_eq!(text.status.code(), Some(65), "{:?}", text.status);
+    assert!(text.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&text.stderr).contains("--raw"),
+        "{:?}",
+        text.stderr
+    );
+    let json = serve.run(&["--json", "get", "blob"]);
+    let line: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(line["value"].is_null(), "{line}");
+    let carried = base64::engine::general_purpose::STANDARD
+        .decode(line["value_base64"].as_str().unwrap())
+        .unwrap();
+    assert!(carried == bytes);
+    put_from_stdin(&serve, "text", b"caf\xc3\xa9");
+    let line: serde_json::Value =
+        serde_json::from_slice(&serve.run(&["--json", "get", "text"]).stdout).unwrap();
+    assert_eq!(line["value"], "café");
+    assert_eq!(line["value_base64"], "Y2Fmw6k=");
+}
