@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use leasehold::{Client, ClientConfig, ClientError};
+use leasehold::{Client, ClientConfig, ClientError, Remedy};
 
 use run::RunArgs;
 use session::SessionArgs;
@@ -46,6 +46,11 @@ struct Cli {
         value_name = "PATH"
     )]
     operator_token_file: Option<std::path::PathBuf>,
+    /// How long a request may wait for its answer. Past it the outcome is
+    /// unknown (exit status 3): a write held for a session that caches
+    /// its key can take up to that session's lease.
+    #[arg(long, global = true, value_parser = duration::parse, default_value = "10s")]
+    request_timeout: Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -383,6 +388,9 @@ pub(crate) const NOT_FOUND: u8 = 1;
 pub(crate) const USAGE: u8 = 64;
 /// The input was malformed, e.g. not a sequencer (EX_DATAERR).
 pub(crate) const MALFORMED: u8 = 65;
+/// The request may or may not have been carried out: no answer came in
+/// time, or the connection broke with it in flight (`Remedy::OutcomeUnknown`).
+pub(crate) const OUTCOME_UNKNOWN: u8 = 3;
 /// The master could not be reached (EX_UNAVAILABLE).
 pub(crate) const UNREACHABLE: u8 = 69;
 /// Exit status for "the lock is held by others; try again later" (as
@@ -445,6 +453,9 @@ fn raise_open_files_limit() {
 /// `--operator-token-file`.
 pub(crate) static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
 
+/// `--request-timeout`, for every client this process makes.
+static REQUEST_TIMEOUT: OnceLock<Duration> = OnceLock::new();
+
 /// Reads an operator token: the file's contents without surrounding
 /// whitespace, so a trailing newline from `echo` does not count.
 fn read_operator_token(path: &std::path::Path) -> anyhow::Result<String> {
@@ -465,10 +476,13 @@ fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
 /// A client of the master at `addr`, presenting the operator token if one
 /// was given.
 pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
-    let config = ClientConfig {
+    let mut config = ClientConfig {
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
         ..ClientConfig::default()
     };
+    if let Some(timeout) = REQUEST_TIMEOUT.get() {
+        config.request_timeout = *timeout;
+    }
     Client::connect_with(addr, config).await
 }
 
@@ -530,6 +544,7 @@ fn main() -> ExitCode {
         }
     };
     let _ = OPERATOR_TOKEN.set(token);
+    let _ = REQUEST_TIMEOUT.set(cli.request_timeout);
     let given_addr = cli.addr.clone();
     let addr = cli.addr.unwrap_or_else(|| DEFAULT_ADDR.to_string());
     runtime.block_on(async {
@@ -587,11 +602,20 @@ fn main() -> ExitCode {
         match result {
             Ok(code) => code,
             Err(e) => {
-                let code = match e.downcast_ref::<ClientError>() {
+                let client = e.downcast_ref::<ClientError>();
+                let code = match client {
                     Some(ClientError::Connect { .. }) => UNREACHABLE,
+                    Some(e) if e.remedy() == Remedy::OutcomeUnknown => OUTCOME_UNKNOWN,
                     _ => 1,
                 };
-                eprintln!("leasehold: {}", printable(&format!("{e:#}")));
+                let mut said = printable(&format!("{e:#}"));
+                if code == OUTCOME_UNKNOWN {
+                    said.push_str(
+                        ": the outcome is unknown, the request may or may not have been carried \
+                         out; read before repeating it",
+                    );
+                }
+                eprintln!("leasehold: {said}");
                 ExitCode::from(code)
             }
         }

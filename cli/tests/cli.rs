@@ -576,3 +576,48 @@ fn get_refuses_to_print_bytes_that_are_not_text_and_json_carries_them_in_base64(
     assert_eq!(line["value"], "café");
     assert_eq!(line["value_base64"], "Y2Fmw6k=");
 }
+
+// A write held for a session that caches its key (`CACHE-3`), here one
+// that never acknowledges, takes up to that session's lease; past the
+// CLI's request timeout its outcome is unknown, and the CLI says so with
+// an exit status of its own. The write is applied once the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_does_not_come_in_time_exits_3_saying_its_outcome_is_unknown() {
+    use leasehold_protocol::{GetCached, Request, Response};
+    use leasehold_tests::raw::RawConnection;
+
+    let serve = Serve::start();
+    assert!(serve.run(&["put", "k", "old"]).status.success());
+    let (mut cacher, _) = RawConnection::open(serve.addr.parse().unwrap()).await;
+    let session = cacher.create_session(Duration::from_secs(5)).await;
+    let cached = cacher
+        .call(Request::GetCached(GetCached {
+            key: "k".into(),
+            session,
+            dropped: Vec::new(),
+        }))
+        .await;
+    assert!(
+        matches!(
+            cached,
+            Ok(Response::Cached {
+                cacheable: true,
+                ..
+            })
+        ),
+        "{cached:?}"
+    );
+    let put = serve.run(&["--request-timeout", "500ms", "put", "k", "new"]);
+    assert_eq!(put.status.code(), Some(3), "{put:?}");
+    let said = String::from_utf8_lossy(&put.stderr);
+    assert!(said.contains("outcome is unknown"), "{said}");
+    // The cacher's lease runs out, and the write goes through.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stdout(&serve.run(&["get", "k"])) != "new" {
+        assert!(
+            Instant::now() < deadline,
+            "the held write was never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
