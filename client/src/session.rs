@@ -219,8 +219,11 @@ pub(crate) struct Stop {
 pub(crate) type CloseTx = oneshot::Sender<Stop>;
 
 /// A session on the master, kept alive by a background task for as long as
-/// a clone of it exists. Dropping the last clone destroys it on the master
-/// (best effort); [`Session::close`] does so and reports the outcome.
+/// a clone of it exists. Dropping the last clone asks that task to destroy
+/// it on the master (best effort), which it can do only while the runtime
+/// runs: a program that returns from `main` with the session open leaves
+/// it on the master until its lease runs out. [`Session::close`] destroys
+/// it and reports the outcome: await it before returning.
 #[derive(Clone)]
 pub struct Session {
     inner: Arc<Inner>,

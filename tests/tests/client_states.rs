@@ -525,3 +525,39 @@ async fn after_a_failover_a_stream_hears_events_lost_only_once_it_is_subscribed_
         "{heard:?}"
     );
 }
+
+// SES-8: dropping the last handle asks the session's task to destroy it,
+// which it can only do while the runtime runs. A program that returns
+// from `main` with its session open ends its runtime first: the session
+// stays on the master until its lease runs out (README says so, and to
+// close before returning).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_runtime_ends_without_a_close_lives_until_its_lease_runs_out() {
+    let Fixture { server, client } = Fixture::new().await;
+    let addr = server.addr.to_string();
+    let id = tokio::task::spawn_blocking(move || {
+        // Another program's main: its own runtime, ended with the session
+        // still held.
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let client = Client::connect(addr.as_str()).await.unwrap();
+            let options = SessionOptions::new("returns from main").lease(LEASE * 3);
+            client.create_session(options).await.unwrap().id()
+        })
+    })
+    .await
+    .unwrap();
+    let info = client.session_info(id).await;
+    assert!(info.is_ok(), "the session is still on the master: {info:?}");
+    // Its lease, the master's margin on it, and slack.
+    let deadline = Instant::now() + LEASE * 3 * 2 + SLACK;
+    loop {
+        match client.session_info(id).await {
+            Err(e) if e.code() == Some(ErrorCode::SessionExpired) => break,
+            other => {
+                assert!(Instant::now() < deadline, "still there: {other:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
