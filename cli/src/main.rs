@@ -522,8 +522,11 @@ fn main() -> ExitCode {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
+            // The replication engine's own account (state dumps, a line per
+            // retry to a member that is down) only when RUST_LOG asks for
+            // it: the cell logs a member's reach changing once.
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=off")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

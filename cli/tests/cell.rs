@@ -28,6 +28,12 @@ impl Cell {
     /// Without `listen`, members get no `--listen` and `LEASEHOLD_ADDR`
     /// names every member, as a shell set up for the cell's clients has it.
     fn start_as(name: &str, listen: bool) -> Cell {
+        Cell::start_logging(name, listen, false)
+    }
+
+    /// With `logs`, each member's log goes to `log-ID` in the cell's
+    /// directory.
+    fn start_logging(name: &str, listen: bool, logs: bool) -> Cell {
         let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         // Ports chosen by binding and letting go: the members must know
@@ -58,7 +64,14 @@ impl Cell {
             } else {
                 vec![("LEASEHOLD_ADDR", every.as_str())]
             };
-            let (child, listening) = common::spawn_serve_with_env(&args, &env);
+            let stderr = if logs {
+                std::fs::create_dir_all(&dir).unwrap();
+                let log = std::fs::File::create(dir.join(format!("log-{id}"))).unwrap();
+                std::process::Stdio::from(log)
+            } else {
+                std::process::Stdio::null()
+            };
+            let (child, listening) = common::spawn_serve_logging(&args, &env, stderr);
             assert_eq!(&listening, addr);
             members.insert(id, (child, addr.clone()));
         }
@@ -208,4 +221,32 @@ async fn members_started_with_the_cell_in_leasehold_addr_listen_on_their_own_add
     assert!(lines.iter().all(|l| !l.contains("unreachable")), "{out}");
     let masters = lines.iter().filter(|l| l.contains(" yes ")).count();
     assert_eq!(masters, 1, "{out}");
+}
+
+// A member that is down costs each other member one line of log, when it
+// becomes unreachable, not a line per retry; the replication engine's own
+// account (state dumps, each retry) is left to RUST_LOG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_down_is_one_line_in_each_other_members_log() {
+    let mut cell = Cell::start_logging("quiet", true, true);
+    let (master, _) = cell.master().await;
+    let down = if master == 3 { 2 } else { 3 };
+    cell.kill(down);
+    // Past several of the engine's retries (every half second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for id in cell.members.keys() {
+        let log = std::fs::read_to_string(cell.dir.join(format!("log-{id}"))).unwrap();
+        assert!(!log.contains("openraft"), "member {id}:\n{log}");
+        let told = log
+            .lines()
+            .filter(|l| l.contains(&format!("member {down} is unreachable")))
+            .count();
+        assert!(told <= 1, "member {id} said so {told} times:\n{log}");
+        assert!(log.lines().count() <= 10, "member {id}:\n{log}");
+    }
+    let master_log = std::fs::read_to_string(cell.dir.join(format!("log-{master}"))).unwrap();
+    assert!(
+        master_log.contains(&format!("member {down} is unreachable")),
+        "{master_log}"
+    );
 }

@@ -27,12 +27,17 @@ pub fn spawn_serve(args: &[&str]) -> (Child, String) {
 
 /// [`spawn_serve`] with `env` set for the server.
 pub fn spawn_serve_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+    spawn_serve_logging(args, env, Stdio::null())
+}
+
+/// [`spawn_serve_with_env`], the server's log going to `stderr`.
+pub fn spawn_serve_logging(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> (Child, String) {
     let mut child = Command::new(BIN)
         .args(["serve", "--min-lease", "100ms"])
         .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("start leasehold serve");
     let mut line = String::new();

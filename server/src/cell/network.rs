@@ -289,6 +289,32 @@ pub struct CellNetwork {
     me: NodeId,
     dialer: Arc<dyn Dialer>,
     lease: Arc<MasterLease>,
+    reach: Arc<Reach>,
+}
+
+/// Which members this one could not reach at its last call, so that an
+/// operator reads one line when a member becomes unreachable and one when
+/// it is back, not one per retry (openraft's own account is at DEBUG).
+#[derive(Debug, Default)]
+struct Reach {
+    unreachable: std::sync::Mutex<std::collections::BTreeSet<NodeId>>,
+}
+
+impl Reach {
+    /// Notes how the last call to `member` went.
+    fn called(&self, member: NodeId, failed: Option<&CallError>) {
+        let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        match failed {
+            Some(e) if unreachable.insert(member) => {
+                let reason = e.reason();
+                tracing::warn!(member, "member {member} is unreachable: {reason}");
+            }
+            None if unreachable.remove(&member) => {
+                tracing::warn!(member, "member {member} is reachable again");
+            }
+            _ => {}
+        }
+    }
 }
 
 impl CellNetwork {
@@ -306,6 +332,7 @@ impl CellNetwork {
             me,
             dialer,
             lease,
+            reach: Arc::default(),
         }
     }
 
@@ -330,6 +357,7 @@ impl RaftNetworkFactory<CellTypes> for CellNetwork {
             addr: node.addr.clone(),
             dialer: self.dialer.clone(),
             lease: self.lease.clone(),
+            reach: self.reach.clone(),
             conn: None,
         }
     }
@@ -341,6 +369,7 @@ pub struct PeerClient {
     addr: String,
     dialer: Arc<dyn Dialer>,
     lease: Arc<MasterLease>,
+    reach: Arc<Reach>,
     conn: Option<Framed<Box<dyn PeerStream>, FrameCodec>>,
 }
 
@@ -351,6 +380,16 @@ enum CallError {
     Unreachable(NodeId, io::Error),
     #[error("member {0} went silent: {1}")]
     Lost(NodeId, String),
+}
+
+impl CallError {
+    /// Why, without naming the member.
+    fn reason(&self) -> String {
+        match self {
+            CallError::Unreachable(_, e) => e.to_string(),
+            CallError::Lost(_, why) => format!("it went silent: {why}"),
+        }
+    }
 }
 
 impl PeerClient {
@@ -394,10 +433,14 @@ impl PeerClient {
     ) -> Result<PeerResponse, RPCError<NodeId, BasicNode, E>> {
         let answered = tokio::time::timeout(option.hard_ttl(), self.exchange(&request)).await;
         let failed = match answered {
-            Ok(Ok(response)) => return Ok(response),
+            Ok(Ok(response)) => {
+                self.reach.called(self.hello.to, None);
+                return Ok(response);
+            }
             Ok(Err(e)) => e,
             Err(_) => CallError::Lost(self.hello.to, "no answer in time".into()),
         };
+        self.reach.called(self.hello.to, Some(&failed));
         self.conn = None;
         Err(match failed {
             e @ CallError::Unreachable(..) => RPCError::Unreachable(Unreachable::new(&e)),
