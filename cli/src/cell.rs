@@ -1,53 +1,159 @@
 //! `leasehold cell status`: what each member of a cell says of itself.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use leasehold_server::cell::{
     change_members, query_status, Change, ChangeReply, ChangeRequest, MemberStatus,
 };
 
-/// Asks every member `addrs` names (separated by commas) and prints one
-/// line each: id, address, role, whether it serves as master, epoch, term,
-/// last log entry, last applied, and on the leader each member's lag.
-/// Unreachable members are listed as such; the status is 69 if none
-/// answered.
+/// What one address answered.
+enum Answer {
+    Member(MemberStatus),
+    /// A master that is not a cell's member: it speaks the client
+    /// protocol, and says its epoch.
+    Single {
+        epoch: u64,
+    },
+    Unreachable(String),
+}
+
+/// What the address `addr` is: a cell's member (its status), a single
+/// master (it answers a client's handshake, not a status query), or
+/// nothing that answers.
+async fn ask(addr: &str) -> Answer {
+    match query_status(addr).await {
+        Ok(status) => Answer::Member(status),
+        Err(error) => match crate::connect(addr).await {
+            Ok(client) => match client.epoch().await {
+                Ok(epoch) => Answer::Single { epoch },
+                Err(_) => Answer::Unreachable(error.to_string()),
+            },
+            Err(_) => Answer::Unreachable(error.to_string()),
+        },
+    }
+}
+
+/// Asks every member `addrs` names (separated by commas), learns the
+/// cell's configuration from the members that answer, and asks the
+/// members it names that `addrs` did not; prints one line per member
+/// (id, address, role, whether it serves as master, epoch, term, last
+/// log entry, last applied, and on the leader each member's lag). A
+/// member that answers from outside the configuration is `removed`; a
+/// single master is one line of its own. The status is 0 when a member
+/// serves as master, 69 when none does (none answered, or no quorum).
 pub(crate) async fn status(addrs: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut answered = 0;
+    let mut answers: BTreeMap<String, Answer> = BTreeMap::new();
+    for addr in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        answers.insert(addr.to_string(), ask(addr).await);
+    }
+    // The configuration as the member that knows best has it: the master,
+    // else the member with the newest log.
+    let knows_best = answers
+        .values()
+        .filter_map(|a| match a {
+            Answer::Member(s) => Some(s),
+            _ => None,
+        })
+        .max_by_key(|s| (s.master, s.term, s.last_log))
+        .cloned();
+    let members = knows_best
+        .as_ref()
+        .map(|s| s.members.clone())
+        .unwrap_or_default();
+    let voters = knows_best
+        .as_ref()
+        .map(|s| s.voters.clone())
+        .unwrap_or_default();
+    for addr in members.values() {
+        if !answers.contains_key(addr) {
+            answers.insert(addr.clone(), ask(addr).await);
+        }
+    }
     if !json {
         println!("ID  ADDRESS                ROLE       MASTER EPOCH TERM  LAST-LOG APPLIED  LAG");
     }
-    for addr in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        match query_status(addr).await {
-            Ok(status) => {
-                answered += 1;
-                if json {
-                    println!("{}", to_json(addr, &status));
-                } else {
-                    print_line(addr, &status);
+    let mut serving = false;
+    let mut voters_up = 0;
+    let listed: Vec<(Option<u64>, String)> = members
+        .iter()
+        .map(|(id, addr)| (Some(*id), addr.clone()))
+        .chain(
+            answers
+                .keys()
+                .filter(|a| !members.values().any(|m| m == *a))
+                .map(|a| (None, a.clone())),
+        )
+        .collect();
+    for (id, addr) in listed {
+        let answer = &answers[&addr];
+        match answer {
+            Answer::Member(status) => {
+                let removed = !members.is_empty() && !members.contains_key(&status.id);
+                serving |= status.master;
+                if voters.contains(&status.id) && !removed {
+                    voters_up += 1;
                 }
-            }
-            Err(error) => {
+                let role = if removed {
+                    "removed"
+                } else {
+                    status.role.as_str()
+                };
                 if json {
-                    let line = serde_json::json!({ "address": addr, "error": error.to_string() });
+                    let mut line = to_json(&addr, status);
+                    line["role"] = role.into();
                     println!("{line}");
                 } else {
-                    println!("?   {addr:<22} unreachable: {error}");
+                    print_line(&addr, status, role);
+                }
+            }
+            Answer::Single { epoch } => {
+                serving = true;
+                if json {
+                    let line = serde_json::json!({
+                        "address": addr, "role": "single", "master": true, "epoch": epoch,
+                    });
+                    println!("{line}");
+                } else {
+                    println!("-   {addr:<22} {:<10} {:<6} {epoch:<5}", "single", "yes");
+                }
+            }
+            Answer::Unreachable(error) => {
+                let id = id.map_or("?".to_string(), |id| id.to_string());
+                if json {
+                    let line = serde_json::json!({ "id": id, "address": addr, "error": error });
+                    println!("{line}");
+                } else {
+                    println!("{id:<3} {addr:<22} unreachable: {error}");
                 }
             }
         }
     }
-    Ok(if answered == 0 {
-        ExitCode::from(crate::UNREACHABLE)
+    if serving {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if answers
+        .values()
+        .all(|a| matches!(a, Answer::Unreachable(_)))
+    {
+        eprintln!("leasehold: no member answered");
+    } else if !voters.is_empty() && voters_up <= voters.len() / 2 {
+        eprintln!(
+            "leasehold: no master: {voters_up} of {} voters answer, and a master needs {}",
+            voters.len(),
+            voters.len() / 2 + 1
+        );
     } else {
-        ExitCode::SUCCESS
-    })
+        eprintln!("leasehold: no member serves as master now (an election may be under way)");
+    }
+    Ok(ExitCode::from(crate::UNREACHABLE))
 }
 
 fn opt(n: Option<u64>) -> String {
     n.map_or("-".into(), |n| n.to_string())
 }
 
-fn print_line(addr: &str, s: &MemberStatus) {
+fn print_line(addr: &str, s: &MemberStatus, role: &str) {
     let lag = if s.lag.is_empty() {
         "-".to_string()
     } else {
@@ -61,7 +167,7 @@ fn print_line(addr: &str, s: &MemberStatus) {
         "{:<3} {:<22} {:<10} {:<6} {:<5} {:<5} {:<8} {:<8} {}",
         s.id,
         addr,
-        s.role,
+        role,
         if s.master { "yes" } else { "no" },
         s.epoch,
         s.term,

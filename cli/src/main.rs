@@ -320,7 +320,9 @@ fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, Str
 #[derive(Subcommand)]
 enum CellCommand {
     /// Every member's role, whether it serves as master, the epoch, its
-    /// log and applied index, and on the leader each member's lag.
+    /// log and applied index, and on the leader each member's lag: the
+    /// members --addr names and every member the cell's configuration
+    /// names. Exit status 69 when no member serves as master.
     Status,
     /// Add member ID, which the others reach at ADDR, as a voter: start it
     /// first with `serve --join`. It catches up before it votes.

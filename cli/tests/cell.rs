@@ -250,3 +250,75 @@ async fn a_member_down_is_one_line_in_each_other_members_log() {
         "{master_log}"
     );
 }
+
+/// `leasehold cell status` against `addrs`.
+fn cell_status(addrs: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--addr", addrs, "cell", "status"])
+        .output()
+        .expect("run leasehold cell status")
+}
+
+// CELL-8: given one member, `cell status` learns the configuration from
+// it and shows every member; a member removed but still running is shown
+// as removed, not as a learner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
+    let cell = Cell::start("status-all");
+    let (master, _) = cell.master().await;
+    let other = if master == 1 { 2 } else { 1 };
+    let one = cell.members[&other].1.clone();
+    let out = cell_status(&one);
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    for (_, addr) in cell.members.values() {
+        assert!(
+            printed.contains(addr.as_str()),
+            "{addr} missing:\n{printed}"
+        );
+    }
+    let removed = if master == 3 { 2 } else { 3 };
+    let remove = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "--addr",
+            &cell.addrs(),
+            "cell",
+            "remove",
+            &removed.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(remove.status.success(), "{remove:?}");
+    let out = cell_status(&cell.addrs());
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = printed
+        .lines()
+        .find(|l| l.contains(cell.members[&removed].1.as_str()))
+        .unwrap_or_else(|| panic!("no line for the removed member:\n{printed}"));
+    assert!(line.contains("removed"), "{line}");
+}
+
+// CELL-8: with no member serving as master (two of three down: no
+// quorum), `cell status` says so and exits 69.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cell_status_exits_69_when_no_member_serves_as_master() {
+    let mut cell = Cell::start("status-none");
+    let (master, _) = cell.master().await;
+    let addrs = cell.addrs();
+    for id in [1, 2, 3].into_iter().filter(|id| *id != master).take(1) {
+        cell.kill(id);
+    }
+    cell.kill(master);
+    // The last member never wins an election alone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = cell_status(&addrs);
+        if out.status.code() == Some(69) {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "still a master: {out:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no master"), "{said}");
+}

@@ -621,3 +621,19 @@ async fn a_write_whose_answer_does_not_come_in_time_exits_3_saying_its_outcome_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+// `cell status` against a single master: one line saying so, with its
+// epoch, and exit status 0 (it serves).
+#[test]
+fn cell_status_against_a_single_master_says_it_is_one() {
+    let serve = Serve::start();
+    let out = serve.run(&["cell", "status"]);
+    assert!(out.status.success(), "{out:?}");
+    let printed = stdout(&out);
+    let line = printed.lines().nth(1).expect("a line for the master");
+    assert!(
+        line.contains("single") && line.contains(&serve.addr),
+        "{printed}"
+    );
+    assert!(!printed.contains("unreachable"), "{printed}");
+}
