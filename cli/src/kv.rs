@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use leasehold::{DeleteOptions, NodeView, PutOptions, Sequencer};
+use leasehold::{Client, DeleteOptions, LockMode, NodeView, PutOptions, Sequencer, SessionId};
 use serde_json::json;
 
 use crate::{Command, NOT_FOUND};
@@ -16,7 +16,7 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
                 eprintln!("leasehold: --raw writes the contents alone; it does not go with --json");
                 return Ok(ExitCode::from(crate::USAGE));
             }
-            let Some(node) = (if stat {
+            let node = if stat {
                 client.stat(&key).await?.map(|stat| NodeView {
                     key: key.clone(),
                     stat,
@@ -24,11 +24,22 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
                 })
             } else {
                 client.get(&key).await?
-            }) else {
+            };
+            // Who holds the lock, who waits, and its lock-delay, which
+            // outlives a node deleted with its holder's session.
+            let lock = match stat {
+                true => Some(lock_of(&client, &key).await?),
+                false => None,
+            };
+            let Some(node) = node else {
                 eprintln!("leasehold: no node at {key}");
+                if let Some(lock) = lock.filter(|l| !l.is_free()) {
+                    print_lock(&key, &lock, json);
+                }
                 return Ok(ExitCode::from(NOT_FOUND));
             };
-            return print_node(&node, json, raw);
+            let code = print_node(&node, json, raw, lock.as_ref())?;
+            return Ok(code);
         }
         Command::Put {
             key,
@@ -142,9 +153,101 @@ fn print_keys(keys: &[String], json: bool) {
     }
 }
 
+/// A lock as `get --stat` shows it: its holders and waiters with their
+/// sessions' names, and its lock-delay.
+pub(crate) struct LockView {
+    holders: Vec<(SessionId, LockMode, String)>,
+    waiters: Vec<(SessionId, LockMode, String)>,
+    waiters_total: u64,
+    delay_remaining_ms: Option<u64>,
+}
+
+impl LockView {
+    fn is_free(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty() && self.delay_remaining_ms.is_none()
+    }
+}
+
+/// The lock of `key`, each session named as its owner named it (a session
+/// that just ended has no name any more).
+async fn lock_of(client: &Client, key: &str) -> anyhow::Result<LockView> {
+    let info = client.lock_info(key).await?;
+    let mut named = Vec::new();
+    for list in [&info.holders, &info.waiters] {
+        let mut sessions = Vec::new();
+        for (session, mode) in list {
+            let name = match client.session_info(*session).await {
+                Ok(info) => info.name,
+                Err(_) => String::new(),
+            };
+            sessions.push((*session, *mode, name));
+        }
+        named.push(sessions);
+    }
+    let waiters = named.pop().unwrap_or_default();
+    let holders = named.pop().unwrap_or_default();
+    Ok(LockView {
+        holders,
+        waiters,
+        waiters_total: info.waiters_total,
+        delay_remaining_ms: info.delay_remaining_ms,
+    })
+}
+
+fn mode_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Exclusive => "exclusive",
+        LockMode::Shared => "shared",
+    }
+}
+
+fn sessions_json(sessions: &[(SessionId, LockMode, String)]) -> serde_json::Value {
+    sessions
+        .iter()
+        .map(|(session, mode, name)| json!({ "session": session, "mode": mode_name(*mode), "name": name }))
+        .collect()
+}
+
+/// The lock's lines under a node's metadata: one per holder and waiter
+/// (first in line first), then the lock-delay.
+fn print_lock(key: &str, lock: &LockView, json: bool) {
+    if json {
+        println!(
+            "{}",
+            json!({
+                "key": key,
+                "holders": sessions_json(&lock.holders),
+                "waiters": sessions_json(&lock.waiters),
+                "waiters_total": lock.waiters_total,
+                "lock_delay_remaining_ms": lock.delay_remaining_ms,
+            })
+        );
+        return;
+    }
+    for (what, sessions) in [("holder", &lock.holders), ("waiter", &lock.waiters)] {
+        for (session, mode, name) in sessions {
+            let name = crate::printable(name);
+            println!("{what} {session} {} \"{name}\"", mode_name(*mode));
+        }
+    }
+    let listed = lock.waiters.len() as u64;
+    if lock.waiters_total > listed {
+        println!("waiters {} ({listed} listed)", lock.waiters_total);
+    }
+    if let Some(ms) = lock.delay_remaining_ms {
+        println!("lock-delay {ms} ms");
+    }
+}
+
 /// Prints a node: its contents (exactly, with `raw`; as a line of UTF-8
-/// text otherwise, or refused if they are not text), or its metadata.
-fn print_node(node: &NodeView, json: bool, raw: bool) -> anyhow::Result<ExitCode> {
+/// text otherwise, or refused if they are not text), or its metadata and
+/// its `lock`.
+fn print_node(
+    node: &NodeView,
+    json: bool,
+    raw: bool,
+    lock: Option<&LockView>,
+) -> anyhow::Result<ExitCode> {
     use base64::Engine;
     use std::io::Write;
 
@@ -166,9 +269,7 @@ fn print_node(node: &NodeView, json: bool, raw: bool) -> anyhow::Result<ExitCode
             .contents
             .as_deref()
             .map(|c| base64::engine::general_purpose::STANDARD.encode(c));
-        println!(
-            "{}",
-            json!({
+        let mut line = json!({
                 "key": node.key,
                 "value": value,
                 "value_base64": base64,
@@ -181,8 +282,14 @@ fn print_node(node: &NodeView, json: bool, raw: bool) -> anyhow::Result<ExitCode
                 "length": s.contents_len,
                 "ephemeral_owner": owner,
                 "transient": s.transient,
-            })
-        );
+        });
+        if let Some(lock) = lock {
+            line["holders"] = sessions_json(&lock.holders);
+            line["waiters"] = sessions_json(&lock.waiters);
+            line["waiters_total"] = json!(lock.waiters_total);
+            line["lock_delay_remaining_ms"] = json!(lock.delay_remaining_ms);
+        }
+        println!("{line}");
     } else if let Some(text) = text {
         let Ok(text) = text else {
             eprintln!(
@@ -207,6 +314,9 @@ fn print_node(node: &NodeView, json: bool, raw: bool) -> anyhow::Result<ExitCode
             owner.as_deref().unwrap_or("-"),
             s.transient,
         );
+        if let Some(lock) = lock {
+            print_lock(&node.key, lock, false);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -16,9 +16,14 @@ use crate::NOT_FOUND;
 
 /// A session for the command's holding; its states go to stderr, so an
 /// operator sees jeopardy coming before CMD is stopped.
-async fn open(client: &Client, session: &SessionArgs, run: &RunArgs) -> anyhow::Result<Session> {
+async fn open(
+    client: &Client,
+    what: &str,
+    session: &SessionArgs,
+    run: &RunArgs,
+) -> anyhow::Result<Session> {
     let session = client
-        .create_session(session.options().grace(run.grace))
+        .create_session(session.options(what).grace(run.grace))
         .await?;
     // A close at the end is how every clean exit ends: not news.
     session.on_state_change(|state| {
@@ -48,7 +53,7 @@ pub(crate) async fn lock(
     run: RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
-    let session = open(&client, &session_args, &run).await?;
+    let session = open(&client, &format!("lock {key}"), &session_args, &run).await?;
     let mut options = if shared {
         LockOptions::shared()
     } else {
@@ -102,7 +107,7 @@ pub(crate) async fn elect(
     run: RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
-    let session = open(&client, &session_args, &run).await?;
+    let session = open(&client, &format!("elect {key}"), &session_args, &run).await?;
     let term = Election::new(&session, &key).campaign(value).await?;
     eprintln!("leasehold: leading {key}");
     let lost = until_lost(&session, run.stop_on, || term.lost(), || term.is_leader());
@@ -124,7 +129,8 @@ pub(crate) async fn semaphore(
     run: RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
-    let session = open(&client, &session_args, &run).await?;
+    let what = format!("semaphore {prefix}");
+    let session = open(&client, &what, &session_args, &run).await?;
     let permit = Semaphore::new(&session, &prefix, limit)
         .acquire(value, None)
         .await?;
@@ -170,7 +176,8 @@ pub(crate) async fn watch(
     session_args: SessionArgs,
 ) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
-    let session = client.create_session(session_args.options()).await?;
+    let options = session_args.options(&format!("watch {prefix}"));
+    let session = client.create_session(options).await?;
     let options = SubscribeOptions::prefix().mask(event_mask::ALL);
     let mut events = session.subscribe(&prefix, options).await?;
     // Caught before anything says this process is ready to be stopped.

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use leasehold::{
-    Behavior, Client, ClientError, ErrorCode, SessionId, SessionInfo, SessionOptions, SessionToken,
+    Behavior, Client, ClientError, ErrorCode, LockMode, SessionId, SessionInfo, SessionLocks,
+    SessionOptions, SessionToken,
 };
 use serde_json::json;
 
@@ -13,9 +14,10 @@ use crate::{duration, SessionCommand, NOT_FOUND};
 
 #[derive(clap::Args)]
 pub(crate) struct SessionArgs {
-    /// A label for people.
-    #[arg(long, default_value = "cli")]
-    pub(crate) name: String,
+    /// A label for people [default: the command, the host and the pid,
+    /// e.g. `lock jobs/a by web-1:4242`].
+    #[arg(long)]
+    pub(crate) name: Option<String>,
     /// Lease to ask for (default: the master's).
     #[arg(long, value_parser = duration::parse)]
     lease: Option<Duration>,
@@ -37,8 +39,11 @@ pub(crate) enum BehaviorArg {
 }
 
 impl SessionArgs {
-    pub(crate) fn options(&self) -> SessionOptions {
-        let mut options = SessionOptions::new(self.name.clone()).behavior(match self.behavior {
+    /// The session's options; `what` names the command it is for, which
+    /// names the session unless `--name` does.
+    pub(crate) fn options(&self, what: &str) -> SessionOptions {
+        let name = self.name.clone().unwrap_or_else(|| default_name(what));
+        let mut options = SessionOptions::new(name).behavior(match self.behavior {
             BehaviorArg::Release => Behavior::Release,
             BehaviorArg::Delete => Behavior::Delete,
         });
@@ -49,6 +54,33 @@ impl SessionArgs {
     }
 }
 
+/// `WHAT by HOST:PID`, cut to fit a session name: who to ask about a
+/// session that holds a lock.
+fn default_name(what: &str) -> String {
+    let who = format!(" by {}:{}", host(), std::process::id());
+    let room = leasehold_server::MAX_NAME_LEN.saturating_sub(who.len());
+    let mut what = what.to_string();
+    if what.len() > room {
+        let mut end = room.saturating_sub(3);
+        while !what.is_char_boundary(end) {
+            end -= 1;
+        }
+        what.truncate(end);
+        what.push_str("...");
+    }
+    what + &who
+}
+
+/// This machine's name, as the kernel has it.
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 pub(crate) async fn session(
     addr: &str,
     json: bool,
@@ -57,7 +89,8 @@ pub(crate) async fn session(
     let client = crate::connect(addr).await?;
     match command {
         SessionCommand::Create(args) => {
-            let token = client.create_session(args.options()).await?.detach().await;
+            let options = args.options("session create");
+            let token = client.create_session(options).await?.detach().await;
             if json {
                 println!(
                     "{}",
@@ -67,13 +100,18 @@ pub(crate) async fn session(
                 println!("{token}");
             }
         }
-        SessionCommand::Info { target } => match client.session_info(session_id(&target)?).await {
-            Ok(info) => print_info(&info, json),
-            Err(e) => return missing(e),
-        },
+        SessionCommand::Info { target } => {
+            let id = session_id(&target)?;
+            let (info, locks) = match client.session_info(id).await {
+                // Ended in between: shown as it was, with no locks.
+                Ok(info) => (info, client.session_locks(id).await.ok()),
+                Err(e) => return missing(e),
+            };
+            print_info(&info, locks.as_ref(), json);
+        }
         SessionCommand::List => {
             for info in client.list_sessions().await? {
-                print_info(&info, json);
+                print_info(&info, None, json);
             }
         }
         SessionCommand::Destroy { target } => {
@@ -126,25 +164,40 @@ pub(crate) fn missing(e: ClientError) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_info(info: &SessionInfo, json: bool) {
+/// A session's record, and with `locks` one line per lock it holds or
+/// waits for.
+fn print_info(info: &SessionInfo, locks: Option<&SessionLocks>, json: bool) {
+    let mode = |mode: &LockMode| match mode {
+        LockMode::Exclusive => "exclusive",
+        LockMode::Shared => "shared",
+    };
     let behavior = match info.behavior {
         Behavior::Release => "release",
         Behavior::Delete => "delete",
     };
     if json {
-        println!(
-            "{}",
-            json!({
-                "session": info.session,
-                "name": info.name,
-                "lease_ms": info.lease_ms,
-                "lock_delay_ms": info.lock_delay_ms,
-                "behavior": behavior,
-                "lease_remaining_ms": info.lease_remaining_ms,
-                                "keepalive_held": info.keepalive_held,
-                "checks": info.checks,
-            })
-        );
+        let mut line = json!({
+            "session": info.session,
+            "name": info.name,
+            "lease_ms": info.lease_ms,
+            "lock_delay_ms": info.lock_delay_ms,
+            "behavior": behavior,
+            "lease_remaining_ms": info.lease_remaining_ms,
+            "keepalive_held": info.keepalive_held,
+            "checks": info.checks,
+        });
+        if let Some(locks) = locks {
+            let list = |locks: &[(String, LockMode)]| -> Vec<serde_json::Value> {
+                locks
+                    .iter()
+                    .map(|(key, m)| json!({ "key": key, "mode": mode(m) }))
+                    .collect()
+            };
+            line["held"] = list(&locks.held).into();
+            line["waiting"] = list(&locks.waiting).into();
+            line["more_locks"] = locks.more.into();
+        }
+        println!("{line}");
     } else {
         println!(
             "{}  name={} lease={} lock-delay={} behavior={} remaining={} held={} checks={}",
@@ -161,6 +214,16 @@ fn print_info(info: &SessionInfo, json: bool) {
                 info.checks.join(",")
             },
         );
+        if let Some(locks) = locks {
+            for (what, list) in [("holds", &locks.held), ("waits", &locks.waiting)] {
+                for (key, m) in list {
+                    println!("{what} {} {}", crate::printable(key), mode(m));
+                }
+            }
+            if locks.more {
+                println!("(more locks than fit one answer)");
+            }
+        }
     }
 }
 
@@ -171,7 +234,7 @@ async fn keep(
     grace: Duration,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let options = args.options().grace(grace);
+    let options = args.options("session keep").grace(grace);
     let session = match attach {
         Some(token) => match client.attach_session(token, options).await {
             Ok(session) => session,

@@ -464,3 +464,84 @@ fn a_command_that_cannot_start_gives_the_lock_back_at_once_and_exits_as_a_shell_
     let next = serve.run(&["semaphore", "pool", "--limit", "1", "--", "true"]);
     assert!(next.status.success(), "the slot is free at once: {next:?}");
 }
+
+/// What `get --stat KEY` prints, once `until` holds of it.
+fn stat_until(serve: &Serve, key: &str, until: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + SOON;
+    loop {
+        let out = serve.run(&["get", "--stat", key]);
+        let printed = String::from_utf8_lossy(&out.stdout).to_string();
+        if until(&printed) {
+            return printed;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// LOCK-14, SES-11: who holds a lock and who waits for it, and what a
+// session holds, are one command away, each session named after the
+// command that made it, its host and its pid.
+#[test]
+fn get_stat_shows_holders_and_waiters_and_session_info_what_a_session_holds() {
+    let serve = Serve::start();
+    let holder = Running::start(&serve.addr, &["lock", "jobs/a", "--", "sleep", "30"]);
+    holder.stderr_until("holding jobs/a", SOON);
+    let waiter = Running::start(&serve.addr, &["lock", "jobs/a", "--shared", "--", "true"]);
+    let stat = stat_until(&serve, "jobs/a", |s| s.contains("waiter "));
+    let named = |line: &str, pid: u32| {
+        line.contains("\"lock jobs/a by ") && line.ends_with(&format!(":{pid}\""))
+    };
+    let holder_line = stat
+        .lines()
+        .find(|l| l.starts_with("holder "))
+        .unwrap_or_else(|| panic!("{stat}"));
+    assert!(holder_line.contains(" exclusive "), "{holder_line}");
+    assert!(named(holder_line, holder.id()), "{holder_line}");
+    let waiter_line = stat.lines().find(|l| l.starts_with("waiter ")).unwrap();
+    assert!(waiter_line.contains(" shared "), "{waiter_line}");
+    assert!(named(waiter_line, waiter.id()), "{waiter_line}");
+    let id = holder_line.split_whitespace().nth(1).unwrap();
+    let info = serve.run(&["session", "info", id]);
+    assert!(info.status.success(), "{info:?}");
+    assert!(
+        stdout(&info).lines().any(|l| l == "holds jobs/a exclusive"),
+        "{info:?}"
+    );
+}
+
+// LOCK-14, LOCK-6: a lock in lock-delay is not free, though its node went
+// with its holder's session and nobody holds it: `get --stat` says how
+// long the lock-delay lasts still (Consul #2767).
+#[test]
+fn get_stat_shows_a_lock_delay_that_outlives_its_node() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "jobs/d",
+            "--lease",
+            "1s",
+            "--lock-delay",
+            "20s",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    holder.stderr_until("holding jobs/d", SOON);
+    // Its session ends with its lease, not with a close.
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &holder.id().to_string()])
+        .status();
+    holder.wait(SOON);
+    let stat = stat_until(&serve, "jobs/d", |s| s.contains("lock-delay"));
+    assert!(!stat.contains("holder "), "{stat}");
+    let ms: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("lock-delay "))
+        .and_then(|l| l.trim_end_matches(" ms").parse().ok())
+        .unwrap_or_else(|| panic!("{stat}"));
+    assert!(ms > 0 && ms <= 20_000, "{stat}");
+}

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Authority, CreateSession, ErrorCode, KeepAlive, Request, Response, SessionId, SessionInfo,
-    SessionToken, DEFAULT_MAX_FRAME,
+    Authority, CreateSession, ErrorCode, KeepAlive, LockInfo, Request, Response, SessionId,
+    SessionInfo, SessionLocks, SessionToken, DEFAULT_MAX_FRAME,
 };
 
 use crate::clock::Clock;
@@ -503,6 +503,47 @@ impl Client {
     pub async fn session_info(&self, session: SessionId) -> Result<SessionInfo, ClientError> {
         match self.call(Request::SessionInfo { session }).await? {
             Response::SessionInfo(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The locks `session` holds and waits for (`SES-11`).
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client, id: leasehold::SessionId) -> Result<(), leasehold::ClientError> {
+    /// let locks = client.session_locks(id).await?;
+    /// for (key, mode) in &locks.held {
+    ///     println!("holds {key} {mode:?}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn session_locks(&self, session: SessionId) -> Result<SessionLocks, ClientError> {
+        match self.call(Request::SessionLocks { session }).await? {
+            Response::SessionLocks(locks) => Ok(locks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Who holds the lock of `key`, who waits for it (first in line
+    /// first), and how long its lock-delay lasts (`LOCK-14`): a lock in
+    /// lock-delay is not free, though nobody holds it.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// let lock = client.lock_info("jobs/nightly").await?;
+    /// if let Some(ms) = lock.delay_remaining_ms {
+    ///     println!("in lock-delay for {ms} ms more");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock_info(&self, key: &str) -> Result<LockInfo, ClientError> {
+        let request = Request::LockInfo {
+            key: key.to_string(),
+        };
+        match self.call(request).await? {
+            Response::LockInfo(info) => Ok(info),
             other => Err(unexpected(other)),
         }
     }

@@ -75,7 +75,7 @@ pub use leasehold_protocol::{
     event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer, EVENT_CONTENTS_MAX,
 };
 pub use leasehold_protocol::{
-    Behavior, ErrorCode, NodeStat, NodeView, Remedy, SessionId, SessionInfo,
+    Behavior, ErrorCode, LockInfo, NodeStat, NodeView, Remedy, SessionId, SessionInfo, SessionLocks,
 };
 pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};

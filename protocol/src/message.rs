@@ -313,6 +313,17 @@ pub enum Request {
         /// and is refused with `StaleRelease`.
         acquired: u64,
     },
+    /// Who holds the lock of `key`, who waits for it, and how long its
+    /// lock-delay lasts (`LOCK-14`).
+    LockInfo {
+        /// The locked key.
+        key: String,
+    },
+    /// The locks `session` holds and waits for (`SES-11`).
+    SessionLocks {
+        /// The session asked about.
+        session: SessionId,
+    },
 }
 
 /// A read for a session's cache (`CACHE-2`).
@@ -538,6 +549,38 @@ pub enum Response {
         /// so that it will be told before the key changes.
         cacheable: bool,
     },
+    /// The answer to a [`Request::LockInfo`].
+    LockInfo(LockInfo),
+    /// The answer to a [`Request::SessionLocks`].
+    SessionLocks(SessionLocks),
+}
+
+/// The locks a session holds and waits for (`SES-11`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLocks {
+    /// The locks it holds, by key, with the mode of each.
+    pub held: Vec<(String, LockMode)>,
+    /// The locks it waits for, by key, with the mode it asked for.
+    pub waiting: Vec<(String, LockMode)>,
+    /// More were left out, so that the answer fits a frame.
+    pub more: bool,
+}
+
+/// A lock as the master sees it (`LOCK-14`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    /// The key's index (`NS-8`).
+    pub index: u64,
+    /// Its holders, with the mode each holds it in.
+    pub holders: Vec<(SessionId, LockMode)>,
+    /// Its waiters, first in line first, with the mode each asked for.
+    pub waiters: Vec<(SessionId, LockMode)>,
+    /// How many wait in all: more than `waiters` lists when the line is
+    /// longer than a page.
+    pub waiters_total: u64,
+    /// How long its lock-delay lasts still (`LOCK-6`); `None`: it is in
+    /// none.
+    pub delay_remaining_ms: Option<u64>,
 }
 
 /// One session's answer in a [`Response::KeepAliveAll`]: what

@@ -45,7 +45,7 @@ impl LockState {
                 && self.holders.values().all(|h| h.mode == LockMode::Shared))
     }
 
-    fn delay_remaining(&self, now: Millis) -> Option<Duration> {
+    pub(crate) fn delay_remaining(&self, now: Millis) -> Option<Duration> {
         self.delay_until
             .filter(|until| *until > now)
             .map(|until| until.since(now))

@@ -3,7 +3,8 @@
 //! fan-out behind, an unread connection, quotas, fail-over).
 
 use leasehold_protocol::{
-    Error, ErrorCode, LeaseGrant, NodeView, Request, Response, Sequencer, SessionId, SessionInfo,
+    Error, ErrorCode, LeaseGrant, LockInfo, NodeView, Request, Response, Sequencer, SessionId,
+    SessionInfo, SessionLocks,
 };
 
 use super::{Call, Master, ReplyTx};
@@ -365,6 +366,8 @@ impl Master {
                 .info(session, now)
                 .map(Response::SessionInfo)
                 .ok_or_else(|| self.state.missing_session(session)),
+            Request::LockInfo { key } => Ok(Response::LockInfo(self.lock_info(&key, now))),
+            Request::SessionLocks { session } => self.session_locks(session),
             Request::ListSessions { after, limit } => {
                 let (sessions, more) = page(
                     self.state.sessions_after(after),
@@ -559,6 +562,63 @@ impl Master {
             stat,
             contents: (!stat_only).then(|| node.contents.clone()),
         })
+    }
+
+    /// Who holds `key`'s lock, who waits (a page of them), and its
+    /// lock-delay (`LOCK-14`).
+    fn lock_info(&self, key: &str, now: Millis) -> LockInfo {
+        let index = self.state.namespace().key_index(key);
+        let Some(lock) = self.state.locks().get(key) else {
+            return LockInfo {
+                index,
+                holders: Vec::new(),
+                waiters: Vec::new(),
+                waiters_total: 0,
+                delay_remaining_ms: None,
+            };
+        };
+        let waiters = lock.waiters.iter().map(|w| (w.session, w.mode));
+        let (waiters, _) = page(waiters, 0, usize::MAX, |_| 0);
+        LockInfo {
+            index,
+            holders: lock.holders.iter().map(|(s, h)| (*s, h.mode)).collect(),
+            waiters,
+            waiters_total: lock.waiters.len() as u64,
+            delay_remaining_ms: lock.delay_remaining(now).map(whole_millis),
+        }
+    }
+
+    /// The locks `session` holds and waits for (`SES-11`), as many as fit
+    /// half a frame.
+    fn session_locks(&self, session: SessionId) -> Result<Response, Error> {
+        if self.state.session(session).is_none() {
+            return Err(self.state.missing_session(session));
+        }
+        let locks = self.state.locks();
+        let held = locks.held_by(session).into_iter().filter_map(|key| {
+            let mode = locks.get(&key)?.holders.get(&session)?.mode;
+            Some((true, key, mode))
+        });
+        let waiting = locks.waited_by(session).into_iter().filter_map(|key| {
+            let waiter = locks
+                .get(&key)?
+                .waiters
+                .iter()
+                .find(|w| w.session == session)?;
+            Some((false, key.clone(), waiter.mode))
+        });
+        let (listed, more) = page(held.chain(waiting), 0, self.config.max_frame / 2, |e| {
+            e.1.len() + 8
+        });
+        let (mut held, mut waiting) = (Vec::new(), Vec::new());
+        for (holds, key, mode) in listed {
+            if holds { &mut held } else { &mut waiting }.push((key, mode));
+        }
+        Ok(Response::SessionLocks(SessionLocks {
+            held,
+            waiting,
+            more,
+        }))
     }
 
     fn info(&self, id: SessionId, now: Millis) -> Option<SessionInfo> {

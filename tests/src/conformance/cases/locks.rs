@@ -45,6 +45,14 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(&["LOCK-9"], a_grant_nobody_can_hear_is_released),
         case!(
+            &["LOCK-14"],
+            lock_info_says_who_holds_who_waits_and_how_long_lock_delay_lasts
+        ),
+        case!(
+            &["SES-11", "ERR-1"],
+            session_locks_lists_what_a_session_holds_and_waits_for
+        ),
+        case!(
             &["LOCK-12", "NS-2"],
             a_transient_lock_node_goes_when_its_lock_is_free
         ),
@@ -198,6 +206,111 @@ async fn a_release_delivered_late_on_a_stalled_connection_leaves_a_later_acquire
     expect_error!(held, ErrorCode::LockHeld)
         .map_err(|e| format!("the lock the second answer told of: {e}"))?;
     Ok(())
+}
+
+async fn lock_info_says_who_holds_who_waits_and_how_long_lock_delay_lasts(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let delay = 5_000.min(w.limits.max_lock_delay_ms);
+    let lease = 30_000.min(w.limits.max_lease_ms);
+    let holder = create(&mut conn, lease, Some(delay), Behavior::Release, vec![]).await?;
+    let waiter = session(&mut conn, &w).await?;
+    let k = key("info");
+    let info = || Request::LockInfo { key: k.clone() };
+    let free = expect_reply!(conn.call(info()).await, Response::LockInfo(i) => i)?;
+    ensure!(
+        free.holders.is_empty() && free.waiters.is_empty() && free.delay_remaining_ms.is_none(),
+        "a key nobody locks: {free:?}"
+    );
+    generation(
+        &conn
+            .call(acquire(&k, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut line, _) = open(&ctx).await;
+    line.request(acquire(&k, waiter, LockMode::Shared, Some(30_000)))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let held = loop {
+        let held = expect_reply!(conn.call(info()).await, Response::LockInfo(i) => i)?;
+        if held.waiters_total > 0 || Instant::now() > deadline {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    ensure!(
+        held.holders == [(holder.id, LockMode::Exclusive)],
+        "holders: {held:?}"
+    );
+    ensure!(
+        held.waiters == [(waiter.id, LockMode::Shared)] && held.waiters_total == 1,
+        "waiters: {held:?}"
+    );
+    // The waiter leaves the line with its session; the holder's end puts
+    // the lock in lock-delay, which nobody holds.
+    conn.call(Request::DestroySession {
+        session: waiter.id,
+        authority: Authority::Session(waiter),
+    })
+    .await
+    .map_err(|e| format!("destroy the waiter: {e}"))?;
+    conn.call(Request::DestroySession {
+        session: holder.id,
+        authority: Authority::Session(holder),
+    })
+    .await
+    .map_err(|e| format!("destroy the holder: {e}"))?;
+    let delayed = expect_reply!(conn.call(info()).await, Response::LockInfo(i) => i)?;
+    ensure!(
+        delayed.holders.is_empty() && delayed.waiters.is_empty(),
+        "after both ended: {delayed:?}"
+    );
+    ensure!(
+        delayed
+            .delay_remaining_ms
+            .is_some_and(|ms| ms > 0 && ms <= delay),
+        "lock-delay of {delay} ms: {delayed:?}"
+    );
+    Ok(())
+}
+
+async fn session_locks_lists_what_a_session_holds_and_waits_for(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let b = session(&mut conn, &w).await?;
+    let (one, two, three) = (key("held-x"), key("held-s"), key("waited"));
+    generation(&conn.call(acquire(&one, a, LockMode::Exclusive, None)).await)?;
+    generation(&conn.call(acquire(&two, a, LockMode::Shared, None)).await)?;
+    generation(
+        &conn
+            .call(acquire(&three, b, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut line, _) = open(&ctx).await;
+    line.request(acquire(&three, a, LockMode::Exclusive, Some(30_000)))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let locks = loop {
+        let request = Request::SessionLocks { session: a.id };
+        let locks = expect_reply!(conn.call(request).await, Response::SessionLocks(l) => l)?;
+        if !locks.waiting.is_empty() || Instant::now() > deadline {
+            break locks;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut held = locks.held.clone();
+    held.sort();
+    let mut expected = vec![(one, LockMode::Exclusive), (two, LockMode::Shared)];
+    expected.sort();
+    ensure!(held == expected, "held: {locks:?}");
+    ensure!(
+        locks.waiting == [(three, LockMode::Exclusive)] && !locks.more,
+        "waiting: {locks:?}"
+    );
+    let unknown = Request::SessionLocks {
+        session: uuid::Uuid::from_u128(7),
+    };
+    expect_error!(conn.call(unknown).await, ErrorCode::UnknownSession)
+        .map_err(|e| format!("an unknown session: {e}"))
 }
 
 async fn only_a_holder_may_release_a_lock(ctx: Ctx) -> Check {
