@@ -67,7 +67,14 @@ pub(crate) async fn lock(
         Wait::TryOnce => session.try_lock(&key, options).await,
         Wait::Up(timeout) => {
             options.timeout = timeout;
-            session.lock(&key, options).await
+            let waiting = session.lock(&key, options);
+            // On a terminal, what it waits for and behind whom, kept up to
+            // date; a script reads the outcome alone.
+            if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                tell_while_waiting(&client, &session, &key, waiting).await
+            } else {
+                waiting.await
+            }
         }
     };
     let busy = |e: &ClientError| {
@@ -96,6 +103,67 @@ pub(crate) async fn lock(
     let _ = guard.release().await;
     let _ = session.close().await;
     code
+}
+
+/// Runs `waiting` (a blocking acquire of `key` by `session`) and, while it
+/// waits in line, keeps one line on the terminal saying behind whom and
+/// how many are ahead; the line is cleared when the wait ends.
+async fn tell_while_waiting<T>(
+    client: &Client,
+    session: &Session,
+    key: &str,
+    waiting: impl std::future::Future<Output = T>,
+) -> T {
+    use std::io::Write;
+
+    tokio::pin!(waiting);
+    let mut told = String::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            done = &mut waiting => {
+                if !told.is_empty() {
+                    eprint!("\r\x1b[K");
+                    let _ = std::io::stderr().flush();
+                }
+                return done;
+            }
+            _ = tick.tick() => {
+                let Some(line) = waiting_line(client, session.id(), key).await else {
+                    continue;
+                };
+                if line != told {
+                    eprint!("\r\x1b[K{line}");
+                    let _ = std::io::stderr().flush();
+                    told = line;
+                }
+            }
+        }
+    }
+}
+
+/// `waiting for KEY: held by NAME, 2 ahead`, once `session` waits in
+/// `key`'s line; `None` before it does, or if the master cannot be asked.
+async fn waiting_line(client: &Client, session: leasehold::SessionId, key: &str) -> Option<String> {
+    let info = client.lock_info(key).await.ok()?;
+    let ahead = info.waiters.iter().position(|(s, _)| *s == session)?;
+    let mut holders = Vec::new();
+    for (holder, _) in &info.holders {
+        let name = match client.session_info(*holder).await {
+            Ok(info) => info.name,
+            Err(_) => holder.to_string(),
+        };
+        holders.push(crate::printable(&name));
+    }
+    let by = match (holders.is_empty(), info.delay_remaining_ms) {
+        (false, _) => format!("held by {}", holders.join(", ")),
+        (true, Some(ms)) => format!("in lock-delay for {ms} ms more"),
+        (true, None) => "free, the line moving".into(),
+    };
+    Some(format!(
+        "leasehold: waiting for {}: {by}, {ahead} ahead",
+        crate::printable(key)
+    ))
 }
 
 /// `leasehold elect KEY --value V -- CMD`.

@@ -545,3 +545,36 @@ fn get_stat_shows_a_lock_delay_that_outlives_its_node() {
         .unwrap_or_else(|| panic!("{stat}"));
     assert!(ms > 0 && ms <= 20_000, "{stat}");
 }
+
+// On a terminal, `lock` says what it waits for and behind whom while it
+// waits (a script reads nothing but the outcome).
+#[test]
+fn lock_on_a_terminal_says_behind_whom_it_waits() {
+    let serve = Serve::start();
+    let holder = Running::start(&serve.addr, &["lock", "jobs/w", "--", "sleep", "3"]);
+    holder.stderr_until("holding jobs/w", SOON);
+    // `script` gives the waiter a terminal of its own.
+    let waiter = format!(
+        "{} --addr {} lock jobs/w -- echo ran",
+        common::BIN,
+        serve.addr
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &waiter, "/dev/null"])
+        .output()
+        .expect("run script(1)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("waiting for jobs/w: held by lock jobs/w by ")
+            && said.contains(&format!(":{}, 0 ahead", holder.id())),
+        "{said}"
+    );
+    assert!(said.contains("ran"), "{said}");
+    // Without a terminal, nothing but the outcome, though it waits too.
+    let again = Running::start(&serve.addr, &["lock", "jobs/w", "--", "sleep", "1"]);
+    again.stderr_until("holding jobs/w", SOON);
+    let quiet = serve.run(&["lock", "jobs/w", "--", "true"]);
+    assert!(quiet.status.success(), "{quiet:?}");
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("waiting"));
+}
