@@ -31,7 +31,7 @@ const DEFAULT_ADDR: &str = "127.0.0.1:7171";
 )]
 struct Cli {
     /// Address of the master [default: 127.0.0.1:7171].
-    #[arg(long, global = true, env = "LEASEHOLD_ADDR")]
+    #[arg(long, global = true, env = "LEASEHOLD_ADDR", value_parser = addr_arg)]
     addr: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
@@ -69,6 +69,9 @@ enum Command {
     Session(SessionCommand),
     /// Print a node's contents (or its metadata with --stat).
     Get {
+        /// The key, e.g. `jobs/nightly`; a leading `/` is dropped
+        /// (`/jobs/nightly` is the same key, as ZooKeeper users write it).
+        #[arg(value_parser = key_arg)]
         key: String,
         /// Print the metadata instead of the contents.
         #[arg(long, conflicts_with = "raw")]
@@ -82,6 +85,9 @@ enum Command {
     },
     /// Write a node and print its new modify index.
     Put {
+        /// The key, e.g. `jobs/nightly`; a leading `/` is dropped
+        /// (`/jobs/nightly` is the same key, as ZooKeeper users write it).
+        #[arg(value_parser = key_arg)]
         key: String,
         /// The contents; `-` reads them from stdin.
         value: String,
@@ -94,6 +100,9 @@ enum Command {
     },
     /// Delete a node and print the keys deleted.
     Delete {
+        /// The key, e.g. `jobs/nightly`; a leading `/` is dropped
+        /// (`/jobs/nightly` is the same key, as ZooKeeper users write it).
+        #[arg(value_parser = key_arg)]
         key: String,
         /// Delete only if the node's modify index is N.
         #[arg(long, value_name = "N")]
@@ -104,8 +113,9 @@ enum Command {
     },
     /// List the children of a prefix (the root when omitted).
     Ls {
-        /// Where to list; empty or `/` is the root.
-        #[arg(default_value = "")]
+        /// Where to list; empty or `/` is the root, and a leading `/` is
+        /// dropped.
+        #[arg(default_value = "", value_parser = key_arg)]
         prefix: String,
         /// List every key below the prefix.
         #[arg(long)]
@@ -113,7 +123,10 @@ enum Command {
     },
     /// Check a sequencer (hex, as in LEASEHOLD_SEQUENCER): exit 0 if it
     /// names a current holding, 1 if not, 65 if it is not a sequencer.
-    CheckSequencer { sequencer: String },
+    CheckSequencer {
+        /// The sequencer, in hex.
+        sequencer: String,
+    },
     /// Set, delete or list health checks; a critical check ends the
     /// sessions bound to it (`session create --check NAME`).
     #[command(subcommand)]
@@ -124,7 +137,9 @@ enum Command {
     /// Print one line per change at or below KEY (a key or a prefix; the
     /// root when omitted) until interrupted.
     Watch {
-        #[arg(default_value = "")]
+        /// A key or a prefix; empty or `/` is the root, and a leading `/`
+        /// is dropped.
+        #[arg(default_value = "", value_parser = key_arg)]
         key: String,
         #[command(flatten)]
         session: SessionArgs,
@@ -133,6 +148,9 @@ enum Command {
     /// CMD gets LEASEHOLD_SEQUENCER, and SIGTERM (then SIGKILL) if the lock
     /// may be lost.
     Lock {
+        /// The key whose lock to take, e.g. `jobs/nightly`; a leading `/`
+        /// is dropped.
+        #[arg(value_parser = key_arg)]
         key: String,
         /// Take the lock shared instead of exclusive.
         #[arg(long)]
@@ -158,6 +176,9 @@ enum Command {
     /// Campaign for leadership of KEY with VALUE, then run CMD while
     /// leading; exit with CMD's status.
     Elect {
+        /// The election's key, e.g. `service/db/leader`; a leading `/` is
+        /// dropped.
+        #[arg(value_parser = key_arg)]
         key: String,
         /// The value readers of the leader see (e.g. this node's address).
         #[arg(long)]
@@ -168,10 +189,17 @@ enum Command {
         run: RunArgs,
     },
     /// Print the value of KEY's leader; exit 1 when nobody leads.
-    Leader { key: String },
+    Leader {
+        /// The election's key; a leading `/` is dropped.
+        #[arg(value_parser = key_arg)]
+        key: String,
+    },
     /// Take one of N slots under PREFIX, then run CMD while holding it; exit
     /// with CMD's status.
     Semaphore {
+        /// The semaphore's prefix, e.g. `jobs/builders`: each holder's key
+        /// lies below it; a leading `/` is dropped.
+        #[arg(value_parser = key_arg)]
         prefix: String,
         /// How many may hold a slot at once; every participant must agree.
         #[arg(long)]
@@ -455,6 +483,32 @@ fn raise_open_files_limit() {
 /// `--operator-token-file`.
 pub(crate) static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
 
+/// A master's address, or a cell's members' separated by commas, each
+/// HOST:PORT: refused at once (exit status 64) when it is not one, rather
+/// than found unreachable.
+fn addr_arg(text: &str) -> Result<String, String> {
+    for part in text.split(',').map(str::trim) {
+        let port = part.rsplit_once(':').filter(|(host, _)| !host.is_empty());
+        match port.map(|(_, port)| port.parse::<u16>()) {
+            Some(Ok(port)) if port > 0 => {}
+            _ => {
+                return Err(format!(
+                    "'{}' is not HOST:PORT (e.g. 127.0.0.1:7171); a cell is its members' \
+                     addresses separated by commas",
+                    part.escape_debug()
+                ))
+            }
+        }
+    }
+    Ok(text.to_string())
+}
+
+/// A key as a user may type it: `jobs/x`, or `/jobs/x` as ZooKeeper and
+/// etcd users write it; the master's keys have no leading `/` (`NS-1`).
+fn key_arg(text: &str) -> Result<String, String> {
+    Ok(text.strip_prefix('/').unwrap_or(text).to_string())
+}
+
 /// `--request-timeout`, for every client this process makes.
 static REQUEST_TIMEOUT: OnceLock<Duration> = OnceLock::new();
 
@@ -554,7 +608,7 @@ fn main() -> ExitCode {
     let addr = cli.addr.unwrap_or_else(|| DEFAULT_ADDR.to_string());
     runtime.block_on(async {
         let result = match cli.command {
-            Command::Serve(args) => serve(args, given_addr).await,
+            Command::Serve(args) => serve(args, given_addr, cli.json).await,
             Command::Session(command) => session::session(&addr, cli.json, command).await,
             Command::Check(command) => check::check(&addr, cli.json, command).await,
             Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
@@ -627,7 +681,7 @@ fn main() -> ExitCode {
     })
 }
 
-async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode> {
+async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
     // `--listen` says where to listen; without it, the address clients are
     // given (`--addr`, `LEASEHOLD_ADDR`) is where they will look for it. A
     // cell's member listens where `--cell` says others reach it: clients'
@@ -641,11 +695,8 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
         None => addr,
     };
     let (listen, from) = match (args.listen.clone(), addr) {
-        (Some(listen), Some(_)) if args.cell.is_some() => (listen, ""),
-        (Some(listen), Some(addr)) if listen != addr => anyhow::bail!(
-            "--listen {listen} and --addr (or LEASEHOLD_ADDR) {addr} disagree: serve listens on \
-             --listen; give one of them"
-        ),
+        // `--listen` overrides where clients look (LEASEHOLD_ADDR, set for
+        // them, or --addr), as a flag overrides the environment.
         (Some(listen), _) => (listen, ""),
         (None, Some(addr)) => (addr, " (from --addr or LEASEHOLD_ADDR)"),
         (None, None) => (DEFAULT_ADDR.to_string(), ""),
@@ -677,7 +728,7 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
     // cut a torn log tail: a refused configuration leaves it untouched.
     config.validate()?;
     if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
-        return serve_member(args, config, members, node, listen, from).await;
+        return serve_member(args, config, members, node, (listen, from), json).await;
     }
     let data_dir = (!args.in_memory).then_some(&args.data_dir);
     let server = match data_dir {
@@ -686,7 +737,7 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
         }
         None => leasehold_server::Server::volatile(config.clone())?,
     };
-    let (listener, addr, stop) = listen_until_stopped(&listen, from).await?;
+    let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
     match data_dir {
         Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
@@ -707,6 +758,7 @@ async fn serve(args: ServeArgs, addr: Option<String>) -> anyhow::Result<ExitCode
 async fn listen_until_stopped(
     listen: &str,
     from: &str,
+    json: bool,
 ) -> anyhow::Result<(
     tokio::net::TcpListener,
     std::net::SocketAddr,
@@ -721,7 +773,11 @@ async fn listen_until_stopped(
         .await
         .with_context(|| format!("cannot listen on {listen}{from}"))?;
     let addr = listener.local_addr()?;
-    println!("listening on {addr}");
+    if json {
+        println!("{}", serde_json::json!({ "listening": addr.to_string() }));
+    } else {
+        println!("listening on {addr}");
+    }
     Ok((listener, addr, stop))
 }
 
@@ -731,8 +787,8 @@ async fn serve_member(
     config: leasehold_server::Config,
     members: std::collections::BTreeMap<u64, String>,
     node: u64,
-    listen: String,
-    from: &str,
+    (listen, from): (String, &str),
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     if !members.contains_key(&node) {
         anyhow::bail!(
@@ -765,7 +821,7 @@ async fn serve_member(
         unsafe_keep_master_lease: false,
         join: args.join,
     };
-    let (listener, addr, stop) = listen_until_stopped(&listen, from).await?;
+    let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
     leasehold_server::cell::serve(
         listener,

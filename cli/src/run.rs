@@ -234,7 +234,10 @@ pub(crate) async fn supervise(
         }
         signal = &mut interrupted => {
             eprintln!("leasehold: {signal}: stopping {program}");
-            stop(&mut child, group, args.kill_grace).await?
+            stop(&mut child, group, args.kill_grace).await?;
+            // The status of a process a signal ended, as shells give it:
+            // this process was asked to stop, whatever CMD made of it.
+            return Ok(ExitCode::from(128 + signal_number(signal)));
         }
         () = &mut guard_ended => {
             eprintln!("leasehold: the guard of {program} ended: stopping {program}");
@@ -288,6 +291,16 @@ fn signal_group(pid: Option<u32>, signal: Signal) {
 
 #[cfg(not(unix))]
 fn signal_group(_pid: Option<u32>, _signal: Signal) {}
+
+/// The number of the signal `crate::signals` names.
+fn signal_number(name: &str) -> u8 {
+    match name {
+        "SIGHUP" => 1,
+        "SIGTERM" => 15,
+        // SIGINT, and Ctrl-C where signals have no names.
+        _ => 2,
+    }
+}
 
 fn exit_code(status: ExitStatus) -> u8 {
     if let Some(code) = status.code() {

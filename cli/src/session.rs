@@ -101,7 +101,13 @@ pub(crate) async fn session(
             }
         }
         SessionCommand::Info { target } => {
-            let id = session_id(&target)?;
+            let id = match session_id(&target) {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("leasehold: {e}");
+                    return Ok(ExitCode::from(crate::MALFORMED));
+                }
+            };
             let (info, locks) = match client.session_info(id).await {
                 // Ended in between: shown as it was, with no locks.
                 Ok(info) => (info, client.session_locks(id).await.ok()),
@@ -118,7 +124,13 @@ pub(crate) async fn session(
             let (id, destroyed) = match target.parse::<SessionToken>() {
                 Ok(token) => (token.id, client.destroy_session_by_token(token).await),
                 Err(_) => {
-                    let id = session_id(&target)?;
+                    let id = match session_id(&target) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            eprintln!("leasehold: {e}");
+                            return Ok(ExitCode::from(crate::MALFORMED));
+                        }
+                    };
                     (id, client.destroy_session(id).await)
                 }
             };

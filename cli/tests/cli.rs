@@ -360,15 +360,88 @@ fn serve_raises_its_open_files_limit_to_the_hard_limit() {
     assert_ne!(numbers[0], "256", "{open_files}");
 }
 
+// An address that is not HOST:PORT is a usage error (64), not an
+// unreachable master (69).
 #[test]
-fn an_address_without_a_port_says_the_port_is_missing() {
-    let output = Command::new(BIN)
-        .args(["--addr", "127.0.0.1", "session", "list"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(69));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("has no port"), "{stderr}");
+fn an_address_that_is_not_host_and_port_is_a_usage_error() {
+    for addr in [
+        "127.0.0.1",
+        "localhost",
+        "localhost:http",
+        "127.0.0.1:70000",
+        "a:1,b",
+    ] {
+        let output = Command::new(BIN)
+            .args(["--addr", addr, "session", "list"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(64), "{addr}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+    }
+}
+
+// What is not a session id is malformed input (65), not a missing
+// session (1).
+#[test]
+fn a_session_that_is_not_an_id_is_malformed_input() {
+    let serve = Serve::start();
+    for command in ["info", "destroy"] {
+        let out = serve.run(&["session", command, "nope"]);
+        assert_eq!(out.status.code(), Some(65), "{command}: {out:?}");
+    }
+}
+
+// ZooKeeper's and etcd's users write keys with a leading `/`: it names
+// the same key.
+#[test]
+fn a_key_with_a_leading_slash_is_the_same_key() {
+    let serve = Serve::start();
+    assert!(serve.run(&["put", "/jobs/x", "v"]).status.success());
+    assert_eq!(stdout(&serve.run(&["get", "jobs/x"])), "v");
+    assert_eq!(stdout(&serve.run(&["get", "/jobs/x"])), "v");
+    assert_eq!(stdout(&serve.run(&["ls", "/jobs"])), "jobs/x");
+}
+
+// Every argument of every command says what it is in --help.
+#[test]
+fn every_key_argument_is_described_in_help() {
+    for command in [
+        "lock",
+        "elect",
+        "leader",
+        "get",
+        "put",
+        "delete",
+        "semaphore",
+    ] {
+        let help = Command::new(BIN)
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&help.stdout);
+        let arguments = text
+            .split("Arguments:")
+            .nth(1)
+            .and_then(|a| a.split("Options:").next())
+            .unwrap_or_else(|| panic!("{command}: {text}"));
+        // The description follows the name on its line, or on the next
+        // (clap's long form).
+        let lines: Vec<&str> = arguments.lines().map(str::trim).collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.starts_with('<') {
+                continue;
+            }
+            let same = line.split_once("  ").map(|(_, d)| d.trim());
+            let next = lines
+                .get(i + 1)
+                .filter(|l| !l.is_empty() && !l.starts_with('<'));
+            assert!(
+                same.is_some_and(|d| !d.is_empty()) || next.is_some(),
+                "{command}: {line:?} has no description"
+            );
+        }
+    }
 }
 
 #[test]

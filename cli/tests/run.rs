@@ -578,3 +578,26 @@ fn lock_on_a_terminal_says_behind_whom_it_waits() {
     assert!(quiet.status.success(), "{quiet:?}");
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("waiting"));
 }
+
+// Ctrl-C on `lock` stops CMD and exits as a shell reports a process
+// SIGINT ended: 130, whatever CMD made of the SIGTERM it got.
+#[test]
+fn lock_interrupted_exits_130() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "jobs/int",
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 30",
+        ],
+    );
+    assert_eq!(holder.stdout_line(SOON), "started");
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &holder.id().to_string()])
+        .status();
+    assert_eq!(holder.wait(SOON).code(), Some(130));
+}

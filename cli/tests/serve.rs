@@ -86,26 +86,38 @@ fn serve_listens_where_leasehold_addr_says_when_not_told_to_listen_elsewhere() {
     assert!(listening_elsewhere_than_the_default(&line), "{line:?}");
 }
 
+// A flag overrides the environment: with LEASEHOLD_ADDR exported for the
+// clients (or --addr given), serve listens where --listen says.
 #[test]
-fn serve_refuses_a_listen_address_and_an_addr_that_disagree() {
+fn serve_listens_where_listen_says_whatever_leasehold_addr_says() {
     let mut serve = start(
-        &[
-            "--addr",
-            "127.0.0.1:1",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--in-memory",
-        ],
+        &["serve", "--listen", "127.0.0.1:0", "--in-memory"],
+        &[("LEASEHOLD_ADDR", "127.0.0.1:1")],
+    );
+    let line = first_line(&mut serve);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(line.starts_with("listening on 127.0.0.1:"), "{line:?}");
+    assert!(!line.ends_with(":1"), "{line:?}");
+}
+
+// `serve --json` says where it listens as JSON.
+#[test]
+fn serve_json_says_where_it_listens_as_json() {
+    let mut serve = start(
+        &["--json", "serve", "--listen", "127.0.0.1:0", "--in-memory"],
         &[],
     );
-    let status = exit_within(&mut serve, Duration::from_secs(10));
-    assert!(!status.success());
-    assert_eq!(first_line(&mut serve), "", "announced an address");
-    let stderr = stderr_of(&mut serve);
+    let line = first_line(&mut serve);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let parsed: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert!(
-        stderr.contains("--listen") && stderr.contains("disagree"),
-        "{stderr}"
+        parsed["listening"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{line}"
     );
 }
 

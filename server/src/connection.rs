@@ -29,6 +29,9 @@ use crate::reply::{Flow, Reply, ReplyTx};
 /// How long a closing connection keeps reading (and discarding) what the
 /// peer still sends, so the peer reads our `Close` frame instead of a reset.
 const LINGER: Duration = Duration::from_secs(1);
+/// How long a closing connection lingers once the master shuts down: its
+/// peer has the Close, and nothing else waits for it (`CONN-6`).
+const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
 /// At most this much is discarded while lingering.
 const LINGER_BYTES: usize = 64 << 20;
 /// Replies waiting for the writer; when full, reading pauses.
@@ -118,14 +121,33 @@ pub(crate) async fn serve<S>(
     };
     if let Some(error) = closing {
         debug!(%error, "closing connection");
-        close_with(writer, reader.into_inner(), error, &config).await;
+        // A master going away waits for no slow peer: its Close is on its
+        // way, which is what lingering is for (`CONN-6`).
+        let linger = match shutdown.is_cancelled() {
+            true => SHUTDOWN_LINGER,
+            false => LINGER,
+        };
+        close_lingering(writer, reader.into_inner(), error, &config, linger).await;
     }
 }
 
 /// Sends `Close(error)`, then lingers so that the peer reads it rather
 /// than a reset (`WIRE-4`).
-async fn close_with<S>(mut writer: Writer<S>, read: ReadHalf<S>, error: Error, config: &Config)
+async fn close_with<S>(writer: Writer<S>, read: ReadHalf<S>, error: Error, config: &Config)
 where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    close_lingering(writer, read, error, config, LINGER).await;
+}
+
+/// [`close_with`], waiting at most `most` for the peer to close its side.
+async fn close_lingering<S>(
+    mut writer: Writer<S>,
+    read: ReadHalf<S>,
+    error: Error,
+    config: &Config,
+    most: Duration,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     if write_frame(
@@ -136,7 +158,7 @@ where
     )
     .await
     {
-        linger(read.unsplit(writer.into_inner())).await;
+        linger(read.unsplit(writer.into_inner()), most).await;
     }
 }
 
@@ -178,7 +200,7 @@ where
     )
     .await
     {
-        linger(reader.into_inner().unsplit(writer.into_inner())).await;
+        linger(reader.into_inner().unsplit(writer.into_inner()), LINGER).await;
     }
 }
 
@@ -486,7 +508,7 @@ fn codec_error(e: CodecError) -> Error {
 /// Half-closes, then discards what the peer still sends for a short, bounded
 /// while: closing a socket with unread input makes the kernel send a reset,
 /// which can destroy the `Close` frame before the peer reads it.
-async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, most: Duration) {
     let _ = stream.shutdown().await;
     let drain = async {
         // On the heap: in place it would sit in every connection's task
@@ -500,7 +522,7 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
             }
         }
     };
-    let _ = tokio::time::timeout(LINGER, drain).await;
+    let _ = tokio::time::timeout(most, drain).await;
 }
 
 #[cfg(test)]

@@ -255,3 +255,18 @@ async fn stopping_the_server_closes_its_connections() {
     }
     assert!(frames.len() <= 1, "at most the held reply: {frames:?}");
 }
+
+// CONN-6: a peer that never closes its side does not hold a stopping
+// server: its connection lingers 100 ms after the Close, not the second a
+// connection closed for a fault of its own does.
+#[tokio::test]
+async fn a_stopping_server_does_not_wait_for_a_peer_that_never_closes() {
+    let server = start(short_lease_config()).await;
+    let (conn, _) = RawConnection::open(server.addr).await;
+    let started = tokio::time::Instant::now();
+    server.shutdown().await.unwrap();
+    let took = started.elapsed();
+    // Well inside the second the connection would have lingered.
+    assert!(took < Duration::from_millis(800), "{took:?}");
+    drop(conn);
+}
