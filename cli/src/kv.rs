@@ -46,11 +46,12 @@ pub(crate) async fn kv(addr: &str, json: bool, command: Command) -> anyhow::Resu
             value,
             cas,
             flags,
+            ephemeral,
         } => {
             let options = PutOptions {
                 cas,
                 flags,
-                ..PutOptions::default()
+                ephemeral,
             };
             let contents = if value == "-" {
                 read_stdin().await?

@@ -97,6 +97,10 @@ enum Command {
         /// Opaque flags stored with the node.
         #[arg(long, default_value_t = 0)]
         flags: u64,
+        /// Bind the node to the session with this token (as `session
+        /// create` printed it): it is deleted when that session ends.
+        #[arg(long, value_name = "TOKEN")]
+        ephemeral: Option<leasehold::SessionToken>,
     },
     /// Delete a node and print the keys deleted.
     Delete {
@@ -141,8 +145,19 @@ enum Command {
         /// is dropped.
         #[arg(default_value = "", value_parser = key_arg)]
         key: String,
-        #[command(flatten)]
-        session: SessionArgs,
+        /// First print each node at or below KEY changed after index N
+        /// (as it is now: the master keeps no history, so each once, and
+        /// a node deleted since only if it is KEY itself), then every
+        /// change from then on.
+        #[arg(long, value_name = "N")]
+        from_index: Option<u64>,
+        /// A label for people [default: watch KEY by HOST:PID].
+        #[arg(long)]
+        name: Option<String>,
+        /// Lease of the session the subscription belongs to (default: the
+        /// master's).
+        #[arg(long, value_parser = duration::parse)]
+        lease: Option<Duration>,
     },
     /// Run CMD while holding the lock of KEY; exit with CMD's status.
     /// CMD gets LEASEHOLD_SEQUENCER, and SIGTERM (then SIGKILL) if the lock
@@ -193,6 +208,10 @@ enum Command {
         /// The election's key; a leading `/` is dropped.
         #[arg(value_parser = key_arg)]
         key: String,
+        /// Print the leader now, then a line each time it (or its value)
+        /// changes, until interrupted; a line `-` when nobody leads.
+        #[arg(long)]
+        follow: bool,
     },
     /// Take one of N slots under PREFIX, then run CMD while holding it; exit
     /// with CMD's status.
@@ -622,7 +641,19 @@ fn main() -> ExitCode {
                 let change = leasehold_server::cell::Change::Remove { id };
                 cell::change(&addr, cli.json, change).await
             }
-            Command::Watch { key, session } => recipes::watch(&addr, cli.json, key, session).await,
+            Command::Watch {
+                key,
+                from_index,
+                name,
+                lease,
+            } => {
+                let watching = recipes::Watching {
+                    from_index,
+                    name,
+                    lease,
+                };
+                recipes::watch(&addr, cli.json, key, watching).await
+            }
             Command::Lock {
                 key,
                 shared,
@@ -645,7 +676,7 @@ fn main() -> ExitCode {
                 session,
                 run,
             } => recipes::elect(&addr, key, value, session, run).await,
-            Command::Leader { key } => recipes::leader(&addr, cli.json, key).await,
+            Command::Leader { key, follow } => recipes::leader(&addr, cli.json, key, follow).await,
             Command::Semaphore {
                 prefix,
                 limit,

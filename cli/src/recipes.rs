@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::{
-    event_mask, Change, Client, ClientError, Election, ErrorCode, LockOptions, Semaphore, Session,
-    SessionState, SubscribeOptions, SubscriptionEvent,
+    event_mask, Change, Client, ClientError, Election, ErrorCode, Leader, LockOptions, Semaphore,
+    Session, SessionState, SubscribeOptions, SubscriptionEvent,
 };
 use serde_json::json;
 
@@ -212,27 +212,77 @@ pub(crate) async fn semaphore(
 }
 
 /// `leasehold leader KEY`: the leader's value; none is exit status 1.
-pub(crate) async fn leader(addr: &str, json: bool, key: String) -> anyhow::Result<ExitCode> {
+/// With `follow`, the leader now and then each change, until interrupted.
+pub(crate) async fn leader(
+    addr: &str,
+    json: bool,
+    key: String,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
+    if follow {
+        return follow_leader(&client, json, &key).await;
+    }
     let Some(leader) = client.leader(&key).await? else {
         eprintln!("leasehold: {key} has no leader");
         return Ok(ExitCode::from(NOT_FOUND));
     };
-    let value = String::from_utf8_lossy(&leader.value);
-    if json {
-        println!(
+    print_leader(&key, Some(&leader), json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line: the leader's value (`-` for none), or a JSON object.
+fn print_leader(key: &str, leader: Option<&Leader>, json: bool) {
+    match (leader, json) {
+        (Some(leader), true) => println!(
             "{}",
             json!({
                 "key": key,
-                "value": value,
+                "value": String::from_utf8_lossy(&leader.value),
                 "session": leader.session,
                 "lock_generation": leader.lock_generation,
             })
-        );
-    } else {
-        println!("{value}");
+        ),
+        (None, true) => println!("{}", json!({ "key": key, "value": null })),
+        (Some(leader), false) => println!("{}", String::from_utf8_lossy(&leader.value)),
+        (None, false) => println!("-"),
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// `leader --follow`: as `etcdctl elect --listen` does, a line for the
+/// leader now and one for each change, until interrupted (exit 0).
+async fn follow_leader(client: &Client, json: bool, key: &str) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+
+    let interrupted = crate::signals::stop_requested(true)?;
+    tokio::pin!(interrupted);
+    let mut changes = client.observe_leader(key);
+    loop {
+        let leader = tokio::select! {
+            leader = changes.next() => leader,
+            _ = &mut interrupted => return Ok(ExitCode::SUCCESS),
+        };
+        match leader {
+            Ok(leader) => {
+                print_leader(key, leader.as_ref(), json);
+                let _ = std::io::stdout().flush();
+            }
+            // The observer goes on from where it was.
+            Err(e) => {
+                eprintln!("leasehold: {}", crate::printable(&e.to_string()));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// How `watch` watches.
+pub(crate) struct Watching {
+    /// Print what changed after this index first.
+    pub(crate) from_index: Option<u64>,
+    /// The session's name, and its lease.
+    pub(crate) name: Option<String>,
+    pub(crate) lease: Option<Duration>,
 }
 
 /// `leasehold watch KEY|PREFIX`: one line per event at or below it, until
@@ -241,13 +291,22 @@ pub(crate) async fn watch(
     addr: &str,
     json: bool,
     prefix: String,
-    session_args: SessionArgs,
+    watching: Watching,
 ) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
-    let options = session_args.options(&format!("watch {prefix}"));
+    let name = watching
+        .name
+        .unwrap_or_else(|| crate::session::default_name(&format!("watch {prefix}")));
+    let mut options = leasehold::SessionOptions::new(name);
+    options.lease = watching.lease;
     let session = client.create_session(options).await?;
     let options = SubscribeOptions::prefix().mask(event_mask::ALL);
     let mut events = session.subscribe(&prefix, options).await?;
+    // Subscribed first, so nothing is missed between what changed already
+    // and what changes from now on.
+    if let Some(after) = watching.from_index {
+        changed_since(&client, &prefix, after, json).await?;
+    }
     // Caught before anything says this process is ready to be stopped.
     let interrupted = crate::signals::stop_requested(true)?;
     tokio::pin!(interrupted);
@@ -296,6 +355,48 @@ pub(crate) async fn watch(
             }
         }
     }
+}
+
+/// `watch --from-index N`: each node at or below `prefix` whose last
+/// change came after index `after`, as it is now (`created` if it was
+/// made after it, else `modified`); `prefix` itself also when it was
+/// deleted after it (its index says so, `NS-8`).
+async fn changed_since(
+    client: &Client,
+    prefix: &str,
+    after: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut keys = Vec::new();
+    if !prefix.is_empty() {
+        keys.push(prefix.to_string());
+    }
+    let mut page = None;
+    loop {
+        let (listed, more) = client.list_page(prefix, true, page, 0).await?;
+        page = listed.last().cloned();
+        keys.extend(listed);
+        if !more || page.is_none() {
+            break;
+        }
+    }
+    for key in keys {
+        let (index, stat) = client.stat_at(&key).await?;
+        if index <= after {
+            continue;
+        }
+        let what = match &stat {
+            Some(stat) if stat.instance > after => "created",
+            Some(_) => "modified",
+            None => "deleted",
+        };
+        if json {
+            println!("{}", json!({ "event": what, "key": key, "index": index }));
+        } else {
+            println!("{what} {key}");
+        }
+    }
+    Ok(())
 }
 
 /// An event as a word, its key and one more detail.

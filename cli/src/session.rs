@@ -56,7 +56,7 @@ impl SessionArgs {
 
 /// `WHAT by HOST:PID`, cut to fit a session name: who to ask about a
 /// session that holds a lock.
-fn default_name(what: &str) -> String {
+pub(crate) fn default_name(what: &str) -> String {
     let who = format!(" by {}:{}", host(), std::process::id());
     let room = leasehold_server::MAX_NAME_LEN.saturating_sub(who.len());
     let mut what = what.to_string();

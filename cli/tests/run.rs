@@ -601,3 +601,75 @@ fn lock_interrupted_exits_130() {
         .status();
     assert_eq!(holder.wait(SOON).code(), Some(130));
 }
+
+// `watch --from-index N` first prints what changed after index N, as it
+// is now, then every change from then on.
+#[test]
+fn watch_from_an_index_prints_what_changed_since_then_what_changes() {
+    let serve = Serve::start();
+    let before = stdout(&serve.run(&["put", "svc/old", "1"]));
+    let since: u64 = before.parse().unwrap();
+    assert!(serve.run(&["put", "svc/new", "1"]).status.success());
+    assert!(serve.run(&["put", "svc/old", "2"]).status.success());
+    assert!(serve.run(&["put", "other", "1"]).status.success());
+    let watcher = Running::start(
+        &serve.addr,
+        &["watch", "svc", "--from-index", &since.to_string()],
+    );
+    watcher.stderr_until("watching svc", SOON);
+    let first: Vec<String> = (0..2).map(|_| watcher.stdout_line(SOON)).collect();
+    let mut sorted = first.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["created svc/new", "modified svc/old"], "{first:?}");
+    assert!(serve.run(&["put", "svc/later", "1"]).status.success());
+    assert_eq!(watcher.stdout_line(SOON), "created svc/later");
+}
+
+// `leader --follow` prints the leader now and each change, `-` when
+// nobody leads.
+#[test]
+fn leader_follow_prints_each_change_of_leader() {
+    let serve = Serve::start();
+    let follower = Running::start(&serve.addr, &["leader", "svc/db", "--follow"]);
+    assert_eq!(follower.stdout_line(SOON), "-");
+    let first = Running::start(
+        &serve.addr,
+        &["elect", "svc/db", "--value", "10.0.0.1", "--", "sleep", "1"],
+    );
+    assert_eq!(follower.stdout_line(SOON), "10.0.0.1");
+    // Its command ends, and it resigns.
+    let mut first = first;
+    assert!(first.wait(SOON).success());
+    let line = follower.stdout_line(SOON);
+    assert_eq!(line, "-", "nobody leads once the leader is gone");
+}
+
+// `put --ephemeral TOKEN` binds the node to that session: it goes when
+// the session ends.
+#[test]
+fn put_ephemeral_binds_the_node_to_a_session() {
+    let serve = Serve::start();
+    let token = stdout(&serve.run(&["session", "create", "--lease", "30s"]));
+    let put = serve.run(&["put", "svc/me", "here", "--ephemeral", &token]);
+    assert!(put.status.success(), "{put:?}");
+    let stat = stdout(&serve.run(&["get", "--stat", "svc/me"]));
+    let id = token.split(':').next().unwrap();
+    assert!(stat.contains(&format!("ephemeral_owner={id}")), "{stat}");
+    assert!(serve.run(&["session", "destroy", &token]).status.success());
+    assert_eq!(serve.run(&["get", "svc/me"]).status.code(), Some(1));
+}
+
+// `watch` offers only the flags it uses: no lock-delay, behaviour or
+// checks for a session that only listens.
+#[test]
+fn watch_offers_only_the_flags_it_uses() {
+    let help = std::process::Command::new(common::BIN)
+        .args(["watch", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    for unused in ["--lock-delay", "--behavior", "--check"] {
+        assert!(!text.contains(unused), "{unused} in {text}");
+    }
+    assert!(text.contains("--from-index"), "{text}");
+}

@@ -139,6 +139,24 @@ impl Client {
         Ok(self.get_node(key, true).await?.node.map(|n| n.stat))
     }
 
+    /// The key's index (`NS-8`) with the node's metadata, `None` if it has
+    /// no node: the index then says when it was last deleted, so a caller
+    /// can tell whether the key changed after an index it saw.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client, seen: u64) -> Result<(), leasehold::ClientError> {
+    /// let (index, stat) = client.stat_at("service/db/primary").await?;
+    /// if index > seen && stat.is_none() {
+    ///     println!("deleted since");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn stat_at(&self, key: &str) -> Result<(u64, Option<NodeStat>), ClientError> {
+        let watched = self.get_node(key, true).await?;
+        Ok((watched.index, watched.node.map(|n| n.stat)))
+    }
+
     pub(crate) async fn get_node(
         &self,
         key: &str,
