@@ -23,6 +23,11 @@ pub struct RawConnection<S = TcpStream> {
 }
 
 impl RawConnection {
+    /// The address this connection reaches.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.framed.get_ref().peer_addr().ok()
+    }
+
     /// Connects without a handshake.
     pub async fn connect(addr: SocketAddr) -> RawConnection {
         let stream = TcpStream::connect(addr).await.expect("connect");

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{
-    Acquire, Behavior, CheckStatus, CreateSession, KeepAlive, LockMode, NodeStat, Put, Request,
-    Response, Sequencer, SessionId, SessionToken, Welcome,
+    Acquire, Authority, Behavior, CheckStatus, CreateSession, KeepAlive, LockMode, NodeStat, Put,
+    Request, Response, Sequencer, SessionId, SessionToken, Welcome,
 };
 
 use super::{Ctx, SKIPPED};
@@ -142,11 +142,56 @@ pub(super) async fn create(
         behavior,
         checks,
     });
-    expect_reply!(
+    let token = expect_reply!(
         conn.call(request).await,
         Response::SessionCreated { session, secret, .. } => SessionToken { id: session, secret }
     )
-    .map_err(|e| format!("CreateSession: {e}"))
+    .map_err(|e| format!("CreateSession: {e}"))?;
+    remember(conn, token);
+    Ok(token)
+}
+
+/// The sessions the cases created, by the address of the server they
+/// created them on: what [`clean_up`] ends.
+static CREATED: std::sync::Mutex<Vec<(std::net::SocketAddr, SessionToken)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Notes that the cases made `session` on `conn`'s server.
+pub(super) fn remember(conn: &RawConnection, session: SessionToken) {
+    if let Some(server) = conn.peer() {
+        let mut created = CREATED.lock().unwrap_or_else(|e| e.into_inner());
+        created.push((server, session));
+    }
+}
+
+/// Leaves the server at `ctx` as the run found it: ends every session the
+/// cases made on it (which releases their locks and deletes their
+/// ephemeral nodes), then deletes every key they wrote, all under
+/// `conformance/` ([`key`]). Best effort: what is refused stays.
+pub(super) async fn clean_up(ctx: &Ctx) {
+    let sessions: Vec<SessionToken> = {
+        let mut created = CREATED.lock().unwrap_or_else(|e| e.into_inner());
+        let (ours, others) = created
+            .drain(..)
+            .partition(|(server, _)| *server == ctx.addr);
+        *created = others;
+        ours.into_iter().map(|(_, token)| token).collect::<Vec<_>>()
+    };
+    let (mut conn, _) = open(ctx).await;
+    for session in sessions {
+        let destroy = Request::DestroySession {
+            session: session.id,
+            authority: Authority::Session(session),
+        };
+        let _ = conn.call(destroy).await;
+    }
+    let delete = Request::Delete {
+        key: "conformance".into(),
+        cas: None,
+        recursive: true,
+        authority: Authority::Anonymous,
+    };
+    let _ = conn.call(delete).await;
 }
 
 /// A session with a 30 s lease (or the longest accepted) and no lock-delay,

@@ -275,6 +275,7 @@ pub async fn run(ctx: &Ctx, cases: &[Case], timeout: Duration) -> Vec<Outcome> {
             took: started.elapsed(),
         });
     }
+    common::clean_up(ctx).await;
     outcomes
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_protocol::{Authority, Behavior, CreateSession, ErrorCode, Request, Response};
 
 use crate::conformance::common::{
-    case, create, ensure, expect_error, expect_reply, keepalive, key, open, put, session,
+    case, create, ensure, expect_error, expect_reply, keepalive, key, open, put, remember, session,
     short_lease, SLACK,
 };
 use crate::conformance::{Case, Check, Ctx};
@@ -47,10 +47,17 @@ async fn a_created_session_gets_the_epoch_and_a_full_lease(ctx: Ctx) -> Check {
         behavior: Behavior::Release,
         checks: vec![],
     });
-    let (epoch, grant) = expect_reply!(
+    let (session, secret, epoch, grant) = expect_reply!(
         conn.call(request).await,
-        Response::SessionCreated { epoch, lease: grant, .. } => (epoch, grant)
+        Response::SessionCreated { session, secret, epoch, lease: grant } => (session, secret, epoch, grant)
     )?;
+    remember(
+        &conn,
+        leasehold_protocol::SessionToken {
+            id: session,
+            secret,
+        },
+    );
     ensure!(
         epoch == w.epoch,
         "SessionCreated names epoch {epoch}, Welcome {}",
