@@ -397,6 +397,11 @@ impl Client {
         }
     }
 
+    /// How long a request waits for its answer (`ClientConfig`).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.config.request_timeout
+    }
+
     /// The master's epoch, as last announced to this client.
     pub async fn epoch(&self) -> Result<u64, ClientError> {
         Ok(self.connection().await?.welcome().epoch)

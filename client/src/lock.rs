@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Acquire, LockMode, Request, Response, Sequencer, SessionId};
+use leasehold_protocol::{
+    Acquire, ErrorCode, LockMode, Remedy, Request, Response, Sequencer, SessionId,
+};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::client::{unexpected, Client};
 use crate::error::ClientError;
@@ -12,7 +15,7 @@ use crate::release::release_holding;
 use crate::session::{Session, SessionState};
 
 /// The longest a blocking acquire may wait at the master.
-const LONGEST_WAIT: Duration = Duration::from_secs(600);
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(600);
 
 /// How to take a lock.
 ///
@@ -291,8 +294,7 @@ impl Session {
     /// ```
     pub async fn lock(&self, key: &str, options: LockOptions) -> Result<LockGuard, ClientError> {
         let wait = options.timeout.unwrap_or(LONGEST_WAIT).min(LONGEST_WAIT);
-        let wait_ms = (wait.as_millis() as u64).max(1);
-        self.acquire(key, options, Some(wait_ms), wait).await
+        self.acquire(key, options, Some(wait)).await
     }
 
     /// Takes the lock of `key` only if it can be had at once; fails with
@@ -302,56 +304,137 @@ impl Session {
         key: &str,
         options: LockOptions,
     ) -> Result<LockGuard, ClientError> {
-        self.acquire(key, options, None, Duration::ZERO).await
+        self.acquire(key, options, None).await
     }
 
+    /// Asks for the lock of `key`, waiting in line up to `wait` (`None`:
+    /// not at all). A lost connection, an answer that does not come, or a
+    /// fail-over does not end it: its session lives on, and once it is
+    /// back this asks again (`LOCK-15`). The master keeps its place in
+    /// line for it (`LOCK-3`, `FO-4`), or says it holds the lock already
+    /// if it was granted meanwhile (`LOCK-2`).
     async fn acquire(
         &self,
         key: &str,
         options: LockOptions,
-        wait_ms: Option<u64>,
-        held: Duration,
+        wait: Option<Duration>,
     ) -> Result<LockGuard, ClientError> {
-        let request = Request::Acquire(Acquire {
-            key: key.to_string(),
-            session: self.token(),
-            mode: options.mode,
-            contents: options.contents,
-            wait_ms,
-            transient: options.transient,
-        });
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        // A try rides through one outage of a request timeout at most.
+        let patience = self.client().request_timeout();
+        let give_up = deadline.unwrap_or_else(|| Instant::now() + patience);
         // Registered before the request goes out: a LockLost the keeper
         // delivers before this task sees the reply must not be dropped.
         let mut asking = Asking::new(self, key);
         let signal = asking.signal.clone();
-        match self.client().call_waiting(request, held).await? {
-            Response::Acquired { sequencer, index } => {
-                let Some(parsed) = Sequencer::from_bytes(&sequencer) else {
-                    // Held by the session all the same, with no guard to
-                    // act for it: give it back unless a guard holds it.
-                    asking.answered(index, true);
-                    drop(asking);
-                    let last = self.dispatch().guard_gone(key);
-                    if let Some(heard) = last {
-                        let _ = release(self, key, heard).await;
-                    }
-                    return Err(ClientError::Protocol(
-                        "the master sent a malformed sequencer".into(),
-                    ));
-                };
+        let mut failures = 0;
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let request = Request::Acquire(Acquire {
+                key: key.to_string(),
+                session: self.token(),
+                mode: options.mode,
+                contents: options.contents.clone(),
+                // Past its time, a wait still asks once, for a definite
+                // answer: it takes its place back and is answered at once.
+                wait_ms: left.map(|left| (left.as_millis() as u64).max(1)),
+                transient: options.transient,
+            });
+            let answer = self
+                .client()
+                .call_waiting(request, left.unwrap_or_default())
+                .await;
+            let (sequencer, index) = match answer {
+                Ok(Response::Acquired { sequencer, index }) => (sequencer, index),
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) if rides_through(&e) => {
+                    let until = give_up.max(Instant::now() + patience);
+                    self.back(until, failures, e).await?;
+                    failures += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(parsed) = Sequencer::from_bytes(&sequencer) else {
+                // Held by the session all the same, with no guard to act
+                // for it: give it back unless a guard holds it.
                 asking.answered(index, true);
-                Ok(LockGuard {
-                    session: self.clone(),
-                    key: key.to_string(),
-                    signal,
-                    sequencer: parsed,
-                    bytes: sequencer,
-                    transient: options.transient,
-                    released: false,
-                })
-            }
-            other => Err(unexpected(other)),
+                drop(asking);
+                let last = self.dispatch().guard_gone(key);
+                if let Some(heard) = last {
+                    let _ = release(self, key, heard).await;
+                }
+                return Err(ClientError::Protocol(
+                    "the master sent a malformed sequencer".into(),
+                ));
+            };
+            asking.answered(index, true);
+            return Ok(LockGuard {
+                session: self.clone(),
+                key: key.to_string(),
+                signal,
+                sequencer: parsed,
+                bytes: sequencer,
+                transient: options.transient,
+                released: false,
+            });
         }
+    }
+
+    /// Waits until the session is normal again (a fail-over acknowledged,
+    /// contact back), to ask again after `failures` failed tries; `failed`
+    /// if that does not happen by `until`, `SessionExpired` if the session
+    /// ends.
+    pub(crate) async fn back(
+        &self,
+        until: Instant,
+        failures: u32,
+        failed: ClientError,
+    ) -> Result<(), ClientError> {
+        let mut states = self.watch_state();
+        // The session may still count as normal while its master is gone
+        // (its lease runs on): the tries back off, as the session's own
+        // probes do, rather than hammer a master that is not there.
+        // A change of state (a fail-over, jeopardy) ends the pause early:
+        // what counts then is when the session is normal again.
+        let pause = Duration::from_millis(50u64 << failures.min(5)).min(Duration::from_secs(1));
+        states.borrow_and_update();
+        let paused = async {
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                _ = states.changed() => {}
+            }
+        };
+        if tokio::time::timeout_at(until, paused).await.is_err() {
+            return Err(failed);
+        }
+        let back = async {
+            let state = states
+                .wait_for(|s| *s == SessionState::Normal || s.is_final())
+                .await
+                .map(|state| *state);
+            state.map_or(true, |state| state.is_final())
+        };
+        match tokio::time::timeout_at(until, back).await {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(ClientError::SessionExpired),
+            Err(_) => Err(failed),
+        }
+    }
+}
+
+/// Whether a lock's acquire that failed so rides through: the request may
+/// not have reached the master, or its answer may not have reached this
+/// client, or the master was failing over; the session lives on, and
+/// asking again is safe (`LOCK-15`).
+pub(crate) fn rides_through(e: &ClientError) -> bool {
+    match e.remedy() {
+        Remedy::Reconnect | Remedy::OutcomeUnknown | Remedy::Retry => true,
+        Remedy::RetryAfter(_) => matches!(
+            e.code(),
+            Some(ErrorCode::FailoverInProgress { .. } | ErrorCode::Congested { .. })
+        ),
+        _ => false,
     }
 }
 

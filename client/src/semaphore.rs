@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use crate::error::ClientError;
 use crate::events::{SubscribeOptions, Subscription, SubscriptionEvent};
 use crate::kv::{DeleteOptions, PutOptions};
-use crate::lock::{LockGuard, LockOptions};
+use crate::lock::{rides_through, LockGuard, LockOptions, LONGEST_WAIT};
 use crate::session::{Session, SessionState};
 
 /// The coordinating key's last segment.
@@ -109,16 +109,31 @@ impl Semaphore {
         // Counted from the call, whatever the subscription and the first
         // attempts take.
         let mut expiry = timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         // Subscribed before the first read, so no change between a read
         // and the wait is missed.
         let mut changes = self.subscribe().await?;
         let contender = self.enter(value.into()).await?;
         let outcome = async {
+            let mut failures = 0;
             loop {
-                match self.attempt().await? {
-                    Attempt::Taken => return Ok(()),
-                    Attempt::Raced => continue,
-                    Attempt::Full => {}
+                match self.attempt().await {
+                    Ok(Attempt::Taken) => return Ok(()),
+                    Ok(Attempt::Raced) => continue,
+                    Ok(Attempt::Full) => {}
+                    // The session lives on through a lost connection or a
+                    // fail-over: once it is back, look again (`LOCK-15`).
+                    // What an attempt writes is compare-and-set, safe to
+                    // try again whatever became of the last try.
+                    Err(e) if rides_through(&e) => {
+                        let forever = tokio::time::Instant::now() + LONGEST_WAIT;
+                        self.session
+                            .back(deadline.unwrap_or(forever), failures, e)
+                            .await?;
+                        failures += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 }
                 let next = changes.next();
                 let event = match expiry.as_mut() {

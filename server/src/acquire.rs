@@ -41,6 +41,17 @@ impl Master {
         peer: Option<std::net::IpAddr>,
         now: Millis,
     ) {
+        // Asked again while it waits (a new connection, a new master):
+        // it keeps its place in line.
+        if acquire.wait_ms.is_some() {
+            let waits = self.state.waiting_ticket(&acquire.key, acquire.session.id);
+            if let Some((ticket, _)) = waits.filter(|(_, mode)| *mode == acquire.mode) {
+                let same = self.acquires.waiting.get(&ticket);
+                if !same.is_some_and(|w| w.reply.shares_open_connection(&reply)) {
+                    return self.take_place(ticket, acquire, reply, peer, now);
+                }
+            }
+        }
         let writes = acquire.contents.is_some();
         // A holder asking again is answered with a holding some earlier
         // reply, maybe a previous master's, told it of (`LOCK-9`).
@@ -79,25 +90,8 @@ impl Master {
                 }
             }
             Ok(Applied::Queued { ticket }) => {
-                let timeout = match acquire.wait_ms {
-                    Some(0) | None => MAX_WATCH_TIMEOUT,
-                    Some(ms) => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
-                };
-                // One millisecond more, as a watch's: never before the
-                // timeout has passed since the acquire arrived.
-                let due = now + timeout + Duration::from_millis(1);
-                let timer = self.timers.insert(due, Timer::AcquireTimeout(ticket));
-                if let Some(peer) = peer {
-                    self.quotas.waiters.take(ticket, peer, 1); // QUOTA-4
-                }
-                self.acquires.waiting.insert(
-                    ticket,
-                    Waiting {
-                        key: acquire.key,
-                        reply,
-                        timer,
-                    },
-                );
+                let wait = (acquire.key, acquire.wait_ms);
+                self.wait_in_line(ticket, wait, reply, peer, now)
             }
             Ok(other) => {
                 self.deliver(reply, Err(mismatch(other)));
@@ -108,12 +102,73 @@ impl Master {
         }
     }
 
-    /// A waiter got the lock.
+    /// A waiter got the lock. One no request waits for (it waited before
+    /// a fail-over, `FO-4`) has nobody to tell: the lock goes back at once
+    /// (`LOCK-9`).
     pub(crate) fn acquire_granted(&mut self, ticket: u64, index: u64, sequencer: Sequencer) {
-        if let Some(waiting) = self.stop_waiting(ticket) {
-            self.timers.remove(waiting.timer);
-            self.hand_over(waiting.reply, index, sequencer, true);
+        match self.stop_waiting(ticket) {
+            Some(waiting) => {
+                self.timers.remove(waiting.timer);
+                self.hand_over(waiting.reply, index, sequencer, true);
+            }
+            None => self.give_back(sequencer),
         }
+    }
+
+    /// The session of `acquire` waits in its key's line already, in the
+    /// same mode, as `ticket`, with no request of this connection waiting
+    /// for it: its connection closed, another connection asked, or it
+    /// waited before a fail-over (`FO-4`). This acquire takes its place
+    /// and its answer, and waits as long as it asks (`LOCK-3`). The one it
+    /// replaces, if its connection is still open, is told it was.
+    fn take_place(
+        &mut self,
+        ticket: u64,
+        acquire: Acquire,
+        reply: ReplyTx,
+        peer: Option<std::net::IpAddr>,
+        now: Millis,
+    ) {
+        if let Some(earlier) = self.stop_waiting(ticket) {
+            self.timers.remove(earlier.timer);
+            let replaced = Error::new(
+                ErrorCode::LockHeld,
+                format!(
+                    "the session asked for '{}' again on another connection, which waits in \
+                     this one's place",
+                    acquire.key
+                ),
+            );
+            self.deliver(earlier.reply, Err(replaced));
+        }
+        let wait = (acquire.key, acquire.wait_ms);
+        self.wait_in_line(ticket, wait, reply, peer, now);
+    }
+
+    /// Holds `reply` as the answer to the wait `ticket`, until the lock is
+    /// granted, the session ends, or the wait's time is up.
+    fn wait_in_line(
+        &mut self,
+        ticket: u64,
+        (key, wait_ms): (String, Option<u64>),
+        reply: ReplyTx,
+        peer: Option<std::net::IpAddr>,
+        now: Millis,
+    ) {
+        let timeout = match wait_ms {
+            Some(0) | None => MAX_WATCH_TIMEOUT,
+            Some(ms) => Duration::from_millis(ms).min(MAX_WATCH_TIMEOUT),
+        };
+        // One millisecond more, as a watch's: never before the timeout has
+        // passed since the acquire arrived.
+        let due = now + timeout + Duration::from_millis(1);
+        let timer = self.timers.insert(due, Timer::AcquireTimeout(ticket));
+        if let Some(peer) = peer {
+            self.quotas.waiters.take(ticket, peer, 1); // QUOTA-4
+        }
+        self.acquires
+            .waiting
+            .insert(ticket, Waiting { key, reply, timer });
     }
 
     /// A waiter's session ended while it waited.

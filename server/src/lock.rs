@@ -530,7 +530,17 @@ impl State {
                 .is_some_and(|h| h.mode == sequencer.mode)
     }
 
-    /// The sequencer of `session`'s holding of `key`.
+    /// The ticket and mode of `session`'s wait in `key`'s line, if it waits.
+    pub fn waiting_ticket(&self, key: &str, session: SessionId) -> Option<(u64, LockMode)> {
+        let waiter = self
+            .locks
+            .get(key)?
+            .waiters
+            .iter()
+            .find(|w| w.session == session)?;
+        Some((waiter.ticket, waiter.mode))
+    }
+
     /// Whether the wait `ticket` is still in `key`'s line.
     pub fn is_waiting(&self, key: &str, ticket: u64) -> bool {
         self.locks

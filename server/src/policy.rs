@@ -79,9 +79,6 @@ pub(crate) struct Promotion<H> {
     /// Lock-delays still running, and when each ends: no sooner than it
     /// would have under the previous master (`FO-3`).
     pub(crate) lock_delays: Vec<(String, Millis)>,
-    /// Waits in locks' lines, by key and ticket, to cancel: their
-    /// requests died with their connections (`FO-4`).
-    pub(crate) abandoned_waits: Vec<(String, u64)>,
 }
 
 /// What taking over `state` at `now` requires, as etcd's `Promote` extends
@@ -95,18 +92,15 @@ pub(crate) fn promote<H>(state: &State, now: Millis) -> Promotion<H> {
         sessions.push(session.id);
     }
     let mut lock_delays = Vec::new();
-    let mut abandoned_waits = Vec::new();
     for (key, lock) in state.locks().iter() {
         if let Some(until) = lock.delay_until.filter(|until| *until > now) {
             lock_delays.push((key.clone(), until));
         }
-        abandoned_waits.extend(lock.waiters.iter().map(|w| (key.clone(), w.ticket)));
     }
     Promotion {
         sessions,
         leases,
         lock_delays,
-        abandoned_waits,
     }
 }
 
@@ -279,8 +273,6 @@ mod tests {
             .lock_delays
             .iter()
             .all(|(_, until)| *until == at(7_000)));
-        let ticket = s.locks().get("delayed").unwrap().waiters[0].ticket;
-        assert_eq!(running.abandoned_waits, [("delayed".to_string(), ticket)]);
         assert_eq!(promote::<()>(&s, at(7_000)).lock_delays, []);
     }
 }

@@ -56,7 +56,11 @@ async fn the_server_passes_every_conformance_case() {
     // key.
     let client = leasehold::Client::connect(addr.to_string()).await.unwrap();
     let sessions = client.list_sessions().await.unwrap();
-    assert!(sessions.is_empty(), "{} sessions left: {sessions:?}", sessions.len());
+    assert!(
+        sessions.is_empty(),
+        "{} sessions left: {sessions:?}",
+        sessions.len()
+    );
     let keys = client.list("", true).await.unwrap();
     assert!(keys.is_empty(), "{} keys left: {keys:?}", keys.len());
     if let Some(server) = running.lock().await.take() {

@@ -457,3 +457,117 @@ async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
     drop(client);
     server.shutdown().await.unwrap();
 }
+
+/// A session on `addr` with a lease long enough to ride through a restart.
+async fn waiting_session(client: &Client, name: &str) -> leasehold::Session {
+    let options = SessionOptions::new(name)
+        .lease(Duration::from_secs(5))
+        .grace(Duration::from_secs(20));
+    client.create_session(options).await.unwrap()
+}
+
+// LOCK-15, FO-4: a lock's waiter rides through a restart of the master:
+// its wait does not end with its connection; it asks again once its
+// session is back, and gets the lock when the holder lets go. (That it
+// keeps its place when it asks again before its turn is a master's test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_through_a_restart_and_gets_the_lock() {
+    let dir = TempDir::new("durability-waiter");
+    let server = start(durable(&dir)).await;
+    let addr = server.addr;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let holder = waiting_session(&client, "holder").await;
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let waiter_client = Client::connect(addr.to_string()).await.unwrap();
+    let waiter = waiting_session(&waiter_client, "waiter").await;
+    let waits = {
+        let waiter = waiter.clone();
+        let options = LockOptions::exclusive().timeout(Duration::from_secs(60));
+        tokio::spawn(async move { waiter.lock("k", options).await })
+    };
+    // In line before the restart.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.lock_info("k").await.unwrap().waiters.is_empty() {
+        assert!(Instant::now() < deadline, "the waiter never got in line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.shutdown().await.unwrap();
+    let server = start_on(addr, durable(&dir)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while holder.state() != SessionState::Normal || waiter.state() != SessionState::Normal {
+        assert!(Instant::now() < deadline, "the sessions came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!waits.is_finished(), "the wait ended with the connection");
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waits)
+        .await
+        .expect("the wait ends")
+        .unwrap()
+        .expect("the waiter gets the lock, not an error");
+    assert!(got.is_held());
+    drop(server);
+}
+
+// LOCK-15: a candidate's campaign and a semaphore's waiter ride through a
+// restart too, and lead, or take a slot, once the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_and_a_semaphore_waiter_ride_through_a_restart() {
+    let dir = TempDir::new("durability-recipes");
+    let server = start(durable(&dir)).await;
+    let addr = server.addr;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let leader = waiting_session(&client, "leader").await;
+    let term = leasehold::Election::new(&leader, "svc/leader")
+        .campaign("one")
+        .await
+        .unwrap();
+    let slot = leasehold::Semaphore::new(&leader, "pool", 1)
+        .acquire("one", None)
+        .await
+        .unwrap();
+    let other_client = Client::connect(addr.to_string()).await.unwrap();
+    let other = waiting_session(&other_client, "other").await;
+    let campaign = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            leasehold::Election::new(&other, "svc/leader")
+                .campaign("two")
+                .await
+        })
+    };
+    let semaphore = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            leasehold::Semaphore::new(&other, "pool", 1)
+                .acquire("two", None)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.shutdown().await.unwrap();
+    let server = start_on(addr, durable(&dir)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while leader.state() != SessionState::Normal || other.state() != SessionState::Normal {
+        assert!(Instant::now() < deadline, "the sessions came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    term.resign().await.unwrap();
+    slot.release().await.unwrap();
+    let led = tokio::time::timeout(Duration::from_secs(20), campaign)
+        .await
+        .expect("the campaign ends")
+        .unwrap()
+        .expect("the candidate leads, not an error");
+    assert!(led.is_leader());
+    let took = tokio::time::timeout(Duration::from_secs(20), semaphore)
+        .await
+        .expect("the wait for a slot ends")
+        .unwrap()
+        .expect("the waiter takes the slot, not an error");
+    assert!(took.is_held());
+    drop(server);
+}

@@ -74,10 +74,16 @@ impl Master {
             // Its record went with the holding: the lock was let go.
             _ => return,
         }
+        self.give_back(grant);
+    }
+
+    /// Gives back `grant`, which nobody was there to hear, if it is still
+    /// the session's holding (`LOCK-9`).
+    pub(crate) fn give_back(&mut self, grant: Sequencer) {
         if self.state.sequencer_of(&grant.key, grant.session).as_ref() != Some(&grant) {
             return;
         }
-        self.told.remove(&holding);
+        self.told.remove(&(grant.session, grant.key.clone()));
         let release = Command::GiveBack {
             key: grant.key,
             session: grant.session,

@@ -224,9 +224,9 @@ impl Master {
         for (key, until) in promotion.lock_delays {
             self.timers.insert(until, Timer::LockDelayEnd(key));
         }
-        for (key, ticket) in promotion.abandoned_waits {
-            self.apply_made(Command::CancelWait { key, ticket });
-        }
+        // Recovered waiters keep their places (`FO-4`): each waits for its
+        // session to ask again (`LOCK-3`), or for its turn, when the grant,
+        // with nobody to hear it, is given back (`LOCK-9`).
     }
 
     async fn run(

@@ -530,6 +530,127 @@ async fn an_unheard_answer_to_a_holder_asking_again_never_gives_back_an_earlier_
     );
 }
 
+/// `session`'s release of "locks/a", whichever acquire answered it.
+fn release_a(session: SessionToken) -> Request {
+    Request::Release {
+        key: "locks/a".into(),
+        session,
+        acquired: u64::MAX,
+    }
+}
+
+/// The next answer on `rx`, once the log lets it go.
+async fn answer_on(
+    master: &mut Master,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
+) -> Result<Response, Error> {
+    loop {
+        master.on_durable();
+        if let Ok(reply) = rx.try_recv() {
+            return *reply.body;
+        }
+        super::durable(&mut master.commit)
+            .await
+            .expect("the writer goes on");
+    }
+}
+
+// LOCK-3: a session that waits, and asks again on another connection (its
+// first one lost), keeps its place in line; the first request is told it
+// was replaced.
+#[tokio::test]
+async fn a_waiter_asking_again_on_another_connection_keeps_its_place() {
+    let mut master = started(&mut Config::default(), Some(crate::MemoryStore::default()));
+    let holder = created(&mut master, "holder", None).await;
+    let first = created(&mut master, "first", None).await;
+    let second = created(&mut master, "second", None).await;
+    let held = call(&mut master, acquire(holder, None)).await;
+    assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
+    let mut lost = handed(&mut master, acquire(first, Some(60_000)));
+    let _behind = handed(&mut master, acquire(second, Some(60_000)));
+    let mut again = handed(&mut master, acquire(first, Some(60_000)));
+    let replaced = answer_on(&mut master, &mut lost).await;
+    assert!(
+        matches!(&replaced, Err(e) if e.code == ErrorCode::LockHeld),
+        "{replaced:?}"
+    );
+    call(&mut master, release_a(holder)).await.unwrap();
+    let granted = answer_on(&mut master, &mut again).await;
+    assert!(
+        matches!(granted, Ok(Response::Acquired { .. })),
+        "{granted:?}"
+    );
+    assert!(master.state.sequencer_of("locks/a", first.id).is_some());
+}
+
+/// A master restarted on a store where `holder` holds "locks/a" and
+/// `first`, then `second`, wait for it, each acknowledged its fail-over.
+async fn restarted_with_a_line() -> (Master, [SessionToken; 3]) {
+    let mut config = Config::default();
+    let store = crate::MemoryStore::default();
+    let mut before = started(&mut config, Some(store.clone()));
+    let holder = created(&mut before, "holder", None).await;
+    let first = created(&mut before, "first", None).await;
+    let second = created(&mut before, "second", None).await;
+    call(&mut before, acquire(holder, None)).await.unwrap();
+    let _first = handed(&mut before, acquire(first, Some(60_000)));
+    let _second = handed(&mut before, acquire(second, Some(60_000)));
+    call(
+        &mut before,
+        Request::Get {
+            key: "locks/a".into(),
+            stat_only: true,
+        },
+    )
+    .await
+    .unwrap();
+    drop(before);
+    let mut master = started(&mut config, Some(store));
+    master.failover_pending.clear();
+    (master, [holder, first, second])
+}
+
+// FO-4, LOCK-3: waiters keep their places across a fail-over; one that asks
+// again on the new master takes its place back, ahead of those behind it.
+#[tokio::test]
+async fn a_recovered_waiter_asking_again_keeps_its_place() {
+    let (mut master, [holder, first, second]) = restarted_with_a_line().await;
+    let line = master
+        .state
+        .locks()
+        .get("locks/a")
+        .expect("the line")
+        .waiters
+        .len();
+    assert_eq!(line, 2, "both waits were recovered");
+    let mut behind = handed(&mut master, acquire(second, Some(60_000)));
+    let mut again = handed(&mut master, acquire(first, Some(60_000)));
+    call(&mut master, release_a(holder)).await.unwrap();
+    let granted = answer_on(&mut master, &mut again).await;
+    assert!(
+        matches!(granted, Ok(Response::Acquired { .. })),
+        "{granted:?}"
+    );
+    assert!(behind.try_recv().is_err(), "the second waits on");
+    assert!(master.state.sequencer_of("locks/a", second.id).is_none());
+}
+
+// FO-4, LOCK-9: a recovered waiter whose turn comes before its session
+// asked again has nobody to tell: the grant is given back at once, and the
+// lock passes on.
+#[tokio::test]
+async fn a_recovered_waiter_whose_turn_comes_unasked_passes_the_lock_on() {
+    let (mut master, [holder, first, second]) = restarted_with_a_line().await;
+    let mut behind = handed(&mut master, acquire(second, Some(60_000)));
+    call(&mut master, release_a(holder)).await.unwrap();
+    let granted = answer_on(&mut master, &mut behind).await;
+    assert!(
+        matches!(granted, Ok(Response::Acquired { .. })),
+        "{granted:?}"
+    );
+    assert!(master.state.sequencer_of("locks/a", first.id).is_none());
+}
+
 /// A KeepAliveAll for `sessions` under `epoch`, acknowledging nothing.
 fn keepalive_all(sessions: &[SessionToken], epoch: u64, hold: bool) -> Request {
     Request::KeepAliveAll(

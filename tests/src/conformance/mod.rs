@@ -197,6 +197,10 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ),
     ("LOCK-10", "client library: when a guard counts as lost"),
     (
+        "LOCK-15",
+        "client library: a wait that rides through a fail-over; tests/tests/durability.rs and cli/tests",
+    ),
+    (
         "LOCK-11",
         "client library: close releases before destroying",
     ),

@@ -21,8 +21,12 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(&["FO-2"], a_recovered_session_gets_a_full_lease),
         case!(
-            &["FO-3", "FO-4"],
-            lock_delay_survives_a_restart_and_dead_waiters_do_not
+            &["FO-3", "FO-4", "LOCK-9"],
+            lock_delay_survives_a_restart_and_a_waiter_that_never_asks_again_passes_its_turn
+        ),
+        case!(
+            &["FO-4", "LOCK-3"],
+            a_waiter_from_before_a_restart_that_asks_again_keeps_its_place
         ),
         case!(
             &["FO-5", "ERR-14"],
@@ -70,7 +74,9 @@ async fn a_recovered_session_gets_a_full_lease(ctx: Ctx) -> Check {
     Ok(())
 }
 
-async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Check {
+async fn lock_delay_survives_a_restart_and_a_waiter_that_never_asks_again_passes_its_turn(
+    ctx: Ctx,
+) -> Check {
     needs_restart(&ctx)?;
     let (mut conn, w) = open(&ctx).await;
     let delay = 5_000.min(w.limits.max_lock_delay_ms);
@@ -114,7 +120,8 @@ async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Chec
     )
     .map_err(|e| format!("lock-delay after the restart: {e}"))?;
     // The holder of `queued` acknowledges the fail-over and releases; the
-    // waiter from before the restart is gone, so the lock is free.
+    // waiter from before the restart never asked again, so its grant has
+    // nobody to hear it and is given back at once: the lock is free.
     let kept = conn.call(keepalive(holder, &w, 0, false)).await;
     let events = expect_reply!(kept, Response::KeepAlive { events, .. } => events)
         .map_err(|e| format!("KeepAlive: {e}"))?;
@@ -131,6 +138,65 @@ async fn lock_delay_survives_a_restart_and_dead_waiters_do_not(ctx: Ctx) -> Chec
             .await,
     )
     .map_err(|e| format!("the lock went to a waiter from before the restart: {e}"))?;
+    Ok(())
+}
+
+/// Acknowledges `session`'s fail-over event on `conn` (`FO-5`).
+async fn acknowledge(
+    conn: &mut crate::raw::RawConnection,
+    w: &leasehold_protocol::Welcome,
+    session: leasehold_protocol::SessionToken,
+) -> Result<(), String> {
+    let kept = conn.call(keepalive(session, w, 0, false)).await;
+    let events = expect_reply!(kept, Response::KeepAlive { events, .. } => events)
+        .map_err(|e| format!("KeepAlive: {e}"))?;
+    let seq = events.last().map_or(0, |e| e.seq);
+    conn.call(keepalive(session, w, seq, false))
+        .await
+        .map_err(|e| format!("ack: {e}"))?;
+    Ok(())
+}
+
+async fn a_waiter_from_before_a_restart_that_asks_again_keeps_its_place(ctx: Ctx) -> Check {
+    needs_restart(&ctx)?;
+    let (mut conn, w) = open(&ctx).await;
+    let holder = session(&mut conn, &w).await?;
+    let waiter = session(&mut conn, &w).await?;
+    let k = key("kept-place");
+    generation(
+        &conn
+            .call(acquire(&k, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut before, _) = open(&ctx).await;
+    before
+        .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(before);
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    // A newcomer waits behind the recovered waiter...
+    let (mut newcomer_conn, _) = open(&ctx).await;
+    let newcomer = session(&mut newcomer_conn, &w).await?;
+    newcomer_conn
+        .request(acquire(&k, newcomer, LockMode::Exclusive, Some(30_000)))
+        .await;
+    // ...which asks again, once its fail-over is acknowledged, and takes
+    // its place back.
+    let (mut again, _) = open(&ctx).await;
+    acknowledge(&mut again, &w, waiter).await?;
+    let asked = again
+        .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    acknowledge(&mut conn, &w, holder).await?;
+    conn.call(release(&k, holder))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let (id, granted) = again.reply().await;
+    ensure!(id == asked, "a reply to request {id}");
+    generation(&granted).map_err(|e| format!("the waiter from before the restart: {e}"))?;
     Ok(())
 }
 

@@ -26,6 +26,10 @@ pub(super) fn cases() -> Vec<Case> {
             a_lock_generation_rises_only_when_the_lock_goes_from_free_to_held
         ),
         case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
+        case!(
+            &["LOCK-3"],
+            a_waiter_asking_again_on_another_connection_takes_its_own_place
+        ),
         case!(&["LOCK-4", "ERR-13"], only_a_holder_may_release_a_lock),
         case!(
             &["LOCK-4", "LOCK-2", "ERR-19"],
@@ -311,6 +315,52 @@ async fn session_locks_lists_what_a_session_holds_and_waits_for(ctx: Ctx) -> Che
     };
     expect_error!(conn.call(unknown).await, ErrorCode::UnknownSession)
         .map_err(|e| format!("an unknown session: {e}"))
+}
+
+async fn a_waiter_asking_again_on_another_connection_takes_its_own_place(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let holder = session(&mut conn, &w).await?;
+    let waiter = session(&mut conn, &w).await?;
+    let behind = session(&mut conn, &w).await?;
+    let k = key("place");
+    generation(
+        &conn
+            .call(acquire(&k, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut first, _) = open(&ctx).await;
+    let replaced = first
+        .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (mut last, _) = open(&ctx).await;
+    last.request(acquire(&k, behind, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The same session, the same key, on the same connection: refused.
+    let twice = first
+        .call(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    expect_error!(twice, ErrorCode::InvalidArgument)
+        .map_err(|e| format!("a second wait on the same connection: {e}"))?;
+    // On another: it takes the first's place, ahead of the one behind.
+    let (mut again, _) = open(&ctx).await;
+    let asked = again
+        .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    let (id, told) = first.reply().await;
+    ensure!(
+        id == replaced,
+        "a reply to request {id}, not the first wait"
+    );
+    expect_error!(told, ErrorCode::LockHeld).map_err(|e| format!("the replaced wait: {e}"))?;
+    conn.call(release(&k, holder))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    let (id, granted) = again.reply().await;
+    ensure!(id == asked, "a reply to request {id}");
+    generation(&granted).map_err(|e| format!("the wait asked again: {e}"))?;
+    Ok(())
 }
 
 async fn only_a_holder_may_release_a_lock(ctx: Ctx) -> Check {
