@@ -509,7 +509,8 @@ fn addr_arg(text: &str) -> Result<String, String> {
     for part in text.split(',').map(str::trim) {
         let port = part.rsplit_once(':').filter(|(host, _)| !host.is_empty());
         match port.map(|(_, port)| port.parse::<u16>()) {
-            Some(Ok(port)) if port > 0 => {}
+            // Port 0 is how `serve` is told to pick a free port.
+            Some(Ok(_)) => {}
             _ => {
                 return Err(format!(
                     "'{}' is not HOST:PORT (e.g. 127.0.0.1:7171); a cell is its members' \
