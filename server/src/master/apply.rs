@@ -2,7 +2,7 @@
 //! snapshot when the log has grown), run its events, and reply only once
 //! what the reply depends on is durable.
 
-use leasehold_protocol::{Error, Response, Sequencer};
+use leasehold_protocol::{Error, ErrorCode, Response, Sequencer};
 use tracing::info;
 
 use super::{Master, ReplyTx, Timer, Told};
@@ -78,7 +78,11 @@ impl Master {
     }
 
     /// Gives back `grant`, which nobody was there to hear, if it is still
-    /// the session's holding (`LOCK-9`).
+    /// the session's holding (`LOCK-9`). The give-back may wait (for the
+    /// command that granted to finish, or behind invalidations of the
+    /// key, `CACHE-3`): its record of replies is cleared now, so that a
+    /// reply telling the session of the holding meanwhile (it asked
+    /// again, `LOCK-2`) is seen and cancels it (`give_back_cancelled`).
     pub(crate) fn give_back(&mut self, grant: Sequencer) {
         if self.state.sequencer_of(&grant.key, grant.session).as_ref() != Some(&grant) {
             return;
@@ -114,8 +118,31 @@ impl Master {
         }
     }
 
+    /// Whether `command` gives back a holding that a reply has told its
+    /// session of since the give-back was decided: that reply may have
+    /// been heard, so the holding stays (`LOCK-9`).
+    fn give_back_cancelled(&self, command: &Command) -> bool {
+        let Command::GiveBack {
+            key,
+            session,
+            generation,
+        } = command
+        else {
+            return false;
+        };
+        self.told
+            .get(&(*session, key.clone()))
+            .is_some_and(|told| told.grant.lock_generation == *generation)
+    }
+
     /// Applies a command to the state machine and carries out its events.
     pub(crate) fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
+        if self.give_back_cancelled(&command) {
+            return Err(Error::new(
+                ErrorCode::LockHeld,
+                "the holding was told of since its give-back was decided",
+            ));
+        }
         // Fan-out already behind goes on a slice per turn of the master's
         // loop; this command's adds to it and takes no extra slice.
         let behind = self.depth == 0 && self.events.owes();

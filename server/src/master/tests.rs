@@ -651,6 +651,54 @@ async fn a_recovered_waiter_whose_turn_comes_unasked_passes_the_lock_on() {
     assert!(master.state.sequencer_of("locks/a", first.id).is_none());
 }
 
+// LOCK-9, CACHE-7: after a restart a recovered cacher holds the release
+// that grants a recovered waiter, and the waiter's own acquire behind it.
+// The grant has nobody to tell, so its give-back is decided, and waits
+// behind that acquire; the acquire is answered that the session holds the
+// lock (LOCK-2), so the give-back is dropped: the holding its client was
+// told of stays.
+#[tokio::test]
+async fn a_give_back_is_dropped_when_its_session_is_told_of_the_holding_first() {
+    let mut config = lenient();
+    let store = crate::MemoryStore::default();
+    let mut before = started(&mut config, Some(store.clone()));
+    let holder = created(&mut before, "holder", None).await;
+    let first = created(&mut before, "first", None).await;
+    let cacher = created(&mut before, "cacher", Some(LEASE.as_millis() as u64)).await;
+    call(&mut before, acquire(holder, None)).await.unwrap();
+    let _first = handed(&mut before, acquire(first, Some(60_000)));
+    let read = call(&mut before, get_cached("k", cacher)).await;
+    assert!(matches!(
+        read,
+        Ok(Response::Cached {
+            cacheable: true,
+            ..
+        })
+    ));
+    drop(before);
+    let mut master = started(&mut config, Some(store));
+    master.failover_pending.remove(&holder.id);
+    master.failover_pending.remove(&first.id);
+
+    let mut release = send(&mut master, release_a(holder));
+    let mut asked = send(&mut master, acquire(first, Some(60_000)));
+    assert!(answered(&mut release).is_none(), "held for the cacher");
+    assert!(answered(&mut asked).is_none(), "held behind the release");
+    let events = renewed(&mut master, cacher, 0);
+    let failover = events.first().expect("the fail-over event").seq;
+    renewed(&mut master, cacher, failover);
+    let granted = answer_on(&mut master, &mut asked).await;
+    assert!(
+        matches!(granted, Ok(Response::Acquired { .. })),
+        "{granted:?}"
+    );
+    master.on_durable();
+    assert!(
+        master.state.sequencer_of("locks/a", first.id).is_some(),
+        "the holding its session was told of was given back"
+    );
+}
+
 /// A KeepAliveAll for `sessions` under `epoch`, acknowledging nothing.
 fn keepalive_all(sessions: &[SessionToken], epoch: u64, hold: bool) -> Request {
     Request::KeepAliveAll(
