@@ -340,16 +340,26 @@ impl Session {
                 wait_ms: left.map(|left| (left.as_millis() as u64).max(1)),
                 transient: options.transient,
             });
-            let answer = self
+            // A master that stopped without closing its connections (a
+            // process paused, a host cut off) answers neither the wait nor
+            // with an error: once the session has found a master again,
+            // the wait is asked again there rather than left on the old
+            // connection until its time runs out.
+            let mut states = self.watch_state();
+            states.borrow_and_update();
+            let call = self
                 .client()
-                .call_waiting(request, left.unwrap_or_default())
-                .await;
+                .call_waiting(request, left.unwrap_or_default());
+            let answer = tokio::select! {
+                answer = call => answer,
+                () = back_in_contact(states) => continue,
+            };
             let (sequencer, index) = match answer {
                 Ok(Response::Acquired { sequencer, index }) => (sequencer, index),
                 Ok(other) => return Err(unexpected(other)),
                 Err(e) if rides_through(&e) => {
                     let until = give_up.max(Instant::now() + patience);
-                    self.back(until, failures, e).await?;
+                    self.back(until, failures).await?;
                     failures += 1;
                     continue;
                 }
@@ -382,20 +392,17 @@ impl Session {
     }
 
     /// Waits until the session is normal again (a fail-over acknowledged,
-    /// contact back), to ask again after `failures` failed tries; `failed`
-    /// if that does not happen by `until`, `SessionExpired` if the session
-    /// ends.
-    pub(crate) async fn back(
-        &self,
-        until: Instant,
-        failures: u32,
-        failed: ClientError,
-    ) -> Result<(), ClientError> {
+    /// contact back), to ask again after `failures` failed tries:
+    /// `Timeout` if that does not happen by `until`, `SessionExpired` if
+    /// the session ends.
+    pub(crate) async fn back(&self, until: Instant, failures: u32) -> Result<(), ClientError> {
+        let started = Instant::now();
+        let timed_out = || ClientError::Timeout(until.saturating_duration_since(started));
         let mut states = self.watch_state();
         // The session may still count as normal while its master is gone
         // (its lease runs on): the tries back off, as the session's own
-        // probes do, rather than hammer a master that is not there.
-        // A change of state (a fail-over, jeopardy) ends the pause early:
+        // probes do, rather than hammer a master that is not there. A
+        // change of state (a fail-over, jeopardy) ends the pause early:
         // what counts then is when the session is normal again.
         let pause = Duration::from_millis(50u64 << failures.min(5)).min(Duration::from_secs(1));
         states.borrow_and_update();
@@ -406,7 +413,7 @@ impl Session {
             }
         };
         if tokio::time::timeout_at(until, paused).await.is_err() {
-            return Err(failed);
+            return Err(timed_out());
         }
         let back = async {
             let state = states
@@ -418,7 +425,7 @@ impl Session {
         match tokio::time::timeout_at(until, back).await {
             Ok(false) => Ok(()),
             Ok(true) => Err(ClientError::SessionExpired),
-            Err(_) => Err(failed),
+            Err(_) => Err(timed_out()),
         }
     }
 }
@@ -427,6 +434,22 @@ impl Session {
 /// not have reached the master, or its answer may not have reached this
 /// client, or the master was failing over; the session lives on, and
 /// asking again is safe (`LOCK-15`).
+/// Resolves once the session's state has changed since `states` was last
+/// seen (it left `Normal`: contact was lost) and it is `Normal` again, or
+/// over; never if the session is gone.
+pub(crate) async fn back_in_contact(mut states: watch::Receiver<SessionState>) {
+    if states.changed().await.is_err() {
+        return std::future::pending().await;
+    }
+    let gone = states
+        .wait_for(|s| *s == SessionState::Normal || s.is_final())
+        .await
+        .is_err();
+    if gone {
+        std::future::pending::<()>().await;
+    }
+}
+
 pub(crate) fn rides_through(e: &ClientError) -> bool {
     match e.remedy() {
         Remedy::Reconnect | Remedy::OutcomeUnknown | Remedy::Retry => true,

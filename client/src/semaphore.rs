@@ -111,9 +111,27 @@ impl Semaphore {
         let mut expiry = timeout.map(|t| Box::pin(tokio::time::sleep(t)));
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         // Subscribed before the first read, so no change between a read
-        // and the wait is missed.
-        let mut changes = self.subscribe().await?;
-        let contender = self.enter(value.into()).await?;
+        // and the wait is missed. Both ride through a lost connection or a
+        // fail-over, as the wait does (`LOCK-15`).
+        let value = value.into();
+        let mut failures = 0;
+        let (mut changes, contender) = loop {
+            let entered = async {
+                let changes = self.subscribe().await?;
+                Ok::<_, ClientError>((changes, self.enter(value.clone(), deadline).await?))
+            };
+            match entered.await {
+                Ok(entered) => break entered,
+                Err(e) if rides_through(&e) => {
+                    let forever = tokio::time::Instant::now() + LONGEST_WAIT;
+                    self.session
+                        .back(deadline.unwrap_or(forever), failures)
+                        .await?;
+                    failures += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let outcome = async {
             let mut failures = 0;
             loop {
@@ -128,7 +146,7 @@ impl Semaphore {
                     Err(e) if rides_through(&e) => {
                         let forever = tokio::time::Instant::now() + LONGEST_WAIT;
                         self.session
-                            .back(deadline.unwrap_or(forever), failures, e)
+                            .back(deadline.unwrap_or(forever), failures)
                             .await?;
                         failures += 1;
                         continue;
@@ -171,7 +189,7 @@ impl Semaphore {
         value: impl Into<Vec<u8>>,
     ) -> Result<Option<Permit>, ClientError> {
         let changes = self.subscribe().await?;
-        let contender = self.enter(value.into()).await?;
+        let contender = self.enter(value.into(), None).await?;
         loop {
             match self.attempt().await {
                 Ok(Attempt::Taken) => {
@@ -201,19 +219,31 @@ impl Semaphore {
         self.session.subscribe(&self.prefix, options).await
     }
 
-    /// Creates this session's contender key: ephemeral, and locked by it.
-    async fn enter(&self, value: Vec<u8>) -> Result<LockGuard, ClientError> {
+    /// Creates this session's contender key, ephemeral and locked by it,
+    /// waiting until `deadline` at most for a delete of it still under way.
+    async fn enter(
+        &self,
+        value: Vec<u8>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<LockGuard, ClientError> {
         let key = self.contender_key(self.session.id());
+        // A slot given back a moment ago may still be deleting its
+        // contender key (its caller stopped waiting for that): this waits
+        // for it, as the delete's own tries are bounded (`SEM-4`).
+        let started = tokio::time::Instant::now();
+        while self.session.dispatch().leaving.contains(&key) {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return Err(ClientError::Timeout(started.elapsed()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // One slot per session: a second permit would share the first's
         // contender key and entry in Holders, and releasing either would
         // free both.
-        let busy = {
-            let dispatch = self.session.dispatch();
-            dispatch.locks.contains_key(&key) || dispatch.leaving.contains(&key)
-        };
+        let busy = self.session.dispatch().locks.contains_key(&key);
         if busy {
             return Err(ClientError::Conflict(format!(
-                "this session already holds (or is still releasing) a slot in {}",
+                "this session already holds a slot in {}",
                 self.prefix
             )));
         }
@@ -222,6 +252,15 @@ impl Semaphore {
             .put(&key, value, PutOptions::new().ephemeral(&self.session))
             .await?;
         self.session.try_lock(&key, LockOptions::exclusive()).await
+    }
+
+    /// Marks this session's slot as being given back, until `leave` has
+    /// deleted its contender key: the session's next acquire waits for
+    /// that (`enter`). Returns the contender key.
+    fn start_leaving(&self) -> String {
+        let key = self.contender_key(self.session.id());
+        self.session.dispatch().leaving.insert(key.clone());
+        key
     }
 
     /// Deletes this session's contender key, which frees its lock too
@@ -235,8 +274,7 @@ impl Semaphore {
     /// acquire locked the key again; the event names the old holding's
     /// generation, so it costs the next slot nothing (`LOCK-13`).
     async fn leave(&self, contender: LockGuard) {
-        let key = self.contender_key(self.session.id());
-        self.session.dispatch().leaving.insert(key.clone());
+        let key = self.start_leaving();
         let session = self.session.clone();
         let task = tokio::spawn(async move {
             let client = session.client();
@@ -428,6 +466,10 @@ impl Permit {
     /// contender key goes.
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.watcher.abort();
+        // From here until the contender key is gone, this session's next
+        // acquire waits rather than finds the slot still held, even if
+        // this future is dropped part-way (`Drop` finishes the job).
+        self.semaphore.start_leaving();
         let result = self.semaphore.give_back().await;
         if let Some(contender) = self.contender.take() {
             self.semaphore.leave(contender).await;
@@ -444,6 +486,7 @@ impl Drop for Permit {
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let semaphore = self.semaphore.clone();
+            semaphore.start_leaving();
             runtime.spawn(async move {
                 let _ = semaphore.give_back().await;
                 semaphore.leave(contender).await;

@@ -43,14 +43,16 @@ impl Master {
     ) {
         // Asked again while it waits (a new connection, a new master):
         // it keeps its place in line.
-        if acquire.wait_ms.is_some() {
-            let waits = self.state.waiting_ticket(&acquire.key, acquire.session.id);
-            if let Some((ticket, _)) = waits.filter(|(_, mode)| *mode == acquire.mode) {
-                let same = self.acquires.waiting.get(&ticket);
-                if !same.is_some_and(|w| w.reply.shares_open_connection(&reply)) {
-                    return self.take_place(ticket, acquire, reply, peer, now);
-                }
+        // The session waits for this key already: its client gave that
+        // wait up (a lost connection, a fail-over, a caller that stopped
+        // waiting), for the session waits once per key (`LOCK-3`). Asked
+        // again as it was, it keeps its place; asked otherwise, the old
+        // wait leaves the line and this one is served as any other.
+        if let Some((ticket, mode)) = self.state.waiting_ticket(&acquire.key, acquire.session.id) {
+            if acquire.wait_ms.is_some() && mode == acquire.mode {
+                return self.take_place(ticket, acquire, reply, peer, now);
             }
+            self.replace_wait(ticket, &acquire.key);
         }
         let writes = acquire.contents.is_some();
         // A holder asking again is answered with a holding some earlier
@@ -129,20 +131,33 @@ impl Master {
         peer: Option<std::net::IpAddr>,
         now: Millis,
     ) {
+        self.answer_replaced(ticket, &acquire.key);
+        let wait = (acquire.key, acquire.wait_ms);
+        self.wait_in_line(ticket, wait, reply, peer, now);
+    }
+
+    /// The earlier request waiting as `ticket`, if one still does, is
+    /// told a later acquire of its session replaced it.
+    fn answer_replaced(&mut self, ticket: u64, key: &str) {
         if let Some(earlier) = self.stop_waiting(ticket) {
             self.timers.remove(earlier.timer);
             let replaced = Error::new(
                 ErrorCode::LockHeld,
-                format!(
-                    "the session asked for '{}' again on another connection, which waits in \
-                     this one's place",
-                    acquire.key
-                ),
+                format!("the session asked for '{key}' again, which replaces this wait"),
             );
             self.deliver(earlier.reply, Err(replaced));
         }
-        let wait = (acquire.key, acquire.wait_ms);
-        self.wait_in_line(ticket, wait, reply, peer, now);
+    }
+
+    /// The session's wait `ticket` for `key` leaves the line: a later
+    /// acquire of the session, asking otherwise, replaces it (`LOCK-3`).
+    fn replace_wait(&mut self, ticket: u64, key: &str) {
+        self.answer_replaced(ticket, key);
+        let cancel = Command::CancelWait {
+            key: key.to_string(),
+            ticket,
+        };
+        let _ = self.apply(cancel, self.now);
     }
 
     /// Holds `reply` as the answer to the wait `ticket`, until the lock is

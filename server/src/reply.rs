@@ -151,17 +151,6 @@ impl ReplyTx {
         }
     }
 
-    /// Whether `other` answers on the same connection, and that connection
-    /// is still open: a second waiting acquire of one session for one key
-    /// from it is refused, from anywhere else it takes the first's place
-    /// (`LOCK-3`).
-    pub(crate) fn shares_open_connection(&self, other: &ReplyTx) -> bool {
-        match (&self.to, &other.to) {
-            (Some(a), Some(b)) => a.same_channel(b) && !a.is_closed(),
-            _ => false,
-        }
-    }
-
     /// Queues the reply; fails if the connection is gone.
     pub(crate) fn send(mut self, body: Result<Response, Error>) -> Result<(), Undelivered> {
         let to = self.to.take().expect("a reply is sent once");

@@ -156,6 +156,13 @@ impl Running {
         }
     }
 
+    /// Every stderr line read so far, and those waiting to be read.
+    pub fn stderr_so_far(&self) -> Vec<String> {
+        let mut seen = self.seen.borrow_mut();
+        seen.extend(self.stderr.try_iter());
+        seen.clone()
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().expect("poll the child").is_none()

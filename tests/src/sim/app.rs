@@ -343,14 +343,55 @@ async fn contender(role: Role, ctx: &mut Ctx) {
     }
 }
 
+/// How long a contender waits in line: three seconds, and never past the
+/// work. It asks once, and leaves lost connections and fail-overs to the
+/// library, which rides through them (`LOCK-15`).
+fn patience(ctx: &Ctx) -> Duration {
+    let left = ctx.work_until.saturating_sub(now_ms()).max(1);
+    Duration::from_millis(left.min(3_000))
+}
+
+/// Traces how a wait for `lock` ended.
+fn waited<T>(ctx: &Ctx, lock: &str, outcome: &Option<Result<T, ClientError>>) {
+    let outcome = match outcome {
+        None => "gave_up".to_string(),
+        Some(Ok(_)) => "granted".to_string(),
+        Some(Err(e)) if e.is_lock_refusal() => "refused".to_string(),
+        Some(Err(ClientError::SessionExpired)) => "expired".to_string(),
+        Some(Err(e))
+            if matches!(
+                e.code(),
+                Some(leasehold::ErrorCode::SessionExpired | leasehold::ErrorCode::UnknownSession)
+            ) =>
+        {
+            "expired".to_string()
+        }
+        Some(Err(ClientError::Timeout(_))) => "timeout".to_string(),
+        Some(Err(e)) => format!("error: {e}"),
+    };
+    let what = What::Waited {
+        lock: lock.to_string(),
+        outcome,
+    };
+    ctx.trace.push(&ctx.name, what);
+}
+
+/// `wait`, given up on when the work is over.
+async fn until_work_ends<T>(ctx: &Ctx, wait: impl Future<Output = T>) -> Option<T> {
+    let left = ctx.work_until.saturating_sub(now_ms());
+    timeout(Duration::from_millis(left), wait).await.ok()
+}
+
 async fn lock_round(
     ctx: &mut Ctx,
     session: &Session,
     belief: &Belief,
     storage: &mut StorageClient,
 ) {
-    let options = LockOptions::exclusive().timeout(Duration::from_secs(3));
-    let Ok(Ok(guard)) = timeout(Duration::from_secs(5), session.lock(LOCK, options)).await else {
+    let options = LockOptions::exclusive().timeout(patience(ctx));
+    let outcome = until_work_ends(ctx, session.lock(LOCK, options)).await;
+    waited(ctx, LOCK, &outcome);
+    let Some(Ok(guard)) = outcome else {
         return;
     };
     let generation = guard.sequencer().lock_generation;
@@ -376,8 +417,15 @@ async fn election_round(
     storage: &mut StorageClient,
 ) {
     let election = Election::new(session, ELECTION);
-    let Ok(Ok(term)) = timeout(Duration::from_secs(5), election.campaign(ctx.name.clone())).await
-    else {
+    let campaign = timeout(patience(ctx), election.campaign(ctx.name.clone()));
+    // The campaign waits as long as its session lives; the contender lets
+    // it go after a while (not a failure: an application's choice).
+    let outcome = match until_work_ends(ctx, campaign).await {
+        Some(Ok(outcome)) => Some(outcome),
+        _ => None,
+    };
+    waited(ctx, ELECTION, &outcome);
+    let Some(Ok(term)) = outcome else {
         return;
     };
     let generation = term.sequencer().lock_generation;
@@ -398,8 +446,16 @@ async fn election_round(
 
 async fn semaphore_round(ctx: &mut Ctx, session: &Session, belief: &Belief) {
     let semaphore = Semaphore::new(session, SEMAPHORE, ctx.settings.semaphore_limit);
-    let acquire = semaphore.acquire(ctx.name.clone(), Some(Duration::from_secs(3)));
-    let Ok(Ok(permit)) = timeout(Duration::from_secs(5), acquire).await else {
+    let acquire = semaphore.acquire(ctx.name.clone(), Some(patience(ctx)));
+    let outcome = until_work_ends(ctx, acquire).await;
+    // The semaphore's own timeout is the application giving up, not a
+    // failure of the wait.
+    let outcome = match outcome {
+        Some(Err(ClientError::Timeout(_))) => None,
+        outcome => outcome,
+    };
+    waited(ctx, SEMAPHORE, &outcome);
+    let Some(Ok(permit)) = outcome else {
         return;
     };
     let still = || permit.is_held();

@@ -70,6 +70,13 @@ pub enum What {
         generation: u64,
         session: String,
     },
+    /// A wait for `lock` (a lock, a term or a semaphore slot) ended:
+    /// `granted`, `refused` (held or in lock-delay past its timeout),
+    /// `expired` (its session ended), `timeout` (its session was not back
+    /// before its time ran out), `gave_up` (the work was over), or `error:
+    /// ...` (anything else: what a lost connection or a fail-over must
+    /// never end a wait with, `LOCK-15`).
+    Waited { lock: String, outcome: String },
     /// The client no longer believes it holds `lock`.
     Released {
         lock: String,

@@ -28,7 +28,11 @@ pub(super) fn cases() -> Vec<Case> {
         case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
         case!(
             &["LOCK-3"],
-            a_waiter_asking_again_on_another_connection_takes_its_own_place
+            a_waiter_asking_again_keeps_its_place_from_any_connection
+        ),
+        case!(
+            &["LOCK-3"],
+            an_acquire_asking_otherwise_takes_the_session_out_of_line
         ),
         case!(&["LOCK-4", "ERR-13"], only_a_holder_may_release_a_lock),
         case!(
@@ -317,7 +321,7 @@ async fn session_locks_lists_what_a_session_holds_and_waits_for(ctx: Ctx) -> Che
         .map_err(|e| format!("an unknown session: {e}"))
 }
 
-async fn a_waiter_asking_again_on_another_connection_takes_its_own_place(ctx: Ctx) -> Check {
+async fn a_waiter_asking_again_keeps_its_place_from_any_connection(ctx: Ctx) -> Check {
     let (mut conn, w) = open(&ctx).await;
     let holder = session(&mut conn, &w).await?;
     let waiter = session(&mut conn, &w).await?;
@@ -337,15 +341,10 @@ async fn a_waiter_asking_again_on_another_connection_takes_its_own_place(ctx: Ct
     last.request(acquire(&k, behind, LockMode::Exclusive, Some(30_000)))
         .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    // The same session, the same key, on the same connection: refused.
+    // Asked again on the same connection (a library that stopped waiting
+    // for an answer that did not come in time): it takes the first's
+    // place, and the first is answered that it was replaced.
     let twice = first
-        .call(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
-        .await;
-    expect_error!(twice, ErrorCode::InvalidArgument)
-        .map_err(|e| format!("a second wait on the same connection: {e}"))?;
-    // On another: it takes the first's place, ahead of the one behind.
-    let (mut again, _) = open(&ctx).await;
-    let asked = again
         .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
         .await;
     let (id, told) = first.reply().await;
@@ -354,12 +353,56 @@ async fn a_waiter_asking_again_on_another_connection_takes_its_own_place(ctx: Ct
         "a reply to request {id}, not the first wait"
     );
     expect_error!(told, ErrorCode::LockHeld).map_err(|e| format!("the replaced wait: {e}"))?;
+    // Asked again on another connection: the same.
+    let (mut again, _) = open(&ctx).await;
+    let asked = again
+        .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    let (id, told) = first.reply().await;
+    ensure!(id == twice, "a reply to request {id}, not the second wait");
+    expect_error!(told, ErrorCode::LockHeld).map_err(|e| format!("the second wait: {e}"))?;
+    // Still ahead of the session that came after it.
     conn.call(release(&k, holder))
         .await
         .map_err(|e| format!("release: {e}"))?;
     let (id, granted) = again.reply().await;
     ensure!(id == asked, "a reply to request {id}");
     generation(&granted).map_err(|e| format!("the wait asked again: {e}"))?;
+    Ok(())
+}
+
+async fn an_acquire_asking_otherwise_takes_the_session_out_of_line(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let holder = session(&mut conn, &w).await?;
+    let waiter = session(&mut conn, &w).await?;
+    let k = key("otherwise");
+    generation(
+        &conn
+            .call(acquire(&k, holder, LockMode::Exclusive, None))
+            .await,
+    )?;
+    let (mut line, _) = open(&ctx).await;
+    let waited = line
+        .request(acquire(&k, waiter, LockMode::Exclusive, Some(30_000)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The same session asks for a shared hold without waiting: its wait
+    // leaves the line (answered as replaced), and this acquire is refused
+    // as any other would be.
+    let now = conn.call(acquire(&k, waiter, LockMode::Shared, None)).await;
+    expect_error!(now, ErrorCode::LockHeld).map_err(|e| format!("the shared try: {e}"))?;
+    let (id, told) = line.reply().await;
+    ensure!(id == waited, "a reply to request {id}, not the wait");
+    expect_error!(told, ErrorCode::LockHeld).map_err(|e| format!("the replaced wait: {e}"))?;
+    let request = Request::SessionLocks { session: waiter.id };
+    let locks = expect_reply!(conn.call(request).await, Response::SessionLocks(l) => l)?;
+    ensure!(
+        locks.waiting.is_empty() && locks.held.is_empty(),
+        "the session still waits or holds: {locks:?}"
+    );
+    conn.call(release(&k, holder))
+        .await
+        .map_err(|e| format!("release: {e}"))?;
     Ok(())
 }
 

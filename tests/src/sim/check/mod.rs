@@ -23,6 +23,8 @@
 //!   no older master grants again.
 //! - [`replicas`]: a cell's members hold the same replica at the same
 //!   applied index.
+//! - [`waits`]: no wait for a lock, a term or a slot ended with an error:
+//!   lost connections and fail-overs are ridden through.
 
 pub mod cache;
 pub mod containment;
@@ -36,6 +38,7 @@ pub mod linearizable;
 pub mod masters;
 pub mod replicas;
 pub mod states;
+pub mod waits;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -137,6 +140,7 @@ pub fn all(run: &Run) -> Report {
     let (count, violations, transitions) = states::check(run);
     add(states::NAME, (count, violations));
     add(events::NAME, events::check(run));
+    add(waits::NAME, waits::check(run));
     add(linearizable::NAME, linearizable::check(run));
     add(cache::NAME, cache::check(run));
     add(containment::NAME, containment::check(run));

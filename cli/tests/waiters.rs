@@ -1,0 +1,277 @@
+//! Waiters outlive a fail-over (SPEC `LOCK-15`, `FO-4`), tried from
+//! outside: `leasehold lock`, `elect` and `semaphore` processes queue
+//! behind a holder, the master goes away (SIGKILL and a restart of a single
+//! master; SIGSTOP of a cell's master, so another member takes over), and
+//! every waiter gets its turn once the holder lets go, runs its command
+//! and exits 0.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use common::Running;
+use leasehold::{Client, Election, LockOptions, Semaphore, Session, SessionOptions, SessionState};
+use leasehold_server::cell::query_status;
+use tokio::time::Instant;
+
+const LOCK: &str = "wq/a";
+const ELECTION: &str = "wq/leader";
+const SEMAPHORE: &str = "wq/slots";
+
+/// Waits until `ready` holds, for at most `within`.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut ready: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !ready().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A holder of the lock, the election and the semaphore's one slot, and
+/// one CLI process waiting behind it for each, each waiter in line.
+struct Queue {
+    holder: Session,
+    waiters: [Running; 3],
+}
+
+async fn queue_behind_a_holder(addrs: &str) -> (Queue, Holdings) {
+    let client = Client::connect(addrs).await.unwrap();
+    let holder = client
+        .create_session(SessionOptions::new("holder").lease(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let guard = holder
+        .try_lock(LOCK, LockOptions::exclusive())
+        .await
+        .unwrap();
+    let term = Election::new(&holder, ELECTION)
+        .campaign("holder")
+        .await
+        .unwrap();
+    let permit = Semaphore::new(&holder, SEMAPHORE, 1)
+        .acquire("holder", Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let waiters = [
+        Running::start(
+            addrs,
+            &["lock", LOCK, "--timeout", "90s", "--", "echo", "locked"],
+        ),
+        Running::start(
+            addrs,
+            &[
+                "elect", ELECTION, "--value", "next", "--", "echo", "elected",
+            ],
+        ),
+        Running::start(
+            addrs,
+            &[
+                "semaphore",
+                SEMAPHORE,
+                "--limit",
+                "1",
+                "--",
+                "echo",
+                "slotted",
+            ],
+        ),
+    ];
+    let within = Duration::from_secs(20);
+    eventually("the lock and the election have waiters", within, || async {
+        let lock = client.lock_info(LOCK).await.map(|i| i.waiters.len());
+        let election = client.lock_info(ELECTION).await.map(|i| i.waiters.len());
+        lock.is_ok_and(|n| n == 1) && election.is_ok_and(|n| n == 1)
+    })
+    .await;
+    eventually("a second semaphore contender", within, || async {
+        let keys = client.list(SEMAPHORE, false).await.unwrap_or_default();
+        keys.iter().filter(|k| !k.ends_with(".lock")).count() == 2
+    })
+    .await;
+    for waiter in &waiters {
+        assert!(
+            waiter.stdout.try_recv().is_err(),
+            "no waiter runs its command"
+        );
+    }
+    let queue = Queue { holder, waiters };
+    (queue, (guard, term, permit))
+}
+
+type Holdings = (leasehold::LockGuard, leasehold::Term, leasehold::Permit);
+
+impl Queue {
+    /// Once the holder's session is normal again, it lets go of all
+    /// three; each waiter then runs its command and exits 0.
+    async fn let_go_and_see_every_waiter_served(mut self, (guard, term, permit): Holdings) {
+        let holder = &self.holder;
+        eventually(
+            "the holder's session back to normal",
+            Duration::from_secs(30),
+            || async { holder.state() == SessionState::Normal },
+        )
+        .await;
+        guard.release().await.unwrap();
+        term.resign().await.unwrap();
+        permit.release().await.unwrap();
+        for (waiter, said) in self
+            .waiters
+            .iter_mut()
+            .zip(["locked", "elected", "slotted"])
+        {
+            let line = waiter.stdout.recv_timeout(Duration::from_secs(30));
+            assert_eq!(
+                line.as_deref(),
+                Ok(said),
+                "stderr: {:?}",
+                waiter.stderr_so_far()
+            );
+            let status = waiter.wait(Duration::from_secs(30));
+            assert!(status.success(), "{said}: {status:?}");
+        }
+    }
+}
+
+fn serve(dir: &Path, listen: &str) -> (Child, String) {
+    let dir = dir.to_str().expect("a UTF-8 path");
+    common::spawn_serve(&["--listen", listen, "--data-dir", dir])
+}
+
+// LOCK-15, FO-4: a single master killed with SIGKILL and restarted on its
+// data directory; the waiting processes keep waiting and are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_ride_through_a_killed_and_restarted_master() {
+    let dir = std::env::temp_dir().join(format!("leasehold-waiters-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut master, addr) = serve(&dir, "127.0.0.1:0");
+    let (mut queue, holdings) = queue_behind_a_holder(&addr).await;
+
+    master.kill().expect("SIGKILL the master");
+    master.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut master, _) = serve(&dir, &addr);
+    for waiter in &mut queue.waiters {
+        assert!(waiter.running(), "a waiter gave up at the fail-over");
+    }
+    queue.let_go_and_see_every_waiter_served(holdings).await;
+    let _ = master.kill();
+    let _ = master.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three members on free loopback ports, each with its own data directory.
+struct Cell {
+    members: BTreeMap<u64, (Child, String)>,
+    dir: std::path::PathBuf,
+}
+
+impl Cell {
+    fn start(name: &str) -> Cell {
+        let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addrs: Vec<String> = (0..3)
+            .map(|_| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                l.local_addr().unwrap().to_string()
+            })
+            .collect();
+        let cell = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members = BTreeMap::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let id = (i + 1) as u64;
+            let data = dir.join(format!("m{id}"));
+            let node = id.to_string();
+            let args = [
+                "--cell",
+                &cell,
+                "--node",
+                &node,
+                "--cell-id",
+                name,
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--listen",
+                addr,
+            ];
+            let (child, _) = common::spawn_serve(&args);
+            members.insert(id, (child, addr.clone()));
+        }
+        Cell { members, dir }
+    }
+
+    fn addrs(&self) -> String {
+        let addrs: Vec<&str> = self.members.values().map(|(_, a)| a.as_str()).collect();
+        addrs.join(",")
+    }
+
+    /// The member serving as master, other than `not`, once one does.
+    async fn master_other_than(&self, not: Option<u64>) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for (id, (_, addr)) in &self.members {
+                if Some(*id) == not {
+                    continue;
+                }
+                let status = tokio::time::timeout(Duration::from_secs(1), query_status(addr));
+                if let Ok(Ok(status)) = status.await {
+                    if status.master {
+                        return *id;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no member became master");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn signal(&self, id: u64, signal: &str) {
+        let pid = self.members[&id].0.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        for (child, _) in self.members.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// LOCK-15, FO-4, CELL-6: a cell's master stops (SIGSTOP: it neither
+// answers nor closes its connections, as a master cut off from everyone
+// looks); another member takes over, and the waiting processes keep
+// waiting and are served by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_ride_through_a_cells_master_change() {
+    let cell = Cell::start("waiters");
+    let master = cell.master_other_than(None).await;
+    let (mut queue, holdings) = queue_behind_a_holder(&cell.addrs()).await;
+
+    cell.signal(master, "-STOP");
+    let next = cell.master_other_than(Some(master)).await;
+    assert_ne!(next, master);
+    for waiter in &mut queue.waiters {
+        assert!(waiter.running(), "a waiter gave up at the master change");
+    }
+    queue.let_go_and_see_every_waiter_served(holdings).await;
+    cell.signal(master, "-CONT");
+}
