@@ -1,7 +1,8 @@
 //! Waiters outlive a fail-over (SPEC `LOCK-15`, `FO-4`), tried from
 //! outside: `leasehold lock`, `elect` and `semaphore` processes queue
 //! behind a holder, the master goes away (SIGKILL and a restart of a single
-//! master; SIGSTOP of a cell's master, so another member takes over), and
+//! master; SIGKILL or SIGSTOP of a cell's master, so another member takes
+//! over), and
 //! every waiter gets its turn once the holder lets go, runs its command
 //! and exits 0.
 
@@ -236,6 +237,12 @@ impl Cell {
         }
     }
 
+    fn kill(&mut self, id: u64) {
+        let (mut child, _) = self.members.remove(&id).unwrap();
+        child.kill().expect("SIGKILL the member");
+        child.wait().unwrap();
+    }
+
     fn signal(&self, id: u64, signal: &str) {
         let pid = self.members[&id].0.id().to_string();
         let sent = std::process::Command::new("kill")
@@ -261,7 +268,7 @@ impl Drop for Cell {
 // looks); another member takes over, and the waiting processes keep
 // waiting and are served by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_ride_through_a_cells_master_change() {
+async fn waiters_ride_through_a_cells_master_stopped() {
     let cell = Cell::start("waiters");
     let master = cell.master_other_than(None).await;
     let (mut queue, holdings) = queue_behind_a_holder(&cell.addrs()).await;
@@ -274,4 +281,21 @@ async fn waiters_ride_through_a_cells_master_change() {
     }
     queue.let_go_and_see_every_waiter_served(holdings).await;
     cell.signal(master, "-CONT");
+}
+
+// LOCK-15, FO-4, CELL-6: a cell's master killed with SIGKILL; another
+// member takes over, and the waiting processes are served by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_ride_through_a_cells_master_killed() {
+    let mut cell = Cell::start("waiters-kill");
+    let master = cell.master_other_than(None).await;
+    let (mut queue, holdings) = queue_behind_a_holder(&cell.addrs()).await;
+
+    cell.kill(master);
+    let next = cell.master_other_than(Some(master)).await;
+    assert_ne!(next, master);
+    for waiter in &mut queue.waiters {
+        assert!(waiter.running(), "a waiter gave up at the master change");
+    }
+    queue.let_go_and_see_every_waiter_served(holdings).await;
 }

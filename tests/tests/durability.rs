@@ -571,3 +571,30 @@ async fn a_campaign_and_a_semaphore_waiter_ride_through_a_restart() {
     assert!(took.is_held());
     drop(server);
 }
+
+// LOCK-15: a try sent while the master is down is not failed for the lost
+// connection: once the session is back it asks again, within a request
+// timeout, and gets a definite answer (here: the lock, which is free).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_sent_while_the_master_restarts_gets_a_definite_answer() {
+    let dir = TempDir::new("durability-try");
+    let server = start(durable(&dir)).await;
+    let addr = server.addr;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let session = waiting_session(&client, "trier").await;
+    server.shutdown().await.unwrap();
+    let tries = {
+        let session = session.clone();
+        tokio::spawn(async move { session.try_lock("k", LockOptions::exclusive()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!tries.is_finished(), "the try ended with the connection");
+    let server = start_on(addr, durable(&dir)).await;
+    let got = tokio::time::timeout(Duration::from_secs(20), tries)
+        .await
+        .expect("the try ends")
+        .unwrap()
+        .expect("the lock, not an error");
+    assert!(got.is_held());
+    drop(server);
+}
