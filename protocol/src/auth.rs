@@ -24,7 +24,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::SessionId;
+/// A session's identity, chosen by the master. Anyone may know it; the
+/// right to act for the session is its secret's.
+pub type SessionId = uuid::Uuid;
 
 /// 128 random bits that prove the right to act for one session
 /// (`AUTH-1`). Its `Debug` form hides the bits, so a log line never leaks

@@ -4,7 +4,6 @@
 //! `Option` so that an explicit zero is never mistaken for "use the default".
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::auth::{Authority, SessionSecret, SessionToken};
 use crate::error::Error;
@@ -20,8 +19,7 @@ pub const PROTOCOL_VERSION: u32 = 8;
 /// ([`Request::ReleaseUnfenced`]).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 7;
 
-/// A session's identity, chosen by the master.
-pub type SessionId = Uuid;
+pub use crate::auth::SessionId;
 
 /// A frame sent by a client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
