@@ -774,12 +774,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
     }
-    if config.operator_token.is_none() {
-        tracing::warn!(
-            "no --operator-token-file: any client may destroy any session and delete locked \
-             nodes; give the master an operator token to allow that to owners and the operator only"
-        );
-    }
+    warn_without_operator_token(&config);
     server.serve(listener, stop).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -811,6 +806,17 @@ async fn listen_until_stopped(
         println!("listening on {addr}");
     }
     Ok((listener, addr, stop))
+}
+
+/// Says at start, on a single master and on each cell member alike, that
+/// without an operator token anyone may end any session.
+fn warn_without_operator_token(config: &leasehold_server::Config) {
+    if config.operator_token.is_none() {
+        tracing::warn!(
+            "no --operator-token-file: any client may destroy any session and delete locked \
+             nodes; give the master an operator token to allow that to owners and the operator only"
+        );
+    }
 }
 
 /// `serve --cell ... --node ID`: one member of a replicated cell.
@@ -855,6 +861,7 @@ async fn serve_member(
     };
     let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
+    warn_without_operator_token(&config);
     leasehold_server::cell::serve(
         listener,
         config,

@@ -251,6 +251,21 @@ async fn a_member_down_is_one_line_in_each_other_members_log() {
     );
 }
 
+// A member with no operator token says at start, as a single master does,
+// that anyone may end any session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_an_operator_token_warns_at_start() {
+    let cell = Cell::start_logging("no-operator", true, true);
+    cell.master().await;
+    for id in cell.members.keys() {
+        let log = std::fs::read_to_string(cell.dir.join(format!("log-{id}"))).unwrap();
+        assert!(
+            log.contains("no --operator-token-file"),
+            "member {id}:\n{log}"
+        );
+    }
+}
+
 /// `leasehold cell status` against `addrs`.
 fn cell_status(addrs: &str) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))

@@ -45,6 +45,9 @@ async fn main() -> Result<(), leasehold::ClientError> {
     }
     guard.release().await?;
 
-    // Closing (or dropping the last handle) destroys the session on the master.
+    // Closing destroys the session on the master. Dropping the last handle
+    // asks the session's task to, but once main returns the runtime that
+    // runs the task is gone: a session not closed lives on the master until
+    // its lease runs out, and its locks then wait out their lock-delay.
     session.close().await
 }
