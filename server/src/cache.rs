@@ -23,15 +23,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use leasehold_protocol::{CheckStatus, Error, ErrorCode, GetCached, Request, Response, SessionId};
 use tracing::debug;
 
+use crate::config::{CACHED_KEYS_PER_SESSION, DROPPED_PER_READ};
 use crate::master::{Call, Master, Timer};
 use crate::node::check_key;
 use crate::state::Command;
 use crate::time::Millis;
 
-/// Keys one session may cache, by default (`CACHE-8`).
-pub const CACHED_KEYS_PER_SESSION: usize = 4096;
-/// Keys one `GetCached` may name as dropped (`CACHE-2`), whatever the cap.
-pub(crate) const DROPPED_PER_READ: usize = 4096;
 /// What one record of a cacher costs the master, besides its key: the
 /// budget of all records is counted in these bytes (`CACHE-8`).
 pub(crate) const RECORD_BYTES: usize = 64;

@@ -89,6 +89,15 @@ pub const DEFAULT_DISK_RESERVE: u64 = 64 << 20;
 /// Smallest maximum frame a server accepts: every reply but a page of
 /// sessions fits in it (`WIRE-2`).
 pub const MIN_FRAME: usize = 1024;
+/// Keys one session may cache, by default (`CACHE-8`).
+pub const CACHED_KEYS_PER_SESSION: usize = 4096;
+/// Keys one `GetCached` may name as dropped (`CACHE-2`), whatever the cap.
+pub const DROPPED_PER_READ: usize = 4096;
+/// Subscriptions the master looks at in one slice of fan-out, between its
+/// timers and requests (`EV-9`): a millisecond or a few of work.
+pub const FANOUT_SLICE: usize = 1024;
+/// Deliveries the master may owe before it refuses writes (`EV-9`).
+pub const FANOUT_BACKLOG: usize = 1 << 18;
 
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -205,10 +214,10 @@ impl Default for Config {
             keepalive_margin: DEFAULT_KEEPALIVE_MARGIN,
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
-            fanout_backlog: crate::events::FANOUT_BACKLOG,
+            fanout_backlog: FANOUT_BACKLOG,
             event_bytes_per_peer: DEFAULT_EVENT_BYTES_PER_PEER,
             all_event_bytes: DEFAULT_ALL_EVENT_BYTES,
-            cached_keys_per_session: crate::cache::CACHED_KEYS_PER_SESSION,
+            cached_keys_per_session: CACHED_KEYS_PER_SESSION,
             all_cache_bytes: DEFAULT_ALL_CACHE_BYTES,
             max_checks_per_peer: DEFAULT_MAX_CHECKS_PER_PEER,
             max_sessions_per_peer: DEFAULT_MAX_SESSIONS_PER_PEER,

@@ -12,6 +12,7 @@ use leasehold_protocol::{
     event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId, EVENT_CONTENTS_MAX,
 };
 
+use crate::config::FANOUT_SLICE;
 use crate::holding::LetGo;
 use crate::master::Master;
 use crate::node::{check_key, check_prefix};
@@ -24,11 +25,6 @@ pub const EVENT_QUEUE: usize = 1024;
 pub const EVENTS_PER_REPLY: usize = 256;
 /// Subscriptions one session may have (`EV-5`).
 pub const SUBSCRIPTIONS_PER_SESSION: usize = 1024;
-/// Subscriptions the master looks at in one slice of fan-out, between its
-/// timers and requests (`EV-9`): a millisecond or a few of work.
-pub(crate) const FANOUT_SLICE: usize = 1024;
-/// Deliveries the master may owe before it refuses writes (`EV-9`).
-pub(crate) const FANOUT_BACKLOG: usize = 1 << 18;
 
 #[derive(Debug)]
 struct Subscription {

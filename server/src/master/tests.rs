@@ -213,10 +213,10 @@ fn heard(master: &Master, session: SessionToken) -> Vec<String> {
 // EV-9
 #[tokio::test]
 async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
-    let n = crate::events::FANOUT_SLICE + 100;
+    let n = crate::config::FANOUT_SLICE + 100;
     let (mut master, sessions) = watched_by(n, Config::default()).await;
     assert!(call(&mut master, put("k")).await.is_ok());
-    assert_eq!(told(&master, &sessions), crate::events::FANOUT_SLICE);
+    assert_eq!(told(&master, &sessions), crate::config::FANOUT_SLICE);
     assert!(master.events.owes());
     master.deliver_events();
     assert_eq!(told(&master, &sessions), n);
@@ -228,7 +228,7 @@ async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
 async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
     let mut master = started(&mut Config::default(), None);
     let mut sessions = Vec::new();
-    for i in 0..crate::events::FANOUT_SLICE * 4 {
+    for i in 0..crate::config::FANOUT_SLICE * 4 {
         let token = subscribed_to(&mut master, &format!("k{i}"), false).await;
         sessions.push(token);
     }
@@ -242,7 +242,7 @@ async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
 // EV-5, EV-9
 #[tokio::test]
 async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() {
-    let (mut master, _) = watched_by(crate::events::FANOUT_SLICE + 100, Config::default()).await;
+    let (mut master, _) = watched_by(crate::config::FANOUT_SLICE + 100, Config::default()).await;
     let parent = subscribed_to(&mut master, "k", false).await;
     assert!(call(&mut master, put("k/c")).await.is_ok());
     assert!(master.events.owes(), "k/c's fan-out is still under way");
@@ -267,7 +267,7 @@ async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() 
 // EV-1, EV-9
 #[tokio::test]
 async fn events_of_a_later_change_come_after_those_still_owed() {
-    let n = crate::events::FANOUT_SLICE + 100;
+    let n = crate::config::FANOUT_SLICE + 100;
     let (mut master, sessions) = watched_by(n, Config::default()).await;
     let last = sessions[n - 1];
     assert!(call(&mut master, put("a")).await.is_ok());
@@ -282,7 +282,7 @@ async fn events_of_a_later_change_come_after_those_still_owed() {
 // EV-9
 #[tokio::test]
 async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
-    let n = crate::events::FANOUT_SLICE + 100;
+    let n = crate::config::FANOUT_SLICE + 100;
     let (mut master, _) = watched_by(n, Config::default()).await;
     assert!(call(&mut master, put("a")).await.is_ok());
     assert!(master.events.owes());
@@ -297,10 +297,10 @@ async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
 #[tokio::test]
 async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_after() {
     let config = Config {
-        fanout_backlog: 2 * crate::events::FANOUT_SLICE,
+        fanout_backlog: 2 * crate::config::FANOUT_SLICE,
         ..Config::default()
     };
-    let (mut master, sessions) = watched_by(crate::events::FANOUT_SLICE + 1_000, config).await;
+    let (mut master, sessions) = watched_by(crate::config::FANOUT_SLICE + 1_000, config).await;
     // Each write adds more than a slice's worth, so the debt grows.
     let mut refused = None;
     for n in 0..100 {
