@@ -37,6 +37,10 @@ impl Master {
         made: bool,
     ) {
         let holding = (grant.session, grant.key.clone());
+        // A holding whose give-back is owed (nobody heard its grant) counts
+        // as made here: if this reply is not heard either, it goes back.
+        let owed = (grant.session, grant.key.clone(), grant.lock_generation);
+        let made = made || self.giving_back.contains(&owed);
         let fresh = || Told {
             grant: grant.clone(),
             replies: 0,
@@ -88,6 +92,8 @@ impl Master {
             return;
         }
         self.told.remove(&(grant.session, grant.key.clone()));
+        let owed = (grant.session, grant.key.clone(), grant.lock_generation);
+        self.giving_back.insert(owed);
         let release = Command::GiveBack {
             key: grant.key,
             session: grant.session,
@@ -120,8 +126,9 @@ impl Master {
 
     /// Whether `command` gives back a holding that a reply has told its
     /// session of since the give-back was decided: that reply may have
-    /// been heard, so the holding stays (`LOCK-9`).
-    fn give_back_cancelled(&self, command: &Command) -> bool {
+    /// been heard, so the holding stays; if it is not, the holding counts
+    /// as made here and goes back then (`LOCK-9`, `deliver_grant`).
+    fn give_back_cancelled(&mut self, command: &Command) -> bool {
         let Command::GiveBack {
             key,
             session,
@@ -130,6 +137,8 @@ impl Master {
         else {
             return false;
         };
+        self.giving_back
+            .remove(&(*session, key.clone(), *generation));
         self.told
             .get(&(*session, key.clone()))
             .is_some_and(|told| told.grant.lock_generation == *generation)

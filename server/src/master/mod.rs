@@ -115,6 +115,9 @@ pub(crate) struct Master {
     pub(crate) unheard: std::collections::BTreeSet<SessionId>,
     /// What this master's replies told of each holding (`LOCK-9`).
     pub(crate) told: std::collections::BTreeMap<(SessionId, String), Told>,
+    /// Give-backs decided and not yet applied, by session, key and lock
+    /// generation (`LOCK-9`).
+    pub(crate) giving_back: std::collections::BTreeSet<(SessionId, String, u64)>,
 }
 
 /// What this master's replies told a session of one of its holdings: one
@@ -169,6 +172,7 @@ impl Master {
             failover_pending: Default::default(),
             unheard: Default::default(),
             told: Default::default(),
+            giving_back: Default::default(),
         };
         master.events.budget = crate::events::EventBudget {
             per_peer: master.config.event_bytes_per_peer,

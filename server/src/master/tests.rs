@@ -651,14 +651,17 @@ async fn a_recovered_waiter_whose_turn_comes_unasked_passes_the_lock_on() {
     assert!(master.state.sequencer_of("locks/a", first.id).is_none());
 }
 
-// LOCK-9, CACHE-7: after a restart a recovered cacher holds the release
-// that grants a recovered waiter, and the waiter's own acquire behind it.
-// The grant has nobody to tell, so its give-back is decided, and waits
-// behind that acquire; the acquire is answered that the session holds the
-// lock (LOCK-2), so the give-back is dropped: the holding its client was
-// told of stays.
-#[tokio::test]
-async fn a_give_back_is_dropped_when_its_session_is_told_of_the_holding_first() {
+/// A master restarted with `holder` holding "locks/a", `first` waiting for
+/// it and a cacher that may still serve an old cache; `holder`'s release
+/// and `first`'s acquire asking again are both held for the cacher, and
+/// are let go once it acknowledges the fail-over. Returns the master,
+/// `first`, and the answer to its acquire.
+async fn a_grant_nobody_heard_behind_its_sessions_ask() -> (
+    Master,
+    SessionToken,
+    tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
+    SessionToken,
+) {
     let mut config = lenient();
     let store = crate::MemoryStore::default();
     let mut before = started(&mut config, Some(store.clone()));
@@ -684,9 +687,26 @@ async fn a_give_back_is_dropped_when_its_session_is_told_of_the_holding_first() 
     let mut asked = send(&mut master, acquire(first, Some(60_000)));
     assert!(answered(&mut release).is_none(), "held for the cacher");
     assert!(answered(&mut asked).is_none(), "held behind the release");
-    let events = renewed(&mut master, cacher, 0);
+    (master, first, asked, cacher)
+}
+
+/// The cacher acknowledges its fail-over: the held work goes.
+fn acknowledged(master: &mut Master, cacher: SessionToken) {
+    let events = renewed(master, cacher, 0);
     let failover = events.first().expect("the fail-over event").seq;
-    renewed(&mut master, cacher, failover);
+    renewed(master, cacher, failover);
+}
+
+// LOCK-9, CACHE-7: the release grants the recovered waiter, which nobody
+// can tell, so its give-back is decided, and waits behind the waiter's own
+// acquire; that acquire is answered that the session holds the lock
+// (LOCK-2), so the give-back is dropped: the holding its client was told
+// of stays.
+#[tokio::test]
+async fn a_give_back_is_dropped_when_its_session_is_told_of_the_holding_first() {
+    let (mut master, first, mut asked, cacher) =
+        a_grant_nobody_heard_behind_its_sessions_ask().await;
+    acknowledged(&mut master, cacher);
     let granted = answer_on(&mut master, &mut asked).await;
     assert!(
         matches!(granted, Ok(Response::Acquired { .. })),
@@ -696,6 +716,32 @@ async fn a_give_back_is_dropped_when_its_session_is_told_of_the_holding_first() 
     assert!(
         master.state.sequencer_of("locks/a", first.id).is_some(),
         "the holding its session was told of was given back"
+    );
+}
+
+// LOCK-9: as above, but the acquire's connection is gone before its answer
+// could be handed over: nobody heard of the holding after all, and it goes
+// back rather than stay with a session whose client never learns of it.
+#[tokio::test]
+async fn a_dropped_give_back_is_owed_again_when_the_answer_that_dropped_it_is_unheard() {
+    let (mut master, first, asked, cacher) = a_grant_nobody_heard_behind_its_sessions_ask().await;
+    drop(asked);
+    acknowledged(&mut master, cacher);
+    // Until the log has made durable everything the answer waited for.
+    for _ in 0..10 {
+        master.on_durable();
+        let durable = super::durable(&mut master.commit);
+        if tokio::time::timeout(Duration::from_millis(200), durable)
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    master.on_durable();
+    assert!(
+        master.state.sequencer_of("locks/a", first.id).is_none(),
+        "a holding nobody heard of stayed"
     );
 }
 
