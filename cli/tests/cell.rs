@@ -4,120 +4,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::cell::Cell;
 use common::traffic::{locker, writer, Acknowledged};
 use leasehold::{Client, LockOptions, SessionOptions, SessionState};
-use leasehold_server::cell::query_status;
 use tokio::time::Instant;
-
-/// Three members on free loopback ports, each with its own data directory.
-struct Cell {
-    members: BTreeMap<u64, (Child, String)>,
-    dir: std::path::PathBuf,
-}
-
-impl Cell {
-    fn start(name: &str) -> Cell {
-        Cell::start_as(name, true)
-    }
-
-    /// Without `listen`, members get no `--listen` and `LEASEHOLD_ADDR`
-    /// names every member, as a shell set up for the cell's clients has it.
-    fn start_as(name: &str, listen: bool) -> Cell {
-        Cell::start_logging(name, listen, false)
-    }
-
-    /// With `logs`, each member's log goes to `log-ID` in the cell's
-    /// directory.
-    fn start_logging(name: &str, listen: bool, logs: bool) -> Cell {
-        let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        // Ports chosen by binding and letting go: the members must know
-        // each other's addresses before any of them listens.
-        let addrs: Vec<String> = (0..3)
-            .map(|_| {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                l.local_addr().unwrap().to_string()
-            })
-            .collect();
-        let cell = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut members = BTreeMap::new();
-        let every = addrs.join(",");
-        for (i, addr) in addrs.iter().enumerate() {
-            let id = (i + 1) as u64;
-            let data = dir.join(format!("m{id}"));
-            let node = id.to_string();
-            let mut args = vec!["--cell", &cell, "--node", &node, "--cell-id", name];
-            args.extend(["--data-dir", data.to_str().unwrap()]);
-            let env: Vec<(&str, &str)> = if listen {
-                args.extend(["--listen", addr]);
-                Vec::new()
-            } else {
-                vec![("LEASEHOLD_ADDR", every.as_str())]
-            };
-            let stderr = if logs {
-                std::fs::create_dir_all(&dir).unwrap();
-                let log = std::fs::File::create(dir.join(format!("log-{id}"))).unwrap();
-                std::process::Stdio::from(log)
-            } else {
-                std::process::Stdio::null()
-            };
-            let (child, listening) = common::spawn_serve_logging(&args, &env, stderr);
-            assert_eq!(&listening, addr);
-            members.insert(id, (child, addr.clone()));
-        }
-        Cell { members, dir }
-    }
-
-    fn addrs(&self) -> String {
-        self.members
-            .values()
-            .map(|(_, a)| a.clone())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// The member serving as master and its epoch, once one does.
-    async fn master(&self) -> (u64, u64) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            for (id, (_, addr)) in &self.members {
-                if let Ok(status) = query_status(addr).await {
-                    if status.master {
-                        return (*id, status.epoch);
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "no member became master");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn kill(&mut self, id: u64) {
-        let (mut child, _) = self.members.remove(&id).unwrap();
-        child.kill().expect("SIGKILL the member");
-        child.wait().unwrap();
-    }
-}
-
-impl Drop for Cell {
-    fn drop(&mut self) {
-        for (child, _) in self.members.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 // CELL-6, CELL-7, FO-1..FO-6: SIGKILL the master under writes and lock
 // traffic; a new master serves under a higher epoch, no acknowledged write

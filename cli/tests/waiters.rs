@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
+use common::cell::Cell;
 use common::Running;
 use leasehold::{Client, Election, LockOptions, Semaphore, Session, SessionOptions, SessionState};
-use leasehold_server::cell::query_status;
 use tokio::time::Instant;
 
 const LOCK: &str = "wq/a";
@@ -165,102 +164,6 @@ async fn waiters_ride_through_a_killed_and_restarted_master() {
     let _ = master.kill();
     let _ = master.wait();
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Three members on free loopback ports, each with its own data directory.
-struct Cell {
-    members: BTreeMap<u64, (Child, String)>,
-    dir: std::path::PathBuf,
-}
-
-impl Cell {
-    fn start(name: &str) -> Cell {
-        let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let addrs: Vec<String> = (0..3)
-            .map(|_| {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                l.local_addr().unwrap().to_string()
-            })
-            .collect();
-        let cell = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut members = BTreeMap::new();
-        for (i, addr) in addrs.iter().enumerate() {
-            let id = (i + 1) as u64;
-            let data = dir.join(format!("m{id}"));
-            let node = id.to_string();
-            let args = [
-                "--cell",
-                &cell,
-                "--node",
-                &node,
-                "--cell-id",
-                name,
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--listen",
-                addr,
-            ];
-            let (child, _) = common::spawn_serve(&args);
-            members.insert(id, (child, addr.clone()));
-        }
-        Cell { members, dir }
-    }
-
-    fn addrs(&self) -> String {
-        let addrs: Vec<&str> = self.members.values().map(|(_, a)| a.as_str()).collect();
-        addrs.join(",")
-    }
-
-    /// The member serving as master, other than `not`, once one does.
-    async fn master_other_than(&self, not: Option<u64>) -> u64 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            for (id, (_, addr)) in &self.members {
-                if Some(*id) == not {
-                    continue;
-                }
-                let status = tokio::time::timeout(Duration::from_secs(1), query_status(addr));
-                if let Ok(Ok(status)) = status.await {
-                    if status.master {
-                        return *id;
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "no member became master");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn kill(&mut self, id: u64) {
-        let (mut child, _) = self.members.remove(&id).unwrap();
-        child.kill().expect("SIGKILL the member");
-        child.wait().unwrap();
-    }
-
-    fn signal(&self, id: u64, signal: &str) {
-        let pid = self.members[&id].0.id().to_string();
-        let sent = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill {signal} {pid}");
-    }
-}
-
-impl Drop for Cell {
-    fn drop(&mut self) {
-        for (child, _) in self.members.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 // LOCK-15, FO-4, CELL-6: a cell's master stops (SIGSTOP: it neither

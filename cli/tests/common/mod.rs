@@ -1,6 +1,7 @@
 //! A `leasehold serve` child process for the CLI's tests.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod cell;
 pub mod traffic;
 
 use std::io::{BufRead, BufReader};
