@@ -122,13 +122,7 @@ impl Semaphore {
             };
             match entered.await {
                 Ok(entered) => break entered,
-                Err(e) if rides_through(&e) => {
-                    let forever = tokio::time::Instant::now() + LONGEST_WAIT;
-                    self.session
-                        .back(deadline.unwrap_or(forever), failures)
-                        .await?;
-                    failures += 1;
-                }
+                Err(e) if rides_through(&e) => self.back(deadline, &mut failures).await?,
                 Err(e) => return Err(e),
             }
         };
@@ -144,11 +138,7 @@ impl Semaphore {
                     // What an attempt writes is compare-and-set, safe to
                     // try again whatever became of the last try.
                     Err(e) if rides_through(&e) => {
-                        let forever = tokio::time::Instant::now() + LONGEST_WAIT;
-                        self.session
-                            .back(deadline.unwrap_or(forever), failures)
-                            .await?;
-                        failures += 1;
+                        self.back(deadline, &mut failures).await?;
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -252,6 +242,22 @@ impl Semaphore {
             .put(&key, value, PutOptions::new().ephemeral(&self.session))
             .await?;
         self.session.try_lock(&key, LockOptions::exclusive()).await
+    }
+
+    /// Waits until the session is back in contact (`Session::back`), at
+    /// most until `deadline` (`None`: as long as a wait may last), counting
+    /// the failure just ridden through.
+    async fn back(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+        failures: &mut u32,
+    ) -> Result<(), ClientError> {
+        let forever = tokio::time::Instant::now() + LONGEST_WAIT;
+        self.session
+            .back(deadline.unwrap_or(forever), *failures)
+            .await?;
+        *failures += 1;
+        Ok(())
     }
 
     /// Marks this session's slot as being given back, until `leave` has
