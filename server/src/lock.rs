@@ -336,6 +336,9 @@ impl State {
         let waiter = lock.waiters.remove(at).unwrap_or_else(|| unreachable!());
         let refusal = unavailable(key, lock, now);
         self.locks.forget_waiter(waiter.session, key, ticket);
+        events.push(StateEvent::LineLeft {
+            key: key.to_string(),
+        });
         self.remove_if_transient(key, index, events);
         self.locks.tidy(key, now);
         Ok(Applied::WaitCancelled { refusal })
@@ -453,6 +456,7 @@ impl State {
                 lock.waiters.retain(|w| w.ticket != ticket);
             }
             events.push(StateEvent::WaitEnded { ticket });
+            events.push(StateEvent::LineLeft { key: key.clone() });
             self.remove_if_transient(&key, index, events);
             self.locks.tidy(&key, now);
         }
@@ -539,6 +543,19 @@ impl State {
             .iter()
             .find(|w| w.session == session)?;
         Some((waiter.ticket, waiter.mode))
+    }
+
+    /// Whether the head of `key`'s line could have the lock at `now`: no
+    /// lock-delay and its mode admitted by the holders (`LOCK-5`), so that
+    /// a `GrantWaiters` would grant someone.
+    pub fn line_can_move(&self, key: &str, now: Millis) -> bool {
+        self.locks.locks.get(key).is_some_and(|lock| {
+            lock.delay_remaining(now).is_none()
+                && lock
+                    .waiters
+                    .front()
+                    .is_some_and(|head| lock.admits(head.mode))
+        })
     }
 
     /// Whether the wait `ticket` is still in `key`'s line.
@@ -810,6 +827,25 @@ mod tests {
         let b = ticket(acquire(&mut s, B, LockMode::Shared, true, at(0)).0);
         let c = ticket(acquire(&mut s, C, LockMode::Shared, true, at(0)).0);
         assert_eq!(granted(&release(&mut s, A, at(0))), [b, c]);
+    }
+
+    // LOCK-5: the state itself grants nothing when a waiter leaves, so a
+    // replayed log gives what was logged; it says the line may move, and
+    // the master logs `GrantWaiters`.
+    #[test]
+    fn a_waiter_whose_session_ends_says_the_line_behind_it_may_move() {
+        let mut s = state(Behavior::Release);
+        generation(acquire(&mut s, A, LockMode::Shared, false, at(0)).0);
+        ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
+        let c = ticket(acquire(&mut s, C, LockMode::Shared, true, at(0)).0);
+        assert!(!s.line_can_move("k", at(0)));
+        let events = end(&mut s, B, at(0));
+        assert!(events.contains(&StateEvent::LineLeft { key: "k".into() }));
+        assert!(granted(&events).is_empty());
+        assert!(s.line_can_move("k", at(0)));
+        let (_, events) = s.apply(Command::GrantWaiters { key: "k".into() }, at(0));
+        assert_eq!(granted(&events), [c]);
+        assert!(!s.line_can_move("k", at(0)));
     }
 
     // LOCK-6, ERR-12

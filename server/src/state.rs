@@ -222,6 +222,13 @@ pub enum StateEvent {
     WaitEnded {
         ticket: u64,
     },
+    /// A waiter left the line of `key` (it gave up, was replaced or its
+    /// session ended): those behind it may now be able to have the lock
+    /// (`LOCK-5`). The state grants nothing by itself, so that replaying a
+    /// log gives what the master logged; the master logs `GrantWaiters`.
+    LineLeft {
+        key: String,
+    },
     /// The lock of `key` is in lock-delay until master time `until`.
     LockDelayStarted {
         key: String,

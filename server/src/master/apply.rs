@@ -254,6 +254,13 @@ impl Master {
                 sequencer,
             } => self.acquire_granted(ticket, index, sequencer),
             StateEvent::WaitEnded { ticket } => self.acquire_ended(ticket),
+            // Logged as a command of its own, on the next turn rather than
+            // inside this apply (`LOCK-5`).
+            StateEvent::LineLeft { key } => {
+                if self.state.line_can_move(&key, now) {
+                    self.timers.insert(now, Timer::LineLeft(key));
+                }
+            }
             StateEvent::LockDelayStarted { key, until } => {
                 // Waiters get the lock when the delay ends (`LOCK-6`).
                 self.timers.insert(until, Timer::LockDelayEnd(key));

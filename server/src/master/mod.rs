@@ -71,6 +71,9 @@ pub(crate) enum Timer {
     WatchTimeout(u64),
     AcquireTimeout(u64),
     LockDelayEnd(String),
+    /// A waiter left the line of this key: those behind it may have the
+    /// lock now (`LOCK-5`).
+    LineLeft(String),
     /// A cacher told of a change may stop counting now (`CACHE-3`).
     CacheDeadline,
 }
@@ -389,6 +392,12 @@ impl Master {
                 Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
                 Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
                 Timer::LockDelayEnd(key) => self.apply_made(Command::GrantWaiters { key }),
+                // Checked again: what ran since may have moved the line.
+                Timer::LineLeft(key) => {
+                    if self.state.line_can_move(&key, now) {
+                        self.apply_made(Command::GrantWaiters { key });
+                    }
+                }
                 Timer::CacheDeadline => {
                     self.cache.armed = None;
                     self.cache.moved_everything();

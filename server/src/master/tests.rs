@@ -583,6 +583,52 @@ async fn a_waiter_asking_again_on_another_connection_keeps_its_place() {
     assert!(master.state.sequencer_of("locks/a", first.id).is_some());
 }
 
+fn acquire_in(session: SessionToken, mode: leasehold_protocol::LockMode, wait_ms: u64) -> Request {
+    Request::Acquire(leasehold_protocol::Acquire {
+        key: "locks/a".into(),
+        session,
+        mode,
+        contents: None,
+        wait_ms: Some(wait_ms),
+        transient: false,
+    })
+}
+
+// LOCK-5: a shared waiter behind an exclusive one could not have the lock
+// while the exclusive one waited ahead of it; once that one gives up, the
+// shared waiter joins the shared holder at once, not when the holder
+// leaves.
+#[tokio::test]
+async fn a_waiter_leaving_the_line_lets_the_waiters_behind_it_have_the_lock() {
+    use leasehold_protocol::LockMode::{Exclusive, Shared};
+    let mut master = started(&mut Config::default(), Some(crate::MemoryStore::default()));
+    let holder = created(&mut master, "holder", None).await;
+    let writer = created(&mut master, "writer", None).await;
+    let reader = created(&mut master, "reader", None).await;
+    let held = call(&mut master, acquire_in(holder, Shared, 0)).await;
+    assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
+    let mut gives_up = handed(&mut master, acquire_in(writer, Exclusive, 1_000));
+    let mut behind = handed(&mut master, acquire_in(reader, Shared, 60_000));
+    master.now = master.now + Duration::from_millis(2_000);
+    master.fire_timers(0);
+    let refused = answer_on(&mut master, &mut gives_up).await;
+    assert!(
+        matches!(&refused, Err(e) if e.code == ErrorCode::LockHeld),
+        "{refused:?}"
+    );
+    // Checked before waiting for the answer, which would never come.
+    assert!(
+        master.state.sequencer_of("locks/a", reader.id).is_some(),
+        "the shared waiter still waits behind a wait that is gone"
+    );
+    let granted = answer_on(&mut master, &mut behind).await;
+    assert!(
+        matches!(granted, Ok(Response::Acquired { .. })),
+        "{granted:?}"
+    );
+    assert!(master.state.sequencer_of("locks/a", holder.id).is_some());
+}
+
 /// A master restarted on a store where `holder` holds "locks/a" and
 /// `first`, then `second`, wait for it, each acknowledged its fail-over.
 async fn restarted_with_a_line() -> (Master, [SessionToken; 3]) {

@@ -27,6 +27,10 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(&["LOCK-3", "LOCK-5"], waiters_are_served_in_order),
         case!(
+            &["LOCK-5"],
+            a_wait_that_gives_up_lets_the_shared_waiters_behind_it_in
+        ),
+        case!(
             &["LOCK-3"],
             a_waiter_asking_again_keeps_its_place_from_any_connection
         ),
@@ -137,6 +141,35 @@ async fn waiters_are_served_in_order(ctx: Ctx) -> Check {
             .await
             .map_err(|e| format!("release {n}: {e}"))?;
     }
+    Ok(())
+}
+
+async fn a_wait_that_gives_up_lets_the_shared_waiters_behind_it_in(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let holder = session(&mut conn, &w).await?;
+    let writer = session(&mut conn, &w).await?;
+    let reader = session(&mut conn, &w).await?;
+    let k = key("line-left");
+    generation(&conn.call(acquire(&k, holder, LockMode::Shared, None)).await)?;
+    // One connection, so the exclusive wait is surely ahead of the shared
+    // one, which may not overtake it while it waits.
+    let gives_up = conn
+        .request(acquire(&k, writer, LockMode::Exclusive, Some(300)))
+        .await;
+    let behind = conn
+        .request(acquire(&k, reader, LockMode::Shared, Some(30_000)))
+        .await;
+    let (id, told) = conn.reply().await;
+    ensure!(
+        id == gives_up,
+        "a reply to request {id} before the exclusive wait's timeout"
+    );
+    expect_error!(told, ErrorCode::LockHeld).map_err(|e| format!("the exclusive wait: {e}"))?;
+    // The holder never lets go: only the exclusive wait's leaving lets
+    // the shared one in, well before its own 30 s.
+    let (id, granted) = conn.reply().await;
+    ensure!(id == behind, "a reply to request {id}");
+    generation(&granted).map_err(|e| format!("the shared wait behind it: {e}"))?;
     Ok(())
 }
 
