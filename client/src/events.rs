@@ -334,6 +334,9 @@ pub(crate) struct Dispatch {
     /// The session is closing: every guard counts as lost, those made from
     /// answers still to come too (`LOCK-11`).
     pub(crate) closing: bool,
+    /// The session has ended: a stream installed from now on ends at once,
+    /// since nothing would end it later (`EV-8`).
+    ended: bool,
 }
 
 impl Dispatch {
@@ -509,10 +512,10 @@ impl Dispatch {
         self.subscriptions.values().flatten()
     }
 
-    /// Puts `route` under the master's id `id`, first handing it the events
-    /// that raced ahead of the `Subscribed` reply. Nothing is installed for
-    /// an expired session, whose streams must end.
-    fn install(&mut self, id: u64, route: Route, expired: bool) {
+    /// Puts `routes` under the master's id `id`, first handing each the
+    /// events that raced ahead of the `Subscribed` reply. Nothing is
+    /// installed once the session has ended: those streams end.
+    fn install(&mut self, id: u64, routes: Vec<Route>) {
         let mut early = Vec::new();
         if std::mem::take(&mut self.joined_overflowed) || self.orphans_overflowed {
             early.push(SubscriptionEvent::EventsLost);
@@ -531,20 +534,22 @@ impl Dispatch {
                 early.push(event);
             }
         }
-        for event in early {
-            let wanted = match &event {
-                SubscriptionEvent::Changed { change, .. } => {
-                    route.options.mask & bit_of(change) != 0
+        for route in routes {
+            for event in &early {
+                let wanted = match event {
+                    SubscriptionEvent::Changed { change, .. } => {
+                        route.options.mask & bit_of(change) != 0
+                    }
+                    _ => true,
+                };
+                if wanted {
+                    route.send(event.clone());
                 }
-                _ => true,
-            };
-            if wanted {
-                route.send(event);
             }
-        }
-        route.id.store(id, Ordering::Release);
-        if !expired {
-            self.subscriptions.entry(id).or_default().push(route);
+            route.id.store(id, Ordering::Release);
+            if !self.ended {
+                self.subscriptions.entry(id).or_default().push(route);
+            }
         }
     }
 
@@ -584,6 +589,7 @@ impl Dispatch {
             route.send(SubscriptionEvent::Session(state));
         }
         if state.is_final() {
+            self.ended = true;
             self.subscriptions.clear();
             self.orphans.clear();
         }
@@ -685,17 +691,16 @@ async fn join(session: &Session, route: Route) -> Result<(), ClientError> {
             return Err(failed.map_or_else(|e| e, unexpected));
         }
     };
-    // Checked under the lock an expiry clears routes under, so a
-    // stream made as the session ends still ends.
-    let expired = session.state().is_final();
-    dispatch.install(id, route, expired);
+    dispatch.install(id, vec![route]);
     Ok(())
 }
 
 /// Makes every subscription of a session again on a new master, which
 /// starts without any (`FO-6`). Every route is taken out first, since the
-/// new master's ids may coincide with the old ones; a subscription that
-/// cannot be made again ends its stream.
+/// new master's ids may coincide with the old ones. The `Subscribe`s go
+/// out together, so every stream is back within one round trip; a
+/// subscription that cannot be made again, or whose session ended
+/// meanwhile, ends its stream.
 pub(crate) async fn resubscribe(
     client: crate::client::Client,
     session: leasehold_protocol::SessionToken,
@@ -705,51 +710,52 @@ pub(crate) async fn resubscribe(
     let routes: Vec<Route> = std::mem::take(&mut shared.dispatch().subscriptions)
         .into_values()
         .flatten()
-        .collect();
-    for route in routes {
         // Its Subscription was dropped meanwhile: nothing to make again.
-        if route.tx.is_closed() {
-            continue;
-        }
-        let request = Request::Subscribe {
+        .filter(|route| !route.tx.is_closed())
+        .collect();
+    // No `joining`: with every route taken out, what the new master sends
+    // before its answers waits among the orphans for `install`.
+    let outcomes = futures::future::join_all(routes.iter().map(|route| {
+        client.call(Request::Subscribe {
             session,
             key: route.key.clone(),
             prefix: route.options.prefix,
             mask: route.options.mask,
-        };
-        shared.dispatch().joining = Some((route.key.clone(), route.options.prefix));
-        let outcome = client.call(request).await;
-        let unused = {
-            let mut dispatch = shared.dispatch();
-            dispatch.joining = None;
+        })
+    }))
+    .await;
+    let mut answered: BTreeMap<u64, Vec<Route>> = BTreeMap::new();
+    let mut made = Vec::new();
+    {
+        let mut dispatch = shared.dispatch();
+        for (route, outcome) in routes.into_iter().zip(outcomes) {
             // Told only now, with the subscription back on the new master:
             // a reader that re-reads on `EventsLost` hears of every change
             // after what it read (`FO-6`). Told before the events that
             // raced ahead of the reply, which came after the re-making.
             route.send(SubscriptionEvent::EventsLost);
-            match outcome {
-                Ok(Response::Subscribed { subscription }) if !route.tx.is_closed() => {
-                    dispatch.install(subscription, route, false);
-                    None
-                }
-                Ok(Response::Subscribed { subscription }) => {
-                    dispatch.forget_joined();
-                    (!dispatch.in_use(subscription)).then_some(subscription)
-                }
-                _ => {
-                    dispatch.forget_joined();
-                    None
+            if let Ok(Response::Subscribed { subscription }) = outcome {
+                made.push(subscription);
+                if !route.tx.is_closed() {
+                    answered.entry(subscription).or_default().push(route);
                 }
             }
-        };
-        if let Some(subscription) = unused {
-            let request = Request::Unsubscribe {
-                session,
-                subscription,
-            };
-            let _ = client.call(request).await;
         }
+        // Streams sharing a subscription share what raced ahead of it.
+        for (subscription, routes) in answered {
+            dispatch.install(subscription, routes);
+        }
+        made.retain(|subscription| !dispatch.in_use(*subscription));
+        made.sort_unstable();
+        made.dedup();
     }
+    let unused = made.into_iter().map(|subscription| {
+        client.call(Request::Unsubscribe {
+            session,
+            subscription,
+        })
+    });
+    futures::future::join_all(unused).await;
 }
 
 #[cfg(test)]

@@ -526,6 +526,138 @@ async fn after_a_failover_a_stream_hears_events_lost_only_once_it_is_subscribed_
     );
 }
 
+/// A session on a scripted master, with `streams` subscriptions made on
+/// keys "k0", "k1", ... (answered as subscriptions 1, 2, ...), and the id
+/// of the KeepAlive the master holds.
+async fn subscribed_on_a_scripted_master(
+    streams: usize,
+) -> (
+    ScriptedMaster,
+    ScriptedConnection,
+    Client,
+    Session,
+    Vec<leasehold::Subscription>,
+    u64,
+) {
+    let master = ScriptedMaster::bind().await;
+    let (client, mut conn) =
+        tokio::join!(Client::connect(master.addr.to_string()), master.accept(1));
+    let client = client.unwrap();
+    let lease = Duration::from_secs(5);
+    let (session, ()) = tokio::join!(
+        client.create_session(SessionOptions::new("watching").lease(lease)),
+        conn.create_session(1, Uuid::from_u128(1), lease)
+    );
+    let session = session.unwrap();
+    let patience = Duration::from_secs(5);
+    let mut keepalive = None;
+    let mut subscriptions = Vec::new();
+    for n in 0..streams {
+        let key = format!("k{n}");
+        let subscribing = session.subscribe(&key, leasehold::SubscribeOptions::exact());
+        let answering = async {
+            loop {
+                match conn.request(patience).await {
+                    Some((id, Request::Subscribe { .. })) => {
+                        let subscribed = Response::Subscribed {
+                            subscription: n as u64 + 1,
+                        };
+                        conn.reply(id, Ok(subscribed)).await;
+                        break;
+                    }
+                    Some((id, Request::KeepAlive(_))) => keepalive = Some(id),
+                    other => panic!("expected a Subscribe, got {other:?}"),
+                }
+            }
+        };
+        let (stream, ()) = tokio::join!(subscribing, answering);
+        subscriptions.push(stream.unwrap());
+    }
+    let keepalive = match keepalive {
+        Some(id) => id,
+        None => match conn.request(patience).await {
+            Some((id, Request::KeepAlive(_))) => id,
+            other => panic!("expected a KeepAlive, got {other:?}"),
+        },
+    };
+    (master, conn, client, session, subscriptions, keepalive)
+}
+
+/// The KeepAlive answer of a new master, epoch 2.
+fn failover_reply() -> Response {
+    Response::KeepAlive {
+        epoch: 2,
+        lease: grant(Duration::from_secs(5)),
+        events: vec![Event {
+            seq: 1,
+            kind: EventKind::Failover { epoch: 2 },
+        }],
+    }
+}
+
+// FO-6: after a fail-over the subscriptions are asked for again together:
+// the new master has every Subscribe before it answers any.
+#[tokio::test]
+async fn after_a_failover_every_subscription_is_asked_for_again_at_once() {
+    const STREAMS: usize = 4;
+    let (_master, mut conn, _client, _session, _streams, keepalive) =
+        subscribed_on_a_scripted_master(STREAMS).await;
+    conn.reply(keepalive, Ok(failover_reply())).await;
+    let mut asked = Vec::new();
+    while asked.len() < STREAMS {
+        match conn.request(Duration::from_secs(5)).await {
+            Some((id, Request::Subscribe { key, .. })) => asked.push((id, key)),
+            Some((_, Request::KeepAlive(_))) => {}
+            other => panic!(
+                "{} of {STREAMS} Subscribes came before any was answered; then {other:?}",
+                asked.len()
+            ),
+        }
+    }
+    let mut keys: Vec<_> = asked.iter().map(|(_, key)| key.clone()).collect();
+    keys.sort();
+    assert_eq!(keys, ["k0", "k1", "k2", "k3"]);
+}
+
+// FO-6, EV-8: a subscription made again after a fail-over whose session
+// ends before the new master answers does not outlive the session: its
+// stream ends.
+#[tokio::test]
+async fn a_stream_made_again_for_a_session_that_ended_meanwhile_ends() {
+    let (_master, mut conn, _client, session, mut streams, keepalive) =
+        subscribed_on_a_scripted_master(1).await;
+    conn.reply(keepalive, Ok(failover_reply())).await;
+    let patience = Duration::from_secs(5);
+    let mut resubscribe = None;
+    let mut next_keepalive = None;
+    while resubscribe.is_none() || next_keepalive.is_none() {
+        match conn.request(patience).await {
+            Some((id, Request::Subscribe { .. })) => resubscribe = Some(id),
+            Some((id, Request::KeepAlive(_))) => next_keepalive = Some(id),
+            other => panic!("expected a Subscribe and a KeepAlive, got {other:?}"),
+        }
+    }
+    let ended = leasehold_protocol::Error::new(
+        leasehold_protocol::ErrorCode::SessionExpired,
+        "the session ended",
+    );
+    conn.reply(next_keepalive.unwrap(), Err(ended)).await;
+    wait_for(&session, SessionState::Expired, patience).await;
+    let subscribed = Response::Subscribed { subscription: 2 };
+    conn.reply(resubscribe.unwrap(), Ok(subscribed)).await;
+    let stream = &mut streams[0];
+    let end = tokio::time::timeout(patience, async {
+        while let Some(event) = stream.next().await {
+            assert!(
+                !matches!(event, leasehold::SubscriptionEvent::Changed { .. }),
+                "{event:?}"
+            );
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the stream of an expired session goes on");
+}
+
 // SES-8: dropping the last handle asks the session's task to destroy it,
 // which it can only do while the runtime runs. A program that returns
 // from `main` with its session open ends its runtime first: the session
