@@ -14,18 +14,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::config::{DEFAULT_CACHE_BYTES, DEFAULT_CACHE_KEYS, DROPPED_PER_READ, ENTRY_BYTES};
 use leasehold_protocol::NodeView;
 use tokio::time::Instant;
-
-/// Keys a session caches at most, by default (`CACHE-8`).
-pub const DEFAULT_CACHE_KEYS: usize = 4096;
-/// Bytes of keys and contents a session caches at most, by default.
-pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
-/// Dropped keys one read tells the master of at most; the rest go with
-/// the next.
-pub(crate) const DROPPED_PER_READ: usize = 1024;
-/// What an entry costs besides its key and contents.
-const ENTRY_BYTES: usize = 128;
 
 /// How a session's cache has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -6,64 +6,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Authority, CreateSession, ErrorCode, KeepAlive, LockInfo, Request, Response, SessionId,
-    SessionInfo, SessionLocks, SessionToken, DEFAULT_MAX_FRAME,
+    Authority, ErrorCode, LockInfo, Request, Response, SessionId, SessionInfo, SessionLocks,
+    SessionToken,
 };
 
 use crate::clock::Clock;
+use crate::config::ClientConfig;
 use crate::connection::Connection;
 use crate::error::ClientError;
-use crate::session::{Session, SessionOptions};
 use crate::transport::{CellConnector, Connector, TcpConnector};
-
-/// Settings of a [`Client`].
-#[derive(Clone)]
-pub struct ClientConfig {
-    /// Largest frame body accepted from the server.
-    pub max_frame: usize,
-    /// Time allowed for connecting plus the handshake.
-    pub connect_timeout: Duration,
-    /// Time allowed for a reply to any request but a KeepAlive (whose reply
-    /// the master holds on purpose).
-    pub request_timeout: Duration,
-    /// The master's operator token (`AUTH-3`): with it, this client may
-    /// destroy any session and delete nodes other sessions have locked.
-    pub operator_token: Option<String>,
-    /// How fast this client's clock runs against true time: 1.0 on a real
-    /// machine, whose clock's error the session's drift allowance covers
-    /// (`SessionOptions::clock_drift`, SPEC `LEASE-4`). Simulations give
-    /// each host a rate of its own. Taken within 0.5..=2.0 (the nearest
-    /// bound outside it), and as 1.0 if it is not a number.
-    pub clock_rate: f64,
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        ClientConfig {
-            max_frame: DEFAULT_MAX_FRAME,
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(10),
-            operator_token: None,
-            clock_rate: 1.0,
-        }
-    }
-}
-
-impl std::fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The operator token is a secret: a log line shows only its presence.
-        f.debug_struct("ClientConfig")
-            .field("max_frame", &self.max_frame)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("clock_rate", &self.clock_rate)
-            .field(
-                "operator_token",
-                &self.operator_token.as_ref().map(|_| ".."),
-            )
-            .finish()
-    }
-}
 
 /// A connection to a Leasehold master, reopened as needed. Cheap to clone.
 ///
@@ -324,7 +275,7 @@ impl Client {
 
     /// As [`Client::call`], also saying when the request that was answered
     /// was written: a lease in the reply counts from then (`LEASE-4`).
-    async fn call_sent(
+    pub(crate) async fn call_sent(
         &self,
         request: Request,
     ) -> Result<(Response, tokio::time::Instant), ClientError> {
@@ -405,94 +356,6 @@ impl Client {
     /// The master's epoch, as last announced to this client.
     pub async fn epoch(&self) -> Result<u64, ClientError> {
         Ok(self.connection().await?.welcome().epoch)
-    }
-
-    /// Creates a session and starts keeping it alive.
-    pub async fn create_session(&self, options: SessionOptions) -> Result<Session, ClientError> {
-        let request = Request::CreateSession(CreateSession {
-            name: options.name.clone(),
-            lease_ms: options.lease.map(|d| d.as_millis() as u64),
-            lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
-            behavior: options.behavior,
-            checks: options.checks.clone(),
-        });
-        match self.call_sent(request).await? {
-            (
-                Response::SessionCreated {
-                    session,
-                    secret,
-                    epoch,
-                    lease,
-                },
-                sent,
-            ) => Ok(Session::start(
-                self.clone(),
-                SessionToken {
-                    id: session,
-                    secret,
-                },
-                epoch,
-                sent,
-                lease,
-                options,
-            )),
-            (other, _) => Err(unexpected(other)),
-        }
-    }
-
-    /// Takes over keeping alive a session created elsewhere, given its
-    /// token (what [`Session::detach`] returns and `leasehold session
-    /// create` prints). From then on it behaves as a session this client
-    /// created; of `options` only the grace period and the clock drift
-    /// apply, since the master fixed the rest when it was created.
-    ///
-    /// ```no_run
-    /// use leasehold::{Client, SessionOptions, SessionToken};
-    ///
-    /// # async fn example(token: SessionToken) -> Result<(), leasehold::ClientError> {
-    /// let client = Client::connect("127.0.0.1:7171").await?;
-    /// let session = client.attach_session(token, SessionOptions::new("cli")).await?;
-    /// session.close().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn attach_session(
-        &self,
-        token: SessionToken,
-        options: SessionOptions,
-    ) -> Result<Session, ClientError> {
-        let mut epoch = self.epoch().await?;
-        for _ in 0..2 {
-            let request = Request::KeepAlive(KeepAlive {
-                session: token,
-                epoch,
-                acked_seq: 0,
-                hold: false,
-            });
-            match self.call_sent(request).await {
-                Ok((Response::KeepAlive { epoch, lease, .. }, sent)) => {
-                    // The reply's events are not acknowledged, so the
-                    // session's next KeepAlive brings them again and they
-                    // are delivered then.
-                    return Ok(Session::start(
-                        self.clone(),
-                        token,
-                        epoch,
-                        sent,
-                        lease,
-                        options,
-                    ));
-                }
-                Ok((other, _)) => return Err(unexpected(other)),
-                Err(e) => match e.code() {
-                    Some(ErrorCode::WrongEpoch { current }) => epoch = current,
-                    _ => return Err(e),
-                },
-            }
-        }
-        Err(ClientError::Protocol(
-            "the master's epoch changed twice while attaching".into(),
-        ))
     }
 
     /// The authority this client's requests claim when they end or take
@@ -576,7 +439,7 @@ impl Client {
     /// an operator token refuses it with `PermissionDenied` unless this
     /// client was configured with that token
     /// ([`ClientConfig::operator_token`]); a session's owner closes it
-    /// with [`Session::close`] or [`Client::destroy_session_by_token`].
+    /// with [`Session::close`](crate::Session::close) or [`Client::destroy_session_by_token`].
     pub async fn destroy_session(&self, session: SessionId) -> Result<(), ClientError> {
         let authority = self.authority();
         match self

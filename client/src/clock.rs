@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
+use crate::config::{MAX_RATE, MIN_RATE};
 use tokio::time::{Instant, Sleep};
-
-const MIN_RATE: f64 = 0.5;
-const MAX_RATE: f64 = 2.0;
 
 /// A clock running at `rate` times true time from `origin`.
 #[derive(Debug, Clone, Copy)]

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::clock::Clock;
+use crate::config::{CLOSE_WAIT, PRUNE_EVERY, QUEUE, WRITE_BATCH};
 use crate::error::ClientError;
 use crate::transport::BoxTransport;
 
@@ -37,17 +38,6 @@ type Codec = FrameCodec<ServerFrame, ClientFrame>;
 /// A request as it is written: one frame, and whoever waits for its reply.
 type Framed = (Request, Waiter, Option<OwnedSemaphorePermit>);
 type Pending = Arc<Mutex<PendingRequests>>;
-
-/// Requests written before a flush at most; the codec also flushes on its
-/// own whenever its buffer fills.
-const WRITE_BATCH: usize = 64;
-/// Requests a connection queues for its writer.
-const QUEUE: usize = 256;
-/// How often a connection with no handles left looks for abandoned requests.
-const PRUNE_EVERY: Duration = Duration::from_secs(1);
-/// How long a closing connection waits for its last write and for the server
-/// to close its side.
-const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 

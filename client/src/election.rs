@@ -8,17 +8,14 @@
 //! waited out by the master (`LOCK-3`, `LOCK-5`).
 
 use std::future::Future;
-use std::time::Duration;
 
 use leasehold_protocol::{LockMode, NodeView, Sequencer, SessionId};
 
 use crate::client::Client;
+use crate::config::OBSERVE_WAIT;
 use crate::error::ClientError;
 use crate::lock::{LockGuard, LockOptions};
 use crate::session::Session;
-
-/// How long one blocking read of the leader key waits at the master.
-const OBSERVE_WAIT: Duration = Duration::from_secs(300);
 
 /// The leader of an election, as read from its key.
 #[derive(Debug, Clone, PartialEq, Eq)]

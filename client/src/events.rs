@@ -4,18 +4,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use leasehold_protocol::{event_mask, Change, Event, EventKind, Request, Response, SessionId};
+use leasehold_protocol::{event_mask, Change, Event, EventKind, SessionId};
 use tokio::sync::{mpsc, watch};
 
-use crate::client::unexpected;
-use crate::error::ClientError;
-use crate::session::{Session, SessionState};
-
-/// Events a subscription buffers for the application; past that it reports
-/// `EventsLost` (`EV-7`).
-const SUBSCRIPTION_BUFFER: usize = 1024;
-/// Events kept for subscriptions whose `Subscribed` reply has not arrived.
-const ORPHANS: usize = 1024;
+use crate::config::ORPHANS;
+use crate::session_machine::SessionState;
 
 /// What a subscription hears.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,124 +79,6 @@ impl SubscribeOptions {
     pub fn mask(mut self, mask: u32) -> Self {
         self.mask = mask;
         self
-    }
-}
-
-/// A stream of events for one subscription. Dropping it unsubscribes (best
-/// effort).
-///
-/// Streams of one session on the same key and kind share one subscription
-/// on the master (`EV-5`); each hears only what its own mask asks for.
-#[derive(Debug)]
-pub struct Subscription {
-    /// The master's id; a new master gives a new one (`FO-6`). The
-    /// allocation also tells this stream's route from the others sharing
-    /// the id.
-    id: Arc<AtomicU64>,
-    session: Session,
-    events: mpsc::Receiver<SubscriptionEvent>,
-    overflowed: Arc<AtomicBool>,
-    cancelled: bool,
-}
-
-impl Subscription {
-    /// The master's id for it (it changes when a new master takes over).
-    pub fn id(&self) -> u64 {
-        self.id.load(Ordering::Acquire)
-    }
-
-    /// The next event, in the order they happened; `None` once the session
-    /// has ended.
-    pub async fn next(&mut self) -> Option<SubscriptionEvent> {
-        if self.overflowed.swap(false, Ordering::AcqRel) {
-            return Some(SubscriptionEvent::EventsLost);
-        }
-        self.events.recv().await
-    }
-
-    /// Stops the subscription.
-    pub async fn cancel(mut self) -> Result<(), ClientError> {
-        self.session.dispatch().remove_route(&self.id);
-        let left = leave(&self.session, &self.id).await;
-        // Only now: a cancel given up half way leaves the rest to `drop`.
-        self.cancelled = true;
-        left
-    }
-}
-
-/// The same events as [`Subscription::next`], for `StreamExt` and friends.
-///
-/// ```no_run
-/// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
-/// use futures::StreamExt;
-/// use leasehold::SubscribeOptions;
-///
-/// let a = session.subscribe("service/a", SubscribeOptions::prefix()).await?;
-/// let b = session.subscribe("service/b", SubscribeOptions::prefix()).await?;
-/// let mut both = futures::stream::select(a, b);
-/// while let Some(event) = both.next().await {
-///     println!("{event:?}");
-/// }
-/// # Ok(())
-/// # }
-/// ```
-impl futures::Stream for Subscription {
-    type Item = SubscriptionEvent;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<SubscriptionEvent>> {
-        if self.overflowed.swap(false, Ordering::AcqRel) {
-            return std::task::Poll::Ready(Some(SubscriptionEvent::EventsLost));
-        }
-        self.events.poll_recv(cx)
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if self.cancelled {
-            return;
-        }
-        self.session.dispatch().remove_route(&self.id);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let session = self.session.clone();
-            let id = self.id.clone();
-            runtime.spawn(async move {
-                let _ = leave(&session, &id).await;
-            });
-        }
-    }
-}
-
-/// Takes the stream `route` out and ends its master subscription unless
-/// another stream still uses it. Under the session's subscription lock, so
-/// that no `Subscribe` answered with the same id is in flight meanwhile,
-/// and the route is taken out again there: a new master's
-/// resubscription may have put it back under a new id.
-async fn leave(session: &Session, route: &Arc<AtomicU64>) -> Result<(), ClientError> {
-    let _changing = session.subscribing().lock().await;
-    let id = {
-        let mut dispatch = session.dispatch();
-        dispatch.remove_route(route);
-        let id = route.load(Ordering::Acquire);
-        if dispatch.in_use(id) {
-            return Ok(());
-        }
-        id
-    };
-    unsubscribe(session, id).await
-}
-
-async fn unsubscribe(session: &Session, subscription: u64) -> Result<(), ClientError> {
-    let request = Request::Unsubscribe {
-        session: session.token(),
-        subscription,
-    };
-    match session.client().call(request).await? {
-        Response::Unsubscribed => Ok(()),
-        other => Err(unexpected(other)),
     }
 }
 
@@ -283,15 +158,16 @@ impl LockSignal {
 }
 
 #[derive(Debug)]
-struct Route {
-    tx: mpsc::Sender<SubscriptionEvent>,
-    overflowed: Arc<AtomicBool>,
+pub(crate) struct Route {
+    pub(crate) tx: mpsc::Sender<SubscriptionEvent>,
+    pub(crate) overflowed: Arc<AtomicBool>,
     /// What it subscribed to (and whether it asked for session states), to
     /// subscribe again on a new master.
-    key: String,
-    options: SubscribeOptions,
-    /// The master's id, shared with the [`Subscription`].
-    id: Arc<AtomicU64>,
+    pub(crate) key: String,
+    pub(crate) options: SubscribeOptions,
+    /// The master's id, shared with the
+    /// [`Subscription`](crate::Subscription).
+    pub(crate) id: Arc<AtomicU64>,
 }
 
 /// The mask bit that asks for `change` (`EV-5`).
@@ -323,7 +199,7 @@ pub(crate) struct Dispatch {
     /// may name a subscription that already has streams, and what that
     /// subscription hears meanwhile is kept in `joined` for the new stream
     /// too (`EV-7`).
-    joining: Option<(String, bool)>,
+    pub(crate) joining: Option<(String, bool)>,
     joined: Vec<(u64, SubscriptionEvent)>,
     joined_overflowed: bool,
     /// Keys this client holds locks on, or asks for; released before a
@@ -508,6 +384,14 @@ impl Dispatch {
         }
     }
 
+    /// Takes every route out, to be made again on a new master (`FO-6`).
+    pub(crate) fn take_routes(&mut self) -> Vec<Route> {
+        std::mem::take(&mut self.subscriptions)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+
     fn routes(&self) -> impl Iterator<Item = &Route> {
         self.subscriptions.values().flatten()
     }
@@ -515,7 +399,7 @@ impl Dispatch {
     /// Puts `routes` under the master's id `id`, first handing each the
     /// events that raced ahead of the `Subscribed` reply. Nothing is
     /// installed once the session has ended: those streams end.
-    fn install(&mut self, id: u64, routes: Vec<Route>) {
+    pub(crate) fn install(&mut self, id: u64, routes: Vec<Route>) {
         let mut early = Vec::new();
         if std::mem::take(&mut self.joined_overflowed) || self.orphans_overflowed {
             early.push(SubscriptionEvent::EventsLost);
@@ -554,14 +438,14 @@ impl Dispatch {
     }
 
     /// Drops what was kept for a `Subscribe` that installed nothing.
-    fn forget_joined(&mut self) {
+    pub(crate) fn forget_joined(&mut self) {
         self.joined.clear();
         self.joined_overflowed = false;
     }
 
     /// Takes out the stream whose id is `id`; the master's subscription
     /// stays until [`leave`] finds it unused.
-    fn remove_route(&mut self, id: &Arc<AtomicU64>) {
+    pub(crate) fn remove_route(&mut self, id: &Arc<AtomicU64>) {
         let master_id = id.load(Ordering::Acquire);
         if let Some(routes) = self.subscriptions.get_mut(&master_id) {
             routes.retain(|r| !Arc::ptr_eq(&r.id, id));
@@ -572,7 +456,7 @@ impl Dispatch {
     }
 
     /// Whether a stream still uses the master's subscription `id`.
-    fn in_use(&self, id: u64) -> bool {
+    pub(crate) fn in_use(&self, id: u64) -> bool {
         self.subscriptions.contains_key(&id)
     }
 
@@ -597,165 +481,11 @@ impl Dispatch {
 }
 
 impl Route {
-    fn send(&self, event: SubscriptionEvent) {
+    pub(crate) fn send(&self, event: SubscriptionEvent) {
         if self.tx.try_send(event).is_err() {
             self.overflowed.store(true, Ordering::Release);
         }
     }
-}
-
-impl Session {
-    /// Hears of changes to `key` as they happen, in order, once each.
-    ///
-    /// ```no_run
-    /// # async fn example(session: leasehold::Session) -> Result<(), leasehold::ClientError> {
-    /// use leasehold::{SubscribeOptions, SubscriptionEvent};
-    ///
-    /// let mut changes = session.subscribe("config", SubscribeOptions::prefix()).await?;
-    /// while let Some(event) = changes.next().await {
-    ///     match event {
-    ///         SubscriptionEvent::Changed { key, change, index, contents } => {
-    ///             // Small values ride along; larger ones are a read away.
-    ///             println!("{key}: {change:?} at {index}, {contents:?}")
-    ///         }
-    ///         SubscriptionEvent::EventsLost => println!("missed some: re-read config/"),
-    ///         SubscriptionEvent::Session(state) => println!("session {state:?}"),
-    ///         other => println!("{other:?}"), // kinds a later version may add
-    ///     }
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn subscribe(
-        &self,
-        key: &str,
-        options: SubscribeOptions,
-    ) -> Result<Subscription, ClientError> {
-        let (tx, events) = mpsc::channel(SUBSCRIPTION_BUFFER);
-        let overflowed = Arc::new(AtomicBool::new(false));
-        let id = Arc::new(AtomicU64::new(0));
-        let route = Route {
-            tx,
-            overflowed: overflowed.clone(),
-            key: key.to_string(),
-            options,
-            id: id.clone(),
-        };
-        // The call runs in its own task, so that a caller who gives up
-        // while it is in flight leaves no subscription behind: the task
-        // learns the id anyway and takes it back.
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        let session = self.clone();
-        let route_id = id.clone();
-        tokio::spawn(async move {
-            let outcome = join(&session, route).await;
-            if let Err(Ok(())) = done.send(outcome) {
-                // Nobody holds the stream: its route goes, and the
-                // master's subscription with it unless another uses it.
-                let _ = leave(&session, &route_id).await;
-            }
-        });
-        outcome
-            .await
-            .map_err(|_| ClientError::Protocol("the subscribe task ended".into()))??;
-        Ok(Subscription {
-            id,
-            session: self.clone(),
-            events,
-            overflowed,
-            cancelled: false,
-        })
-    }
-}
-
-/// Subscribes on the master and installs `route` under the answer, holding
-/// the session's subscription lock: streams on the same key and kind share
-/// one subscription on the master, so joining and ending must not race
-/// (`EV-5`).
-async fn join(session: &Session, route: Route) -> Result<(), ClientError> {
-    let _changing = session.subscribing().lock().await;
-    let request = Request::Subscribe {
-        session: session.token(),
-        key: route.key.clone(),
-        prefix: route.options.prefix,
-        mask: route.options.mask,
-    };
-    session.dispatch().joining = Some((route.key.clone(), route.options.prefix));
-    let outcome = session.client().call(request).await;
-    let mut dispatch = session.dispatch();
-    dispatch.joining = None;
-    let id = match outcome {
-        Ok(Response::Subscribed { subscription }) => subscription,
-        failed => {
-            dispatch.forget_joined();
-            return Err(failed.map_or_else(|e| e, unexpected));
-        }
-    };
-    dispatch.install(id, vec![route]);
-    Ok(())
-}
-
-/// Makes every subscription of a session again on a new master, which
-/// starts without any (`FO-6`). Every route is taken out first, since the
-/// new master's ids may coincide with the old ones. The `Subscribe`s go
-/// out together, so every stream is back within one round trip; a
-/// subscription that cannot be made again, or whose session ended
-/// meanwhile, ends its stream.
-pub(crate) async fn resubscribe(
-    client: crate::client::Client,
-    session: leasehold_protocol::SessionToken,
-    shared: Arc<crate::session::Shared>,
-) {
-    let _changing = shared.subscribing.lock().await;
-    let routes: Vec<Route> = std::mem::take(&mut shared.dispatch().subscriptions)
-        .into_values()
-        .flatten()
-        // Its Subscription was dropped meanwhile: nothing to make again.
-        .filter(|route| !route.tx.is_closed())
-        .collect();
-    // No `joining`: with every route taken out, what the new master sends
-    // before its answers waits among the orphans for `install`.
-    let outcomes = futures::future::join_all(routes.iter().map(|route| {
-        client.call(Request::Subscribe {
-            session,
-            key: route.key.clone(),
-            prefix: route.options.prefix,
-            mask: route.options.mask,
-        })
-    }))
-    .await;
-    let mut answered: BTreeMap<u64, Vec<Route>> = BTreeMap::new();
-    let mut made = Vec::new();
-    {
-        let mut dispatch = shared.dispatch();
-        for (route, outcome) in routes.into_iter().zip(outcomes) {
-            // Told only now, with the subscription back on the new master:
-            // a reader that re-reads on `EventsLost` hears of every change
-            // after what it read (`FO-6`). Told before the events that
-            // raced ahead of the reply, which came after the re-making.
-            route.send(SubscriptionEvent::EventsLost);
-            if let Ok(Response::Subscribed { subscription }) = outcome {
-                made.push(subscription);
-                if !route.tx.is_closed() {
-                    answered.entry(subscription).or_default().push(route);
-                }
-            }
-        }
-        // Streams sharing a subscription share what raced ahead of it.
-        for (subscription, routes) in answered {
-            dispatch.install(subscription, routes);
-        }
-        made.retain(|subscription| !dispatch.in_use(*subscription));
-        made.sort_unstable();
-        made.dedup();
-    }
-    let unused = made.into_iter().map(|subscription| {
-        client.call(Request::Unsubscribe {
-            session,
-            subscription,
-        })
-    });
-    futures::future::join_all(unused).await;
 }
 
 #[cfg(test)]

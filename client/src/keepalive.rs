@@ -6,6 +6,7 @@
 //! fail-over, a master catching up on many sessions answers slowly, and
 //! probes that time out and multiply would bury it.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,16 +24,12 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client::Client;
+use crate::config::{SessionOptions, DESTROY_TIMEOUT, PROBE_TIMEOUT};
 use crate::error::ClientError;
+use crate::events::{Route, SubscriptionEvent};
 use crate::release::release_holding;
-use crate::session::{SessionOptions, SessionState, Shared, Stop};
-use crate::session_machine::{Action, Reply, SessionMachine};
-
-/// How long a KeepAlive that asks for an immediate answer waits while its
-/// connection delivers nothing at all.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Time allowed for the DestroySession sent on close.
-const DESTROY_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::session_machine::{Action, Reply, SessionMachine, SessionState};
+use crate::shared::{Shared, Stop};
 
 /// When a KeepAlive was sent, whether it asked to be held, and its outcome.
 type Sent = (Instant, bool, Result<Response, ClientError>);
@@ -210,7 +207,7 @@ impl Keeper {
                     }
                 }
                 Action::Resubscribe => {
-                    tokio::spawn(crate::events::resubscribe(
+                    tokio::spawn(resubscribe(
                         self.client.clone(),
                         self.token,
                         self.shared.clone(),
@@ -355,4 +352,68 @@ impl Keeper {
             Ok(Err(e)) => Err(e),
         }
     }
+}
+
+/// Makes every subscription of a session again on a new master, which
+/// starts without any (`FO-6`). Every route is taken out first, since the
+/// new master's ids may coincide with the old ones. The `Subscribe`s go
+/// out together, so every stream is back within one round trip; a
+/// subscription that cannot be made again, or whose session ended
+/// meanwhile, ends its stream.
+async fn resubscribe(
+    client: Client,
+    session: leasehold_protocol::SessionToken,
+    shared: Arc<Shared>,
+) {
+    let _changing = shared.subscribing.lock().await;
+    let routes: Vec<Route> = shared
+        .dispatch()
+        .take_routes()
+        .into_iter()
+        // Its Subscription was dropped meanwhile: nothing to make again.
+        .filter(|route| !route.tx.is_closed())
+        .collect();
+    // No `joining`: with every route taken out, what the new master sends
+    // before its answers waits among the orphans for `install`.
+    let outcomes = futures::future::join_all(routes.iter().map(|route| {
+        client.call(Request::Subscribe {
+            session,
+            key: route.key.clone(),
+            prefix: route.options.prefix,
+            mask: route.options.mask,
+        })
+    }))
+    .await;
+    let mut answered: BTreeMap<u64, Vec<Route>> = BTreeMap::new();
+    let mut made = Vec::new();
+    {
+        let mut dispatch = shared.dispatch();
+        for (route, outcome) in routes.into_iter().zip(outcomes) {
+            // Told only now, with the subscription back on the new master:
+            // a reader that re-reads on `EventsLost` hears of every change
+            // after what it read (`FO-6`). Told before the events that
+            // raced ahead of the reply, which came after the re-making.
+            route.send(SubscriptionEvent::EventsLost);
+            if let Ok(Response::Subscribed { subscription }) = outcome {
+                made.push(subscription);
+                if !route.tx.is_closed() {
+                    answered.entry(subscription).or_default().push(route);
+                }
+            }
+        }
+        // Streams sharing a subscription share what raced ahead of it.
+        for (subscription, routes) in answered {
+            dispatch.install(subscription, routes);
+        }
+        made.retain(|subscription| !dispatch.in_use(*subscription));
+        made.sort_unstable();
+        made.dedup();
+    }
+    let unused = made.into_iter().map(|subscription| {
+        client.call(Request::Unsubscribe {
+            session,
+            subscription,
+        })
+    });
+    futures::future::join_all(unused).await;
 }

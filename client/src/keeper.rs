@@ -4,8 +4,9 @@
 use tokio::sync::Mutex;
 
 use crate::client::Client;
+use crate::config::SessionOptions;
 use crate::error::ClientError;
-use crate::session::{Session, SessionOptions};
+use crate::session::Session;
 
 /// Hands out the same live session to every caller, creating a new one
 /// only after the previous one expired or was closed. Safe to share.

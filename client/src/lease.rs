@@ -13,16 +13,9 @@
 
 use std::time::Duration;
 
+pub use crate::config::{DEFAULT_CLOCK_DRIFT, MAX_GRANT};
 use leasehold_protocol::LeaseGrant;
 use tokio::time::Instant;
-
-/// Default allowance for the master's clock running faster than the
-/// client's: 1% (`LEASE-4`).
-pub const DEFAULT_CLOCK_DRIFT: f64 = 0.01;
-
-/// Longest grant a client believes, whatever a server says: a day, Consul's
-/// longest session TTL. Keeps a hostile reply from overflowing the clock.
-pub const MAX_GRANT: Duration = Duration::from_secs(86_400);
 
 /// When the lease granted in a reply to a request sent at `sent` ends, by the
 /// client's clock, at the latest it can safely assume. A drift outside

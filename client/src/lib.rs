@@ -28,20 +28,31 @@
 //! ```
 //!
 //! # Layout
-//! - `client.rs`: [`Client`]; `connection.rs`: one multiplexed connection;
-//!   `transport.rs`: [`Connector`]s.
-//! - `session.rs`: [`Session`], [`SessionOptions`], [`SessionState`].
-//! - `session_machine.rs`: the session states as a pure machine, fed
-//!   replies and the time; `keepalive.rs`: the task that executes it and
-//!   sends the KeepAlives; `lease.rs`: the local lease formula.
-//! - `keeper.rs`: [`SessionKeeper`], one live session reused until it expires.
-//! - `kv.rs`: get, list, put, delete and watch on the namespace.
+//! From the wire up; no file imports one above it.
+//! - `config.rs`: [`ClientConfig`], [`SessionOptions`] and every default and
+//!   limit of the library; `error.rs`: [`ClientError`], sorted by
+//!   [`Remedy`]; `clock.rs`: the client's clock, at a rate of its own in a
+//!   simulation.
+//! - `transport.rs`: [`Connector`]s; `connection.rs`: one multiplexed
+//!   connection; `client.rs`: [`Client`], requests and the connection to
+//!   the master.
+//! - `lease.rs`: the local lease formula; `session_machine.rs`: the session
+//!   states ([`SessionState`]) as a pure machine, fed replies and the time;
+//!   `cache.rs`: the session's consistent cache, pure as well.
+//! - `events.rs`: where a session's events go (streams and lock guards) and
+//!   the event types; `shared.rs`: what a session's handles and its keeper
+//!   share; `release.rs`: giving a lock back, naming the acquire it ends.
+//! - `keepalive.rs`: the keeper task, which executes the session machine,
+//!   sends the KeepAlives and makes subscriptions again after a fail-over.
+//! - `session.rs`: [`Session`], made by [`Client::create_session`] or
+//!   [`Client::attach_session`]; `subscription.rs`: [`Subscription`]s.
+//! - `kv.rs`: get, list, put, delete and watch on the namespace;
+//!   `check.rs`: health checks sessions can be bound to.
 //! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`;
-//!   `release.rs`: giving a lock back, naming the acquire it ends.
-//! - `events.rs`: [`Subscription`]s and where a session's events go.
-//! - `check.rs`: health checks sessions can be bound to.
-//! - `election.rs`: [`Election`], leader election on a lock.
-//! - `semaphore.rs`: [`Semaphore`], N slots from nodes, locks and CAS.
+//!   `election.rs`: [`Election`], leader election on a lock;
+//!   `semaphore.rs`: [`Semaphore`], N slots from nodes, locks and CAS;
+//!   `keeper.rs`: [`SessionKeeper`], one live session reused until it
+//!   expires.
 
 #![warn(missing_docs)]
 
@@ -49,6 +60,7 @@ mod cache;
 mod check;
 mod client;
 mod clock;
+mod config;
 mod connection;
 mod election;
 mod error;
@@ -62,13 +74,19 @@ mod release;
 mod semaphore;
 mod session;
 mod session_machine;
+mod shared;
+mod subscription;
 mod transport;
 
-pub use cache::{CacheStats, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_KEYS};
-pub use client::{Client, ClientConfig};
+pub use cache::CacheStats;
+pub use client::Client;
+pub use config::{
+    ClientConfig, SessionOptions, CONNECT_TIMEOUT, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_KEYS,
+    DEFAULT_GRACE, REQUEST_TIMEOUT,
+};
 pub use election::{Election, Leader, LeaderChanges, Term};
 pub use error::ClientError;
-pub use events::{SubscribeOptions, Subscription, SubscriptionEvent};
+pub use events::{SubscribeOptions, SubscriptionEvent};
 pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, Deleted, PutOptions, Watched};
 pub use leasehold_protocol::{
@@ -80,7 +98,9 @@ pub use leasehold_protocol::{
 pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};
 pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};
-pub use session::{Session, SessionOptions, SessionState, DEFAULT_GRACE};
+pub use session::Session;
+pub use session_machine::SessionState;
+pub use subscription::Subscription;
 pub use transport::{
     BoxTransport, CellConnector, ConnectFuture, Connector, TcpConnector, Transport,
 };

@@ -9,13 +9,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::{unexpected, Client};
+use crate::config::LONGEST_WAIT;
 use crate::error::ClientError;
 use crate::events::LockSignal;
 use crate::release::release_holding;
-use crate::session::{Session, SessionState};
-
-/// The longest a blocking acquire may wait at the master.
-pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(600);
+use crate::session::Session;
+use crate::session_machine::SessionState;
 
 /// How to take a lock.
 ///

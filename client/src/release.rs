@@ -10,12 +10,8 @@
 use leasehold_protocol::{ErrorCode, Remedy, Request, Response, SessionToken};
 
 use crate::client::{unexpected, Client};
+use crate::config::RELEASE_TRIES;
 use crate::error::ClientError;
-
-/// Releases sent for one give-back at most: the first, one more for each
-/// later acquire it turns out the session was answered for since, and
-/// one more for each that went out with no answer back.
-const RELEASE_TRIES: usize = 3;
 
 /// Gives back the session's lock of `key`, naming `acquired`, the index of
 /// the latest `Acquired` answer heard for it. A release refused because a

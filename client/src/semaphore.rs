@@ -21,18 +21,17 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::config::{LEAVE_TRIES, LONGEST_WAIT};
 use crate::error::ClientError;
-use crate::events::{SubscribeOptions, Subscription, SubscriptionEvent};
+use crate::events::{SubscribeOptions, SubscriptionEvent};
 use crate::kv::{DeleteOptions, PutOptions};
-use crate::lock::{rides_through, LockGuard, LockOptions, LONGEST_WAIT};
-use crate::session::{Session, SessionState};
+use crate::lock::{rides_through, LockGuard, LockOptions};
+use crate::session::Session;
+use crate::session_machine::SessionState;
+use crate::subscription::Subscription;
 
 /// The coordinating key's last segment.
 pub const SEMAPHORE_LOCK: &str = ".lock";
-
-/// Attempts to delete a contender key before leaving it to the session's
-/// end (about 10 s with the backoff).
-const LEAVE_TRIES: u32 = 12;
 
 /// The coordinating key's contents, spelled as the seed spells them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,221 +2,115 @@
 //! its state (SPEC "Client session states").
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use leasehold_protocol::{
-    Behavior, GetCached, LeaseGrant, NodeStat, NodeView, Request, Response, SessionId, SessionToken,
+    CreateSession, ErrorCode, GetCached, KeepAlive, LeaseGrant, NodeStat, NodeView, Request,
+    Response, SessionId, SessionToken,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::cache::CacheStats;
-use crate::client::Client;
+use crate::client::{unexpected, Client};
+use crate::config::SessionOptions;
 use crate::error::ClientError;
 use crate::events::Dispatch;
 use crate::keepalive::Keeper;
-use crate::lease::{local_expiry, DEFAULT_CLOCK_DRIFT};
+use crate::lease::local_expiry;
+use crate::session_machine::SessionState;
+use crate::shared::{CloseTx, Shared, Stop};
 
-/// Default time a session may spend in jeopardy (its local lease ran out
-/// with no KeepAlive reply) while the client keeps retrying, before the
-/// client takes it as `Expired`: 45 s (`CS-3`).
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(45);
-
-/// Where a session stands, as far as this client can tell (`CS-1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SessionState {
-    /// The local lease is valid: the master holds the session.
-    Normal,
-    /// The local lease ran out without a reply. The master may or may not
-    /// still hold the session; the grace period is running.
-    Jeopardy,
-    /// A KeepAlive succeeded during the grace period. Reported on the way
-    /// back to `Normal`, which follows at once.
-    Safe,
-    /// A new master took over while the local lease was valid: the
-    /// session, its locks and sequencers survive; subscriptions were made
-    /// again and their streams report `EventsLost`, so re-read what you
-    /// cache. Reported on the way back to `Normal`, which follows at once
-    /// (`FO-6`).
-    Failover,
-    /// The grace period ran out, or the master said the session is gone:
-    /// whatever relied on it may already be someone else's. Final.
-    Expired,
-    /// This client closed or detached the session (`CS-8`): it gave the
-    /// session up, nothing was taken from it. Final.
-    Closed,
-}
-
-impl SessionState {
-    /// The lower-case name used by the CLI and in logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Normal => "normal",
-            SessionState::Jeopardy => "jeopardy",
-            SessionState::Safe => "safe",
-            SessionState::Failover => "failover",
-            SessionState::Expired => "expired",
-            SessionState::Closed => "closed",
+/// Sessions are made through a [`Client`]: created anew, or taken over
+/// from their token.
+impl Client {
+    /// Creates a session and starts keeping it alive.
+    pub async fn create_session(&self, options: SessionOptions) -> Result<Session, ClientError> {
+        let request = Request::CreateSession(CreateSession {
+            name: options.name.clone(),
+            lease_ms: options.lease.map(|d| d.as_millis() as u64),
+            lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
+            behavior: options.behavior,
+            checks: options.checks.clone(),
+        });
+        match self.call_sent(request).await? {
+            (
+                Response::SessionCreated {
+                    session,
+                    secret,
+                    epoch,
+                    lease,
+                },
+                sent,
+            ) => Ok(Session::start(
+                self.clone(),
+                SessionToken {
+                    id: session,
+                    secret,
+                },
+                epoch,
+                sent,
+                lease,
+                options,
+            )),
+            (other, _) => Err(unexpected(other)),
         }
     }
 
-    /// Whether no state follows: `Expired` or `Closed`.
-    pub fn is_final(self) -> bool {
-        matches!(self, SessionState::Expired | SessionState::Closed)
-    }
-}
-
-/// How to create a session.
-///
-/// ```
-/// use std::time::Duration;
-/// use leasehold::SessionOptions;
-///
-/// let options = SessionOptions::new("indexer")
-///     .lease(Duration::from_secs(10))
-///     .lock_delay(Duration::ZERO)
-///     .grace(Duration::from_secs(30));
-/// assert_eq!(options.lock_delay, Some(Duration::ZERO));
-/// ```
-#[derive(Debug, Clone)]
-pub struct SessionOptions {
-    /// A label for people.
-    pub name: String,
-    /// Requested lease; `None` takes the master's default (12 s).
-    pub lease: Option<Duration>,
-    /// Requested lock-delay; `None` takes the default (15 s), zero means none.
-    pub lock_delay: Option<Duration>,
-    /// What the master does with the session's locks when it is invalidated.
-    pub behavior: Behavior,
-    /// How long jeopardy lasts before the session is taken as expired.
-    pub grace: Duration,
-    /// Allowance for the master's clock running faster than this one's, as a
-    /// fraction (0.01 = 1%).
-    pub clock_drift: f64,
-    /// Health checks the session lives by: when one goes critical the master
-    /// ends the session (`CHK-3`).
-    pub checks: Vec<String>,
-    /// Keys [`Session::get`] may keep in the session's cache; 0 turns the
-    /// cache off (`CACHE-1`, `CACHE-8`).
-    pub cache_keys: usize,
-    /// Bytes of keys and contents the cache may hold.
-    pub cache_bytes: usize,
-}
-
-impl SessionOptions {
-    /// Options with every default and the given name.
-    pub fn new(name: impl Into<String>) -> Self {
-        SessionOptions {
-            name: name.into(),
-            lease: None,
-            lock_delay: None,
-            behavior: Behavior::Release,
-            grace: DEFAULT_GRACE,
-            clock_drift: DEFAULT_CLOCK_DRIFT,
-            checks: Vec::new(),
-            cache_keys: crate::cache::DEFAULT_CACHE_KEYS,
-            cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
+    /// Takes over keeping alive a session created elsewhere, given its
+    /// token (what [`Session::detach`] returns and `leasehold session
+    /// create` prints). From then on it behaves as a session this client
+    /// created; of `options` only the grace period and the clock drift
+    /// apply, since the master fixed the rest when it was created.
+    ///
+    /// ```no_run
+    /// use leasehold::{Client, SessionOptions, SessionToken};
+    ///
+    /// # async fn example(token: SessionToken) -> Result<(), leasehold::ClientError> {
+    /// let client = Client::connect("127.0.0.1:7171").await?;
+    /// let session = client.attach_session(token, SessionOptions::new("cli")).await?;
+    /// session.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn attach_session(
+        &self,
+        token: SessionToken,
+        options: SessionOptions,
+    ) -> Result<Session, ClientError> {
+        let mut epoch = self.epoch().await?;
+        for _ in 0..2 {
+            let request = Request::KeepAlive(KeepAlive {
+                session: token,
+                epoch,
+                acked_seq: 0,
+                hold: false,
+            });
+            match self.call_sent(request).await {
+                Ok((Response::KeepAlive { epoch, lease, .. }, sent)) => {
+                    // The reply's events are not acknowledged, so the
+                    // session's next KeepAlive brings them again and they
+                    // are delivered then.
+                    return Ok(Session::start(
+                        self.clone(),
+                        token,
+                        epoch,
+                        sent,
+                        lease,
+                        options,
+                    ));
+                }
+                Ok((other, _)) => return Err(unexpected(other)),
+                Err(e) => match e.code() {
+                    Some(ErrorCode::WrongEpoch { current }) => epoch = current,
+                    _ => return Err(e),
+                },
+            }
         }
-    }
-
-    /// Turns the session's cache on (the default) or off: off, every
-    /// [`Session::get`] asks the master (`CACHE-1`).
-    pub fn cache(mut self, on: bool) -> Self {
-        self.cache_keys = if on {
-            crate::cache::DEFAULT_CACHE_KEYS
-        } else {
-            0
-        };
-        self
-    }
-
-    /// Caps the session's cache at `keys` entries and `bytes` bytes; the
-    /// least recently used entry goes first (`CACHE-8`).
-    pub fn cache_capacity(mut self, keys: usize, bytes: usize) -> Self {
-        self.cache_keys = keys;
-        self.cache_bytes = bytes;
-        self
-    }
-
-    /// Binds the session to a health check, which must exist and not be
-    /// critical (`CHK-2`); may be called for several checks.
-    pub fn check(mut self, name: impl Into<String>) -> Self {
-        self.checks.push(name.into());
-        self
-    }
-
-    /// Sets the requested lease.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
-
-    /// Sets the lock-delay; zero disables it.
-    pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
-        self.lock_delay = Some(lock_delay);
-        self
-    }
-
-    /// Sets the behaviour on invalidation.
-    pub fn behavior(mut self, behavior: Behavior) -> Self {
-        self.behavior = behavior;
-        self
-    }
-
-    /// Sets the grace period.
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
-
-    /// Sets the clock-rate allowance.
-    pub fn clock_drift(mut self, drift: f64) -> Self {
-        self.clock_drift = drift;
-        self
+        Err(ClientError::Protocol(
+            "the master's epoch changed twice while attaching".into(),
+        ))
     }
 }
-
-pub(crate) type Callback = Box<dyn Fn(SessionState) + Send + Sync>;
-
-/// What a session's handles and its keeper task share.
-#[derive(Default)]
-pub(crate) struct Shared {
-    /// Called with every state the session enters.
-    pub(crate) callbacks: Mutex<Vec<Callback>>,
-    /// Where events go.
-    pub(crate) dispatch: Mutex<Dispatch>,
-    /// When the local lease runs out (`LEASE-4`), kept by the keeper.
-    pub(crate) local_expiry: Mutex<Option<Instant>>,
-    /// Held while a subscription is made or ended on the master, since
-    /// streams on the same key share one there (`EV-5`).
-    pub(crate) subscribing: tokio::sync::Mutex<()>,
-    /// What [`Session::get`] read (`CACHE-1`).
-    pub(crate) cache: Mutex<crate::cache::Cache>,
-}
-
-impl Shared {
-    pub(crate) fn dispatch(&self) -> std::sync::MutexGuard<'_, Dispatch> {
-        self.dispatch.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn callbacks(&self) -> std::sync::MutexGuard<'_, Vec<Callback>> {
-        self.callbacks.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, crate::cache::Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// How a session's keeper is told to stop.
-#[derive(Debug)]
-pub(crate) struct Stop {
-    /// Destroy the session on the master, or leave it to expire.
-    pub(crate) destroy: bool,
-    pub(crate) done: oneshot::Sender<Result<(), ClientError>>,
-}
-pub(crate) type CloseTx = oneshot::Sender<Stop>;
 
 /// A session on the master, kept alive by a background task for as long as
 /// a clone of it exists. Dropping the last clone asks that task to destroy

@@ -18,11 +18,53 @@ use std::time::Duration;
 use leasehold_protocol::{Event, EventKind, LeaseGrant};
 use tokio::time::Instant;
 
+use crate::config::MAX_IN_FLIGHT;
 use crate::lease::{local_expiry, MAX_GRANT};
-use crate::session::SessionState;
 
-/// KeepAlives in flight at most; timeouts keep them draining.
-pub(crate) const MAX_IN_FLIGHT: usize = 8;
+/// Where a session stands, as far as this client can tell (`CS-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SessionState {
+    /// The local lease is valid: the master holds the session.
+    Normal,
+    /// The local lease ran out without a reply. The master may or may not
+    /// still hold the session; the grace period is running.
+    Jeopardy,
+    /// A KeepAlive succeeded during the grace period. Reported on the way
+    /// back to `Normal`, which follows at once.
+    Safe,
+    /// A new master took over while the local lease was valid: the
+    /// session, its locks and sequencers survive; subscriptions were made
+    /// again and their streams report `EventsLost`, so re-read what you
+    /// cache. Reported on the way back to `Normal`, which follows at once
+    /// (`FO-6`).
+    Failover,
+    /// The grace period ran out, or the master said the session is gone:
+    /// whatever relied on it may already be someone else's. Final.
+    Expired,
+    /// This client closed or detached the session (`CS-8`): it gave the
+    /// session up, nothing was taken from it. Final.
+    Closed,
+}
+
+impl SessionState {
+    /// The lower-case name used by the CLI and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Normal => "normal",
+            SessionState::Jeopardy => "jeopardy",
+            SessionState::Safe => "safe",
+            SessionState::Failover => "failover",
+            SessionState::Expired => "expired",
+            SessionState::Closed => "closed",
+        }
+    }
+
+    /// Whether no state follows: `Expired` or `Closed`.
+    pub fn is_final(self) -> bool {
+        matches!(self, SessionState::Expired | SessionState::Closed)
+    }
+}
 
 /// Delay before retry number `attempt` (from 1): 50 ms doubling to 1 s.
 pub(crate) fn backoff(attempt: u32) -> Duration {
