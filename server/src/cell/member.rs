@@ -1,20 +1,17 @@
-//! One member of a cell: its data directory, its Raft, and the peer side
-//! of its listener.
+//! One member of a cell: its data directory and its Raft. What arrives on
+//! its port is served by `peer.rs`, `status.rs` and `membership.rs`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use futures::StreamExt;
 use openraft::{BasicNode, Raft};
-use tokio_util::codec::Framed;
 
 use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
-use super::network::{self, CellNetwork, Dialer, PeerHello, Served};
+use super::network::{CellNetwork, Dialer};
 use super::volume::{DirVolume, Volume};
 use super::{CellTypes, NodeId};
 use crate::state::Bounds;
@@ -219,15 +216,6 @@ impl Member {
         &self.machine
     }
 
-    /// Serves a peer's connection after its hello ([`first_frame`]).
-    pub async fn serve_peer<S: Served>(
-        &self,
-        framed: Framed<S, super::frame::FrameCodec>,
-        hello: PeerHello,
-    ) {
-        network::serve(framed, hello, self).await
-    }
-
     /// Stops this member's Raft.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
@@ -324,43 +312,4 @@ pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
         ));
     }
     Ok(TakenDir { lock, upgrade })
-}
-
-/// Reads a connection's first frame, refusing one longer than `max`
-/// before reading it (a client's limit: both hellos are small), and, if
-/// it is a peer's hello, returns the framed stream, now taking peer-sized
-/// frames, and the hello; a client's first frame comes back as bytes, to
-/// be served as a client's connection.
-pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<FirstFrame<S>> {
-    let mut codec = network::codec();
-    codec.set_max_frame_length(max);
-    let mut framed = Framed::new(stream, codec);
-    let Some(first) = framed.next().await else {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    };
-    let first: BytesMut = first?;
-    match PeerHello::parse(&first) {
-        _ if first[..] == super::status::STATUS_MAGIC[..] => Ok(FirstFrame::Status(framed)),
-        _ if first[..] == super::membership::MEMBERSHIP_MAGIC[..] => {
-            Ok(FirstFrame::Membership(framed))
-        }
-        Some(Ok(hello)) => {
-            framed
-                .codec_mut()
-                .set_max_frame_length(network::MAX_PEER_FRAME);
-            Ok(FirstFrame::Peer(framed, hello))
-        }
-        Some(Err(e)) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
-        None => Ok(FirstFrame::Client(framed, first)),
-    }
-}
-
-/// What a connection's first frame said it is.
-pub enum FirstFrame<S> {
-    Peer(Framed<S, super::frame::FrameCodec>, PeerHello),
-    Client(Framed<S, super::frame::FrameCodec>, BytesMut),
-    /// A status query (`CELL-8`).
-    Status(Framed<S, super::frame::FrameCodec>),
-    /// A membership change (`CELL-9`).
-    Membership(Framed<S, super::frame::FrameCodec>),
 }

@@ -14,6 +14,8 @@
 //! - `network.rs`: Raft's traffic between members, on the client port.
 //! - `frame.rs`: the length-prefixed frames members and tools exchange.
 //! - `member.rs`: one member: its data directory, its Raft, its peers.
+//! - `peer.rs`: what arrives on a member's port, and a peer's Raft traffic
+//!   served.
 //! - `lease.rs`: the master lease, kept from the followers' answers.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
 //! - `status.rs`: what a member says of itself, for `leasehold cell status`.
@@ -40,6 +42,7 @@ mod machine;
 mod member;
 mod membership;
 mod network;
+mod peer;
 mod run;
 mod runtime;
 mod status;
@@ -50,10 +53,7 @@ mod volume;
 pub use lease::MasterLease;
 pub use log::CellLog;
 pub use machine::{CellMachine, Replica};
-pub use member::{
-    first_frame, FirstFrame, Member, MemberConfig, MemberError, Storage, Timing,
-    DEFAULT_SNAPSHOT_EVERY,
-};
+pub use member::{Member, MemberConfig, MemberError, Storage, Timing, DEFAULT_SNAPSHOT_EVERY};
 pub use membership::{
     request as change_members, request_on as change_members_on, Change, ChangeReply, ChangeRequest,
     MEMBERSHIP_MAGIC,
@@ -62,6 +62,7 @@ pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,
     PEER_MAGIC,
 };
+pub use peer::{first_frame, serve as serve_peer, FirstFrame};
 pub use run::{serve, serve_member};
 pub use runtime::{seed_elections, CellRuntime};
 pub use status::{query as query_status, MemberStatus, STATUS_MAGIC};

@@ -27,8 +27,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::member::{first_frame, FirstFrame, Member, MemberConfig, MemberError};
+use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
+use super::peer::{first_frame, FirstFrame};
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::commit::{Committer, Replicate, ReplicateFuture};
 use crate::config::Config;
@@ -165,7 +166,7 @@ async fn connected<S: super::network::Served>(
     match first {
         FirstFrame::Peer(framed, hello) => {
             tokio::select! {
-                () = member.serve_peer(framed, hello) => {}
+                () = super::peer::serve(framed, hello, &member) => {}
                 () = stop.cancelled() => {}
             }
         }

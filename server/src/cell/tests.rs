@@ -48,7 +48,7 @@ async fn accept(listener: tokio::net::TcpListener, member: Member) {
         let member = member.clone();
         connections.spawn(async move {
             if let Ok(FirstFrame::Peer(framed, hello)) = first_frame(stream, 1 << 20).await {
-                member.serve_peer(framed, hello).await;
+                crate::cell::serve_peer(framed, hello, &member).await;
             }
         });
         while connections.try_join_next().is_some() {}

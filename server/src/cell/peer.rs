@@ -1,0 +1,317 @@
+//! What arrives on a member's port: the first frame says whether it is a
+//! peer, a status query, a membership change or a client, and a peer's
+//! Raft traffic is served here, votes under `CELL-9`'s rule.
+//!
+//! Above the member (`member.rs`), which knows nothing of who calls it.
+
+use bytes::{Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use openraft::raft::VoteResponse;
+use openraft::BasicNode;
+use tokio_util::codec::Framed;
+
+use super::frame::FrameCodec;
+use super::member::Member;
+use super::network::{self, same_secret, PeerHello, PeerRequest, PeerResponse, Served};
+use super::NodeId;
+use crate::store::{decode, encode};
+
+/// Reads a connection's first frame, refusing one longer than `max`
+/// before reading it (a client's limit: both hellos are small), and, if
+/// it is a peer's hello, returns the framed stream, now taking peer-sized
+/// frames, and the hello; a client's first frame comes back as bytes, to
+/// be served as a client's connection.
+pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<FirstFrame<S>> {
+    let mut codec = network::codec();
+    codec.set_max_frame_length(max);
+    let mut framed = Framed::new(stream, codec);
+    let Some(first) = framed.next().await else {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    };
+    let first: BytesMut = first?;
+    match PeerHello::parse(&first) {
+        _ if first[..] == super::status::STATUS_MAGIC[..] => Ok(FirstFrame::Status(framed)),
+        _ if first[..] == super::membership::MEMBERSHIP_MAGIC[..] => {
+            Ok(FirstFrame::Membership(framed))
+        }
+        Some(Ok(hello)) => {
+            framed
+                .codec_mut()
+                .set_max_frame_length(network::MAX_PEER_FRAME);
+            Ok(FirstFrame::Peer(framed, hello))
+        }
+        Some(Err(e)) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        None => Ok(FirstFrame::Client(framed, first)),
+    }
+}
+
+/// What a connection's first frame said it is.
+pub enum FirstFrame<S> {
+    Peer(Framed<S, FrameCodec>, PeerHello),
+    Client(Framed<S, FrameCodec>, BytesMut),
+    /// A status query (`CELL-8`).
+    Status(Framed<S, FrameCodec>),
+    /// A membership change (`CELL-9`).
+    Membership(Framed<S, FrameCodec>),
+}
+
+/// Serves one peer's connection after its hello: each request goes to
+/// this member's Raft, each answer back, until the peer hangs up.
+pub async fn serve<S: Served>(
+    mut framed: Framed<S, FrameCodec>,
+    hello: PeerHello,
+    member: &Member,
+) {
+    let (cell, secret, me) = (
+        member.config.cell.as_str(),
+        &member.config.secret,
+        member.config.id,
+    );
+    let (raft, lease) = (&member.raft, &member.lease);
+    let refusal = if !same_secret(&hello.secret, secret) {
+        // Neither secret goes in the message.
+        Some("the peer did not present this cell's secret".to_string())
+    } else if hello.cell != cell {
+        Some(format!(
+            "this member belongs to cell {cell:?}, not {:?}",
+            hello.cell
+        ))
+    } else if hello.to != me {
+        Some(format!("this member is {me}, not {}", hello.to))
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        tracing::warn!(from = hello.from, %reason, "peer refused");
+        let _ = framed
+            .send(Bytes::from(encode(&PeerResponse::Refused(reason))))
+            .await;
+        return;
+    }
+    while let Some(Ok(frame)) = framed.next().await {
+        let request: PeerRequest = match decode(&frame) {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::warn!(from = hello.from, error = %e, "malformed peer frame");
+                return;
+            }
+        };
+        let response = match request {
+            PeerRequest::Append(rpc) => {
+                if rpc.vote.is_committed() {
+                    let now = tokio::time::Instant::now();
+                    *member.led_by.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((hello.from, now));
+                }
+                PeerResponse::Append(raft.append_entries(rpc).await)
+            }
+            PeerRequest::Vote(rpc) => {
+                let m = raft.metrics().borrow().clone();
+                let membership = m.membership_config.membership();
+                let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
+                let led = led_by.is_some_and(|(leader, at)| {
+                    at.elapsed() < member.config.timing.election_max
+                        && newest_voter(membership, leader)
+                });
+                let voter = may_campaign(
+                    membership,
+                    hello.from,
+                    rpc.last_log_id.as_ref(),
+                    member.log.last_log_id().as_ref(),
+                    led,
+                );
+                if voter {
+                    // A leader the engine lets vote for a rival steps
+                    // down: its master stops before the vote can leave
+                    // (CELL-6).
+                    lease.yield_to(&rpc.vote);
+                    PeerResponse::Vote(raft.vote(rpc).await)
+                } else {
+                    // See `may_campaign`: a vote for it would never make a
+                    // master, and a request must not depose one (CELL-9).
+                    PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
+                }
+            }
+            PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
+        };
+        if framed.send(Bytes::from(encode(&response))).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Whether `id` is a voter of the newest configuration of `membership`.
+fn newest_voter(membership: &openraft::Membership<NodeId, BasicNode>, id: NodeId) -> bool {
+    let configs = membership.get_joint_config();
+    configs.last().is_some_and(|voters| voters.contains(&id))
+}
+
+/// Whether this member, holding `membership` and a log that ends at
+/// `ours`, hears `candidate` ask for its vote with a log that ends at
+/// `theirs` (`CELL-9`): a voter of the newest configuration it knows (the
+/// new one while a change is joint), or a voter of the old one only that
+/// holds entries this member lacks, unless a leader of the newest
+/// configuration has been heard from within the election timeout (`led`).
+///
+/// The old-half voter is heard for a cell that has no other way to finish
+/// the change; once a leader of the newest configuration runs, it would
+/// only take votes that depose that leader: openraft orders the votes of
+/// one term by member id, so a vote given to the removed member outranks
+/// the leader's in its own term, and the leader steps down at its next
+/// append here, before it can bring this member up to date.
+///
+/// A member removed (still running) or not yet added would otherwise
+/// depose the master with every request, for a vote no configuration
+/// counts. And once a removal is committed, a voter that still holds the
+/// joint configuration must not give its vote to the removed member: the
+/// members that hold the new configuration refuse it, so it can never win,
+/// yet each higher term it asks at would take that vote from every
+/// rightful candidate, and the cell would have no master at all. While the
+/// change is still joint, though, the member being removed may be the one
+/// that holds entries the others lack, and then only it can be elected
+/// and finish the change: it is heard.
+pub(crate) fn may_campaign(
+    membership: &openraft::Membership<NodeId, BasicNode>,
+    candidate: NodeId,
+    theirs: Option<&openraft::LogId<NodeId>>,
+    ours: Option<&openraft::LogId<NodeId>>,
+    led: bool,
+) -> bool {
+    let configs = membership.get_joint_config();
+    let newest = configs
+        .last()
+        .is_some_and(|voters| voters.contains(&candidate));
+    let older = configs.iter().any(|voters| voters.contains(&candidate));
+    newest || (older && theirs > ours && !led)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership};
+
+    use super::may_campaign;
+    use crate::cell::NodeId;
+
+    fn membership(configs: &[&[NodeId]]) -> Membership<NodeId, BasicNode> {
+        let configs: Vec<BTreeSet<NodeId>> = configs
+            .iter()
+            .map(|voters| voters.iter().copied().collect())
+            .collect();
+        let nodes: BTreeMap<NodeId, BasicNode> = configs
+            .iter()
+            .flatten()
+            .map(|id| (*id, BasicNode::new(format!("127.0.0.1:{id}"))))
+            .collect();
+        Membership::new(configs, nodes)
+    }
+
+    fn at(term: u64, index: u64) -> Option<LogId<NodeId>> {
+        Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    fn heard(membership: &Membership<NodeId, BasicNode>, candidate: NodeId) -> bool {
+        may_campaign(
+            membership,
+            candidate,
+            at(2, 7).as_ref(),
+            at(2, 7).as_ref(),
+            false,
+        )
+    }
+
+    // CELL-9
+    #[test]
+    fn a_voter_may_ask_for_votes() {
+        assert!(heard(&membership(&[&[1, 2, 3]]), 2));
+    }
+
+    // CELL-9: not even with a longer log.
+    #[test]
+    fn a_member_outside_the_configuration_may_not_ask_for_votes() {
+        let cell = membership(&[&[1, 2, 3]]);
+        assert!(!heard(&cell, 4));
+        assert!(!may_campaign(
+            &cell,
+            4,
+            at(3, 9).as_ref(),
+            at(2, 7).as_ref(),
+            false
+        ));
+    }
+
+    // CELL-9: the voter being removed may not depose the master, nor take
+    // the votes of members that have not yet heard the removal committed.
+    #[test]
+    fn during_a_removal_the_removed_voter_may_not_ask_for_votes() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        assert!(!heard(&joint, 3));
+        for id in [1, 2, 4] {
+            assert!(heard(&joint, id), "voter {id} of both");
+        }
+    }
+
+    // CELL-9: while the change is joint, the member being removed may hold
+    // entries no other survivor has; only it can then finish the change.
+    #[test]
+    fn during_a_removal_the_removed_voter_with_entries_others_lack_is_heard() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 3]]);
+        assert!(may_campaign(
+            &joint,
+            4,
+            at(2, 8).as_ref(),
+            at(2, 7).as_ref(),
+            false
+        ));
+        assert!(may_campaign(
+            &joint,
+            4,
+            at(3, 7).as_ref(),
+            at(2, 7).as_ref(),
+            false
+        ));
+        assert!(!may_campaign(
+            &joint,
+            4,
+            at(2, 6).as_ref(),
+            at(2, 7).as_ref(),
+            false
+        ));
+    }
+
+    // CELL-9
+    #[test]
+    fn during_an_addition_the_added_voter_may_ask_for_votes() {
+        let joint = membership(&[&[1, 2, 3], &[1, 2, 3, 4]]);
+        assert!(heard(&joint, 4));
+    }
+
+    // CELL-9: once a leader of the newest configuration has been heard
+    // from, the removed voter's longer log no longer earns it a hearing:
+    // its vote would only depose that leader before it brings this member
+    // up to date (cell-membership seed 228).
+    #[test]
+    fn a_removed_voter_ahead_is_not_heard_while_a_leader_of_the_new_configuration_runs() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        let (theirs, ours) = (at(2, 205), at(2, 204));
+        assert!(may_campaign(
+            &joint,
+            3,
+            theirs.as_ref(),
+            ours.as_ref(),
+            false
+        ));
+        assert!(!may_campaign(
+            &joint,
+            3,
+            theirs.as_ref(),
+            ours.as_ref(),
+            true
+        ));
+        assert!(
+            may_campaign(&joint, 2, theirs.as_ref(), ours.as_ref(), true),
+            "a voter of both"
+        );
+    }
+}
