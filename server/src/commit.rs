@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::disk::{is_disk_full, StoreError};
 use crate::master::ReplyTx;
-use crate::store::{is_disk_full, Record, Snapshot, Store, StoreError, StoreSizes};
+use crate::store::{Record, Snapshot, Store, StoreSizes};
 
 /// How long the writer waits, idle, before it makes the last batch's end
 /// marker durable on its own (`STORE-3`).
@@ -702,7 +703,7 @@ mod tests {
     }
 
     impl Store for Noting {
-        fn recover(&mut self) -> Result<crate::store::Recovered, crate::store::StoreError> {
+        fn recover(&mut self) -> Result<crate::store::Recovered, crate::disk::StoreError> {
             Ok(crate::store::Recovered {
                 snapshot: None,
                 records: Vec::new(),
@@ -712,15 +713,15 @@ mod tests {
         fn location(&self) -> String {
             "noting".into()
         }
-        fn append(&mut self, _: &Record) -> Result<(), crate::store::StoreError> {
+        fn append(&mut self, _: &Record) -> Result<(), crate::disk::StoreError> {
             self.0.lock().unwrap().push("append");
             Ok(())
         }
-        fn sync(&mut self) -> Result<(), crate::store::StoreError> {
+        fn sync(&mut self) -> Result<(), crate::disk::StoreError> {
             self.0.lock().unwrap().push("sync");
             Ok(())
         }
-        fn compact(&mut self, _: &Snapshot) -> Result<(), crate::store::StoreError> {
+        fn compact(&mut self, _: &Snapshot) -> Result<(), crate::disk::StoreError> {
             self.0.lock().unwrap().push("compact");
             Ok(())
         }
@@ -749,7 +750,7 @@ mod tests {
     async fn an_idle_writer_makes_the_last_batch_end_durable() {
         let dir = std::env::temp_dir().join(format!("leasehold-seal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let store = crate::store::FileStore::open(&dir).unwrap();
+        let store = crate::file_store::FileStore::open(&dir).unwrap();
         let mut commit = Committer::start(Box::new(store), 0, NEVER);
         commit.append(Record::Epoch(7));
         let (reply, _replies) = crate::reply::channel(1);
@@ -771,7 +772,7 @@ mod tests {
         let mut bytes = std::fs::read(&log).unwrap();
         bytes[acknowledged as usize - 1] ^= 0xff;
         std::fs::write(copy.join("log"), bytes).unwrap();
-        let refused = crate::store::FileStore::open(&copy).unwrap_err();
+        let refused = crate::file_store::FileStore::open(&copy).unwrap_err();
         assert!(refused.to_string().contains("damaged"), "{refused}");
         drop(commit);
         let _ = std::fs::remove_dir_all(&dir);

@@ -98,6 +98,11 @@ pub const DROPPED_PER_READ: usize = 4096;
 pub const FANOUT_SLICE: usize = 1024;
 /// Deliveries the master may owe before it refuses writes (`EV-9`).
 pub const FANOUT_BACKLOG: usize = 1 << 18;
+/// A log record's body may not claim more than this; bigger means damage.
+pub const MAX_RECORD: usize = 64 << 20;
+/// Decoding allocates at most this much for one length field, whatever
+/// damaged or hostile bytes announce.
+pub const MAX_DECODED: usize = 1 << 34;
 
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -32,8 +32,11 @@
 //! - `connection.rs`: one client connection; `server.rs`: accepting them;
 //!   `reply.rs`: the budget of replies a connection may leave unread;
 //!   `auth.rs`: who may act for a session; `memory.rs`: giving memory back.
-//! - The durability path: `store.rs`, the [`Store`] trait and the data
-//!   directory's files; `commit.rs`, the writer (a thread, or a task for a
+//! - The durability path: `store.rs`, the [`Store`] trait, its records and
+//!   the log's bytes; `file_store.rs`, [`FileStore`], the store in a data
+//!   directory; `disk.rs`, the data directory's errors, atomic writes and
+//!   checksummed framing, which the cell's files use too; `codec.rs`, the
+//!   encoding of what goes to disk or to a peer; `commit.rs`, the writer (a thread, or a task for a
 //!   store that never blocks) that appends and fsyncs batches (group
 //!   commit); `memstore.rs`, a store in memory that keeps what a disk
 //!   would through a crash, for tests and simulations; `recovery.rs`,
@@ -46,10 +49,13 @@ mod auth;
 mod cache;
 pub mod cell;
 mod check;
+mod codec;
 mod commit;
 mod config;
 mod connection;
+mod disk;
 mod events;
+mod file_store;
 mod holding;
 mod ids;
 mod keepalive;
@@ -76,6 +82,8 @@ mod watch;
 
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
 pub use config::*;
+pub use disk::StoreError;
+pub use file_store::FileStore;
 pub use holding::{Holding, HowGranted, LetGo};
 pub use lease::Leases;
 pub use lock::{LockState, Locks, Waiter};
@@ -86,5 +94,5 @@ pub use observe::{Grant, MasterEvent, MasterObserver};
 pub use server::{run, Listener, Server, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};
-pub use store::{FileStore, Record, Recovered, Snapshot, Store, StoreError, StoreSizes, SyncCount};
+pub use store::{Record, Recovered, Snapshot, Store, StoreSizes, SyncCount};
 pub use time::Millis;

@@ -18,9 +18,10 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::codec::{decode, encode};
+use crate::disk::StoreError;
 use crate::store::{
-    decode, encode, frame, log_header, parse_log, recovered, Record, Recovered, Snapshot, Store,
-    StoreError, StoreSizes,
+    frame, log_header, parse_log, recovered, Record, Recovered, Snapshot, Store, StoreSizes,
 };
 
 /// The durable state of a simulated master, shared by every master started

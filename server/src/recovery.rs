@@ -6,8 +6,9 @@ use tracing::{info, warn};
 
 use crate::commit::Committer;
 use crate::config::Config;
+use crate::disk::StoreError;
 use crate::state::{Bounds, State};
-use crate::store::{Record, Snapshot, Store, StoreError};
+use crate::store::{Record, Snapshot, Store};
 use crate::time::Millis;
 
 /// What a master starts from.

@@ -14,9 +14,10 @@ use tracing::{info, warn};
 
 use crate::config::{Config, ConfigError};
 use crate::connection;
+use crate::disk::StoreError;
 use crate::master;
 use crate::recovery;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// A source of connections.
 pub trait Listener: Send + 'static {

@@ -39,11 +39,11 @@ use serde::{Deserialize, Serialize};
 
 use super::volume::{self, Volume};
 use super::{CellTypes, NodeId};
-use crate::store::{corrupt, decode, encode, io_error, StoreError};
+use crate::codec::{decode, encode};
+use crate::disk::{self, corrupt, framed, io_error, StoreError};
 
 const LOG_MAGIC: &[u8; 8] = b"LHRAFT01";
 const FRAME_MAGIC: &[u8; 4] = b"LHRF";
-const FRAME_HEAD: usize = 12;
 /// A frame's body may not claim more than this; bigger means damage.
 const MAX_FRAME: usize = 256 << 20;
 /// The file is rewritten once it is this many times the live log's size
@@ -114,29 +114,13 @@ impl Image {
 }
 
 fn frame(op: &LogOp) -> Vec<u8> {
-    let body = encode(op);
-    let mut framed = Vec::with_capacity(FRAME_HEAD + body.len());
-    framed.extend_from_slice(FRAME_MAGIC);
-    framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    framed.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    framed.extend_from_slice(&body);
-    framed
+    framed(FRAME_MAGIC, &encode(op))
 }
 
 /// The body of the frame at `at` if it is whole (magic, a length that
 /// fits, a checksum that holds), with the offset after it.
 fn whole_frame(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let rest = bytes.get(at..)?;
-    if rest.len() < FRAME_HEAD || &rest[..4] != FRAME_MAGIC {
-        return None;
-    }
-    let len = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes"));
-    if len > MAX_FRAME || rest.len() < FRAME_HEAD + len {
-        return None;
-    }
-    let body = &rest[FRAME_HEAD..FRAME_HEAD + len];
-    (crc32fast::hash(body) == crc).then_some((body, at + FRAME_HEAD + len))
+    disk::whole_frame(bytes, at, FRAME_MAGIC, MAX_FRAME)
 }
 
 /// Replays a log file's bytes: the image and the length of the bytes that
@@ -525,7 +509,8 @@ mod tests {
         drop(log);
         let path = dir.join(FILE);
         let mut bytes = std::fs::read(&path).unwrap();
-        bytes[LOG_MAGIC.len() + FRAME_HEAD + 1] ^= 0xff;
+        // Past the first frame's magic, length and checksum: its body.
+        bytes[LOG_MAGIC.len() + FRAME_MAGIC.len() + 8 + 1] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
         let error = open(&dir).unwrap_err().to_string();
         assert!(error.contains("damaged"), "{error}");

@@ -24,8 +24,9 @@ use tokio::sync::watch;
 
 use super::volume::{self, Volume};
 use super::{CellTypes, NodeId, Outcome, Proposal};
+use crate::codec::{decode, encode};
+use crate::disk::{corrupt, io_error, sealed, unseal, StoreError};
 use crate::state::{Bounds, State};
-use crate::store::{corrupt, decode, encode, io_error, sealed, unseal, StoreError};
 use crate::time::Millis;
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP02";

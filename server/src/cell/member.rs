@@ -14,8 +14,8 @@ use super::machine::CellMachine;
 use super::network::{CellNetwork, Dialer};
 use super::volume::{DirVolume, Volume};
 use super::{CellTypes, NodeId};
+use crate::disk::StoreError;
 use crate::state::Bounds;
-use crate::store::StoreError;
 
 /// Raft's timers (SPEC `CELL-5`). The master lease is derived from the
 /// election timeout, so every member of a cell must use the same.
@@ -238,7 +238,7 @@ impl TakenDir {
     pub(super) fn carried_forward(&self, dir: &std::path::Path) -> Result<(), StoreError> {
         if self.upgrade {
             tracing::info!(dir = %dir.display(), "carrying a cell format 2 directory forward to cell format 3");
-            crate::store::write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
+            crate::disk::write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
         }
         Ok(())
     }
@@ -255,7 +255,7 @@ const FORMAT_2: &str = "leasehold-cell 2\n";
 /// cell member's, and locks it. A single master's directory is refused, not
 /// taken over: its state is not a cell's log.
 pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
-    use crate::store::{corrupt, io_error, write_atomically};
+    use crate::disk::{corrupt, io_error, write_atomically};
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let format = dir.join("FORMAT");
     let mut upgrade = false;

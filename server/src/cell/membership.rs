@@ -23,7 +23,7 @@ use super::frame::FrameCodec;
 use super::member::Member;
 use super::network::{codec, Served};
 use super::NodeId;
-use crate::store::{decode, encode};
+use crate::codec::{decode, encode};
 
 /// The first frame of a membership change.
 pub const MEMBERSHIP_MAGIC: &[u8; 8] = b"LHMEMB01";

@@ -32,7 +32,7 @@ use tokio_util::codec::Framed;
 use super::frame::FrameCodec;
 use super::lease::MasterLease;
 use super::{CellTypes, NodeId};
-use crate::store::{decode, encode};
+use crate::codec::{decode, encode};
 
 /// The first bytes of a peer's first frame.
 pub const PEER_MAGIC: &[u8; 8] = b"LHCELL02";

@@ -14,7 +14,7 @@ use super::frame::FrameCodec;
 use super::member::Member;
 use super::network::{self, same_secret, PeerHello, PeerRequest, PeerResponse, Served};
 use super::NodeId;
-use crate::store::{decode, encode};
+use crate::codec::{decode, encode};
 
 /// Reads a connection's first frame, refusing one longer than `max`
 /// before reading it (a client's limit: both hellos are small), and, if

@@ -31,6 +31,7 @@ use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
 use super::peer::{first_frame, FirstFrame};
 use super::{CellTypes, NodeId, Outcome, Proposal};
+use crate::codec::encode;
 use crate::commit::{Committer, Replicate, ReplicateFuture};
 use crate::config::Config;
 use crate::connection;
@@ -38,7 +39,7 @@ use crate::master::{self, MasterHandle};
 use crate::recovery::Start;
 use crate::server::{Admission, Listener, MAX_REFUSING};
 use crate::state::{Bounds, Command};
-use crate::store::{encode, Record};
+use crate::store::Record;
 use crate::time::Millis;
 
 /// A proposal carries at most about this many bytes of commands, so that

@@ -14,7 +14,7 @@ use tokio_util::codec::Framed;
 use super::member::Member;
 use super::network::{codec, Served};
 use super::NodeId;
-use crate::store::{decode, encode};
+use crate::codec::{decode, encode};
 
 /// The first frame of a status query.
 pub const STATUS_MAGIC: &[u8; 8] = b"LHSTAT01";

@@ -7,8 +7,8 @@ use std::time::Duration;
 use openraft::ServerState;
 
 use super::*;
+use crate::codec::encode;
 use crate::state::Bounds;
-use crate::store::encode;
 
 struct Cell {
     name: String,

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::store::{sync_dir, write_atomically, StoreError};
+use crate::disk::{sync_dir, write_atomically, StoreError};
 
 /// A member's storage. See the module's documentation for what an
 /// implementation must guarantee.
