@@ -15,8 +15,9 @@ use leasehold_protocol::{
 use crate::config::FANOUT_SLICE;
 use crate::holding::LetGo;
 use crate::master::Master;
+use crate::node::NodeChange;
 use crate::node::{check_key, check_prefix};
-use crate::state::{NodeChange, StateEvent};
+use crate::state::StateEvent;
 
 /// Events one session may have waiting; past it they are dropped for one
 /// `EventsLost` (`EV-4`).

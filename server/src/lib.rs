@@ -8,13 +8,16 @@
 //!
 //! # Layout
 //! - `config.rs`: every default and limit.
-//! - `state.rs`: the durable state machine; `session.rs`: a session record.
-//! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters.
+//! - `state/`: the durable state machine: commands, replies and events and
+//!   `State::apply` (`mod.rs`), what it does to locks (`locks.rs`) and to
+//!   health checks (`checks.rs`); `session.rs`: a session record.
+//! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters,
+//!   how a node changed.
 //! - `time.rs`: master time, [`Millis`]; `lease.rs`: leases, the master's
 //!   soft state; `timers.rs`: the master's other timers, an ordered set.
 //! - `policy.rs`: what a session's timer and a promotion ask of the master,
 //!   decided without a runtime.
-//! - `lock.rs`: locks, waiters, lock-delay and sequencers; `holding.rs`:
+//! - `lock.rs`: the locks' data: holders, waiters, lock-delay; `holding.rs`:
 //!   one holder's hold, and how holdings begin and end.
 //! - `events.rs`: subscriptions and per-session event queues.
 //! - `check.rs`: health checks bound to sessions.

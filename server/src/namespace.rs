@@ -8,8 +8,8 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use leasehold_protocol::{Error, ErrorCode, SessionId};
 
+use crate::node::NodeChange;
 use crate::node::{check_key, check_prefix, Node, MAX_CONTENTS};
-use crate::state::NodeChange;
 
 /// Deleted keys remembered, so a watcher that saw a node learns it is gone
 /// (`NS-8`).

@@ -114,6 +114,17 @@ impl Node {
     }
 }
 
+/// How a node changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeChange {
+    /// It came into being.
+    Created,
+    /// Its contents were written.
+    Modified,
+    /// Only its metadata changed (its lock).
+    Touched,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

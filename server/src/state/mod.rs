@@ -8,6 +8,9 @@
 //! their waiters, health checks) lives here, and is changed only through
 //! `apply`.
 
+mod checks;
+mod locks;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
@@ -20,6 +23,7 @@ use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
 use crate::holding::{HowGranted, LetGo};
 use crate::lock::Locks;
 use crate::namespace::{Namespace, Put};
+use crate::node::NodeChange;
 use crate::node::MAX_CONTENTS;
 use crate::session::{EndCause, Session};
 use crate::time::Millis;
@@ -258,17 +262,6 @@ pub enum StateEvent {
         key: String,
         waiter: SessionId,
     },
-}
-
-/// How a node changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeChange {
-    /// It came into being.
-    Created,
-    /// Its contents were written.
-    Modified,
-    /// Only its metadata changed (its lock).
-    Touched,
 }
 
 /// Bounds a command is checked against; part of the state machine's
