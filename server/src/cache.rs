@@ -17,17 +17,20 @@
 //! out, with every check it passes, only when it is let go, so a read of a
 //! held key answers the value before the change and no cache can disagree
 //! with it.
+//!
+//! This file is the bookkeeping, pure and tested on its own; the master's
+//! side of it (holding work, telling cachers, letting work go) is
+//! `master/cache.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use leasehold_protocol::{CheckStatus, Error, ErrorCode, GetCached, Request, Response, SessionId};
-use tracing::debug;
+use leasehold_protocol::SessionId;
 
-use crate::config::{CACHED_KEYS_PER_SESSION, DROPPED_PER_READ};
-use crate::master::{Call, Master, Timer};
-use crate::node::check_key;
+use crate::call::Call;
+use crate::config::CACHED_KEYS_PER_SESSION;
 use crate::state::Command;
 use crate::time::Millis;
+use crate::timers::Timer;
 
 /// What one record of a cacher costs the master, besides its key: the
 /// budget of all records is counted in these bytes (`CACHE-8`).
@@ -42,7 +45,7 @@ pub(crate) enum Touch {
 
 impl Touch {
     /// The range of recorded keys this may cover.
-    fn range<'a, V>(
+    pub(crate) fn range<'a, V>(
         &self,
         map: &'a BTreeMap<String, V>,
     ) -> Box<dyn Iterator<Item = (&'a String, &'a V)> + 'a> {
@@ -65,7 +68,7 @@ impl Touch {
 }
 
 /// The keys `key` lies below: the root (""), then each of its prefixes.
-fn ancestors(key: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn ancestors(key: &str) -> impl Iterator<Item = &str> {
     std::iter::once("").chain(key.match_indices('/').map(move |(i, _)| &key[..i]))
 }
 
@@ -74,8 +77,8 @@ fn ancestors(key: &str) -> impl Iterator<Item = &str> {
 /// thousands of writes held.
 #[derive(Debug, Default)]
 pub(crate) struct Busy {
-    keys: BTreeMap<String, usize>,
-    below: BTreeMap<String, usize>,
+    pub(crate) keys: BTreeMap<String, usize>,
+    pub(crate) below: BTreeMap<String, usize>,
 }
 
 impl Busy {
@@ -89,7 +92,7 @@ impl Busy {
         }
     }
 
-    fn remove(&mut self, touches: &[Touch]) {
+    pub(crate) fn remove(&mut self, touches: &[Touch]) {
         for t in touches {
             let (map, key) = match t {
                 Touch::Key(k) => (&mut self.keys, k),
@@ -105,7 +108,7 @@ impl Busy {
     }
 
     /// Whether something counted here covers `key`.
-    fn covers(&self, key: &str) -> bool {
+    pub(crate) fn covers(&self, key: &str) -> bool {
         self.keys.contains_key(key) || ancestors(key).any(|a| self.below.contains_key(a))
     }
 
@@ -127,7 +130,7 @@ impl Busy {
 
 /// Whether two sets of touches share a key.
 #[cfg(test)]
-fn overlap(a: &[Touch], b: &[Touch]) -> bool {
+pub(crate) fn overlap(a: &[Touch], b: &[Touch]) -> bool {
     let mut busy = Busy::default();
     busy.add(b);
     busy.overlaps(a)
@@ -135,7 +138,7 @@ fn overlap(a: &[Touch], b: &[Touch]) -> bool {
 
 /// One session's standing for one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Standing {
+pub(crate) enum Standing {
     /// It may cache the key.
     Granted,
     /// It was sent the invalidation numbered `seq` (its event's sequence
@@ -146,10 +149,10 @@ enum Standing {
 
 /// What the master knows of one session's cache.
 #[derive(Debug, Default)]
-struct SessionCache {
-    keys: BTreeSet<String>,
+pub(crate) struct SessionCache {
+    pub(crate) keys: BTreeSet<String>,
     /// Invalidations sent and not acknowledged, by sequence number.
-    told: BTreeMap<u64, Vec<String>>,
+    pub(crate) told: BTreeMap<u64, Vec<String>>,
 }
 
 /// Work held until the caches of what it changes are invalidated.
@@ -164,26 +167,26 @@ pub(crate) enum Work {
 }
 
 #[derive(Debug)]
-struct Held {
-    work: Work,
-    touches: Vec<Touch>,
+pub(crate) struct Held {
+    pub(crate) work: Work,
+    pub(crate) touches: Vec<Touch>,
 }
 
 /// Cachers, held work and the sessions a new master waits for.
 #[derive(Debug)]
 pub(crate) struct Cache {
-    records: BTreeMap<String, BTreeMap<SessionId, Standing>>,
-    sessions: HashMap<SessionId, SessionCache>,
+    pub(crate) records: BTreeMap<String, BTreeMap<SessionId, Standing>>,
+    pub(crate) sessions: HashMap<SessionId, SessionCache>,
     /// Bytes the records take, as `RECORD_BYTES` and their keys count them.
-    bytes: usize,
-    held: VecDeque<Held>,
+    pub(crate) bytes: usize,
+    pub(crate) held: VecDeque<Held>,
     /// What the held work touches.
-    busy: Busy,
+    pub(crate) busy: Busy,
     /// Recovered sessions that may still serve a cache filled under the
     /// previous master: the sequence number of their fail-over event and
     /// the end of the lease the previous master may have granted.
-    recovering: HashMap<SessionId, (u64, Millis)>,
-    recovering_until: BTreeSet<(Millis, SessionId)>,
+    pub(crate) recovering: HashMap<SessionId, (u64, Millis)>,
+    pub(crate) recovering_until: BTreeSet<(Millis, SessionId)>,
     /// Sessions whose lease ran out and whose end is held (`CACHE-5`).
     pub(crate) ending: BTreeSet<SessionId>,
     /// Keys one session may cache, and bytes all records may take.
@@ -195,8 +198,8 @@ pub(crate) struct Cache {
     /// deadline passed, a session ended or flushed), or only the work on
     /// the keys in `cleared`, whose last cacher is done: a pass over all
     /// of it for every key would grow with the square of the work held.
-    everything: bool,
-    cleared: Busy,
+    pub(crate) everything: bool,
+    pub(crate) cleared: Busy,
     /// The deadline a timer is set for, to look at held work again.
     pub(crate) armed: Option<Millis>,
     /// Never hold anything: a broken master, for simulations
@@ -262,7 +265,7 @@ impl Cache {
     }
 
     /// Forgets `session`'s record of `key`.
-    fn forget(&mut self, session: SessionId, key: &str) {
+    pub(crate) fn forget(&mut self, session: SessionId, key: &str) {
         let Some(standings) = self.records.get_mut(key) else {
             return;
         };
@@ -360,7 +363,7 @@ impl Cache {
 
     /// Starts a pass over held work: whether it must look at all of it,
     /// and else the keys whose last cacher is done since the last.
-    fn pass(&mut self) -> (bool, Busy) {
+    pub(crate) fn pass(&mut self) -> (bool, Busy) {
         self.moved = false;
         (
             std::mem::take(&mut self.everything),
@@ -399,7 +402,7 @@ impl Cache {
 
     /// Whether some recovered session may still serve an old cache at
     /// `now`; forgets those that no longer may.
-    fn recovering_at(&mut self, now: Millis) -> Option<Millis> {
+    pub(crate) fn recovering_at(&mut self, now: Millis) -> Option<Millis> {
         while let Some(&(until, session)) = self.recovering_until.first() {
             if until > now {
                 return Some(until);
@@ -537,257 +540,20 @@ impl Cache {
     }
 }
 
-impl Master {
-    /// What `request` may change, for the caches (`CACHE-3`): nothing for
-    /// a request that changes no node.
-    pub(crate) fn request_touches(&self, request: &Request) -> Vec<Touch> {
-        match request {
-            Request::Put(put) => vec![Touch::Key(put.key.clone())],
-            Request::Delete { key, recursive, .. } => {
-                let mut touches = vec![Touch::Key(key.clone())];
-                if *recursive {
-                    touches.push(Touch::Below(key.clone()));
-                }
-                touches
-            }
-            Request::Acquire(a) => vec![Touch::Key(a.key.clone())],
-            Request::Release { key, .. } | Request::ReleaseUnfenced { key, .. } => {
-                vec![Touch::Key(key.clone())]
-            }
-            Request::DestroySession { session, .. } => self.session_touches(*session),
-            // Only a critical check (or its removal) ends the sessions bound
-            // to it; a passing or warning one changes no node.
-            Request::SetCheck { name, status, .. } if *status == CheckStatus::Critical => {
-                self.check_touches(name)
-            }
-            Request::DeleteCheck { name } => self.check_touches(name),
-            _ => Vec::new(),
-        }
-    }
-
-    /// What `command` may change.
-    fn command_touches(&self, command: &Command) -> Vec<Touch> {
-        match command {
-            Command::EndSession { id, .. } => self.session_touches(*id),
-            Command::CancelWait { key, .. }
-            | Command::GrantWaiters { key }
-            | Command::Release { key, .. }
-            | Command::ReleaseAcquired { key, .. }
-            | Command::GiveBack { key, .. } => vec![Touch::Key(key.clone())],
-            Command::Put(put) => vec![Touch::Key(put.key.clone())],
-            Command::Delete { key, recursive, .. } => {
-                let mut touches = vec![Touch::Key(key.clone())];
-                if *recursive {
-                    touches.push(Touch::Below(key.clone()));
-                }
-                touches
-            }
-            Command::Acquire { key, .. } => vec![Touch::Key(key.clone())],
-            Command::SetCheck { name, status, .. } if *status == CheckStatus::Critical => {
-                self.check_touches(name)
-            }
-            Command::DeleteCheck { name } => self.check_touches(name),
-            Command::SetCheck { .. }
-            | Command::CreateSession(_)
-            | Command::MayCache { .. }
-            | Command::KeepAcquires => Vec::new(),
-        }
-    }
-
-    /// What ending the sessions bound to check `name` may change.
-    fn check_touches(&self, name: &str) -> Vec<Touch> {
-        self.state
-            .checks
-            .bound_to(name)
-            .into_iter()
-            .flat_map(|id| self.session_touches(id))
-            .collect()
-    }
-
-    /// What ending session `id` may change: its ephemeral nodes, and the
-    /// nodes whose locks it holds or waits for (released, deleted or
-    /// granted to the next in line).
-    fn session_touches(&self, id: SessionId) -> Vec<Touch> {
-        let locks = self.state.locks();
-        let mut keys = self.state.namespace().ephemeral_of(id);
-        keys.extend(locks.held_by(id));
-        keys.extend(locks.waited_by(id));
-        keys.sort();
-        keys.dedup();
-        keys.into_iter().map(Touch::Key).collect()
-    }
-
-    fn work_touches(&self, work: &Work) -> Vec<Touch> {
-        match work {
-            Work::Request(call) => self.request_touches(&call.request),
-            Work::Command(command) => self.command_touches(command),
-            Work::Timer(Timer::AcquireTimeout(ticket)) => self
-                .acquires
-                .waiting_key(*ticket)
-                .map(|key| vec![Touch::Key(key.to_string())])
-                .unwrap_or_default(),
-            Work::Timer(_) => Vec::new(),
-        }
-    }
-
-    /// Holds `request` if what it changes is cached, or behind held work
-    /// on the same keys (`CACHE-3`); says whether it did.
-    pub(crate) fn held_for_caches(&mut self, call: Call) -> Option<Call> {
-        let touches = self.request_touches(&call.request);
-        if self.cache.must_hold(&touches, self.now) {
-            self.cache.hold(Work::Request(call), touches);
-            return None;
-        }
-        Some(call)
-    }
-
-    /// Applies a command the master made itself, or holds it as it would a
-    /// request (`CACHE-5`). A session whose end is held is ended for every
-    /// request meanwhile.
-    pub(crate) fn apply_made(&mut self, command: Command) {
-        let touches = self.command_touches(&command);
-        if self.cache.must_hold(&touches, self.now) {
-            if let Command::EndSession { id, .. } = &command {
-                if !self.cache.ending.insert(*id) {
-                    return; // its end is held already
-                }
-            }
-            self.cache.hold(Work::Command(command), touches);
-            return;
-        }
-        let _ = self.apply(command, self.now);
-    }
-
-    /// Holds a timer's work if what it changes is cached; says whether it
-    /// did.
-    pub(crate) fn held_timer(&mut self, timer: Timer) -> Option<Timer> {
-        let work = Work::Timer(timer);
-        let touches = self.work_touches(&work);
-        if self.cache.must_hold(&touches, self.now) {
-            self.cache.hold(work, touches);
-            return None;
-        }
-        match work {
-            Work::Timer(timer) => Some(timer),
-            _ => unreachable!("built above"),
-        }
-    }
-
-    /// Sends the invalidations held work needs and lets go, in order, the
-    /// work nothing keeps any longer (`CACHE-3`).
-    pub(crate) fn run_held(&mut self) {
-        let (everything, mut cleared) = self.cache.pass();
-        let now = self.now;
-        let mut next: Option<Millis> = None;
-        // What the work still held ahead of the one looked at touches:
-        // work waits behind earlier work on the same keys.
-        let mut ahead = Busy::default();
-        let mut i = 0;
-        while i < self.cache.held() {
-            // Work none of whose keys cleared since the last pass stays as
-            // it was: held.
-            if !everything && !cleared.overlaps(self.cache.touches(i)) {
-                ahead.add(self.cache.touches(i));
-                i += 1;
-                continue;
-            }
-            let touches = self.work_touches(self.cache.work(i));
-            self.cache.retouch(i, touches);
-            let (events, leases, quotas) = (&mut self.events, &self.leases, &self.quotas);
-            // Each event within an eighth of a frame, as a node event's
-            // contents are (`EV-10`): a reply always carries it.
-            let max_bytes = self.config.max_frame / 8;
-            let wait = self.cache.invalidate(
-                i,
-                now,
-                |session, keys| {
-                    let owner = quotas.sessions.holder(&session);
-                    events.invalidate(session, keys, owner, max_bytes)
-                },
-                |session| leases.expires_at(session).unwrap_or(now),
-            );
-            if wait.is_some() || ahead.overlaps(self.cache.touches(i)) {
-                if let Some(at) = wait {
-                    next = Some(next.map_or(at, |n| n.min(at)));
-                }
-                ahead.add(self.cache.touches(i));
-                i += 1;
-                continue;
-            }
-            // What waited behind it on its keys may go now.
-            cleared.add(self.cache.touches(i));
-            match self.cache.take(i) {
-                Work::Request(call) => self.handle_checked(call),
-                Work::Command(command) => {
-                    let _ = self.apply(command, self.now);
-                }
-                Work::Timer(Timer::AcquireTimeout(ticket)) => self.acquire_times_out(ticket),
-                Work::Timer(timer) => debug!(?timer, "held timer with nothing to do"),
-            }
-        }
-        // The cachers told answer their held KeepAlives now (`EV-3`).
-        self.wake();
-        if let Some(at) = next {
-            if self
-                .cache
-                .armed
-                .is_none_or(|armed| armed > at || armed <= now)
-            {
-                self.cache.armed = Some(at);
-                self.timers.insert(at, Timer::CacheDeadline);
-            }
-        }
-    }
-
-    /// Answers a read for `get.session`'s cache (`CACHE-2`).
-    pub(crate) fn get_cached(&mut self, get: GetCached) -> Result<Response, Error> {
-        check_key(&get.key).map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
-        if get.dropped.len() > DROPPED_PER_READ {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!("a read drops at most {DROPPED_PER_READ} keys"),
-            ));
-        }
-        let id = get.session.id;
-        self.cache.dropped(id, &get.dropped);
-        let now = self.now;
-        let live = self.state.session(id).is_some()
-            && self.leases.expires_at(id).is_some_and(|e| e > now)
-            && !self.failover_pending.contains(&id)
-            && !self.cache.ending.contains(&id);
-        let mut cacheable = live && self.cache.may_grant(id, &get.key);
-        // A session's first grant is made durable, so that a new master
-        // waits for this session, and no other, to flush (`CACHE-7`). On a
-        // full disk nothing is logged for a read: it is not cacheable.
-        if cacheable && !self.state.may_cache.contains(&id) {
-            let disk_full = self.commit.as_ref().is_some_and(|c| c.disk_full());
-            cacheable = !disk_full && self.apply(Command::MayCache { session: id }, now).is_ok();
-        }
-        if cacheable {
-            self.cache.grant(id, &get.key);
-        }
-        Ok(Response::Cached {
-            index: self.state.namespace().key_index(&get.key),
-            node: self.node_view(&get.key, false),
-            cacheable,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn id(n: u8) -> SessionId {
+    pub(crate) fn id(n: u8) -> SessionId {
         SessionId::from_u128(u128::from(n))
     }
 
-    fn at(ms: u64) -> Millis {
+    pub(crate) fn at(ms: u64) -> Millis {
         Millis::from_millis(ms)
     }
 
     #[test]
-    fn a_touch_below_a_key_covers_its_descendants_only() {
+    pub(crate) fn a_touch_below_a_key_covers_its_descendants_only() {
         let key = |k: &str| Touch::Key(k.into());
         let under = |k: &str| Touch::Below(k.into());
         assert!(overlap(&[key("a/b")], &[under("a")]));
@@ -803,7 +569,7 @@ mod tests {
 
     // CACHE-4: a key with an invalidation outstanding is not granted.
     #[test]
-    fn a_key_being_invalidated_is_not_granted_to_anyone() {
+    pub(crate) fn a_key_being_invalidated_is_not_granted_to_anyone() {
         let mut cache = Cache::default();
         cache.grant(id(1), "k");
         assert!(cache.must_hold(&[Touch::Key("k".into())], at(0)));
@@ -826,7 +592,7 @@ mod tests {
     // CACHE-3: a cacher that does not acknowledge stops counting when the
     // lease it had when told runs out.
     #[test]
-    fn a_silent_cacher_stops_counting_when_its_lease_runs_out() {
+    pub(crate) fn a_silent_cacher_stops_counting_when_its_lease_runs_out() {
         let mut cache = Cache::default();
         cache.grant(id(1), "k");
         cache.hold(
@@ -850,7 +616,7 @@ mod tests {
 
     // CACHE-8: the cap counts keys a session caches; dropped keys free it.
     #[test]
-    fn the_cap_refuses_past_its_keys_until_some_are_dropped() {
+    pub(crate) fn the_cap_refuses_past_its_keys_until_some_are_dropped() {
         let mut cache = Cache {
             per_session: 2,
             ..Cache::default()
@@ -868,7 +634,7 @@ mod tests {
 
     // CACHE-8: all records together stay within the master's bytes.
     #[test]
-    fn the_master_budget_counts_every_sessions_records_in_bytes() {
+    pub(crate) fn the_master_budget_counts_every_sessions_records_in_bytes() {
         let mut cache = Cache {
             max_bytes: 2 * (RECORD_BYTES + 1),
             ..Cache::default()
@@ -883,7 +649,7 @@ mod tests {
     // CACHE-7: a recovered session counts as a cacher of every key until
     // it acknowledges its fail-over event or its lease may have ended.
     #[test]
-    fn a_recovered_session_holds_every_change_until_it_acknowledges() {
+    pub(crate) fn a_recovered_session_holds_every_change_until_it_acknowledges() {
         let mut cache = Cache::default();
         cache.recovered(id(1), 1, at(12_000));
         cache.recovered(id(2), 1, at(6_000));
@@ -899,7 +665,7 @@ mod tests {
     }
 
     #[test]
-    fn work_on_a_key_waits_behind_earlier_work_on_it() {
+    pub(crate) fn work_on_a_key_waits_behind_earlier_work_on_it() {
         let mut cache = Cache::default();
         cache.hold(
             Work::Command(Command::GrantWaiters { key: "a".into() }),

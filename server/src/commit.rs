@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::disk::{is_disk_full, StoreError};
-use crate::master::ReplyTx;
+use crate::reply::ReplyTx;
 use crate::store::{Record, Snapshot, Store, StoreSizes};
 
 /// How long the writer waits, idle, before it makes the last batch's end

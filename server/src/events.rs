@@ -3,21 +3,12 @@
 //! Subscriptions and queues are the master's soft state, like leases: a new
 //! master starts without them and clients subscribe again after the
 //! fail-over event. What changed comes from the state machine's events; this
-//! module decides who hears of it.
+//! module decides who hears of it, and `master/events.rs` carries it out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 
-use leasehold_protocol::{
-    event_mask, Change, Error, ErrorCode, Event, EventKind, Response, SessionId, EVENT_CONTENTS_MAX,
-};
-
-use crate::config::FANOUT_SLICE;
-use crate::holding::LetGo;
-use crate::master::Master;
-use crate::node::NodeChange;
-use crate::node::{check_key, check_prefix};
-use crate::state::StateEvent;
+use leasehold_protocol::{Change, Event, EventKind, SessionId};
 
 /// Events one session may have waiting; past it they are dropped for one
 /// `EventsLost` (`EV-4`).
@@ -28,19 +19,19 @@ pub const EVENTS_PER_REPLY: usize = 256;
 pub const SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 
 #[derive(Debug)]
-struct Subscription {
-    session: SessionId,
-    key: String,
-    prefix: bool,
+pub(crate) struct Subscription {
+    pub(crate) session: SessionId,
+    pub(crate) key: String,
+    pub(crate) prefix: bool,
     /// Its mask, and the number of the first change each widening of it
     /// applies to, oldest first: subscribing again widens it for changes
     /// from then on, not for those still being fanned out (`EV-5`).
-    masks: Vec<(u64, u32)>,
+    pub(crate) masks: Vec<(u64, u32)>,
 }
 
 impl Subscription {
     /// The mask in force when change number `change` was applied.
-    fn mask_at(&self, change: u64) -> u32 {
+    pub(crate) fn mask_at(&self, change: u64) -> u32 {
         self.masks
             .iter()
             .rev()
@@ -50,15 +41,15 @@ impl Subscription {
 }
 
 #[derive(Debug, Default)]
-struct Queue {
+pub(crate) struct Queue {
     /// Sequence number of the next event; the first is 1 (`EV-1`).
-    next_seq: u64,
-    pending: VecDeque<Event>,
+    pub(crate) next_seq: u64,
+    pub(crate) pending: VecDeque<Event>,
     /// The encoded size of `pending`.
-    bytes: usize,
+    pub(crate) bytes: usize,
     /// The peer address that created the session, whose budget the queue
     /// counts against (`EV-4`).
-    owner: Option<IpAddr>,
+    pub(crate) owner: Option<IpAddr>,
 }
 
 /// How many bytes of events may wait, for one peer address's sessions and
@@ -80,7 +71,7 @@ impl Default for EventBudget {
 
 /// Which index a fan-out walks.
 #[derive(Debug, Clone, Copy)]
-enum Index {
+pub(crate) enum Index {
     Exact,
     Prefix,
 }
@@ -88,7 +79,7 @@ enum Index {
 /// Events decided but not yet queued (`EV-9`), in the order the changes
 /// were applied, so that each session still hears them in that order.
 #[derive(Debug)]
-enum Pending {
+pub(crate) enum Pending {
     /// One event for one session.
     Direct(SessionId, EventKind),
     /// One change for every subscription under one index entry.
@@ -97,56 +88,56 @@ enum Pending {
 
 /// When a change happened, and what it left when that is small (`EV-10`).
 #[derive(Debug, Clone)]
-struct Happened {
-    index: u64,
-    contents: Option<Vec<u8>>,
+pub(crate) struct Happened {
+    pub(crate) index: u64,
+    pub(crate) contents: Option<Vec<u8>>,
 }
 
 /// A change on its way to the subscriptions of one index entry, walked a
 /// slice at a time: `after` is where the walk stands.
 #[derive(Debug)]
-struct FanOut {
-    index: Index,
-    entry: String,
+pub(crate) struct FanOut {
+    pub(crate) index: Index,
+    pub(crate) entry: String,
     /// The bits a subscription must have to hear it.
-    mask: u32,
+    pub(crate) mask: u32,
     /// The key the event names, and what happened.
-    key: String,
-    change: Change,
-    at: Happened,
+    pub(crate) key: String,
+    pub(crate) change: Change,
+    pub(crate) at: Happened,
     /// The newest subscription when the change was applied: later ones did
     /// not exist then and do not hear of it. Ids only grow on a master.
-    upto: u64,
+    pub(crate) upto: u64,
     /// The change's number, to read each subscription's mask as it was.
-    number: u64,
-    after: Option<u64>,
+    pub(crate) number: u64,
+    pub(crate) after: Option<u64>,
 }
 
 /// Every subscription and every session's queue.
 #[derive(Debug, Default)]
 pub(crate) struct Events {
-    subscriptions: BTreeMap<u64, Subscription>,
-    exact: BTreeMap<String, BTreeSet<u64>>,
-    prefixes: BTreeMap<String, BTreeSet<u64>>,
+    pub(crate) subscriptions: BTreeMap<u64, Subscription>,
+    pub(crate) exact: BTreeMap<String, BTreeSet<u64>>,
+    pub(crate) prefixes: BTreeMap<String, BTreeSet<u64>>,
     /// Each session's subscriptions, by what they cover: one per key and
     /// kind (`EV-5`).
-    by_session: BTreeMap<SessionId, BTreeMap<(String, bool), u64>>,
-    queues: BTreeMap<SessionId, Queue>,
-    next_subscription: u64,
+    pub(crate) by_session: BTreeMap<SessionId, BTreeMap<(String, bool), u64>>,
+    pub(crate) queues: BTreeMap<SessionId, Queue>,
+    pub(crate) next_subscription: u64,
     /// Sessions with new events whose held KeepAlive is still to answer.
-    woken: BTreeSet<SessionId>,
+    pub(crate) woken: BTreeSet<SessionId>,
     /// What is decided and not yet queued, oldest first (`EV-9`).
-    outbox: VecDeque<Pending>,
+    pub(crate) outbox: VecDeque<Pending>,
     /// About how many deliveries the outbox holds: an upper bound, from
     /// the size of each index entry when its change was applied.
-    owed: usize,
+    pub(crate) owed: usize,
     /// Bytes of events waiting, in all and by the peer address that
     /// created their sessions (`EV-4`).
-    queued_bytes: usize,
-    queued_by_peer: HashMap<IpAddr, usize>,
+    pub(crate) queued_bytes: usize,
+    pub(crate) queued_by_peer: HashMap<IpAddr, usize>,
     pub(crate) budget: EventBudget,
     /// How many changes have been published.
-    changes: u64,
+    pub(crate) changes: u64,
 }
 
 /// A bound on an event's encoded size: its keys, and a generous allowance
@@ -155,7 +146,7 @@ pub(crate) fn encoded_size(event: &Event) -> usize {
     encoded_size_of(&event.kind)
 }
 
-fn encoded_size_of(kind: &EventKind) -> usize {
+pub(crate) fn encoded_size_of(kind: &EventKind) -> usize {
     let keys = match kind {
         EventKind::Node {
             key,
@@ -195,7 +186,7 @@ impl Events {
 
     /// Gives back `bytes` of queued events to the master's and `owner`'s
     /// budgets.
-    fn release(&mut self, owner: Option<IpAddr>, bytes: usize) {
+    pub(crate) fn release(&mut self, owner: Option<IpAddr>, bytes: usize) {
         self.queued_bytes -= bytes;
         if let Some(peer) = owner {
             if let Some(used) = self.queued_by_peer.get_mut(&peer) {
@@ -309,7 +300,7 @@ impl Events {
     /// Queues `kind` for `session`, created by `owner`. An event past the
     /// queue's length, its creator's budget or the master's replaces
     /// everything queued with one `EventsLost` (`EV-4`).
-    fn push(&mut self, session: SessionId, kind: EventKind, owner: Option<IpAddr>) {
+    pub(crate) fn push(&mut self, session: SessionId, kind: EventKind, owner: Option<IpAddr>) {
         let size = encoded_size_of(&kind);
         let queue = self.queues.entry(session).or_insert_with(|| Queue {
             next_seq: 1,
@@ -352,7 +343,7 @@ impl Events {
     }
 
     /// Ends a session's queue and subscriptions; returns their ids.
-    fn forget_session(&mut self, session: SessionId) -> Vec<u64> {
+    pub(crate) fn forget_session(&mut self, session: SessionId) -> Vec<u64> {
         if let Some(queue) = self.queues.remove(&session) {
             self.release(queue.owner, queue.bytes);
         }
@@ -376,7 +367,7 @@ impl Events {
             .is_some_and(|mine| mine.contains_key(&(key.to_string(), prefix)))
     }
 
-    fn drop_subscription(&mut self, id: u64) -> Option<Subscription> {
+    pub(crate) fn drop_subscription(&mut self, id: u64) -> Option<Subscription> {
         let sub = self.subscriptions.remove(&id)?;
         let index = if sub.prefix {
             &mut self.prefixes
@@ -394,7 +385,7 @@ impl Events {
 
     /// Sends a change at `key` to the exact subscriptions on it and the
     /// prefix subscriptions on it or any ancestor (the root included).
-    fn send_covering(&mut self, key: &str, mask: u32, change: Change, at: Happened) {
+    pub(crate) fn send_covering(&mut self, key: &str, mask: u32, change: Change, at: Happened) {
         self.fan_out(Index::Exact, key, mask, key, change.clone(), at.clone());
         let mut prefix = Some(key);
         while let Some(p) = prefix {
@@ -408,7 +399,7 @@ impl Events {
     }
 
     /// Sends a child change to the exact subscriptions on `key`'s parent.
-    fn send_parent(&mut self, key: &str, mask: u32, change: Change, index: u64) {
+    pub(crate) fn send_parent(&mut self, key: &str, mask: u32, change: Change, index: u64) {
         let parent = key.rfind('/').map_or("", |i| &key[..i]);
         let at = Happened {
             index,
@@ -417,7 +408,7 @@ impl Events {
         self.fan_out(Index::Exact, parent, mask, parent, change, at);
     }
 
-    fn fan_out(
+    pub(crate) fn fan_out(
         &mut self,
         index: Index,
         entry: &str,
@@ -448,7 +439,7 @@ impl Events {
         }));
     }
 
-    fn send_session(&mut self, session: SessionId, kind: EventKind) {
+    pub(crate) fn send_session(&mut self, session: SessionId, kind: EventKind) {
         self.owed += 1;
         self.outbox.push_back(Pending::Direct(session, kind));
     }
@@ -473,7 +464,11 @@ impl Events {
     /// subscriptions, oldest change first. `whose` gives the peer address
     /// that created a session, if known, and `None` for one that ended and
     /// may hear nothing more.
-    fn drain(&mut self, mut slice: usize, whose: impl Fn(SessionId) -> Option<Option<IpAddr>>) {
+    pub(crate) fn drain(
+        &mut self,
+        mut slice: usize,
+        whose: impl Fn(SessionId) -> Option<Option<IpAddr>>,
+    ) {
         while slice > 0 {
             let Some(front) = self.outbox.front_mut() else {
                 break;
@@ -536,231 +531,6 @@ impl Events {
         }
         if self.outbox.is_empty() {
             self.owed = 0;
-        }
-    }
-}
-
-impl Master {
-    pub(crate) fn subscribe(
-        &mut self,
-        session: SessionId,
-        key: String,
-        prefix: bool,
-        mask: u32,
-        peer: Option<std::net::IpAddr>,
-    ) -> Result<Response, Error> {
-        if self.state.session(session).is_none() {
-            return Err(self.state.missing_session(session));
-        }
-        let checked = if prefix {
-            check_prefix(&key)
-        } else {
-            check_key(&key)
-        };
-        checked.map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
-        if mask & !event_mask::ALL != 0 || mask == 0 {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!("mask {mask:#x} names no event or unknown ones"),
-            ));
-        }
-        let events = &mut self.events;
-        let mine = events.by_session.entry(session).or_default();
-        if let Some(&id) = mine.get(&(key.clone(), prefix)) {
-            // The same again: one subscription hears what both asked for,
-            // so a client cannot multiply the master's fan-out by
-            // repeating itself.
-            let from = events.changes + 1;
-            if let Some(sub) = events.subscriptions.get_mut(&id) {
-                let wider = sub.mask_at(from) | mask;
-                if wider != sub.mask_at(from) {
-                    sub.masks.push((from, wider));
-                }
-            }
-            return Ok(Response::Subscribed { subscription: id });
-        }
-        if mine.len() >= SUBSCRIPTIONS_PER_SESSION {
-            return Err(Error::new(
-                ErrorCode::LimitReached,
-                format!("a session may have at most {SUBSCRIPTIONS_PER_SESSION} subscriptions"),
-            ));
-        }
-        if events.subscriptions.len() >= self.config.max_subscriptions {
-            return Err(Error::new(
-                ErrorCode::LimitReached,
-                format!(
-                    "the master holds its maximum of {} subscriptions",
-                    self.config.max_subscriptions
-                ),
-            ));
-        }
-        events.next_subscription += 1;
-        // Unique across masters too: a client's old ids never name a new
-        // master's subscriptions (`FO-6`).
-        let id = (self.config.epoch << 32) | events.next_subscription;
-        mine.insert((key.clone(), prefix), id);
-        let index = if prefix {
-            &mut events.prefixes
-        } else {
-            &mut events.exact
-        };
-        index.entry(key.clone()).or_default().insert(id);
-        events.subscriptions.insert(
-            id,
-            Subscription {
-                session,
-                key,
-                prefix,
-                masks: vec![(0, mask)],
-            },
-        );
-        if let Some(peer) = peer {
-            self.quotas.subscriptions.take(id, peer, 1); // QUOTA-3
-        }
-        Ok(Response::Subscribed { subscription: id })
-    }
-
-    pub(crate) fn unsubscribe(&mut self, session: SessionId, id: u64) -> Result<Response, Error> {
-        let events = &mut self.events;
-        if events
-            .subscriptions
-            .get(&id)
-            .is_none_or(|s| s.session != session)
-        {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!("the session has no subscription {id}"),
-            ));
-        }
-        self.quotas.subscriptions.give_back(&id);
-        if let Some(sub) = events.drop_subscription(id) {
-            if let Some(mine) = events.by_session.get_mut(&session) {
-                mine.remove(&(sub.key, sub.prefix));
-            }
-        }
-        Ok(Response::Unsubscribed)
-    }
-
-    /// Decides who hears of a state change (`EV-5`, `EV-6`). The events go
-    /// to the outbox, which `deliver_events` empties into the queues.
-    pub(crate) fn publish(&mut self, event: &StateEvent) {
-        let ev = &mut self.events;
-        ev.changes += 1;
-        // Events are published as their command is applied: the state's
-        // index is that command's (`EV-10`).
-        let index = self.state.index();
-        let at = Happened {
-            index,
-            contents: None,
-        };
-        match event {
-            StateEvent::NodeChanged { key, change } => {
-                let (own, child, child_mask) = match change {
-                    NodeChange::Touched => return,
-                    NodeChange::Created => (
-                        Change::Created,
-                        Change::ChildAdded { child: key.clone() },
-                        event_mask::CHILD_ADDED,
-                    ),
-                    NodeChange::Modified => (
-                        Change::Modified,
-                        Change::ChildModified { child: key.clone() },
-                        event_mask::CHILD_MODIFIED,
-                    ),
-                };
-                // Small contents ride along, so a subscriber need not
-                // read them back; only as this command left them, and
-                // never so large that one event could not fit a reply
-                // under a small `--max-frame`.
-                let carried = EVENT_CONTENTS_MAX.min(self.config.max_frame / 8);
-                let contents = self
-                    .state
-                    .namespace()
-                    .get(key)
-                    .filter(|n| n.modify_index == index && n.contents.len() <= carried)
-                    .map(|n| n.contents.clone());
-                ev.send_covering(key, event_mask::CONTENTS, own, Happened { index, contents });
-                ev.send_parent(key, child_mask, child, index);
-            }
-            StateEvent::NodeDeleted { key } => {
-                ev.send_covering(key, event_mask::CONTENTS, Change::Deleted, at);
-                let change = Change::ChildRemoved { child: key.clone() };
-                ev.send_parent(key, event_mask::CHILD_REMOVED, change, index);
-            }
-            StateEvent::LockAcquired { key, session, .. } => {
-                let change = Change::LockAcquired { holder: *session };
-                ev.send_covering(key, event_mask::LOCK_ACQUIRED, change, at);
-                // Granted with others still in line: the new holder hears
-                // of the head of it at once, in the grant's own commit.
-                let head = self.state.locks().get(key).and_then(|l| l.waiters.front());
-                if let Some(head) = head {
-                    let kind = EventKind::LockConflict {
-                        key: key.clone(),
-                        waiter: head.session,
-                    };
-                    ev.send_session(*session, kind);
-                }
-            }
-            StateEvent::LockReleased {
-                key,
-                session,
-                generation,
-                why,
-            } => {
-                let change = Change::LockReleased { holder: *session };
-                ev.send_covering(key, event_mask::LOCK_RELEASED, change, at);
-                // Taken from a live holder: its node was deleted under it
-                // (`LOCK-8`).
-                if *why == LetGo::Deleted {
-                    let kind = EventKind::LockLost {
-                        key: key.clone(),
-                        lock_generation: *generation,
-                    };
-                    ev.send_session(*session, kind);
-                }
-            }
-            StateEvent::LockWaiting { key, waiter } => {
-                // Only the first in line is news to the holders: the rest
-                // would each cost them an early KeepAlive answer (and the
-                // master an fsync, `STORE-1`) to say the same thing again.
-                let first = |l: &&crate::lock::LockState| l.waiters.len() == 1;
-                if let Some(lock) = self.state.locks().get(key).filter(first) {
-                    for holder in lock.holders.keys() {
-                        let kind = EventKind::LockConflict {
-                            key: key.clone(),
-                            waiter: *waiter,
-                        };
-                        ev.send_session(*holder, kind);
-                    }
-                }
-            }
-            StateEvent::SessionEnded { id, .. } => {
-                for subscription in ev.forget_session(*id) {
-                    self.quotas.subscriptions.give_back(&subscription);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Queues a slice of the outbox (`EV-9`) and answers the held
-    /// KeepAlive of every session that got events (`EV-3`). Only live
-    /// sessions have queues: one that ended hears no more.
-    pub(crate) fn deliver_events(&mut self) {
-        let (state, sessions) = (&self.state, &self.quotas.sessions);
-        self.events.drain(FANOUT_SLICE, |session| {
-            state.session(session).map(|_| sessions.holder(&session))
-        });
-        self.wake();
-    }
-
-    /// Answers the held KeepAlives of sessions that got events.
-    pub(crate) fn wake(&mut self) {
-        let now = self.now;
-        for session in std::mem::take(&mut self.events.woken) {
-            if let Some(held) = self.take_held(session) {
-                self.answer(session, held, now);
-            }
         }
     }
 }

@@ -19,37 +19,55 @@
 //!   decided without a runtime.
 //! - `lock.rs`: the locks' data: holders, waiters, lock-delay; `holding.rs`:
 //!   one holder's hold, and how holdings begin and end.
-//! - `events.rs`: subscriptions and per-session event queues.
+//! - `events.rs`: subscriptions and per-session event queues; `cache.rs`:
+//!   who caches what and the work held for them (`CACHE-1`..).
 //! - `check.rs`: health checks bound to sessions.
-//! - `keepalive.rs`: holding and answering KeepAlives; `watch.rs`: holding
-//!   Watches until their key changes; `acquire.rs`: holding blocking
-//!   acquires until they get the lock.
+//! - `keepalive.rs`: a held KeepAlive; `watch.rs`: Watches held until their
+//!   key changes; `acquire.rs`: blocking acquires waiting in a line;
+//!   `call.rs`: a request with the way back to its connection.
 //! - `observe.rs`: telling an observer of every lease granted, every
 //!   session ended and every holding of a lock begun or ended, for checks
 //!   from outside the master.
 //! - `quota.rs`: what each peer address may take of what the master shares.
 //! - `master/`: the task that owns state, leases and timers, and the only
-//!   reader of the clock (`mod.rs`); requests to commands to responses
-//!   (`dispatch.rs`); applying, logging and replying once durable
-//!   (`apply.rs`); the way in, `MasterHandle` and its calls (`handle.rs`).
+//!   reader of master time (`mod.rs`); requests to
+//!   commands to responses (`dispatch.rs`); applying, logging and replying
+//!   once durable (`apply.rs`); who may act for a session (`auth.rs`); its
+//!   side of KeepAlives (`keepalive.rs`), events (`events.rs`), the cache
+//!   (`cache.rs`), blocking acquires (`acquire.rs`) and Watches
+//!   (`watches.rs`); the way in, `MasterHandle` (`handle.rs`).
 //! - `connection.rs`: one client connection; `server.rs`: accepting them;
 //!   `reply.rs`: the budget of replies a connection may leave unread;
-//!   `auth.rs`: who may act for a session; `memory.rs`: giving memory back.
+//!   `memory.rs`: giving memory back.
 //! - The durability path: `store.rs`, the [`Store`] trait, its records and
 //!   the log's bytes; `file_store.rs`, [`FileStore`], the store in a data
 //!   directory; `disk.rs`, the data directory's errors, atomic writes and
 //!   checksummed framing, which the cell's files use too; `codec.rs`, the
-//!   encoding of what goes to disk or to a peer; `commit.rs`, the writer (a thread, or a task for a
-//!   store that never blocks) that appends and fsyncs batches (group
-//!   commit); `memstore.rs`, a store in memory that keeps what a disk
+//!   encoding of what goes to disk or to a peer; `commit.rs`, the writer
+//!   (a thread, or a task for a store that never blocks) that appends and
+//!   fsyncs batches (group commit); `memstore.rs`, a store in memory that keeps what a disk
 //!   would through a crash, for tests and simulations; `recovery.rs`,
 //!   rebuilding state (and a new epoch) from a store; `upgrade.rs`,
 //!   reading the state as the previous format stored it; `ids.rs`, session
 //!   ids and secrets.
+//! - `cell/`: the replicated cell, where a member's Raft log takes the
+//!   place of the store and its leader runs the master (its own Layout is
+//!   in `cell/mod.rs`).
+//!
+//! # Who reads the clock
+//! Master time ([`Millis`]), which every lease, timer and command is
+//! measured in, is read in one place: the master task's loop
+//! (`master/mod.rs`), once a turn, and handed to everything it runs. Other
+//! readings of tokio's clock decide nothing a client is promised: a
+//! connection's idle and frame timeouts (`connection.rs`), when to give
+//! memory back (`server.rs`), and in a cell the master lease, kept from
+//! when heartbeats went and were answered (`cell/network.rs`,
+//! `cell/peer.rs`, `cell/lease.rs`) and checked before serving
+//! (`cell/run.rs`, `master/mod.rs`).
 
 mod acquire;
-mod auth;
 mod cache;
+mod call;
 pub mod cell;
 mod check;
 mod codec;

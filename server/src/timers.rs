@@ -12,6 +12,19 @@ use std::collections::BTreeMap;
 
 use crate::time::Millis;
 
+/// The master's timers other than sessions' own.
+#[derive(Debug, Clone)]
+pub(crate) enum Timer {
+    WatchTimeout(u64),
+    AcquireTimeout(u64),
+    LockDelayEnd(String),
+    /// A waiter left the line of this key: those behind it may have the
+    /// lock now (`LOCK-5`).
+    LineLeft(String),
+    /// A cacher told of a change may stop counting now (`CACHE-3`).
+    CacheDeadline,
+}
+
 /// Names one set timer, to cancel it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimerKey {

@@ -53,7 +53,7 @@ impl RngCore for ElectionRng {
     }
 }
 
-/// tokio, with [`ElectionRng`].
+/// tokio, with `ElectionRng`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct CellRuntime;
 

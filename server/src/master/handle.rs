@@ -4,17 +4,8 @@
 use leasehold_protocol::Request;
 use tokio::sync::mpsc;
 
-use super::ReplyTx;
-
-/// A request from a connection, with the channel its reply goes to.
-#[derive(Debug)]
-pub(crate) struct Call {
-    pub(crate) request: Request,
-    pub(crate) reply: ReplyTx,
-    /// The peer address of the connection it came on, for quotas
-    /// (`QUOTA-1`); `None` where there is no connection (tests).
-    pub(crate) peer: Option<std::net::IpAddr>,
-}
+use crate::call::Call;
+use crate::reply::ReplyTx;
 
 /// A cloneable way to send requests to the master task.
 #[derive(Debug, Clone)]

@@ -8,9 +8,10 @@
 //! or its lease's end; other timers (watches, waits, lock-delay) are in an
 //! ordered set of their own (`timers.rs`). Neither is ever scanned.
 //!
-//! This file is the task: its loop, and the clock, which nothing else
-//! reads. Each turn of the loop reads the clock once and hands that time
-//! to what it runs: requests (`dispatch.rs`), timers, the store's progress.
+//! This file is the task: its loop, and master time, which nothing else
+//! reads (in a cell it also checks the master lease, on tokio's clock).
+//! Each turn of the loop reads the clock once and hands that time to what
+//! it runs: requests (`dispatch.rs`), timers, the store's progress.
 //! What a timer or a promotion means is decided in `policy.rs`, without a
 //! runtime; this task carries the decision out.
 
@@ -31,18 +32,24 @@ use crate::policy;
 use crate::recovery::Start;
 use crate::state::{Command, State};
 use crate::time::Millis;
-use crate::timers::Timers;
+use crate::timers::{Timer, Timers};
 use crate::watch::Watches;
 
+mod acquire;
 mod apply;
+mod auth;
+mod cache;
 mod dispatch;
+mod events;
 mod handle;
+mod keepalive;
 #[cfg(test)]
 mod tests;
+mod watches;
 
+pub(crate) use crate::call::Call;
 pub(crate) use crate::reply::ReplyTx;
 pub(crate) use dispatch::mismatch;
-pub(crate) use handle::Call;
 pub(crate) use handle::MasterHandle;
 
 /// KeepAlives the master takes in a row before anything else gets a turn.
@@ -63,19 +70,6 @@ async fn lease_lapses(lease: Option<&crate::cell::MasterLease>) {
     if let Some(deadline) = lease.and_then(|l| l.deadline()) {
         tokio::time::sleep_until(deadline).await;
     }
-}
-
-/// The master's timers other than sessions' own.
-#[derive(Debug, Clone)]
-pub(crate) enum Timer {
-    WatchTimeout(u64),
-    AcquireTimeout(u64),
-    LockDelayEnd(String),
-    /// A waiter left the line of this key: those behind it may have the
-    /// lock now (`LOCK-5`).
-    LineLeft(String),
-    /// A cacher told of a change may stop counting now (`CACHE-3`).
-    CacheDeadline,
 }
 
 pub(crate) struct Master {

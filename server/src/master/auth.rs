@@ -12,7 +12,7 @@
 use leasehold_protocol::auth::same_bytes;
 use leasehold_protocol::{Authority, Error, ErrorCode, Request, SessionId, SessionToken};
 
-use crate::master::Master;
+use super::Master;
 use crate::state::LockedNodes;
 
 fn denied(message: String) -> Error {

@@ -1,0 +1,17 @@
+//! A [`Call`]: what a connection hands the master, a request with the way
+//! back to that connection. The master may hold it (a KeepAlive, a wait,
+//! work behind a cache invalidation) and answer much later.
+
+use leasehold_protocol::Request;
+
+use crate::reply::ReplyTx;
+
+/// A request from a connection, with the channel its reply goes to.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) request: Request,
+    pub(crate) reply: ReplyTx,
+    /// The peer address of the connection it came on, for quotas
+    /// (`QUOTA-1`); `None` where there is no connection (tests).
+    pub(crate) peer: Option<std::net::IpAddr>,
+}

@@ -1,0 +1,282 @@
+//! The master's side of KeepAlives: holding them, answering them and
+//! renewing leases (`KA-1`..), and what a session's timer decides.
+
+use std::collections::HashSet;
+
+use leasehold_protocol::{
+    keepalive_all_limit, Error, ErrorCode, KeepAlive, KeepAliveGrant, LeaseGrant, Response,
+    SessionId,
+};
+use tracing::debug;
+
+use super::{Master, ReplyTx};
+use crate::events::encoded_size;
+use crate::keepalive::Held;
+use crate::observe::{Grant, MasterEvent};
+use crate::policy::{self, SessionDue};
+use crate::session::EndCause;
+use crate::state::Command;
+use crate::time::{whole_millis, Millis};
+
+impl Master {
+    pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
+        let id = ka.session.id;
+        let hold = ka.hold;
+        if let Err(refused) = self.admit(ka, now) {
+            self.deliver(reply, Err(refused));
+            return;
+        }
+        let held = Held {
+            reply,
+            received_at: now,
+        };
+        // Events cannot be delivered to a connection whose peer leaves its
+        // replies unread (`CONN-9`): hold as if there were none.
+        let deliverable = self.events.has_pending(id) && self.may_carry_events(&held.reply);
+        match self.leases.answer_held_at(id, self.config.keepalive_margin) {
+            // Events waiting: answer at once to deliver them (EV-3).
+            Some(at) if hold && at > now && !deliverable => {
+                self.leases.hold(id, held);
+                self.leases.arm(id, at);
+            }
+            _ => self.answer(id, held, now), // KA-3
+        }
+    }
+
+    /// Renews every session a KeepAliveAll names, each as a KeepAlive
+    /// answered at once, and answers them all in one reply (`KA-10`). The
+    /// events of one reply share half a frame, in the order the sessions
+    /// are named; a session whose events did not fit has its next
+    /// KeepAlive answered at once (`EV-3`).
+    pub(crate) fn keepalive_all(&mut self, all: Vec<KeepAlive>, reply: ReplyTx, now: Millis) {
+        let limit = keepalive_all_limit(self.config.max_frame);
+        if all.len() > limit {
+            let refusal = Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a KeepAliveAll names at most {limit} sessions; this one named {}",
+                    all.len()
+                ),
+            );
+            self.deliver(reply, Err(refusal));
+            return;
+        }
+        // As for one KeepAlive: each is taken (its acknowledgement, the
+        // one held before it), but nobody would learn of a renewal, so
+        // none is made (KA-4).
+        let closed = reply.is_closed();
+        // Strictly within half a frame, and each answer without its events
+        // within 128 bytes (`keepalive_all_limit`): the reply fits a frame.
+        let mut budget = if self.may_carry_events(&reply) {
+            self.config.max_frame / 2 - 64
+        } else {
+            0
+        };
+        let mut named = HashSet::with_capacity(all.len());
+        let mut answers = Vec::with_capacity(all.len());
+        for ka in all {
+            let id = ka.session.id;
+            let admitted = if named.insert(id) {
+                self.check_token(&ka.session) // AUTH-2
+                    .and_then(|()| self.admit(ka, now))
+            } else {
+                let twice = format!("session {id} is named twice");
+                Err(Error::new(ErrorCode::InvalidArgument, twice))
+            };
+            if !closed {
+                let answer = admitted.and_then(|()| self.grant(id, now, now, &mut budget, false));
+                answers.push(answer.map_err(shortened));
+            }
+        }
+        if closed {
+            return;
+        }
+        self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
+    }
+
+    /// What every KeepAlive does before it is held or answered: refuses a
+    /// wrong epoch or a session that is not live, takes the events it
+    /// acknowledges, and answers the one held before it.
+    fn admit(&mut self, ka: KeepAlive, now: Millis) -> Result<(), Error> {
+        let id = ka.session.id;
+        if ka.epoch != self.config.epoch {
+            return Err(self.wrong_epoch(ka.epoch)); // KA-6
+        }
+        // A lease that ran out is never revived, even if its timer has not
+        // been handled yet (SES-6).
+        if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
+            return Err(self.ended(id)); // KA-7
+        }
+        self.unheard.remove(&id);
+        self.events.acknowledge(id, ka.acked_seq); // EV-2
+        self.cache.acknowledged(id, ka.acked_seq); // CACHE-3
+        if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
+            self.failover_pending.remove(&id); // FO-5
+        }
+        if let Some(previous) = self.take_held(id) {
+            self.answer(id, previous, now); // KA-5
+        }
+        Ok(())
+    }
+
+    /// Removes the held KeepAlive of `id`. The session's timer, set for
+    /// its answer, stays: answering re-arms it, and if nothing does, it
+    /// finds no KeepAlive held when it fires and moves to the lease's end.
+    pub(crate) fn take_held(&mut self, id: SessionId) -> Option<Held> {
+        self.leases.take_held(id)
+    }
+
+    /// Extends the lease and answers a KeepAlive.
+    pub(crate) fn answer(&mut self, id: SessionId, held: Held, now: Millis) {
+        // A reply nobody can read would extend the lease without the client
+        // knowing; leaving the lease alone keeps master and client closer.
+        if held.reply.is_closed() {
+            return;
+        }
+        // Half a frame, as pages of sessions: the rest of the reply is
+        // small and the smallest frame still carries one event. None while
+        // the connection's peer leaves its replies unread: the lease is
+        // extended, and the events wait (`CONN-9`).
+        let mut budget = if self.may_carry_events(&held.reply) {
+            self.config.max_frame / 2
+        } else {
+            0
+        };
+        let answer = self.grant(id, held.received_at, now, &mut budget, true);
+        self.deliver(held.reply, answer.map(Response::from));
+    }
+
+    /// Extends the lease of a KeepAlive received at `received_at` (`KA-4`)
+    /// and takes the events that fit `budget` bytes, less what they use;
+    /// none once it is spent. A lone KeepAlive takes its first event even
+    /// if it alone is over the budget (`first_regardless`), so its queue
+    /// always drains; a KeepAliveAll's sessions take only what fits.
+    pub(crate) fn grant(
+        &mut self,
+        id: SessionId,
+        received_at: Millis,
+        now: Millis,
+        budget: &mut usize,
+        first_regardless: bool,
+    ) -> Result<KeepAliveGrant, Error> {
+        if self.end_if_ran_out(id, now) {
+            return Err(self.ended(id));
+        }
+        let events = if *budget == 0 {
+            Vec::new()
+        } else {
+            self.events.pending(id, *budget, first_regardless)
+        };
+        *budget = budget.saturating_sub(events.iter().map(encoded_size).sum::<usize>());
+        // A reply that leaves an invalidation untold must not let the
+        // client serve its cache longer: the lease stays as it was when
+        // the cacher was told (`CACHE-6`).
+        let carried = events.last().map_or(0, |e| e.seq);
+        let expires = if self.cache.untold_beyond(id, carried) {
+            self.leases.expires_at(id)
+        } else {
+            self.leases.extend(id, now)
+        };
+        let Some(expires) = expires else {
+            return Err(self.state.missing_session(id));
+        };
+        self.leases.arm(id, expires);
+        self.observe(|| MasterEvent::Granted {
+            session: id,
+            now,
+            expires,
+            why: Grant::KeepAlive,
+        });
+        Ok(KeepAliveGrant {
+            epoch: self.config.epoch,
+            lease: LeaseGrant::conservative(
+                whole_millis(expires.since(now)),
+                whole_millis(now.since(received_at)),
+            ),
+            events,
+        })
+    }
+
+    /// A session's timer: answers its held KeepAlive if that is due, then
+    /// does what `policy::session_due` says comes next. The timer rounds
+    /// to milliseconds and may fire a tick early: nothing happens before
+    /// its time.
+    pub(crate) fn session_timer_fired(&mut self, id: SessionId, backlog: usize) {
+        let (now, margin) = (self.now, self.config.keepalive_margin);
+        if policy::held_answer_due(&self.leases, id, margin, now) {
+            let held = self.leases.take_held(id).expect("checked");
+            self.answer(id, held, now);
+        }
+        if self.state.session(id).is_none() {
+            return;
+        }
+        let unheard = self.unheard.contains(&id);
+        match policy::session_due(&self.leases, id, margin, now, backlog, unheard) {
+            SessionDue::Nothing => {}
+            SessionDue::Arm(due) => self.leases.arm(id, due),
+            SessionDue::OneMoreLease => {
+                self.unheard.remove(&id);
+                if let Some(expires) = self.leases.extend(id, now) {
+                    debug!(session = %id, backlog, "recovered session unheard from while requests wait: one more lease");
+                    self.leases.arm(id, expires);
+                    self.observe(|| MasterEvent::Granted {
+                        session: id,
+                        now,
+                        expires,
+                        why: Grant::OneMore,
+                    });
+                }
+            }
+            SessionDue::Expire => {
+                self.end_if_ran_out(id, now);
+            }
+        }
+    }
+
+    /// Ends the session `id` if its lease has run out at `now`; says whether
+    /// it did.
+    /// Its end may wait for caches (`CACHE-5`); the session counts as
+    /// ended meanwhile.
+    pub(crate) fn end_if_ran_out(&mut self, id: SessionId, now: Millis) -> bool {
+        if self.cache.ending.contains(&id) {
+            return true;
+        }
+        if self.leases.expires_at(id).is_some_and(|e| e <= now) {
+            self.apply_made(Command::EndSession {
+                id,
+                cause: EndCause::Expired,
+            });
+            return true;
+        }
+        false
+    }
+
+    /// The refusal for a session that is not live, or whose lease ran out
+    /// while its end waits for caches.
+    fn ended(&self, id: SessionId) -> Error {
+        if self.state.session(id).is_some() {
+            return Error::new(
+                ErrorCode::SessionExpired,
+                format!("session {id} expired: its lease ran out"),
+            );
+        }
+        self.state.missing_session(id)
+    }
+}
+
+/// The longest refusal message a KeepAliveAll carries for one session.
+const ANSWER_MESSAGE: usize = 64;
+
+/// `e` with its message cut to [`ANSWER_MESSAGE`] bytes: with one session
+/// per 256 bytes of frame at most, the answers without their events then
+/// fill at most half of it (`KA-10`).
+fn shortened(mut e: Error) -> Error {
+    if e.message.len() > ANSWER_MESSAGE {
+        let mut end = ANSWER_MESSAGE;
+        while !e.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        e.message.truncate(end);
+    }
+    e
+}
