@@ -124,18 +124,29 @@ async fn a_member_down_is_one_line_in_each_other_members_log() {
     let mut cell = Cell::start_logging("quiet", true, true);
     let (master, _) = cell.master().await;
     let down = if master == 3 { 2 } else { 3 };
+    // What each member logged before the kill: on a loaded machine a
+    // member may go silent for a moment at start and say so, once, then
+    // that it is back; only what the kill brings is counted.
+    let dir = cell.dir.clone();
+    let log_of = |id: &u64| std::fs::read_to_string(dir.join(format!("log-{id}"))).unwrap();
+    let before: std::collections::BTreeMap<u64, usize> = cell
+        .members
+        .keys()
+        .map(|id| (*id, log_of(id).lines().count()))
+        .collect();
     cell.kill(down);
     // Past several of the engine's retries (every half second).
     tokio::time::sleep(Duration::from_secs(3)).await;
     for id in cell.members.keys() {
-        let log = std::fs::read_to_string(cell.dir.join(format!("log-{id}"))).unwrap();
+        let log = log_of(id);
         assert!(!log.contains("openraft"), "member {id}:\n{log}");
-        let told = log
-            .lines()
+        let since: Vec<&str> = log.lines().skip(before[id]).collect();
+        let told = since
+            .iter()
             .filter(|l| l.contains(&format!("member {down} is unreachable")))
             .count();
         assert!(told <= 1, "member {id} said so {told} times:\n{log}");
-        assert!(log.lines().count() <= 10, "member {id}:\n{log}");
+        assert!(since.len() <= 5, "member {id}:\n{log}");
     }
     let master_log = std::fs::read_to_string(cell.dir.join(format!("log-{master}"))).unwrap();
     assert!(

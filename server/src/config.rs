@@ -98,6 +98,13 @@ pub const DROPPED_PER_READ: usize = 4096;
 pub const FANOUT_SLICE: usize = 1024;
 /// Deliveries the master may owe before it refuses writes (`EV-9`).
 pub const FANOUT_BACKLOG: usize = 1 << 18;
+/// Connections being told they are refused at once, at most (`CONN-8`).
+pub const MAX_REFUSING: usize = 64;
+/// How long the accept loop first waits after accepting failed (out of
+/// file descriptors, typically), doubling up to [`ACCEPT_BACKOFF_MAX`].
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest the accept loop waits before trying again.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A log record's body may not claim more than this; bigger means damage.
 pub const MAX_RECORD: usize = 64 << 20;
 /// Decoding allocates at most this much for one length field, whatever

@@ -36,7 +36,9 @@
 //!   side of KeepAlives (`keepalive.rs`), events (`events.rs`), the cache
 //!   (`cache.rs`), blocking acquires (`acquire.rs`) and Watches
 //!   (`watches.rs`); the way in, `MasterHandle` (`handle.rs`).
-//! - `connection.rs`: one client connection; `server.rs`: accepting them;
+//! - `connection.rs`: one client connection; `accept.rs`: accepting them,
+//!   for a single master and a cell's member alike; `server.rs`: a single
+//!   master serving;
 //!   `reply.rs`: the budget of replies a connection may leave unread;
 //!   `memory.rs`: giving memory back.
 //! - The durability path: `store.rs`, the [`Store`] trait, its records and
@@ -65,6 +67,7 @@
 //! `cell/peer.rs`, `cell/lease.rs`) and checked before serving
 //! (`cell/run.rs`, `master/mod.rs`).
 
+mod accept;
 mod acquire;
 mod cache;
 mod call;
@@ -101,6 +104,7 @@ mod timers;
 mod upgrade;
 mod watch;
 
+pub use accept::Listener;
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
 pub use config::*;
 pub use disk::StoreError;
@@ -112,7 +116,7 @@ pub use memstore::MemoryStore;
 pub use namespace::{Namespace, Put};
 pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use observe::{Grant, MasterEvent, MasterObserver};
-pub use server::{run, Listener, Server, ServerError};
+pub use server::{run, Server, ServerError};
 pub use session::{EndCause, Session};
 pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};
 pub use store::{Record, Recovered, Snapshot, Store, StoreSizes, SyncCount};

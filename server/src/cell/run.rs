@@ -23,7 +23,6 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use openraft::{Raft, ServerState};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -31,13 +30,13 @@ use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
 use super::peer::{first_frame, FirstFrame};
 use super::{CellTypes, NodeId, Outcome, Proposal};
+use crate::accept::{accept_loop, Listener};
 use crate::codec::encode;
 use crate::commit::{Committer, Replicate, ReplicateFuture};
 use crate::config::Config;
 use crate::connection;
 use crate::master::{self, MasterHandle};
 use crate::recovery::Start;
-use crate::server::{Admission, Listener, MAX_REFUSING};
 use crate::state::{Bounds, Command};
 use crate::store::Record;
 use crate::time::Millis;
@@ -84,7 +83,7 @@ pub async fn serve<L: Listener>(
 /// Serves `listener` as `member`, started already with the limits of
 /// `config`, until `shutdown` resolves; then stops the member.
 pub async fn serve_member<L: Listener>(
-    mut listener: L,
+    listener: L,
     config: Config,
     member: Member,
     shutdown: impl Future<Output = ()> + Send,
@@ -93,53 +92,26 @@ pub async fn serve_member<L: Listener>(
     let stop = CancellationToken::new();
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = JoinSet::new();
-    // Refusals are bounded, as a single master's are (`CONN-8`).
-    let mut admission = Admission::default();
-    let mut refusing = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let ip = peer.ip();
-                    match admission.refusal(ip, tasks.len(), &config, "member") {
-                        Some(reason) if refusing.len() < MAX_REFUSING => {
-                            refusing.spawn(connection::refuse(stream, reason, config.clone()));
-                        }
-                        Some(_) => drop(stream),
-                        None => {
-                            admission.admit(ip);
-                            let serving = connected(
-                                stream,
-                                ip,
-                                member.clone(),
-                                role.clone(),
-                                config.clone(),
-                                all_queued_bytes.clone(),
-                                stop.clone(),
-                            );
-                            tasks.spawn(async move {
-                                serving.await;
-                                ip
-                            });
-                        }
-                    }
-                }
-                Err(error) => {
-                    warn!(%error, "accept failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Ok(ip) = ended {
-                    admission.ended(ip);
-                }
-            }
-            Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
-            () = &mut shutdown => break,
-        }
-    }
+    let stopped = std::future::pending();
+    let (_, mut tasks) = accept_loop(
+        listener,
+        &config,
+        "member",
+        shutdown,
+        stopped,
+        |stream, ip| {
+            connected(
+                stream,
+                ip,
+                member.clone(),
+                role.clone(),
+                config.clone(),
+                all_queued_bytes.clone(),
+                stop.clone(),
+            )
+        },
+    )
+    .await;
     info!("member shutting down");
     stop.cancel();
     let _ = leading.await;

@@ -1,0 +1,166 @@
+//! Accepting connections, for a single master and a cell's member alike:
+//! admission by peer address and in all (`CONN-8`), refusals bounded in
+//! number, a backoff when accepting fails (typically out of file
+//! descriptors), ended connections reaped, and memory given back after a
+//! burst of them ends.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinSet;
+use tracing::warn;
+
+use crate::config::{Config, ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, MAX_REFUSING};
+use crate::connection;
+use crate::memory::Trim;
+
+/// A source of connections.
+pub trait Listener: Send + 'static {
+    /// The connection type.
+    type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+
+    /// Waits for the next connection.
+    fn accept(&mut self) -> impl Future<Output = io::Result<(Self::Stream, SocketAddr)>> + Send;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+
+    async fn accept(&mut self) -> io::Result<(Self::Stream, SocketAddr)> {
+        let (stream, peer) = tokio::net::TcpListener::accept(self).await?;
+        // Replies are small and latency matters more than packet count.
+        stream.set_nodelay(true)?;
+        Ok((stream, peer))
+    }
+}
+
+/// Connections served now, by peer address, and whether one more may be
+/// (`CONN-8`): a single master and a cell's member admit alike.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+impl Admission {
+    /// Why a connection from `ip` is refused while `served` are, if it is;
+    /// `what` names the server in the reason.
+    pub(crate) fn refusal(
+        &self,
+        ip: IpAddr,
+        served: usize,
+        config: &Config,
+        what: &str,
+    ) -> Option<String> {
+        let from_peer = self.per_peer.get(&ip).copied().unwrap_or(0);
+        if served >= config.max_connections {
+            Some(format!(
+                "the {what} serves its maximum of {} connections",
+                config.max_connections
+            ))
+        } else if from_peer >= config.max_connections_per_peer {
+            Some(format!(
+                "{ip} holds the maximum of {} connections per address",
+                config.max_connections_per_peer
+            ))
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn admit(&mut self, ip: IpAddr) {
+        *self.per_peer.entry(ip).or_default() += 1;
+    }
+
+    pub(crate) fn ended(&mut self, ip: IpAddr) {
+        if let Some(n) = self.per_peer.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Why [`accept_loop`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Its `shutdown` resolved.
+    Shutdown,
+    /// Its `stopped` resolved: what it served for is gone.
+    Stopped,
+}
+
+/// Accepts connections from `listener` and hands each one admitted to
+/// `serve`, on a task of its own, until `shutdown` or `stopped` resolves;
+/// returns which, and the connections still being served, for the caller
+/// to end as it must. `what` names the server in refusals.
+pub(crate) async fn accept_loop<L, F>(
+    mut listener: L,
+    config: &Config,
+    what: &str,
+    shutdown: impl Future<Output = ()>,
+    stopped: impl Future<Output = ()>,
+    mut serve: impl FnMut(L::Stream, IpAddr) -> F,
+) -> (Ended, JoinSet<IpAddr>)
+where
+    L: Listener,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut tasks = JoinSet::new();
+    let mut admission = Admission::default();
+    let mut refusing = JoinSet::new();
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut trim = Trim::default();
+    tokio::pin!(shutdown);
+    tokio::pin!(stopped);
+    let ended = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    let ip = peer.ip();
+                    match admission.refusal(ip, tasks.len(), config, what) {
+                        // Refusals are bounded too: past a few at once the
+                        // connection is dropped without a word.
+                        Some(reason) if refusing.len() < MAX_REFUSING => {
+                            tracing::debug!(%peer, %reason, "connection refused");
+                            refusing.spawn(connection::refuse(stream, reason, config.clone()));
+                        }
+                        Some(_) => drop(stream),
+                        None => {
+                            tracing::debug!(%peer, "connection accepted");
+                            admission.admit(ip);
+                            let serving = serve(stream, ip);
+                            tasks.spawn(async move {
+                                serving.await;
+                                ip
+                            });
+                        }
+                    }
+                }
+                Err(error) => {
+                    // Wait for descriptors to be released rather than spin
+                    // or exit.
+                    warn!(%error, "accept failed; retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
+            },
+            // Reap finished connections so the set does not grow.
+            Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
+                trim.connection_ended(tokio::time::Instant::now());
+                if let Ok(ip) = ended {
+                    admission.ended(ip);
+                }
+            }
+            Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
+            () = trim.due() => trim.run(),
+            () = &mut shutdown => break Ended::Shutdown,
+            () = &mut stopped => break Ended::Stopped,
+        }
+    };
+    (ended, tasks)
+}
