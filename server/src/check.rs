@@ -7,16 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::config::{MAX_CHECKS, MAX_CHECKS_PER_SESSION, MAX_CHECK_NAME, MAX_CHECK_NOTE};
 use leasehold_protocol::{CheckInfo, CheckStatus, SessionId};
-
-/// Checks one master holds at most.
-pub const MAX_CHECKS: usize = 10_000;
-/// Checks one session may be bound to.
-pub const MAX_CHECKS_PER_SESSION: usize = 32;
-/// Longest check name, in bytes.
-pub const MAX_CHECK_NAME: usize = 128;
-/// Longest check note, in bytes.
-pub const MAX_CHECK_NOTE: usize = 1024;
 
 /// One named check.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

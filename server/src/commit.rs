@@ -26,18 +26,11 @@ use tracing::{error, info, warn};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::config::{LOG_TO_SNAPSHOT, OUTBOX_KEPT, REPLICATE_IDLE, RETRY_SPACE, SEAL_AFTER};
 use crate::disk::{is_disk_full, StoreError};
 use crate::reply::ReplyTx;
 use crate::store::{Record, Snapshot, Store, StoreSizes};
-
-/// How long the writer waits, idle, before it makes the last batch's end
-/// marker durable on its own (`STORE-3`).
-const SEAL_AFTER: Duration = Duration::from_millis(50);
-/// The log may grow to this multiple of the snapshot before the master
-/// snapshots again (`STORE-2`).
-const LOG_TO_SNAPSHOT: u64 = 4;
 
 /// When the master snapshots: after `every` records, or once the log
 /// outgrows both `min_log_bytes` and four times the snapshot (`STORE-2`).
@@ -46,10 +39,6 @@ pub(crate) struct Compaction {
     pub(crate) every: u64,
     pub(crate) min_log_bytes: u64,
 }
-
-/// How often a writer on a full disk tries to set its reserve aside again
-/// (`STORE-5`).
-const RETRY_SPACE: Duration = Duration::from_secs(1);
 
 /// What the writer last reported of the store's sizes, how many
 /// compactions it has done, and whether its disk is full.
@@ -86,9 +75,6 @@ pub(crate) enum Durable {
     /// The store failed: nothing more is acknowledged.
     Failed(String),
 }
-
-/// Outbox slots kept once it empties after a burst.
-const OUTBOX_KEPT: usize = 1024;
 
 /// A reply waiting for the log.
 #[derive(Debug)]
@@ -158,10 +144,6 @@ pub(crate) trait Replicate: Send + 'static {
     /// its quorum, or a newer master took over.
     fn replicate(&mut self, records: Vec<Record>) -> ReplicateFuture<'_>;
 }
-
-/// How long a replicated master lets records nobody waits for sit before
-/// it replicates them anyway, so followers stay close behind.
-const REPLICATE_IDLE: Duration = Duration::from_millis(20);
 
 /// The replicated writer: each batch a reply waits for goes to the log
 /// as one proposal, and the next waits until it is durable on a quorum,

@@ -99,17 +99,17 @@ pub const FANOUT_SLICE: usize = 1024;
 /// Deliveries the master may owe before it refuses writes (`EV-9`).
 pub const FANOUT_BACKLOG: usize = 1 << 18;
 /// Connections being told they are refused at once, at most (`CONN-8`).
-pub const MAX_REFUSING: usize = 64;
+pub(crate) const MAX_REFUSING: usize = 64;
 /// How long the accept loop first waits after accepting failed (out of
 /// file descriptors, typically), doubling up to [`ACCEPT_BACKOFF_MAX`].
-pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+pub(crate) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest the accept loop waits before trying again.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A log record's body may not claim more than this; bigger means damage.
-pub const MAX_RECORD: usize = 64 << 20;
+pub(crate) const MAX_RECORD: usize = 64 << 20;
 /// Decoding allocates at most this much for one length field, whatever
 /// damaged or hostile bytes announce.
-pub const MAX_DECODED: usize = 1 << 34;
+pub(crate) const MAX_DECODED: usize = 1 << 34;
 
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,6 +125,143 @@ pub enum IdSource {
     /// replay byte for byte.
     Seeded(u64),
 }
+
+// The namespace.
+
+/// Deleted keys remembered, so a watcher that saw a node learns it is gone
+/// (`NS-8`).
+pub const DELETIONS_REMEMBERED: usize = 65_536;
+
+// Keys and contents.
+
+/// Longest key, in bytes (`NS-1`).
+pub const MAX_KEY_LEN: usize = 512;
+/// Most segments in a key (`NS-1`).
+pub const MAX_KEY_DEPTH: usize = 32;
+/// Largest contents of one node, in bytes (`NS-3`).
+pub const MAX_CONTENTS: usize = 256 * 1024;
+
+// Events (`EV-3`, `EV-4`, `EV-5`).
+
+/// Events one session may have waiting; past it they are dropped for one
+/// `EventsLost` (`EV-4`).
+pub const EVENT_QUEUE: usize = 1024;
+/// Events one KeepAlive reply carries at most (`EV-3`).
+pub const EVENTS_PER_REPLY: usize = 256;
+/// Subscriptions one session may have (`EV-5`).
+pub const SUBSCRIPTIONS_PER_SESSION: usize = 1024;
+
+// Health checks (`CHK-1`..).
+
+/// Checks one master holds at most.
+pub const MAX_CHECKS: usize = 10_000;
+/// Checks one session may be bound to.
+pub const MAX_CHECKS_PER_SESSION: usize = 32;
+/// Longest check name, in bytes.
+pub const MAX_CHECK_NAME: usize = 128;
+/// Longest check note, in bytes.
+pub const MAX_CHECK_NOTE: usize = 1024;
+
+// Retry hints.
+
+/// The retry hint of `Congested`: a moment for the peer to read.
+pub(crate) const CONGESTED_RETRY_MS: u64 = 20;
+/// The retry hint of `FailoverInProgress`: about one KeepAlive round trip.
+pub(crate) const FAILOVER_RETRY_MS: u64 = 100;
+
+// The master task.
+
+/// KeepAlives the master takes in a row before anything else gets a turn.
+pub(crate) const KEEPALIVE_RUN: u32 = 64;
+
+// KeepAliveAll answers (`KA-10`).
+
+/// The longest refusal message a KeepAliveAll carries for one session.
+pub(crate) const ANSWER_MESSAGE: usize = 64;
+
+// Shutting down.
+
+/// How long a shutting-down server waits for its connections to close.
+pub(crate) const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+// The writer (`STORE-1`..).
+
+/// How long the writer waits, idle, before it makes the last batch's end
+/// marker durable on its own (`STORE-3`).
+pub(crate) const SEAL_AFTER: Duration = Duration::from_millis(50);
+/// The log may grow to this multiple of the snapshot before the master
+/// snapshots again (`STORE-2`).
+pub(crate) const LOG_TO_SNAPSHOT: u64 = 4;
+/// How often a writer on a full disk tries to set its reserve aside again
+/// (`STORE-5`).
+pub(crate) const RETRY_SPACE: Duration = Duration::from_secs(1);
+/// Outbox slots kept once it empties after a burst.
+pub(crate) const OUTBOX_KEPT: usize = 1024;
+/// How long a replicated master lets records nobody waits for sit before
+/// it replicates them anyway, so followers stay close behind.
+pub(crate) const REPLICATE_IDLE: Duration = Duration::from_millis(20);
+
+// Connections.
+
+/// How long a closing connection keeps reading (and discarding) what the
+/// peer still sends, so the peer reads our `Close` frame instead of a reset.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+/// How long a closing connection lingers once the master shuts down: its
+/// peer has the Close, and nothing else waits for it (`CONN-6`).
+pub(crate) const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
+/// At most this much is discarded while lingering.
+pub(crate) const LINGER_BYTES: usize = 64 << 20;
+/// Replies waiting for the writer; when full, reading pauses.
+pub(crate) const CONNECTION_WRITE_QUEUE: usize = 256;
+/// Initial read and write buffer of a connection, in bytes.
+pub(crate) const CONNECTION_BUFFER: usize = 1024;
+/// Replies written before a flush at most; the codec also flushes on its
+/// own whenever its buffer fills.
+pub(crate) const CONNECTION_WRITE_BATCH: usize = 64;
+
+// Memory.
+
+/// How long after a connection ends the master gives memory back: closes
+/// come in bursts, and one trim after the burst does for all of them.
+pub(crate) const TRIM_DELAY: Duration = Duration::from_secs(2);
+
+// The cell's peers.
+
+/// The largest peer frame: a batch of entries or a snapshot chunk.
+pub const MAX_PEER_FRAME: usize = 64 << 20;
+
+// Membership changes (`CELL-9`).
+
+/// How long the joint and the final configuration may take to commit.
+pub(crate) const MEMBERSHIP_COMMIT: Duration = Duration::from_secs(10);
+/// The longest request a member reads.
+pub(crate) const MAX_MEMBERSHIP_REQUEST: usize = 64 << 10;
+
+// The cell's Raft log.
+
+/// A frame's body may not claim more than this; bigger means damage.
+pub(crate) const MAX_RAFT_LOG_FRAME: usize = 256 << 20;
+/// The file is rewritten once it is this many times the live log's size
+/// (and past `REWRITE_MIN`).
+pub(crate) const RAFT_LOG_REWRITE_RATIO: u64 = 4;
+pub(crate) const RAFT_LOG_REWRITE_MIN: u64 = 4 << 20;
+
+// The cell's master.
+
+/// A proposal carries at most about this many bytes of commands, so that
+/// a batch of entries fits a peer frame.
+pub(crate) const PROPOSAL_BYTES: usize = 1 << 20;
+
+// The master lease (`CELL-6`).
+
+/// How far apart members' clock rates may be: the SPEC's clock-rate
+/// allowance, 1%, as for clients.
+pub const CELL_CLOCK_DRIFT: f64 = 0.01;
+
+// A cell's member.
+
+/// Entries applied between a member's snapshots, by default.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
 
 /// Configuration of a master.
 #[derive(Debug, Clone)]

@@ -23,21 +23,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::config::Config;
+use crate::config::{
+    CONNECTION_BUFFER, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE, LINGER, LINGER_BYTES,
+    SHUTDOWN_LINGER,
+};
 use crate::master::MasterHandle;
 use crate::reply::{Flow, Reply, ReplyTx};
-
-/// How long a closing connection keeps reading (and discarding) what the
-/// peer still sends, so the peer reads our `Close` frame instead of a reset.
-const LINGER: Duration = Duration::from_secs(1);
-/// How long a closing connection lingers once the master shuts down: its
-/// peer has the Close, and nothing else waits for it (`CONN-6`).
-const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
-/// At most this much is discarded while lingering.
-const LINGER_BYTES: usize = 64 << 20;
-/// Replies waiting for the writer; when full, reading pauses.
-const WRITE_QUEUE: usize = 256;
-/// Initial read and write buffer of a connection, in bytes.
-const BUFFER: usize = 1024;
 
 type Codec = FrameCodec<ClientFrame, ServerFrame>;
 type Reader<S> = FramedRead<ReadHalf<S>, Codec>;
@@ -58,8 +49,10 @@ pub(crate) async fn serve<S>(
     let (read, write) = tokio::io::split(stream);
     // Small buffers that grow when frames need it: a master holds
     // thousands of mostly idle connections (tokio-util starts at 8 KiB).
-    let mut reader = FramedRead::with_capacity(read, Codec::new(config.max_frame), BUFFER);
-    let mut writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
+    let mut reader =
+        FramedRead::with_capacity(read, Codec::new(config.max_frame), CONNECTION_BUFFER);
+    let mut writer =
+        FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
     let hello = tokio::select! {
         hello = tokio::time::timeout(config.handshake_timeout, reader.next()) => hello,
         () = shutdown.cancelled() => return,
@@ -169,7 +162,7 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
+    let writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
     let error = Error::new(ErrorCode::LimitReached, reason);
     close_with(writer, read, error, &config).await;
 }
@@ -182,8 +175,10 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let mut reader = FramedRead::with_capacity(read, Codec::new(config.max_frame), BUFFER);
-    let mut writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), BUFFER);
+    let mut reader =
+        FramedRead::with_capacity(read, Codec::new(config.max_frame), CONNECTION_BUFFER);
+    let mut writer =
+        FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
     let hello = tokio::time::timeout(config.handshake_timeout, reader.next()).await;
     if let Err(error) = hello.map_or_else(
         |_| Err(Error::new(ErrorCode::Malformed, "no Hello in time")),
@@ -268,7 +263,7 @@ async fn requests<S: AsyncRead>(
         // A peer that does not read its replies is not read either: they
         // cannot pile up, and it cannot block anyone else (`CONN-5`,
         // `CONN-9`).
-        while flow.queued.load(Ordering::Acquire) >= WRITE_QUEUE
+        while flow.queued.load(Ordering::Acquire) >= CONNECTION_WRITE_QUEUE
             || flow.queued_bytes.load(Ordering::Acquire) >= config.reply_budget
             || (flow.queued_bytes.load(Ordering::Acquire) >= config.max_frame
                 && flow.all_queued_bytes.load(Ordering::Acquire) >= config.all_reply_budget)
@@ -402,7 +397,7 @@ async fn write_replies<S: AsyncWrite>(
                 return None;
             }
             batch += 1;
-            next = if batch < WRITE_BATCH {
+            next = if batch < CONNECTION_WRITE_BATCH {
                 queue.try_recv().ok()
             } else {
                 None
@@ -413,10 +408,6 @@ async fn write_replies<S: AsyncWrite>(
         }
     }
 }
-
-/// Replies written before a flush at most; the codec also flushes on its
-/// own whenever its buffer fills.
-const WRITE_BATCH: usize = 64;
 
 /// Whether a frame is flushed to the socket at once or left in the
 /// writer's buffer for the next flush.

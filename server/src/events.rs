@@ -8,15 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 
+pub use crate::config::{EVENTS_PER_REPLY, EVENT_QUEUE, SUBSCRIPTIONS_PER_SESSION};
 use leasehold_protocol::{Change, Event, EventKind, SessionId};
-
-/// Events one session may have waiting; past it they are dropped for one
-/// `EventsLost` (`EV-4`).
-pub const EVENT_QUEUE: usize = 1024;
-/// Events one KeepAlive reply carries at most (`EV-3`).
-pub const EVENTS_PER_REPLY: usize = 256;
-/// Subscriptions one session may have (`EV-5`).
-pub const SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 
 #[derive(Debug)]
 pub(crate) struct Subscription {

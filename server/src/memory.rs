@@ -6,13 +6,8 @@
 //! exits. After connections end, at most once per [`TRIM_DELAY`], the
 //! master asks the allocator to hand free pages back.
 
-use std::time::Duration;
-
+use crate::config::TRIM_DELAY;
 use tokio::time::Instant;
-
-/// How long after a connection ends the master gives memory back: closes
-/// come in bursts, and one trim after the burst does for all of them.
-pub(crate) const TRIM_DELAY: Duration = Duration::from_secs(2);
 
 /// When the next trim is due, if one is.
 #[derive(Debug, Default)]

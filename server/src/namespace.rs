@@ -8,12 +8,9 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use leasehold_protocol::{Error, ErrorCode, SessionId};
 
+pub use crate::config::DELETIONS_REMEMBERED;
 use crate::node::NodeChange;
 use crate::node::{check_key, check_prefix, Node, MAX_CONTENTS};
-
-/// Deleted keys remembered, so a watcher that saw a node learns it is gone
-/// (`NS-8`).
-pub const DELETIONS_REMEMBERED: usize = 65_536;
 
 /// A write to a node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

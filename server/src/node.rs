@@ -1,14 +1,8 @@
 //! Nodes of the namespace: keys, contents and Chubby's counters
 //! (SPEC "Namespace").
 
+pub use crate::config::{MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 use leasehold_protocol::{NodeStat, SessionId};
-
-/// Longest key, in bytes (`NS-1`).
-pub const MAX_KEY_LEN: usize = 512;
-/// Most segments in a key (`NS-1`).
-pub const MAX_KEY_DEPTH: usize = 32;
-/// Largest contents of one node, in bytes (`NS-3`).
-pub const MAX_CONTENTS: usize = 256 * 1024;
 
 /// Checks a key: `/`-separated segments of ASCII letters, digits and
 /// `- _ . : @`, no empty segment, no `.` or `..` segment, at most

@@ -2,21 +2,18 @@
 //! over TCP and inside a simulated network.
 
 use std::future::Future;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::accept::{accept_loop, Ended, Listener};
+use crate::config::SHUTDOWN_WAIT;
 use crate::config::{Config, ConfigError};
 use crate::connection;
 use crate::disk::StoreError;
 use crate::master;
 use crate::recovery;
 use crate::store::Store;
-
-/// How long a shutting-down server waits for its connections to close.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a server could not start or had to stop.
 #[derive(Debug, thiserror::Error)]

@@ -24,10 +24,6 @@ use tokio::time::Instant;
 
 use super::NodeId;
 
-/// How far apart members' clock rates may be: the SPEC's clock-rate
-/// allowance, 1%, as for clients.
-pub const CLOCK_DRIFT: f64 = 0.01;
-
 /// The master lease of one member.
 #[derive(Debug)]
 pub struct MasterLease {

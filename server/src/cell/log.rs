@@ -40,16 +40,11 @@ use serde::{Deserialize, Serialize};
 use super::volume::{self, Volume};
 use super::{CellTypes, NodeId};
 use crate::codec::{decode, encode};
+use crate::config::{MAX_RAFT_LOG_FRAME, RAFT_LOG_REWRITE_MIN, RAFT_LOG_REWRITE_RATIO};
 use crate::disk::{self, corrupt, framed, io_error, StoreError};
 
 const LOG_MAGIC: &[u8; 8] = b"LHRAFT01";
 const FRAME_MAGIC: &[u8; 4] = b"LHRF";
-/// A frame's body may not claim more than this; bigger means damage.
-const MAX_FRAME: usize = 256 << 20;
-/// The file is rewritten once it is this many times the live log's size
-/// (and past `REWRITE_MIN`).
-const REWRITE_RATIO: u64 = 4;
-const REWRITE_MIN: u64 = 4 << 20;
 const FILE: &str = "raft-log";
 
 type CellEntry = Entry<CellTypes>;
@@ -120,7 +115,7 @@ fn frame(op: &LogOp) -> Vec<u8> {
 /// The body of the frame at `at` if it is whole (magic, a length that
 /// fits, a checksum that holds), with the offset after it.
 fn whole_frame(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    disk::whole_frame(bytes, at, FRAME_MAGIC, MAX_FRAME)
+    disk::whole_frame(bytes, at, FRAME_MAGIC, MAX_RAFT_LOG_FRAME)
 }
 
 /// Replays a log file's bytes: the image and the length of the bytes that
@@ -216,7 +211,7 @@ impl Inner {
             .values()
             .map(|e| encode(e).len() as u64)
             .sum();
-        if self.len < REWRITE_MIN || self.len < REWRITE_RATIO * live.max(1) {
+        if self.len < RAFT_LOG_REWRITE_MIN || self.len < RAFT_LOG_REWRITE_RATIO * live.max(1) {
             return Ok(());
         }
         let bytes = self.image.frames();

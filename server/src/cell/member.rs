@@ -14,6 +14,7 @@ use super::machine::CellMachine;
 use super::network::{CellNetwork, Dialer};
 use super::volume::{DirVolume, Volume};
 use super::{CellTypes, NodeId};
+pub use crate::config::DEFAULT_SNAPSHOT_EVERY;
 use crate::disk::StoreError;
 use crate::state::Bounds;
 
@@ -34,7 +35,8 @@ impl Timing {
     /// refuses to vote for anyone else (the engine's leader lease), less
     /// the clock-drift allowance (`CELL-6`).
     pub fn master_lease(&self) -> Duration {
-        self.election_max.mul_f64(1.0 - super::lease::CLOCK_DRIFT)
+        self.election_max
+            .mul_f64(1.0 - crate::config::CELL_CLOCK_DRIFT)
     }
 }
 
@@ -84,9 +86,6 @@ pub enum Storage {
     /// A volume the caller provides, such as a simulation's memory.
     Volume(Arc<dyn Volume>),
 }
-
-/// Entries applied between a member's snapshots, by default.
-pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
 
 /// Why a member could not start.
 #[derive(Debug, thiserror::Error)]

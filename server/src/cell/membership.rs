@@ -24,6 +24,7 @@ use super::member::Member;
 use super::network::{codec, Served};
 use super::NodeId;
 use crate::codec::{decode, encode};
+use crate::config::{MAX_MEMBERSHIP_REQUEST, MEMBERSHIP_COMMIT};
 
 /// The first frame of a membership change.
 pub const MEMBERSHIP_MAGIC: &[u8; 8] = b"LHMEMB01";
@@ -34,10 +35,6 @@ const CATCH_UP: Duration = Duration::from_secs(60);
 /// Short, for tests of a member that never catches up.
 #[cfg(test)]
 const CATCH_UP: Duration = Duration::from_secs(5);
-/// How long the joint and the final configuration may take to commit.
-const COMMIT: Duration = Duration::from_secs(10);
-/// The longest request a member reads.
-const MAX_REQUEST: usize = 64 << 10;
 
 /// A change to the cell's members.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,7 +85,9 @@ pub(crate) async fn answer<S: Served>(
     member: &Member,
     token: Option<&str>,
 ) {
-    framed.codec_mut().set_max_frame_length(MAX_REQUEST);
+    framed
+        .codec_mut()
+        .set_max_frame_length(MAX_MEMBERSHIP_REQUEST);
     let Some(Ok(frame)) = framed.next().await else {
         return;
     };
@@ -214,11 +213,16 @@ async fn commit(
     member: &Member,
     changes: ChangeMembers<NodeId, BasicNode>,
 ) -> Result<(), ChangeReply> {
-    match tokio::time::timeout(COMMIT, member.raft.change_membership(changes, false)).await {
+    match tokio::time::timeout(
+        MEMBERSHIP_COMMIT,
+        member.raft.change_membership(changes, false),
+    )
+    .await
+    {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(ChangeReply::Failed(e.to_string())),
         Err(_) => Err(ChangeReply::Failed(format!(
-            "the new configuration did not commit within {COMMIT:?}"
+            "the new configuration did not commit within {MEMBERSHIP_COMMIT:?}"
         ))),
     }
 }

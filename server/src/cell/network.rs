@@ -33,11 +33,10 @@ use super::frame::FrameCodec;
 use super::lease::MasterLease;
 use super::{CellTypes, NodeId};
 use crate::codec::{decode, encode};
+pub use crate::config::MAX_PEER_FRAME;
 
 /// The first bytes of a peer's first frame.
 pub const PEER_MAGIC: &[u8; 8] = b"LHCELL02";
-/// The largest peer frame: a batch of entries or a snapshot chunk.
-pub const MAX_PEER_FRAME: usize = 64 << 20;
 
 /// A byte stream to another member.
 pub trait PeerStream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}

@@ -34,16 +34,13 @@ use crate::accept::{accept_loop, Listener};
 use crate::codec::encode;
 use crate::commit::{Committer, Replicate, ReplicateFuture};
 use crate::config::Config;
+use crate::config::PROPOSAL_BYTES;
 use crate::connection;
 use crate::master::{self, MasterHandle};
 use crate::recovery::Start;
 use crate::state::{Bounds, Command};
 use crate::store::Record;
 use crate::time::Millis;
-
-/// A proposal carries at most about this many bytes of commands, so that
-/// a batch of entries fits a peer frame.
-const PROPOSAL_BYTES: usize = 1 << 20;
 
 /// What this member is to clients now.
 #[derive(Clone)]

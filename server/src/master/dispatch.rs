@@ -9,6 +9,7 @@ use leasehold_protocol::{
 
 use super::{Call, Master, ReplyTx};
 use crate::config::MAX_LIST_PAGE;
+use crate::config::{CONGESTED_RETRY_MS, FAILOVER_RETRY_MS};
 use crate::node::check_key;
 use crate::observe::MasterEvent;
 use crate::session::EndCause;
@@ -44,12 +45,6 @@ fn page<T>(
     }
     (taken, items.peek().is_some())
 }
-
-/// The retry hint of `Congested`: a moment for the peer to read.
-const CONGESTED_RETRY_MS: u64 = 20;
-
-/// The retry hint of `FailoverInProgress`: about one KeepAlive round trip.
-const FAILOVER_RETRY_MS: u64 = 100;
 
 /// The session a request acts for, when it changes or depends on that
 /// session's locks, nodes or subscriptions: such requests wait for the

@@ -10,6 +10,7 @@ use leasehold_protocol::{
 use tracing::debug;
 
 use super::{Master, ReplyTx};
+use crate::config::ANSWER_MESSAGE;
 use crate::events::encoded_size;
 use crate::keepalive::Held;
 use crate::observe::{Grant, MasterEvent};
@@ -263,9 +264,6 @@ impl Master {
         self.state.missing_session(id)
     }
 }
-
-/// The longest refusal message a KeepAliveAll carries for one session.
-const ANSWER_MESSAGE: usize = 64;
 
 /// `e` with its message cut to [`ANSWER_MESSAGE`] bytes: with one session
 /// per 256 bytes of frame at most, the answers without their events then

@@ -23,6 +23,7 @@ use tracing::debug;
 use crate::acquire::Acquires;
 use crate::commit::Committer;
 use crate::config::Config;
+use crate::config::KEEPALIVE_RUN;
 use crate::events::Events;
 use crate::ids::Ids;
 use crate::keepalive::Held;
@@ -51,9 +52,6 @@ pub(crate) use crate::call::Call;
 pub(crate) use crate::reply::ReplyTx;
 pub(crate) use dispatch::mismatch;
 pub(crate) use handle::MasterHandle;
-
-/// KeepAlives the master takes in a row before anything else gets a turn.
-const KEEPALIVE_RUN: u32 = 64;
 
 /// Resolves when the log's durable point moves; never without a store.
 async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::RecvError> {
