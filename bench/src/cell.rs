@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use leasehold_server::cell::query_status;
 
-use crate::master::Master;
+use crate::master::{serving, Master};
 
 /// Members a cell has: the smallest that rides out the loss of one.
 pub const MEMBERS: u64 = 3;
@@ -39,7 +39,7 @@ impl Cell {
                     cell.master().await?;
                     // A client served through the list of members, as the
                     // scenarios' clients will be.
-                    crate::failover::serving(&cell.addr()).await?;
+                    serving(&cell.addr()).await?;
                     return Ok(cell);
                 }
                 Err(e) => last = Some(e),

@@ -14,11 +14,9 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::{watch, Barrier};
 use tokio::task::JoinHandle;
 
-use crate::failover;
-use crate::fanout::{Arrivals, Meters, Shape as FanoutShape};
-use crate::report::Figure;
-use crate::sessions::{Phase, Tally};
-use crate::system::System;
+use crate::failover_peer;
+use crate::fanout_arrivals::{Arrivals, Meters, Shape as FanoutShape};
+use crate::sessions_tally::{Phase, Tally};
 
 /// A new client with its own HTTP/2 connection to the server at `addr`,
 /// or to each member of the cluster it lists (`HOST:PORT,HOST:PORT,...`),
@@ -261,19 +259,16 @@ pub struct Failover {
     members: tokio::sync::Mutex<HashMap<String, Client>>,
 }
 
-pub async fn failover(system: &System, shape: failover::Shape) -> anyhow::Result<Vec<Figure>> {
-    failover::peer(
-        system,
-        shape,
+impl Failover {
+    pub fn new(addr: &str) -> Failover {
         Failover {
-            addr: system.addr.clone(),
+            addr: addr.to_string(),
             members: Default::default(),
-        },
-    )
-    .await
+        }
+    }
 }
 
-impl failover::Peer for Failover {
+impl failover_peer::Peer for Failover {
     type Sessions = Vec<JoinHandle<()>>;
 
     async fn preload(&self, nodes: u64) -> anyhow::Result<()> {
@@ -310,8 +305,8 @@ impl failover::Peer for Failover {
 
     async fn open(
         &self,
-        shape: failover::Shape,
-        tally: Arc<failover::Tally>,
+        shape: failover_peer::Shape,
+        tally: Arc<failover_peer::Tally>,
     ) -> anyhow::Result<Self::Sessions> {
         let clients: Vec<Client> = stream::iter(0..shape.connections)
             .map(|_| connect(&self.addr))

@@ -14,16 +14,12 @@ use anyhow::{bail, Context};
 use leasehold::{Client, LockOptions, PutOptions, Session, SessionOptions, SessionState};
 
 use crate::cell::Cell;
-use crate::master::Master;
+pub use crate::failover_peer::Shape;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use crate::failover_peer::{Peer, Tally};
+use crate::master::{serving, Master};
 use crate::report::Figure;
 use crate::system::{Kind, System};
-
-#[derive(Debug, Clone, Copy)]
-pub struct Shape {
-    pub sessions: usize,
-    pub nodes: u64,
-    pub connections: usize,
-}
 
 /// Leasehold restarts a master of its own, or kills the master of a cell
 /// of its own (`cell`); a peer is restarted by the command line its
@@ -39,9 +35,9 @@ pub async fn run(
         Kind::Leasehold if cell => leasehold_cell(bin, shape).await,
         Kind::Leasehold => leasehold(bin, shape).await,
         #[cfg(feature = "etcd")]
-        Kind::Etcd => crate::etcd::failover(system, shape).await,
+        Kind::Etcd => peer(system, shape, crate::etcd::Failover::new(&system.addr)).await,
         #[cfg(feature = "zookeeper")]
-        Kind::Zookeeper => crate::zookeeper::failover(system, shape).await,
+        Kind::Zookeeper => peer(system, shape, crate::zookeeper::Failover::new(&system.addr)).await,
         #[allow(unreachable_patterns)]
         _ => Err(system.missing()),
     }
@@ -314,59 +310,15 @@ async fn lock_after(addr: String, started: Instant) -> Duration {
     }
 }
 
-/// Waits until the master at `addr` (or the master of the cell whose
-/// members it lists) answers a request.
-pub async fn serving(addr: &str) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        let probe = async { Client::connect(addr.to_string()).await?.epoch().await };
-        match probe.await {
-            Ok(_) => return Ok(()),
-            Err(e) if started.elapsed() > Duration::from_secs(300) => {
-                return Err(anyhow::Error::new(e).context("the master did not serve within 300 s"))
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
-/// What the failover scenario needs of a peer.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-pub trait Peer {
-    /// Sessions kept alive by the peer's client library; dropping it ends
-    /// them.
-    type Sessions;
-
-    /// Writes `nodes` small nodes.
-    async fn preload(&self, nodes: u64) -> anyhow::Result<()>;
-
-    /// Opens `shape.sessions` sessions over `shape.connections`
-    /// connections. Once `restarted` is set, each counts itself in `back`
-    /// the first time it is renewed, and in `expired` if it is lost.
-    async fn open(&self, shape: Shape, tally: Arc<Tally>) -> anyhow::Result<Self::Sessions>;
-
-    /// A new connection and session take a lock and release it.
-    async fn lock_once(&self) -> anyhow::Result<()>;
-
-    /// Whether the cluster member at `member` says it leads now and
-    /// serves; `false` when it cannot be asked.
-    async fn leads(&self, member: &str) -> bool;
-}
-
-/// Counters a peer's sessions share.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-#[derive(Default)]
-pub struct Tally {
-    pub restarted: AtomicBool,
-    pub back: AtomicU64,
-    pub expired: AtomicU64,
-}
-
 /// Kills the peer's server (found by its port), starts it again the way
 /// it was started, and times the clients' return. Given a cluster's
 /// members, kills its leader instead ([`peer_cluster`]).
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-pub async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Result<Vec<Figure>> {
+async fn peer<P: Peer>(system: &System, shape: Shape, peer: P) -> anyhow::Result<Vec<Figure>> {
+    let shape = Shape {
+        sessions: shape.sessions.min(system.kind.max_sessions()),
+        ..shape
+    };
     if crate::system::members(&system.addr).len() > 1 {
         return peer_cluster(system, shape, peer).await;
     }

@@ -8,40 +8,11 @@ use anyhow::{bail, Context};
 use leasehold::{Client, SessionOptions, SubscribeOptions, SubscriptionEvent};
 use tokio::sync::Barrier;
 
-use crate::procstat::{Meter, Span};
+pub use crate::fanout_arrivals::Shape;
+use crate::fanout_arrivals::{Arrivals, Meters};
+use crate::procstat::Span;
 use crate::report::Figure;
 use crate::system::{Kind, System};
-
-#[derive(Debug, Clone, Copy)]
-pub struct Shape {
-    pub subscribers: usize,
-    pub connections: usize,
-}
-
-/// When each subscriber saw the write, measured from just before it was
-/// sent, and the CPU the server and this process spent until the last did.
-pub struct Arrivals {
-    pub times: Vec<Duration>,
-    pub server: Option<Span>,
-    pub client: Option<Span>,
-}
-
-/// Meters the server and this process from just before the write.
-pub struct Meters(Meter, Meter);
-
-impl Meters {
-    pub fn start(server: &[u32]) -> Meters {
-        Meters(Meter::start(server), Meter::start(&[std::process::id()]))
-    }
-
-    pub fn finish(self, times: Vec<Duration>) -> Arrivals {
-        Arrivals {
-            times,
-            server: self.0.span(),
-            client: self.1.span(),
-        }
-    }
-}
 
 pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let key = format!("bench-fanout-{}", uuid::Uuid::new_v4().simple());

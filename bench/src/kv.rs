@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::clients::Kv;
 use crate::limits::Limits;
 use crate::load;
 use crate::report::Figure;
@@ -21,7 +22,7 @@ pub async fn run(
     let mut figures = Vec::new();
     for &clients in client_counts {
         let label = format!("{clients} client(s)");
-        let kvs = load::open(clients, "connecting", |_| system.kv()).await?;
+        let kvs = load::open(clients, "connecting", |_| Kv::connect(system)).await?;
         let prefix = format!("bench-kv-{run}-{clients}");
         let p = prefix.clone();
         let puts = load::closed_loop(

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::clients::Locker;
 use crate::limits::{Bound, Limits};
 use crate::load;
 use crate::report::Figure;
@@ -54,7 +55,7 @@ pub async fn run(
     for &shape in shapes {
         let label = format!("{} client(s), {} key(s)", shape.clients, shape.keys);
         let lockers = load::open(shape.clients, "opening sessions", |_| {
-            system.locker(Duration::from_secs(12))
+            Locker::connect(system, Duration::from_secs(12))
         })
         .await?;
         let prefix = format!("bench-lock-{run}-{}x{}", shape.clients, shape.keys);

@@ -6,9 +6,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use leasehold::Client;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -199,5 +200,21 @@ impl Drop for Master {
             let _ = child.start_kill();
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// Waits until the master at `addr` (or the master of the cell whose
+/// members it lists) answers a request.
+pub async fn serving(addr: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let probe = async { Client::connect(addr.to_string()).await?.epoch().await };
+        match probe.await {
+            Ok(_) => return Ok(()),
+            Err(e) if started.elapsed() > Duration::from_secs(300) => {
+                return Err(anyhow::Error::new(e).context("the master did not serve within 300 s"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
 }

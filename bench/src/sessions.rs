@@ -7,7 +7,7 @@
 //! thousand client-library sessions would spend this machine's two cores
 //! in the load generator rather than in the master being measured.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use tokio_util::codec::Framed;
 
 use crate::procstat::Meter;
 use crate::report::Figure;
+use crate::sessions_tally::{Phase, Tally};
 use crate::system::{Kind, System};
 
 /// What to hold and for how long.
@@ -33,16 +34,6 @@ pub struct Shape {
     pub lease: Duration,
     /// How long the sessions are held once all exist.
     pub hold: Duration,
-}
-
-/// Counters the connection tasks share.
-#[derive(Default)]
-pub struct Tally {
-    pub created: AtomicU64,
-    /// KeepAlive replies (lease renewals) received while measuring.
-    pub renewals: AtomicU64,
-    /// Sessions the master ended although their KeepAlives kept coming.
-    pub expired: AtomicU64,
 }
 
 pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
@@ -170,15 +161,6 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         .target(0.0),
     );
     Ok(figures)
-}
-
-/// Where a run is; connection tasks count renewals only while measuring
-/// and end their sessions when closing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Creating,
-    Measuring,
-    Closing,
 }
 
 type Framing = Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>;

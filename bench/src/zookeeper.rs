@@ -15,11 +15,9 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::{watch, Barrier};
 use zookeeper_client as zk;
 
-use crate::failover;
-use crate::fanout::{Arrivals, Meters, Shape as FanoutShape};
-use crate::report::Figure;
-use crate::sessions::{Phase, Tally};
-use crate::system::System;
+use crate::failover_peer;
+use crate::fanout_arrivals::{Arrivals, Meters, Shape as FanoutShape};
+use crate::sessions_tally::{Phase, Tally};
 
 /// A session with the server at `addr`, or with one of the ensemble's
 /// servers it lists (`HOST:PORT,HOST:PORT,...`, ZooKeeper's own connect
@@ -233,24 +231,15 @@ pub struct Failover {
     addr: String,
 }
 
-pub async fn failover(system: &System, shape: failover::Shape) -> anyhow::Result<Vec<Figure>> {
-    let shape = failover::Shape {
-        sessions: shape
-            .sessions
-            .min(crate::system::Kind::Zookeeper.max_sessions()),
-        ..shape
-    };
-    failover::peer(
-        system,
-        shape,
+impl Failover {
+    pub fn new(addr: &str) -> Failover {
         Failover {
-            addr: system.addr.clone(),
-        },
-    )
-    .await
+            addr: addr.to_string(),
+        }
+    }
 }
 
-impl failover::Peer for Failover {
+impl failover_peer::Peer for Failover {
     type Sessions = (Vec<zk::Client>, Vec<tokio::task::JoinHandle<()>>);
 
     async fn preload(&self, nodes: u64) -> anyhow::Result<()> {
@@ -285,8 +274,8 @@ impl failover::Peer for Failover {
 
     async fn open(
         &self,
-        shape: failover::Shape,
-        tally: Arc<failover::Tally>,
+        shape: failover_peer::Shape,
+        tally: Arc<failover_peer::Tally>,
     ) -> anyhow::Result<Self::Sessions> {
         let bar = crate::progress::bar(shape.sessions as u64, "opening sessions");
         let clients: Vec<zk::Client> = stream::iter(0..shape.sessions)

@@ -1,0 +1,132 @@
+//! One client of any system, Leasehold or a peer, offering the same few
+//! operations whichever it is, so that one scenario (`lock`, `kv`) drives
+//! them all.
+
+use std::time::Duration;
+
+use leasehold::{Client, LockOptions, PutOptions, Session, SessionOptions};
+
+use crate::system::{Kind, System};
+
+/// One client holding one session (a lease), taking and releasing locks.
+pub enum Locker {
+    Leasehold(Session),
+    #[cfg(feature = "etcd")]
+    Etcd(Box<crate::etcd::Locker>),
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(crate::zookeeper::Locker),
+}
+
+/// One client connection reading and writing keys.
+#[derive(Clone)]
+pub enum Kv {
+    Leasehold(Client),
+    #[cfg(feature = "etcd")]
+    Etcd(Box<etcd_client::Client>),
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(crate::zookeeper::Kv),
+}
+
+impl Locker {
+    /// A new connection to `system` with a session of `lease`, ready to
+    /// lock.
+    pub async fn connect(system: &System, lease: Duration) -> anyhow::Result<Locker> {
+        match system.kind {
+            Kind::Leasehold => {
+                let client = Client::connect(system.addr.clone()).await?;
+                let session = client
+                    .create_session(
+                        SessionOptions::new("bench-lock")
+                            .lease(lease)
+                            .lock_delay(Duration::ZERO),
+                    )
+                    .await?;
+                Ok(Locker::Leasehold(session))
+            }
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Ok(Locker::Etcd(Box::new(
+                crate::etcd::Locker::new(&system.addr, lease).await?,
+            ))),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => Ok(Locker::Zookeeper(
+                crate::zookeeper::Locker::new(&system.addr, lease).await?,
+            )),
+            #[allow(unreachable_patterns)]
+            _ => Err(system.missing()),
+        }
+    }
+
+    /// Takes the exclusive lock of `key`, waiting in line if it is held,
+    /// then releases it.
+    pub async fn cycle(&self, key: &str) -> anyhow::Result<()> {
+        match self {
+            Locker::Leasehold(session) => {
+                let guard = session.lock(key, LockOptions::exclusive()).await?;
+                guard.release().await?;
+            }
+            #[cfg(feature = "etcd")]
+            Locker::Etcd(locker) => locker.cycle(key).await?,
+            #[cfg(feature = "zookeeper")]
+            Locker::Zookeeper(locker) => locker.cycle(key).await?,
+        }
+        Ok(())
+    }
+
+    /// Ends the session.
+    pub async fn close(self) {
+        match self {
+            Locker::Leasehold(session) => {
+                let _ = session.close().await;
+            }
+            #[cfg(feature = "etcd")]
+            Locker::Etcd(locker) => (*locker).close().await,
+            #[cfg(feature = "zookeeper")]
+            Locker::Zookeeper(locker) => locker.close().await,
+        }
+    }
+}
+
+impl Kv {
+    /// A new connection to `system` for reads and writes.
+    pub async fn connect(system: &System) -> anyhow::Result<Kv> {
+        match system.kind {
+            Kind::Leasehold => Ok(Kv::Leasehold(Client::connect(system.addr.clone()).await?)),
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Ok(Kv::Etcd(Box::new(
+                crate::etcd::connect(&system.addr).await?,
+            ))),
+            #[cfg(feature = "zookeeper")]
+            Kind::Zookeeper => Ok(Kv::Zookeeper(
+                crate::zookeeper::Kv::new(&system.addr).await?,
+            )),
+            #[allow(unreachable_patterns)]
+            _ => Err(system.missing()),
+        }
+    }
+
+    pub async fn put(&self, key: &str, value: &[u8]) -> anyhow::Result<()> {
+        match self {
+            Kv::Leasehold(client) => {
+                client.put(key, value.to_vec(), PutOptions::new()).await?;
+            }
+            #[cfg(feature = "etcd")]
+            Kv::Etcd(client) => {
+                client.clone().put(key, value, None).await?;
+            }
+            #[cfg(feature = "zookeeper")]
+            Kv::Zookeeper(kv) => kv.put(key, value).await?,
+        }
+        Ok(())
+    }
+
+    /// Reads `key`; `true` if it exists.
+    pub async fn get(&self, key: &str) -> anyhow::Result<bool> {
+        match self {
+            Kv::Leasehold(client) => Ok(client.get(key).await?.is_some()),
+            #[cfg(feature = "etcd")]
+            Kv::Etcd(client) => Ok(!client.clone().get(key, None).await?.kvs().is_empty()),
+            #[cfg(feature = "zookeeper")]
+            Kv::Zookeeper(kv) => kv.get(key).await,
+        }
+    }
+}
