@@ -19,13 +19,13 @@
 //! order the seed fixes.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold_protocol::{Error, ErrorCode, Response, Sequencer};
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
-
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crate::config::{LOG_TO_SNAPSHOT, OUTBOX_KEPT, REPLICATE_IDLE, RETRY_SPACE, SEAL_AFTER};
 use crate::disk::{is_disk_full, StoreError};
@@ -134,14 +134,65 @@ enum Writer {
 
 /// The future [`Replicate::replicate`] returns.
 pub(crate) type ReplicateFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ReplicateError>> + Send + 'a>>;
+
+/// Why a cell's log took no more of a master's records. Whichever it is,
+/// the master stops: it acknowledges nothing more, answers every reply
+/// still waiting with `OutcomeUnknown` (`ERR-18`), and its member serves
+/// clients again only once it leads under a new epoch. The variants say
+/// what happened, for the log line and for whoever reads it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum ReplicateError {
+    /// A newer master's epoch holds the log: what this master proposed
+    /// since is applied by no member (`CELL-3`).
+    #[error("epoch {epoch} is no longer the cell's")]
+    Superseded { epoch: u64 },
+    /// No quorum made the records durable within the master's patience:
+    /// they may yet be committed, by this leader or kept by the next.
+    #[error("no quorum took the commands within {waited:?}")]
+    NoQuorum { waited: Duration },
+    /// The consensus engine refused them (this member no longer leads) or
+    /// has stopped.
+    #[error("the cell's log refused the commands: {0}")]
+    Refused(String),
+}
 
 /// Where a cell's master sends its records: a log that makes them durable
-/// on a quorum of members, in order.
+/// on a quorum of members, in order. The single master's [`Store`] has
+/// the same place in the durability path; this is its replicated
+/// counterpart.
+///
+/// # To ensure correctness
+///
+/// The master answers a request only once `replicate` has returned `Ok`
+/// for every record before the answer (`STORE-1`, `CELL-3`), so an
+/// implementation must keep all of these:
+///
+/// - **Durable on a quorum before `Ok`.** When `replicate` returns `Ok`,
+///   every record it was given is in the log on a quorum of members,
+///   committed, and will be applied by every member that applies the log,
+///   whatever fails afterwards.
+/// - **In order, after what came before.** The records are applied in the
+///   order given, after every record of every earlier call, with nothing
+///   between them but what other masters' epochs may have put there and
+///   the state machine refuses (`CELL-3`).
+/// - **All or an error.** `Ok` covers every record of the call; if only
+///   some were committed, or none, or it cannot tell, the call fails. A
+///   failed call's records may still be committed later: the master says
+///   their outcome is unknown, never that they failed.
+/// - **Under this master's epoch only.** Records are applied only while the
+///   log's latest epoch is the one this master was elected under; a member
+///   that applies a record of an older epoch after a newer one would undo
+///   a newer master's answers. Return [`ReplicateError::Superseded`] when
+///   the log says the epoch is gone.
+/// - **Bounded.** A call returns within the master's patience, so a master
+///   cut off from its quorum stops by itself ([`ReplicateError::NoQuorum`])
+///   rather than hold requests past its master lease.
+/// - **Nothing after an error.** The master calls `replicate` no more after
+///   an `Err`; an implementation need not accept more.
 pub(crate) trait Replicate: Send + 'static {
-    /// Makes `records` durable after everything replicated before them.
-    /// An error means this master may acknowledge nothing more: it lost
-    /// its quorum, or a newer master took over.
+    /// Makes `records` durable after everything replicated before them,
+    /// under the contract above.
     fn replicate(&mut self, records: Vec<Record>) -> ReplicateFuture<'_>;
 }
 
@@ -204,7 +255,7 @@ impl Replicating {
         if !batch.is_empty() {
             if let Err(e) = self.log.replicate(batch).await {
                 warn!(error = %e, "the cell's log took no more: this master stops");
-                let _ = self.progress.send(Durable::Failed(e));
+                let _ = self.progress.send(Durable::Failed(e.to_string()));
                 return false;
             }
         }
@@ -771,7 +822,9 @@ mod tests {
             let fails = self.fails;
             Box::pin(async move {
                 if fails {
-                    Err("no quorum took the commands".to_string())
+                    Err(ReplicateError::NoQuorum {
+                        waited: Duration::from_secs(1),
+                    })
                 } else {
                     std::future::pending().await
                 }

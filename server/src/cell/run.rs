@@ -32,7 +32,7 @@ use super::peer::{first_frame, FirstFrame};
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::accept::{accept_loop, Listener};
 use crate::codec::encode;
-use crate::commit::{Committer, Replicate, ReplicateFuture};
+use crate::commit::{Committer, Replicate, ReplicateError, ReplicateFuture};
 use crate::config::Config;
 use crate::config::PROPOSAL_BYTES;
 use crate::connection;
@@ -434,15 +434,12 @@ impl Replicate for CellWriter {
                 };
                 match tokio::time::timeout(self.patience, self.raft.client_write(proposal)).await {
                     Ok(Ok(reply)) if reply.data == (Outcome::Commands { applied: true }) => {}
-                    Ok(Ok(_)) => {
-                        return Err(format!("epoch {} is no longer the cell's", self.epoch))
-                    }
-                    Ok(Err(e)) => return Err(e.to_string()),
+                    Ok(Ok(_)) => return Err(ReplicateError::Superseded { epoch: self.epoch }),
+                    Ok(Err(e)) => return Err(ReplicateError::Refused(e.to_string())),
                     Err(_) => {
-                        return Err(format!(
-                            "no quorum took the commands within {:?}",
-                            self.patience
-                        ))
+                        return Err(ReplicateError::NoQuorum {
+                            waited: self.patience,
+                        })
                     }
                 }
             }
