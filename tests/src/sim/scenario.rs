@@ -292,6 +292,25 @@ pub struct Scenario {
 pub const LOCK_DELAY: Duration = Duration::from_secs(2);
 
 impl Scenario {
+    /// Whether a run of this scenario gives the check `invariant` something
+    /// to judge, so that a run in which it judged nothing is a test that
+    /// could not fail. What a scenario runs says which: a single master has
+    /// no replicas to compare; semaphore slots carry no sequencer to fence
+    /// writes with; clients that only read and write hold no lock and wait
+    /// for none.
+    pub fn expects(&self, invariant: &str) -> bool {
+        use super::check::{exclusion, fencing, replicas, waits};
+        let locks = self.role.is_none_or(|role| {
+            matches!(role, Role::Locker | Role::Elector | Role::SemaphoreHolder)
+        });
+        match invariant {
+            replicas::NAME => self.members > 0,
+            fencing::NAME => locks && self.role != Some(Role::SemaphoreHolder),
+            exclusion::NAME | waits::NAME => locks,
+            _ => true,
+        }
+    }
+
     /// The role of contender number `i`. A mix has more semaphore holders
     /// than slots, so the semaphore can be oversubscribed.
     pub fn role_of(&self, i: usize) -> Role {
