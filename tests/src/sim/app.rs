@@ -28,10 +28,10 @@ use leasehold::{
 use tokio::time::{sleep, timeout, Instant};
 
 use super::net::{SimCellConnector, SimConnector};
+use super::record::Settings;
 use super::rng::Rng;
 use super::storage::{StorageClient, Written};
 use super::trace::{now_ms, Call, Outcome, Trace, What};
-use super::world::Settings;
 
 /// What a client host does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@ pub mod cell;
 pub mod check;
 pub mod disk;
 mod net;
+pub mod record;
 pub mod rng;
 pub mod scenario;
 pub mod short_leases;
@@ -27,5 +28,6 @@ pub mod trace;
 pub mod world;
 
 pub use net::{SimCellConnector, SimConnector, SimDialer, SimListener, PORT};
+pub use record::{Run, Settings};
 pub use scenario::{find, Scenario, SCENARIOS};
-pub use world::{run, Run, Settings};
+pub use world::run;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::admin::Scheduled;
 use super::app::Role;
+use super::record::Settings;
 use super::rng::Rng;
-use super::world::Settings;
 
 /// Which way a partition cuts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::check::Report;
+use super::record::Run;
 use super::trace::{is_server, What};
-use super::world::Run;
 
 const LEFT: f64 = 90.0;
 const WIDTH: f64 = 1400.0;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::history::{by_key, ops, Op};
 use super::Violation;
-use crate::sim::world::Run;
+use crate::sim::record::Run;
 
 pub const NAME: &str = "cache";
 

@@ -10,7 +10,7 @@
 use super::history::{by_key, ops, Op};
 use super::Violation;
 use crate::sim::app::WRITE_ONCE;
-use crate::sim::world::Run;
+use crate::sim::record::Run;
 
 pub const NAME: &str = "durability";
 

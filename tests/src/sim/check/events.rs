@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, HashSet};
 use super::history::{ops, Op};
 use super::Violation;
 use crate::sim::app::WATCHED;
+use crate::sim::record::Run;
 use crate::sim::trace::What;
-use crate::sim::world::Run;
 
 pub const NAME: &str = "events";
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::Violation;
 use crate::sim::app::SEMAPHORE;
+use crate::sim::record::Run;
 use crate::sim::trace::What;
-use crate::sim::world::Run;
 
 pub const NAME: &str = "exclusion";
 

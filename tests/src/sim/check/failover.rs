@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::Violation;
+use crate::sim::record::Run;
 use crate::sim::trace::What;
-use crate::sim::world::Run;
 
 pub const NAME: &str = "failover";
 

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Violation;
 use crate::sim::app::SEMAPHORE;
+use crate::sim::record::Run;
 use crate::sim::trace::What;
-use crate::sim::world::Run;
 
 pub const NAME: &str = "fencing";
 

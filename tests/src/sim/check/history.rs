@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::sim::record::Run;
 use crate::sim::trace::{Call, Outcome, What};
-use crate::sim::world::Run;
 
 /// One key/value call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::history::{by_key, ops, Op};
 use super::Violation;
-use crate::sim::world::Run;
+use crate::sim::record::Run;
 
 pub const NAME: &str = "linearizable";
 

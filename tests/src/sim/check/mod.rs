@@ -43,7 +43,7 @@ pub mod waits;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::world::Run;
+use super::record::Run;
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +155,7 @@ pub fn all(run: &Run) -> Report {
 pub(crate) mod tests {
     use super::*;
     use crate::sim::trace::{Call, Entry, Outcome, What};
-    use crate::sim::world::Settings;
+    use crate::sim::record::Settings;
 
     pub(crate) fn run_of(entries: Vec<(u64, &str, What)>) -> Run {
         let entries: Vec<Entry> = entries

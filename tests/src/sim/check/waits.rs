@@ -7,8 +7,8 @@
 //! came or a fail-over is never how it ends.
 
 use super::Violation;
+use crate::sim::record::Run;
 use crate::sim::trace::What;
-use crate::sim::world::Run;
 
 pub const NAME: &str = "waits";
 
@@ -35,7 +35,7 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
 mod tests {
     use super::*;
     use crate::sim::trace::Entry;
-    use crate::sim::world::Settings;
+    use crate::sim::record::Settings;
 
     fn run_of(outcomes: &[&str]) -> Run {
         let entries = outcomes
