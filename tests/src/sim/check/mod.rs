@@ -154,8 +154,8 @@ pub fn all(run: &Run) -> Report {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::sim::trace::{Call, Entry, Outcome, What};
     use crate::sim::record::Settings;
+    use crate::sim::trace::{Call, Entry, Outcome, What};
 
     pub(crate) fn run_of(entries: Vec<(u64, &str, What)>) -> Run {
         let entries: Vec<Entry> = entries

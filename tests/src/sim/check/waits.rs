@@ -34,8 +34,8 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::trace::Entry;
     use crate::sim::record::Settings;
+    use crate::sim::trace::Entry;
 
     fn run_of(outcomes: &[&str]) -> Run {
         let entries = outcomes
