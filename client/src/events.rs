@@ -207,6 +207,9 @@ pub(crate) struct Dispatch {
     pub(crate) locks: BTreeMap<String, HeldLock>,
     /// Semaphore contender keys still being deleted (`SEM-4`).
     pub(crate) leaving: std::collections::BTreeSet<String>,
+    /// Semaphore contender keys being made, by one task of the session at
+    /// a time (`SEM-1`).
+    pub(crate) entering: std::collections::BTreeSet<String>,
     /// The session is closing: every guard counts as lost, those made from
     /// answers still to come too (`LOCK-11`).
     pub(crate) closing: bool,

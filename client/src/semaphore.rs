@@ -42,6 +42,19 @@ struct LockBody {
     holders: Vec<SessionId>,
 }
 
+/// A contender key being made; its reservation ends with it, however
+/// `enter` ends (by then a guard holds the key, or nothing does).
+struct Entering<'a> {
+    session: &'a Session,
+    key: &'a str,
+}
+
+impl Drop for Entering<'_> {
+    fn drop(&mut self) {
+        self.session.dispatch().entering.remove(self.key);
+    }
+}
+
 /// A semaphore under one prefix, for one session.
 ///
 /// ```no_run
@@ -228,14 +241,22 @@ impl Semaphore {
         }
         // One slot per session: a second permit would share the first's
         // contender key and entry in Holders, and releasing either would
-        // free both.
-        let busy = self.session.dispatch().locks.contains_key(&key);
-        if busy {
-            return Err(ClientError::Conflict(format!(
-                "this session already holds a slot in {}",
-                self.prefix
-            )));
-        }
+        // free both. Checked and reserved under one lock, so that of two
+        // tasks of the session asking at once, one is refused.
+        let _entering = {
+            let mut dispatch = self.session.dispatch();
+            if dispatch.locks.contains_key(&key) || dispatch.entering.contains(&key) {
+                return Err(ClientError::Conflict(format!(
+                    "this session already holds or is taking a slot in {}",
+                    self.prefix
+                )));
+            }
+            dispatch.entering.insert(key.clone());
+            Entering {
+                session: &self.session,
+                key: &key,
+            }
+        };
         let client = self.session.client();
         client
             .put(&key, value, PutOptions::new().ephemeral(&self.session))

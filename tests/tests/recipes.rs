@@ -425,3 +425,27 @@ async fn a_session_cannot_hold_two_slots_of_one_semaphore() {
     assert!(permit.is_held());
     assert_eq!(slots.holders().await.unwrap(), [session.id()]);
 }
+
+// SEM-1: tasks of one session asking at once: one gets the slot, the
+// others are refused, rather than sharing one slot with each believing it
+// holds a permit of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_one_session_asking_at_once_get_one_slot_between_them() {
+    let (_server, client) = setup().await;
+    let session = contender(&client, "a").await;
+    let slots = Semaphore::new(&session, "sem", 2);
+    let asks = (0..8).map(|_| slots.try_acquire("a"));
+    let permits: Vec<_> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter_map(|asked| match asked {
+            Ok(permit) => permit,
+            Err(refused) => {
+                assert!(refused.to_string().contains("already"), "{refused}");
+                None
+            }
+        })
+        .collect();
+    assert_eq!(permits.len(), 1, "two permits for one session's one slot");
+    assert_eq!(slots.holders().await.unwrap(), [session.id()]);
+}
