@@ -452,51 +452,11 @@ async fn after_reconnecting_to_a_newer_master_the_first_keepalive_names_its_epoc
 // re-reads then hears of every change after what it read.
 #[tokio::test]
 async fn after_a_failover_a_stream_hears_events_lost_only_once_it_is_subscribed_again() {
-    let master = ScriptedMaster::bind().await;
-    let (client, mut conn) =
-        tokio::join!(Client::connect(master.addr.to_string()), master.accept(1));
-    let client = client.unwrap();
-    let lease = Duration::from_secs(5);
-    let (session, ()) = tokio::join!(
-        client.create_session(SessionOptions::new("watching").lease(lease)),
-        conn.create_session(1, Uuid::from_u128(1), lease)
-    );
-    let session = session.unwrap();
+    let (_master, mut conn, _client, _session, mut streams, keepalive) =
+        subscribed_on_a_scripted_master(1).await;
+    let mut stream = streams.pop().expect("one stream");
     let patience = Duration::from_secs(5);
-    let subscribing = session.subscribe("config", leasehold::SubscribeOptions::prefix());
-    let answering = async {
-        let mut keepalive = None;
-        loop {
-            match conn.request(patience).await {
-                Some((id, Request::Subscribe { .. })) => {
-                    let subscribed = Response::Subscribed { subscription: 1 };
-                    conn.reply(id, Ok(subscribed)).await;
-                    break;
-                }
-                Some((id, Request::KeepAlive(_))) => keepalive = Some(id),
-                other => panic!("expected a Subscribe, got {other:?}"),
-            }
-        }
-        keepalive
-    };
-    let (stream, keepalive) = tokio::join!(subscribing, answering);
-    let mut stream = stream.unwrap();
-    let keepalive = match keepalive {
-        Some(id) => id,
-        None => match conn.request(patience).await {
-            Some((id, Request::KeepAlive(_))) => id,
-            other => panic!("expected a KeepAlive, got {other:?}"),
-        },
-    };
-    let failover = Response::KeepAlive {
-        epoch: 2,
-        lease: grant(lease),
-        events: vec![Event {
-            seq: 1,
-            kind: EventKind::Failover { epoch: 2 },
-        }],
-    };
-    conn.reply(keepalive, Ok(failover)).await;
+    conn.reply(keepalive, Ok(failover_reply())).await;
     let resubscribe = loop {
         match conn.request(patience).await {
             Some((id, Request::Subscribe { .. })) => break id,
