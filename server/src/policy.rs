@@ -79,6 +79,10 @@ pub(crate) struct Promotion<H> {
     /// Lock-delays still running, and when each ends: no sooner than it
     /// would have under the previous master (`FO-3`).
     pub(crate) lock_delays: Vec<(String, Millis)>,
+    /// Locks whose line can move now: a waiter left it, or its lock-delay
+    /// ended, and the previous master stopped before it logged the grant
+    /// (`LOCK-5`).
+    pub(crate) lines: Vec<String>,
 }
 
 /// What taking over `state` at `now` requires, as etcd's `Promote` extends
@@ -92,15 +96,20 @@ pub(crate) fn promote<H>(state: &State, now: Millis) -> Promotion<H> {
         sessions.push(session.id);
     }
     let mut lock_delays = Vec::new();
+    let mut lines = Vec::new();
     for (key, lock) in state.locks().iter() {
         if let Some(until) = lock.delay_until.filter(|until| *until > now) {
             lock_delays.push((key.clone(), until));
+        }
+        if state.line_can_move(key, now) {
+            lines.push(key.clone());
         }
     }
     Promotion {
         sessions,
         leases,
         lock_delays,
+        lines,
     }
 }
 
@@ -274,5 +283,24 @@ mod tests {
             .iter()
             .all(|(_, until)| *until == at(7_000)));
         assert_eq!(promote::<()>(&s, at(7_000)).lock_delays, []);
+    }
+
+    // LOCK-5, FO-3: a lock-delay that ended while no master ran leaves a
+    // line that can move; the new master is told of it, so its waiters do
+    // not wait for a holder that will never let go.
+    #[test]
+    fn promotion_names_every_line_that_can_move_now() {
+        let mut s = State::new(Bounds::from(&crate::Config::default()));
+        create(&mut s, 1, Duration::from_secs(12), Duration::from_secs(5));
+        create(&mut s, 2, Duration::from_secs(12), Duration::ZERO);
+        acquire(&mut s, 1, "delayed", false, at(1_000));
+        acquire(&mut s, 2, "delayed", true, at(1_000));
+        let end = Command::EndSession {
+            id: id(1),
+            cause: EndCause::Expired,
+        };
+        s.apply(end, at(2_000)).0.unwrap();
+        assert!(promote::<()>(&s, at(6_999)).lines.is_empty());
+        assert_eq!(promote::<()>(&s, at(7_000)).lines, ["delayed"]);
     }
 }

@@ -223,6 +223,9 @@ impl Master {
         for (key, until) in promotion.lock_delays {
             self.timers.insert(until, Timer::LockDelayEnd(key));
         }
+        for key in promotion.lines {
+            self.timers.insert(now, Timer::LineLeft(key));
+        }
         // Recovered waiters keep their places (`FO-4`): each waits for its
         // session to ask again (`LOCK-3`), or for its turn, when the grant,
         // with nobody to hear it, is given back (`LOCK-9`).
