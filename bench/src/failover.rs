@@ -87,6 +87,7 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     serving(&addr).await?;
     let held = Held::open(&addr, shape).await?;
 
+    held.arm();
     let started = Instant::now();
     master.restart().await?;
     let restarted = started.elapsed();
@@ -114,6 +115,7 @@ async fn leasehold_cell(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>>
     let (master, epoch) = cell.master().await?;
     let survivors = cell.others(master);
 
+    held.arm();
     let started = Instant::now();
     cell.kill(master).await?;
     let lock_taken = tokio::spawn(lock_after(addr, started));
@@ -212,6 +214,9 @@ struct Held {
     sessions: Vec<Session>,
     back: Arc<AtomicU64>,
     expired: Arc<AtomicU64>,
+    /// Set just before the kill: a fail-over before it (a leader starved
+    /// on a loaded machine while the run was set up) counts nobody back.
+    armed: Arc<AtomicBool>,
 }
 
 impl Held {
@@ -225,10 +230,12 @@ impl Held {
         .await?;
         let back = Arc::new(AtomicU64::new(0));
         let expired = Arc::new(AtomicU64::new(0));
+        let armed = Arc::new(AtomicBool::new(false));
         let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
         let sessions = futures::future::try_join_all((0..shape.sessions).map(|i| {
             let client = clients[i % clients.len()].clone();
             let (back, expired, bar) = (back.clone(), expired.clone(), bar.clone());
+            let armed = armed.clone();
             async move {
                 // A session created by an answer lost to a fail-over is
                 // left to expire; it costs the run nothing it measures.
@@ -240,7 +247,7 @@ impl Held {
                 let failed_over = AtomicBool::new(false);
                 let counted = AtomicBool::new(false);
                 session.on_state_change(move |state| match state {
-                    SessionState::Failover | SessionState::Safe => {
+                    SessionState::Failover | SessionState::Safe if armed.load(Ordering::SeqCst) => {
                         failed_over.store(true, Ordering::SeqCst)
                     }
                     SessionState::Normal
@@ -264,7 +271,13 @@ impl Held {
             sessions,
             back,
             expired,
+            armed,
         })
+    }
+
+    /// From now on, a session's way back through `Failover` counts.
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
     }
 
     /// Waits until every session is back, and says when, from `started`.
