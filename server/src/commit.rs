@@ -185,9 +185,10 @@ pub(crate) enum ReplicateError {
 ///   that applies a record of an older epoch after a newer one would undo
 ///   a newer master's answers. Return [`ReplicateError::Superseded`] when
 ///   the log says the epoch is gone.
-/// - **Bounded.** A call returns within the master's patience, so a master
-///   cut off from its quorum stops by itself ([`ReplicateError::NoQuorum`])
-///   rather than hold requests past its master lease.
+/// - **Bounded.** Each proposal of a call (a call of many records may take
+///   several) is given up after the master's patience, so a master cut off
+///   from its quorum stops by itself ([`ReplicateError::NoQuorum`]) rather
+///   than hold requests for ever.
 /// - **Nothing after an error.** The master calls `replicate` no more after
 ///   an `Err`; an implementation need not accept more.
 pub(crate) trait Replicate: Send + 'static {

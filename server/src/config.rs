@@ -232,6 +232,13 @@ pub const MAX_PEER_FRAME: usize = 64 << 20;
 
 // Membership changes (`CELL-9`).
 
+/// How long a new member may take to catch up as a learner.
+#[cfg(not(test))]
+pub(crate) const CATCH_UP: Duration = Duration::from_secs(60);
+/// Short, for tests of a member that never catches up.
+#[cfg(test)]
+pub(crate) const CATCH_UP: Duration = Duration::from_secs(5);
+
 /// How long the joint and the final configuration may take to commit.
 pub(crate) const MEMBERSHIP_COMMIT: Duration = Duration::from_secs(10);
 /// The longest request a member reads.
@@ -242,7 +249,7 @@ pub(crate) const MAX_MEMBERSHIP_REQUEST: usize = 64 << 10;
 /// A frame's body may not claim more than this; bigger means damage.
 pub(crate) const MAX_RAFT_LOG_FRAME: usize = 256 << 20;
 /// The file is rewritten once it is this many times the live log's size
-/// (and past `REWRITE_MIN`).
+/// (and past [`RAFT_LOG_REWRITE_MIN`]).
 pub(crate) const RAFT_LOG_REWRITE_RATIO: u64 = 4;
 pub(crate) const RAFT_LOG_REWRITE_MIN: u64 = 4 << 20;
 

@@ -37,10 +37,10 @@
 //!   (`cache.rs`), blocking acquires (`acquire.rs`) and Watches
 //!   (`watches.rs`); the way in, `MasterHandle` (`handle.rs`).
 //! - `connection.rs`: one client connection; `accept.rs`: accepting them,
-//!   for a single master and a cell's member alike; `server.rs`: a single
+//!   for a single master and a cell's member alike, and giving memory back
+//!   after a burst of them ends (`memory.rs`); `server.rs`: a single
 //!   master serving;
-//!   `reply.rs`: the budget of replies a connection may leave unread;
-//!   `memory.rs`: giving memory back.
+//!   `reply.rs`: the budget of replies a connection may leave unread.
 //! - The durability path: `store.rs`, the [`Store`] trait, its records and
 //!   the log's bytes; `file_store.rs`, [`FileStore`], the store in a data
 //!   directory; `disk.rs`, the data directory's errors, atomic writes and
@@ -62,7 +62,7 @@
 //! (`master/mod.rs`), once a turn, and handed to everything it runs. Other
 //! readings of tokio's clock decide nothing a client is promised: a
 //! connection's idle and frame timeouts (`connection.rs`), when to give
-//! memory back (`server.rs`), and in a cell the master lease, kept from
+//! memory back (`accept.rs`), and in a cell the master lease, kept from
 //! when heartbeats went and were answered (`cell/network.rs`,
 //! `cell/peer.rs`, `cell/lease.rs`) and checked before serving
 //! (`cell/run.rs`, `master/mod.rs`).

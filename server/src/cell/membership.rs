@@ -11,7 +11,6 @@
 //! has), and only then becomes a voter.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -24,17 +23,10 @@ use super::member::Member;
 use super::network::{codec, Served};
 use super::NodeId;
 use crate::codec::{decode, encode};
-use crate::config::{MAX_MEMBERSHIP_REQUEST, MEMBERSHIP_COMMIT};
+use crate::config::{CATCH_UP, MAX_MEMBERSHIP_REQUEST, MEMBERSHIP_COMMIT};
 
 /// The first frame of a membership change.
 pub const MEMBERSHIP_MAGIC: &[u8; 8] = b"LHMEMB01";
-
-/// How long a new member may take to catch up as a learner.
-#[cfg(not(test))]
-const CATCH_UP: Duration = Duration::from_secs(60);
-/// Short, for tests of a member that never catches up.
-#[cfg(test)]
-const CATCH_UP: Duration = Duration::from_secs(5);
 
 /// A change to the cell's members.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
