@@ -93,10 +93,20 @@ pub(crate) enum Ended {
     Stopped,
 }
 
+/// What [`accept_loop`] hands back when it returns.
+pub(crate) struct Accepted {
+    pub(crate) ended: Ended,
+    /// The connections still being served, for the caller to end as it
+    /// must.
+    pub(crate) tasks: JoinSet<IpAddr>,
+    /// Refusals still telling their peer why: they go on until the caller
+    /// drops this, after its own shutdown, as they did before it stopped.
+    pub(crate) refusing: JoinSet<()>,
+}
+
 /// Accepts connections from `listener` and hands each one admitted to
-/// `serve`, on a task of its own, until `shutdown` or `stopped` resolves;
-/// returns which, and the connections still being served, for the caller
-/// to end as it must. `what` names the server in refusals.
+/// `serve`, on a task of its own, until `shutdown` or `stopped` resolves.
+/// `what` names the server in refusals.
 pub(crate) async fn accept_loop<L, F>(
     mut listener: L,
     config: &Config,
@@ -104,7 +114,7 @@ pub(crate) async fn accept_loop<L, F>(
     shutdown: impl Future<Output = ()>,
     stopped: impl Future<Output = ()>,
     mut serve: impl FnMut(L::Stream, IpAddr) -> F,
-) -> (Ended, JoinSet<IpAddr>)
+) -> Accepted
 where
     L: Listener,
     F: Future<Output = ()> + Send + 'static,
@@ -162,5 +172,9 @@ where
             () = &mut stopped => break Ended::Stopped,
         }
     };
-    (ended, tasks)
+    Accepted {
+        ended,
+        tasks,
+        refusing,
+    }
 }

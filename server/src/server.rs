@@ -6,7 +6,7 @@ use std::future::Future;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::accept::{accept_loop, Ended, Listener};
+use crate::accept::{accept_loop, Accepted, Ended, Listener};
 use crate::config::SHUTDOWN_WAIT;
 use crate::config::{Config, ConfigError};
 use crate::connection;
@@ -142,7 +142,11 @@ async fn serve<L: Listener>(
     let master_ended = async {
         let _ = (&mut task).await;
     };
-    let (ended, mut tasks) = accept_loop(
+    let Accepted {
+        ended,
+        mut tasks,
+        refusing: _refusing,
+    } = accept_loop(
         listener,
         &config,
         "master",

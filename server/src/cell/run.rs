@@ -30,7 +30,7 @@ use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
 use super::peer::{first_frame, FirstFrame};
 use super::{CellTypes, NodeId, Outcome, Proposal};
-use crate::accept::{accept_loop, Listener};
+use crate::accept::{accept_loop, Accepted, Listener};
 use crate::codec::encode;
 use crate::commit::{Committer, Replicate, ReplicateError, ReplicateFuture};
 use crate::config::Config;
@@ -90,7 +90,11 @@ pub async fn serve_member<L: Listener>(
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stopped = std::future::pending();
-    let (_, mut tasks) = accept_loop(
+    let Accepted {
+        mut tasks,
+        refusing: _refusing,
+        ..
+    } = accept_loop(
         listener,
         &config,
         "member",
