@@ -174,6 +174,12 @@ impl Trace {
     pub fn entries(&self) -> Vec<Entry> {
         self.0.lock().unwrap().clone()
     }
+
+    /// Reads the entries in place: the driver asks of the trace at every
+    /// step, and a copy each time cost most of a run's time.
+    pub fn read<R>(&self, f: impl FnOnce(&[Entry]) -> R) -> R {
+        f(&self.0.lock().unwrap())
+    }
 }
 
 /// The trace as JSON lines, one entry each.

@@ -1396,36 +1396,39 @@ impl Driver {
     /// When, after `since`, `client` last came to believe it holds
     /// something (`holding`), or stopped believing it does.
     fn believed_since(&self, client: &str, since: u64, holding: bool) -> Option<u64> {
-        self.trace
-            .entries()
-            .iter()
-            .rev()
-            .take_while(|e| e.at >= since)
-            .find(|e| {
-                e.who == client
-                    && match e.what {
-                        What::Holding { .. } => holding,
-                        What::Released { .. } => !holding,
-                        _ => false,
-                    }
-            })
-            .map(|e| e.at)
+        self.trace.read(|entries| {
+            entries
+                .iter()
+                .rev()
+                .take_while(|e| e.at >= since)
+                .find(|e| {
+                    e.who == client
+                        && match e.what {
+                            What::Holding { .. } => holding,
+                            What::Released { .. } => !holding,
+                            _ => false,
+                        }
+                })
+                .map(|e| e.at)
+        })
     }
 
     /// A contender that believes it holds something now.
     fn holder(&self) -> Option<String> {
-        let mut holding: BTreeMap<String, u32> = BTreeMap::new();
-        for e in self.trace.entries() {
-            match e.what {
-                What::Holding { .. } => *holding.entry(e.who).or_default() += 1,
-                What::Released { .. } => *holding.entry(e.who).or_default() -= 1,
-                _ => {}
+        self.trace.read(|entries| {
+            let mut holding: BTreeMap<&str, u32> = BTreeMap::new();
+            for e in entries {
+                match e.what {
+                    What::Holding { .. } => *holding.entry(&e.who).or_default() += 1,
+                    What::Released { .. } => *holding.entry(&e.who).or_default() -= 1,
+                    _ => {}
+                }
             }
-        }
-        holding
-            .into_iter()
-            .find(|(_, n)| *n > 0)
-            .map(|(who, _)| who)
+            holding
+                .into_iter()
+                .find(|(_, n)| *n > 0)
+                .map(|(who, _)| who.to_string())
+        })
     }
 
     /// Cuts `client` off for less than its local lease has left. Over TCP
