@@ -29,13 +29,19 @@
 //!   session ended and every holding of a lock begun or ended, for checks
 //!   from outside the master.
 //! - `quota.rs`: what each peer address may take of what the master shares.
-//! - `master/`: the task that owns state, leases and timers, and the only
-//!   reader of master time (`mod.rs`); requests to
-//!   commands to responses (`dispatch.rs`); applying, logging and replying
-//!   once durable (`apply.rs`); who may act for a session (`auth.rs`); its
-//!   side of KeepAlives (`keepalive.rs`), events (`events.rs`), the cache
+//! - `master/`: the master. `engine.rs` owns the state, leases and timers
+//!   and decides: an input (a request, timers due, a grant nobody heard,
+//!   held work let go, fan-out owed) and a time in, effects out (records
+//!   to log, replies, events to observe); its tests, without a runtime,
+//!   are `engine_tests.rs`. `mod.rs` is the task: the only reader of
+//!   master time, it feeds the engine and carries out its effects.
+//!   The engine's parts: requests to commands to responses
+//!   (`dispatch.rs`); applying a command and running its events
+//!   (`apply.rs`); who may act for a session (`auth.rs`); its side of
+//!   KeepAlives (`keepalive.rs`), events (`events.rs`), the cache
 //!   (`cache.rs`), blocking acquires (`acquire.rs`) and Watches
-//!   (`watches.rs`); the way in, `MasterHandle` (`handle.rs`).
+//!   (`watches.rs`). The way in, `MasterHandle` (`handle.rs`); the task
+//!   driven by hand in `tests.rs`.
 //! - `connection.rs`: one client connection; `accept.rs`: accepting them,
 //!   for a single master and a cell's member alike, and giving memory back
 //!   after a burst of them ends (`memory.rs`); `server.rs`: a single
@@ -59,7 +65,8 @@
 //! # Who reads the clock
 //! Master time ([`Millis`]), which every lease, timer and command is
 //! measured in, is read in one place: the master task's loop
-//! (`master/mod.rs`), once a turn, and handed to everything it runs. Other
+//! (`master/mod.rs`), once a turn, and handed to the engine with the
+//! input it handles. Other
 //! readings of tokio's clock decide nothing a client is promised: a
 //! connection's idle and frame timeouts (`connection.rs`), when to give
 //! memory back (`accept.rs`), and in a cell the master lease, kept from

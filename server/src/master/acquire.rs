@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use leasehold_protocol::{Acquire, Error, ErrorCode, Response, Sequencer};
 
-use super::{mismatch, Master, ReplyTx, Timer};
+use super::{mismatch, Engine, ReplyTx, Timer};
 use crate::acquire::Waiting;
 use crate::config::MAX_WATCH_TIMEOUT;
 use crate::state::{Applied, Command};
 use crate::time::Millis;
 
-impl Master {
+impl Engine {
     pub(crate) fn acquire(
         &mut self,
         acquire: Acquire,

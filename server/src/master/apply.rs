@@ -1,29 +1,17 @@
-//! Carrying out commands: apply one to the state machine, log it (and
-//! snapshot when the log has grown), run its events, and reply only once
-//! what the reply depends on is durable.
+//! Carrying out commands: apply one to the state machine, log it, and
+//! run its events; replies go out once what they depend on is durable
+//! (the loop in `mod.rs` sees to that).
 
 use leasehold_protocol::{Error, ErrorCode, Response, Sequencer};
 use tracing::info;
 
-use super::{Master, ReplyTx, Timer, Told};
+use super::{Engine, ReplyTx, Timer, Told};
 use crate::observe::{Grant, MasterEvent};
 use crate::state::{Applied, Command, StateEvent};
-use crate::store::{Record, Snapshot};
+use crate::store::Record;
 use crate::time::Millis;
 
-impl Master {
-    /// Sends a reply once everything applied before it is durable.
-    pub(crate) fn deliver(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
-        match &mut self.commit {
-            Some(commit) => {
-                commit.reply(reply, result, None);
-            }
-            None => {
-                let _ = reply.send(result);
-            }
-        }
-    }
-
+impl Engine {
     /// As `deliver` for a reply that grants `grant`, giving the lock back
     /// if nobody is there to receive it (`LOCK-9`). `made`: this reply's
     /// acquire made the holding; otherwise its session held it already
@@ -51,13 +39,7 @@ impl Master {
             *told = fresh();
         }
         told.replies += 1;
-        let unheard = match &mut self.commit {
-            Some(commit) => commit.reply(reply, result, Some(grant)),
-            None => reply.send(result).err().map(|_| grant),
-        };
-        if let Some(grant) = unheard {
-            self.grant_unheard(grant);
-        }
+        self.deliver_telling(reply, result, grant);
     }
 
     /// A reply granting `grant` found nobody to receive it. The lock goes
@@ -66,7 +48,7 @@ impl Master {
     /// told it already holds it, `LOCK-2`), or the holding was made before
     /// this master's replies (a previous master's reply told of it), or
     /// the holding is gone.
-    fn grant_unheard(&mut self, grant: Sequencer) {
+    pub(crate) fn grant_unheard(&mut self, grant: Sequencer) {
         let holding = (grant.session, grant.key.clone());
         match self.told.get_mut(&holding) {
             Some(told) if told.grant == grant => {
@@ -82,11 +64,12 @@ impl Master {
     }
 
     /// Gives back `grant`, which nobody was there to hear, if it is still
-    /// the session's holding (`LOCK-9`). The give-back may wait (for the
-    /// command that granted to finish, or behind invalidations of the
-    /// key, `CACHE-3`): its record of replies is cleared now, so that a
-    /// reply telling the session of the holding meanwhile (it asked
-    /// again, `LOCK-2`) is seen and cancels it (`give_back_cancelled`).
+    /// the session's holding (`LOCK-9`). The give-back is applied once the
+    /// input at hand is handled, and may wait longer, behind
+    /// invalidations of the key (`CACHE-3`): its record of replies is
+    /// cleared now, so that a reply telling the session of the holding
+    /// meanwhile (it asked again, `LOCK-2`) is seen and cancels it
+    /// (`give_back_cancelled`).
     pub(crate) fn give_back(&mut self, grant: Sequencer) {
         if self.state.sequencer_of(&grant.key, grant.session).as_ref() != Some(&grant) {
             return;
@@ -94,34 +77,11 @@ impl Master {
         self.told.remove(&(grant.session, grant.key.clone()));
         let owed = (grant.session, grant.key.clone(), grant.lock_generation);
         self.giving_back.insert(owed);
-        let release = Command::GiveBack {
+        self.made.push_back(Command::GiveBack {
             key: grant.key,
             session: grant.session,
             generation: grant.lock_generation,
-        };
-        if self.depth > 0 {
-            self.deferred.push_back(release);
-        } else {
-            self.apply_made(release);
-        }
-    }
-
-    /// The log has grown durable: send what waited for it.
-    pub(super) fn on_durable(&mut self) {
-        let Some(commit) = &mut self.commit else {
-            return;
-        };
-        match commit.advance() {
-            Ok(unheard) => {
-                for grant in unheard {
-                    self.grant_unheard(grant);
-                }
-            }
-            Err(reason) => {
-                tracing::error!(%reason, "stopping: changes can no longer be made durable");
-                self.failed = true;
-            }
-        }
+        });
     }
 
     /// Whether `command` gives back a holding that a reply has told its
@@ -154,40 +114,20 @@ impl Master {
         }
         // Fan-out already behind goes on a slice per turn of the master's
         // loop; this command's adds to it and takes no extra slice.
-        let behind = self.depth == 0 && self.events.owes();
+        let behind = self.events.owes();
         // A refused command changes nothing and is not logged.
-        let logged = self.commit.as_ref().map(|_| command.clone());
+        let logged = self.logging().then(|| command.clone());
         let (reply, events) = self.state.apply(command, now);
-        if let (Some(commit), Some(command), true) = (&mut self.commit, logged, reply.is_ok()) {
-            commit.append(Record::Command { now, command });
-            if commit.wants_snapshot() {
-                // Taken before this command's events run further commands,
-                // so it is the state as of exactly the records so far.
-                let snapshot = Snapshot {
-                    epoch: self.config.epoch,
-                    now,
-                    next_seq: commit.next_seq,
-                    state: self.state.clone(),
-                };
-                commit.compact(snapshot);
-            }
+        if let (Some(command), true) = (logged, reply.is_ok()) {
+            self.log(|| Record::Command { now, command });
         }
-        self.depth += 1;
         for event in events {
             self.on_event(event, now);
         }
-        self.depth -= 1;
-        if self.depth == 0 {
-            // Work that applies commands of its own waits until this
-            // command's events are decided, so events stay in order; a
-            // small fan-out is queued at once, a large one a slice at a
-            // time between timers and requests (`EV-9`).
-            if !behind {
-                self.deliver_events();
-            }
-            while let Some(command) = self.deferred.pop_front() {
-                self.apply_made(command);
-            }
+        // A small fan-out is queued at once, a large one a slice at a
+        // time between timers and requests (`EV-9`).
+        if !behind {
+            self.deliver_events();
         }
         reply
     }

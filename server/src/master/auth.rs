@@ -12,7 +12,7 @@
 use leasehold_protocol::auth::same_bytes;
 use leasehold_protocol::{Authority, Error, ErrorCode, Request, SessionId, SessionToken};
 
-use super::Master;
+use super::Engine;
 use crate::state::LockedNodes;
 
 fn denied(message: String) -> Error {
@@ -35,7 +35,7 @@ fn presented(request: &Request) -> Option<&SessionToken> {
     }
 }
 
-impl Master {
+impl Engine {
     /// Refuses a request whose session token does not prove its session
     /// (`AUTH-2`). A token naming a session that is not live passes here:
     /// the request is then answered as for any such session (`ERR-1`,

@@ -4,14 +4,14 @@
 use leasehold_protocol::{CheckStatus, Error, ErrorCode, GetCached, Request, Response, SessionId};
 use tracing::debug;
 
-use super::{Call, Master, Timer};
+use super::{Call, Engine, Timer};
 use crate::cache::{Busy, Touch, Work};
 use crate::config::DROPPED_PER_READ;
 use crate::node::check_key;
 use crate::state::Command;
 use crate::time::Millis;
 
-impl Master {
+impl Engine {
     /// What `request` may change, for the caches (`CACHE-3`): nothing for
     /// a request that changes no node.
     pub(crate) fn request_touches(&self, request: &Request) -> Vec<Touch> {
@@ -234,7 +234,7 @@ impl Master {
         // waits for this session, and no other, to flush (`CACHE-7`). On a
         // full disk nothing is logged for a read: it is not cacheable.
         if cacheable && !self.state.may_cache.contains(&id) {
-            let disk_full = self.commit.as_ref().is_some_and(|c| c.disk_full());
+            let disk_full = self.disk_full;
             cacheable = !disk_full && self.apply(Command::MayCache { session: id }, now).is_ok();
         }
         if cacheable {

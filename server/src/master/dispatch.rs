@@ -7,7 +7,7 @@ use leasehold_protocol::{
     SessionInfo, SessionLocks,
 };
 
-use super::{Call, Master, ReplyTx};
+use super::{Call, Engine, ReplyTx};
 use crate::config::MAX_LIST_PAGE;
 use crate::config::{CONGESTED_RETRY_MS, FAILOVER_RETRY_MS};
 use crate::node::check_key;
@@ -95,7 +95,7 @@ pub(crate) fn mismatch(applied: Applied) -> Error {
     )
 }
 
-impl Master {
+impl Engine {
     /// Answers a request, or refuses it for what every request is checked
     /// for first: authority, a full disk, fan-out behind, an unread
     /// connection, quotas, a fail-over not yet acknowledged.
@@ -124,7 +124,7 @@ impl Master {
             self.deliver(call.reply, Err(refused));
             return None; // AUTH-2
         }
-        if self.commit.as_ref().is_some_and(|c| c.disk_full()) && writes(&call.request) {
+        if self.disk_full && writes(&call.request) {
             let refusal = Error::new(
                 ErrorCode::StorageFull,
                 "the master's disk is full: nothing was written; reads and KeepAlives are \

@@ -6,7 +6,7 @@ use leasehold_protocol::{
     event_mask, Change, Error, ErrorCode, EventKind, Response, SessionId, EVENT_CONTENTS_MAX,
 };
 
-use super::Master;
+use super::Engine;
 use crate::config::FANOUT_SLICE;
 use crate::events::{Happened, Subscription, SUBSCRIPTIONS_PER_SESSION};
 use crate::holding::LetGo;
@@ -14,7 +14,7 @@ use crate::node::NodeChange;
 use crate::node::{check_key, check_prefix};
 use crate::state::StateEvent;
 
-impl Master {
+impl Engine {
     pub(crate) fn subscribe(
         &mut self,
         session: SessionId,

@@ -9,7 +9,7 @@ use leasehold_protocol::{
 };
 use tracing::debug;
 
-use super::{Master, ReplyTx};
+use super::{Engine, ReplyTx};
 use crate::config::ANSWER_MESSAGE;
 use crate::events::encoded_size;
 use crate::keepalive::Held;
@@ -19,7 +19,7 @@ use crate::session::EndCause;
 use crate::state::Command;
 use crate::time::{whole_millis, Millis};
 
-impl Master {
+impl Engine {
     pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
         let id = ka.session.id;
         let hold = ka.hold;

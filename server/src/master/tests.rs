@@ -9,10 +9,33 @@ use leasehold_protocol::{
 };
 use tokio::time::Instant;
 
-use super::{Call, Master};
+use super::{Call, Input, Master};
 use crate::config::Config;
 use crate::observe::{Grant, MasterEvent, MasterObserver};
 use crate::time::Millis;
+
+/// What the loop does, by hand: each at the time the test set.
+impl Master {
+    fn handle(&mut self, call: Call) {
+        self.turn(Input::Call(call), self.engine.now);
+    }
+
+    fn fire_timers(&mut self, backlog: usize) {
+        self.turn(Input::TimersDue { backlog }, self.engine.now);
+    }
+
+    fn run_held(&mut self) {
+        self.turn(Input::HeldWork, self.engine.now);
+    }
+
+    fn deliver_events(&mut self) {
+        self.turn(Input::DeliverEvents, self.engine.now);
+    }
+
+    fn durable(&mut self) {
+        self.on_durable(self.engine.now);
+    }
+}
 
 /// A master on `config`'s store, as `Server::open` starts one.
 fn started(config: &mut Config, store: Option<crate::MemoryStore>) -> Master {
@@ -30,7 +53,7 @@ async fn call(master: &mut Master, request: Request) -> Result<Response, Error> 
     });
     // A change is answered once the store has it.
     loop {
-        master.on_durable();
+        master.durable();
         if let Ok(reply) = rx.try_recv() {
             return *reply.body;
         }
@@ -89,10 +112,10 @@ async fn a_keepalive_after_the_lease_ran_out_is_refused_even_before_its_timer_ru
     let token = created(&mut master, "late", Some(1_000)).await;
     // The lease-end timer has not been handled: only the KeepAlive's own
     // check can catch this.
-    master.now = master.now + Duration::from_millis(1_001);
+    master.engine.now = master.engine.now + Duration::from_millis(1_001);
     let reply = call(&mut master, keepalive(token)).await;
     assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
-    assert!(master.state.session(token.id).is_none());
+    assert!(master.engine.state.session(token.id).is_none());
 }
 
 const LEASE: Duration = Duration::from_millis(1_000);
@@ -115,28 +138,34 @@ async fn restarted_with_a_session() -> (Master, SessionToken) {
 #[tokio::test]
 async fn a_recovered_session_unheard_from_gets_one_more_lease_while_requests_wait() {
     let (mut master, session) = restarted_with_a_session().await;
-    master.now = master.now + LEASE;
+    master.engine.now = master.engine.now + LEASE;
     master.fire_timers(5);
-    assert!(master.state.session(session.id).is_some(), "one more lease");
-    master.now = master.now + LEASE;
+    assert!(
+        master.engine.state.session(session.id).is_some(),
+        "one more lease"
+    );
+    master.engine.now = master.engine.now + LEASE;
     master.fire_timers(5);
-    assert!(master.state.session(session.id).is_none(), "only once");
+    assert!(
+        master.engine.state.session(session.id).is_none(),
+        "only once"
+    );
 }
 
 // FO-2
 #[tokio::test]
 async fn a_recovered_session_unheard_from_ends_with_its_lease_when_no_request_waits() {
     let (mut master, session) = restarted_with_a_session().await;
-    master.now = master.now + LEASE;
+    master.engine.now = master.engine.now + LEASE;
     master.fire_timers(0);
-    assert!(master.state.session(session.id).is_none());
+    assert!(master.engine.state.session(session.id).is_none());
 }
 
 // FO-2
 #[tokio::test]
 async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_while_requests_wait() {
     let (mut master, session) = restarted_with_a_session().await;
-    let epoch = master.config.epoch;
+    let epoch = master.engine.config.epoch;
     let reply = call(
         &mut master,
         Request::KeepAlive(KeepAlive {
@@ -148,9 +177,9 @@ async fn a_recovered_session_that_sent_a_keepalive_ends_with_its_lease_even_whil
     )
     .await;
     assert!(reply.is_ok(), "{reply:?}");
-    master.now = master.now + LEASE;
+    master.engine.now = master.engine.now + LEASE;
     master.fire_timers(5);
-    assert!(master.state.session(session.id).is_none());
+    assert!(master.engine.state.session(session.id).is_none());
 }
 
 /// A master in memory with `n` sessions, each subscribed to every
@@ -194,12 +223,13 @@ fn put(key: &str) -> Request {
 fn told(master: &Master, sessions: &[SessionToken]) -> usize {
     sessions
         .iter()
-        .filter(|s| master.events.has_pending(s.id))
+        .filter(|s| master.engine.events.has_pending(s.id))
         .count()
 }
 
 fn heard(master: &Master, session: SessionToken) -> Vec<String> {
     master
+        .engine
         .events
         .pending(session.id, usize::MAX, true)
         .into_iter()
@@ -217,10 +247,10 @@ async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
     let (mut master, sessions) = watched_by(n, Config::default()).await;
     assert!(call(&mut master, put("k")).await.is_ok());
     assert_eq!(told(&master, &sessions), crate::config::FANOUT_SLICE);
-    assert!(master.events.owes());
+    assert!(master.engine.events.owes());
     master.deliver_events();
     assert_eq!(told(&master, &sessions), n);
-    assert!(!master.events.owes());
+    assert!(!master.engine.events.owes());
 }
 
 // EV-5, EV-9: a write costs what matches it, not what exists.
@@ -233,8 +263,11 @@ async fn a_write_looks_only_at_the_subscriptions_that_match_it() {
         sessions.push(token);
     }
     assert!(call(&mut master, put("elsewhere")).await.is_ok());
-    assert!(!master.events.owes(), "nothing matched, nothing to walk");
-    assert_eq!(master.events.owed(), 0);
+    assert!(
+        !master.engine.events.owes(),
+        "nothing matched, nothing to walk"
+    );
+    assert_eq!(master.engine.events.owed(), 0);
     assert!(call(&mut master, put("k7")).await.is_ok());
     assert_eq!(told(&master, &sessions), 1);
 }
@@ -245,7 +278,10 @@ async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() 
     let (mut master, _) = watched_by(crate::config::FANOUT_SLICE + 100, Config::default()).await;
     let parent = subscribed_to(&mut master, "k", false).await;
     assert!(call(&mut master, put("k/c")).await.is_ok());
-    assert!(master.events.owes(), "k/c's fan-out is still under way");
+    assert!(
+        master.engine.events.owes(),
+        "k/c's fan-out is still under way"
+    );
     let widen = Request::Subscribe {
         session: parent,
         key: "k".into(),
@@ -253,12 +289,12 @@ async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() 
         mask: leasehold_protocol::event_mask::CHILD_ADDED,
     };
     assert!(call(&mut master, widen).await.is_ok());
-    while master.events.owes() {
+    while master.engine.events.owes() {
         master.deliver_events();
     }
     assert_eq!(heard(&master, parent), Vec::<String>::new());
     assert!(call(&mut master, put("k/d")).await.is_ok());
-    while master.events.owes() {
+    while master.engine.events.owes() {
         master.deliver_events();
     }
     assert_eq!(heard(&master, parent), ["k"], "k/d's ChildAdded");
@@ -272,7 +308,7 @@ async fn events_of_a_later_change_come_after_those_still_owed() {
     let last = sessions[n - 1];
     assert!(call(&mut master, put("a")).await.is_ok());
     assert!(call(&mut master, put("b")).await.is_ok());
-    while master.events.owes() {
+    while master.engine.events.owes() {
         master.deliver_events();
     }
     assert_eq!(heard(&master, last), ["a", "b"]);
@@ -285,9 +321,9 @@ async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
     let n = crate::config::FANOUT_SLICE + 100;
     let (mut master, _) = watched_by(n, Config::default()).await;
     assert!(call(&mut master, put("a")).await.is_ok());
-    assert!(master.events.owes());
+    assert!(master.engine.events.owes());
     let late = subscribed(&mut master).await;
-    while master.events.owes() {
+    while master.engine.events.owes() {
         master.deliver_events();
     }
     assert_eq!(heard(&master, late), Vec::<String>::new());
@@ -317,12 +353,12 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
     // Reads and KeepAlives are still served.
     let keepalive = Request::KeepAlive(KeepAlive {
         session: sessions[0],
-        epoch: master.config.epoch,
+        epoch: master.engine.config.epoch,
         acked_seq: 0,
         hold: false,
     });
     assert!(call(&mut master, keepalive).await.is_ok());
-    while master.events.owes() {
+    while master.engine.events.owes() {
         master.deliver_events();
     }
     assert!(call(&mut master, put("after")).await.is_ok());
@@ -345,19 +381,19 @@ fn observed(config: Config) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<Mast
 #[tokio::test]
 async fn the_observer_is_told_each_grant_at_its_expiry_and_the_end_of_the_session() {
     let (mut master, seen) = observed(Config::default());
-    let start = master.now;
+    let start = master.engine.now;
     let token = created(&mut master, "watched", Some(5_000)).await;
-    master.now = start + Duration::from_millis(1_000);
+    master.engine.now = start + Duration::from_millis(1_000);
     let kept = call(&mut master, keepalive(token)).await;
     assert!(kept.is_ok(), "{kept:?}");
-    master.now = start + Duration::from_millis(6_000);
+    master.engine.now = start + Duration::from_millis(6_000);
     master.fire_timers(0);
     let id = token.id;
     assert_eq!(
         *seen.lock().unwrap(),
         [
             MasterEvent::Serving {
-                epoch: master.config.epoch,
+                epoch: master.engine.config.epoch,
                 now: start
             },
             MasterEvent::Granted {
@@ -397,12 +433,12 @@ async fn a_master_that_recovers_sessions_tells_the_observer_of_their_fresh_lease
         ..Config::default()
     };
     let second = started(&mut config, Some(store));
-    let now = second.now;
+    let now = second.engine.now;
     assert_eq!(
         *seen.lock().unwrap(),
         [
             MasterEvent::Serving {
-                epoch: second.config.epoch,
+                epoch: second.engine.config.epoch,
                 now
             },
             MasterEvent::Granted {
@@ -481,7 +517,7 @@ async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of()
     // The first acquire's connection closes before its grant is durable.
     drop(first);
     let told = loop {
-        master.on_durable();
+        master.durable();
         if let Ok(reply) = second.try_recv() {
             break *reply.body;
         }
@@ -491,7 +527,11 @@ async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of()
     };
     assert!(matches!(told, Ok(Response::Acquired { .. })), "{told:?}");
     assert!(
-        master.state.sequencer_of("locks/a", waiter.id).is_some(),
+        master
+            .engine
+            .state
+            .sequencer_of("locks/a", waiter.id)
+            .is_some(),
         "the lock the waiter was told of was given back"
     );
 }
@@ -510,14 +550,19 @@ async fn an_unheard_answer_to_a_holder_asking_again_never_gives_back_an_earlier_
     drop(first);
     let mut master = started(&mut config, Some(store));
     // Its fail-over event acknowledged, its requests are served (`FO-5`).
-    master.failover_pending.clear();
+    master.engine.failover_pending.clear();
     let again = handed(&mut master, acquire(holder, None));
     drop(again);
     // The answer waits for the log; once the log has it, it finds nobody.
     let holding = (holder.id, "locks/a".to_string());
     loop {
-        master.on_durable();
-        if master.told.get(&holding).is_none_or(|t| t.replies == 0) {
+        master.durable();
+        if master
+            .engine
+            .told
+            .get(&holding)
+            .is_none_or(|t| t.replies == 0)
+        {
             break;
         }
         super::durable(&mut master.commit)
@@ -525,7 +570,11 @@ async fn an_unheard_answer_to_a_holder_asking_again_never_gives_back_an_earlier_
             .expect("the writer goes on");
     }
     assert!(
-        master.state.sequencer_of("locks/a", holder.id).is_some(),
+        master
+            .engine
+            .state
+            .sequencer_of("locks/a", holder.id)
+            .is_some(),
         "the holding the previous master told of was given back"
     );
 }
@@ -545,7 +594,7 @@ async fn answer_on(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
 ) -> Result<Response, Error> {
     loop {
-        master.on_durable();
+        master.durable();
         if let Ok(reply) = rx.try_recv() {
             return *reply.body;
         }
@@ -580,7 +629,11 @@ async fn a_waiter_asking_again_on_another_connection_keeps_its_place() {
         matches!(granted, Ok(Response::Acquired { .. })),
         "{granted:?}"
     );
-    assert!(master.state.sequencer_of("locks/a", first.id).is_some());
+    assert!(master
+        .engine
+        .state
+        .sequencer_of("locks/a", first.id)
+        .is_some());
 }
 
 fn acquire_in(session: SessionToken, mode: leasehold_protocol::LockMode, wait_ms: u64) -> Request {
@@ -609,7 +662,7 @@ async fn a_waiter_leaving_the_line_lets_the_waiters_behind_it_have_the_lock() {
     assert!(matches!(held, Ok(Response::Acquired { .. })), "{held:?}");
     let mut gives_up = handed(&mut master, acquire_in(writer, Exclusive, 1_000));
     let mut behind = handed(&mut master, acquire_in(reader, Shared, 60_000));
-    master.now = master.now + Duration::from_millis(2_000);
+    master.engine.now = master.engine.now + Duration::from_millis(2_000);
     master.fire_timers(0);
     let refused = answer_on(&mut master, &mut gives_up).await;
     assert!(
@@ -618,7 +671,11 @@ async fn a_waiter_leaving_the_line_lets_the_waiters_behind_it_have_the_lock() {
     );
     // Checked before waiting for the answer, which would never come.
     assert!(
-        master.state.sequencer_of("locks/a", reader.id).is_some(),
+        master
+            .engine
+            .state
+            .sequencer_of("locks/a", reader.id)
+            .is_some(),
         "the shared waiter still waits behind a wait that is gone"
     );
     let granted = answer_on(&mut master, &mut behind).await;
@@ -626,7 +683,11 @@ async fn a_waiter_leaving_the_line_lets_the_waiters_behind_it_have_the_lock() {
         matches!(granted, Ok(Response::Acquired { .. })),
         "{granted:?}"
     );
-    assert!(master.state.sequencer_of("locks/a", holder.id).is_some());
+    assert!(master
+        .engine
+        .state
+        .sequencer_of("locks/a", holder.id)
+        .is_some());
 }
 
 /// A master restarted on a store where `holder` holds "locks/a" and
@@ -652,7 +713,7 @@ async fn restarted_with_a_line() -> (Master, [SessionToken; 3]) {
     .unwrap();
     drop(before);
     let mut master = started(&mut config, Some(store));
-    master.failover_pending.clear();
+    master.engine.failover_pending.clear();
     (master, [holder, first, second])
 }
 
@@ -662,6 +723,7 @@ async fn restarted_with_a_line() -> (Master, [SessionToken; 3]) {
 async fn a_recovered_waiter_asking_again_keeps_its_place() {
     let (mut master, [holder, first, second]) = restarted_with_a_line().await;
     let line = master
+        .engine
         .state
         .locks()
         .get("locks/a")
@@ -678,7 +740,11 @@ async fn a_recovered_waiter_asking_again_keeps_its_place() {
         "{granted:?}"
     );
     assert!(behind.try_recv().is_err(), "the second waits on");
-    assert!(master.state.sequencer_of("locks/a", second.id).is_none());
+    assert!(master
+        .engine
+        .state
+        .sequencer_of("locks/a", second.id)
+        .is_none());
 }
 
 // FO-4, LOCK-9: a recovered waiter whose turn comes before its session
@@ -694,7 +760,11 @@ async fn a_recovered_waiter_whose_turn_comes_unasked_passes_the_lock_on() {
         matches!(granted, Ok(Response::Acquired { .. })),
         "{granted:?}"
     );
-    assert!(master.state.sequencer_of("locks/a", first.id).is_none());
+    assert!(master
+        .engine
+        .state
+        .sequencer_of("locks/a", first.id)
+        .is_none());
 }
 
 /// A master restarted with `holder` holding "locks/a", `first` waiting for
@@ -726,8 +796,8 @@ async fn a_grant_nobody_heard_behind_its_sessions_ask() -> (
     ));
     drop(before);
     let mut master = started(&mut config, Some(store));
-    master.failover_pending.remove(&holder.id);
-    master.failover_pending.remove(&first.id);
+    master.engine.failover_pending.remove(&holder.id);
+    master.engine.failover_pending.remove(&first.id);
 
     let mut release = send(&mut master, release_a(holder));
     let mut asked = send(&mut master, acquire(first, Some(60_000)));
@@ -758,9 +828,13 @@ async fn a_give_back_is_dropped_when_its_session_is_told_of_the_holding_first() 
         matches!(granted, Ok(Response::Acquired { .. })),
         "{granted:?}"
     );
-    master.on_durable();
+    master.durable();
     assert!(
-        master.state.sequencer_of("locks/a", first.id).is_some(),
+        master
+            .engine
+            .state
+            .sequencer_of("locks/a", first.id)
+            .is_some(),
         "the holding its session was told of was given back"
     );
 }
@@ -775,7 +849,7 @@ async fn a_dropped_give_back_is_owed_again_when_the_answer_that_dropped_it_is_un
     acknowledged(&mut master, cacher);
     // Until the log has made durable everything the answer waited for.
     for _ in 0..10 {
-        master.on_durable();
+        master.durable();
         let durable = super::durable(&mut master.commit);
         if tokio::time::timeout(Duration::from_millis(200), durable)
             .await
@@ -784,9 +858,13 @@ async fn a_dropped_give_back_is_owed_again_when_the_answer_that_dropped_it_is_un
             break;
         }
     }
-    master.on_durable();
+    master.durable();
     assert!(
-        master.state.sequencer_of("locks/a", first.id).is_none(),
+        master
+            .engine
+            .state
+            .sequencer_of("locks/a", first.id)
+            .is_none(),
         "a holding nobody heard of stayed"
     );
 }
@@ -819,14 +897,14 @@ async fn a_keepalive_all_renews_every_session_it_names_at_once() {
     let mut master = started(&mut Config::default(), None);
     let a = created(&mut master, "a", Some(10_000)).await;
     let b = created(&mut master, "b", Some(20_000)).await;
-    master.now = master.now + Duration::from_secs(3);
+    master.engine.now = master.engine.now + Duration::from_secs(3);
     let answers = answers(call(&mut master, keepalive_all(&[a, b], 1, true)).await);
     let remaining: Vec<u64> = answers
         .iter()
         .map(|answer| answer.as_ref().expect("renewed").lease.remaining_ms)
         .collect();
     assert_eq!(remaining, [9_999, 19_999]);
-    assert!(master.leases.held(a.id).is_none() && master.leases.held(b.id).is_none());
+    assert!(master.engine.leases.held(a.id).is_none() && master.engine.leases.held(b.id).is_none());
 }
 
 // KA-10, AUTH-2, KA-6, KA-7: a refusal answers its own session alone.
@@ -982,7 +1060,7 @@ fn send(
         reply,
         peer: None,
     });
-    if master.cache.moved {
+    if master.engine.cache.moved {
         master.run_held();
     }
     rx
@@ -1001,7 +1079,7 @@ async fn durably_answered(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
 ) -> Result<Response, Error> {
     loop {
-        master.on_durable();
+        master.durable();
         if let Some(reply) = answered(rx) {
             return reply;
         }
@@ -1064,7 +1142,7 @@ fn renewed(
         master,
         Request::KeepAlive(KeepAlive {
             session,
-            epoch: master.config.epoch,
+            epoch: master.engine.config.epoch,
             acked_seq: acked,
             hold: false,
         }),
@@ -1139,18 +1217,18 @@ async fn a_silent_cachers_lease_bounds_how_long_a_write_waits() {
     let mut master = started(&mut lenient(), None);
     let cacher = created(&mut master, "silent", Some(1_000)).await;
     assert!(cacheable(&mut master, "k", cacher));
-    let told_at = master.now;
+    let told_at = master.engine.now;
     let mut write = send(&mut master, put_value("k", "new"));
     assert!(answered(&mut write).is_none());
-    let until = master.leases.expires_at(cacher.id).unwrap();
+    let until = master.engine.leases.expires_at(cacher.id).unwrap();
     assert_eq!(until, told_at + Duration::from_millis(1_000));
-    master.now = Millis::from_millis(until.as_millis() - 1);
+    master.engine.now = Millis::from_millis(until.as_millis() - 1);
     master.fire_timers(0);
     master.run_held();
     assert!(answered(&mut write).is_none(), "still within its lease");
-    master.now = until;
+    master.engine.now = until;
     master.fire_timers(0);
-    if master.cache.moved {
+    if master.engine.cache.moved {
         master.run_held();
     }
     assert!(matches!(
@@ -1166,20 +1244,26 @@ async fn a_reply_that_leaves_an_invalidation_untold_does_not_extend_the_lease() 
     let cacher = created(&mut master, "cacher", Some(1_000)).await;
     assert!(cacheable(&mut master, "k", cacher));
     let _write = send(&mut master, put_value("k", "new"));
-    let before = master.leases.expires_at(cacher.id).unwrap();
-    master.now = master.now + Duration::from_millis(500);
-    let now = master.now;
-    let bare = master.grant(cacher.id, now, now, &mut 0, false).unwrap();
+    let before = master.engine.leases.expires_at(cacher.id).unwrap();
+    master.engine.now = master.engine.now + Duration::from_millis(500);
+    let now = master.engine.now;
+    let bare = master
+        .engine
+        .grant(cacher.id, now, now, &mut 0, false)
+        .unwrap();
     assert!(bare.events.is_empty());
     assert_eq!(
-        master.leases.expires_at(cacher.id),
+        master.engine.leases.expires_at(cacher.id),
         Some(before),
         "not extended"
     );
-    let full = master.grant(cacher.id, now, now, &mut 4096, false).unwrap();
+    let full = master
+        .engine
+        .grant(cacher.id, now, now, &mut 4096, false)
+        .unwrap();
     assert!(invalidation(&full.events).is_some());
     assert_eq!(
-        master.leases.expires_at(cacher.id),
+        master.engine.leases.expires_at(cacher.id),
         Some(now + Duration::from_millis(1_000))
     );
 }
@@ -1200,10 +1284,13 @@ async fn a_session_whose_lease_ran_out_counts_as_ended_while_its_end_waits_for_c
     assert!(answered(&mut send(&mut master, ephemeral)).is_some());
     assert!(cacheable(&mut master, "e", cacher));
 
-    master.now = master.now + Duration::from_millis(1_000);
+    master.engine.now = master.engine.now + Duration::from_millis(1_000);
     master.fire_timers(0);
     master.run_held();
-    assert!(master.state.session(owner.id).is_some(), "its end is held");
+    assert!(
+        master.engine.state.session(owner.id).is_some(),
+        "its end is held"
+    );
     let mut refused = send(&mut master, keepalive(owner));
     let refused = answered(&mut refused).unwrap().unwrap_err();
     assert_eq!(refused.code, ErrorCode::SessionExpired);
@@ -1211,7 +1298,7 @@ async fn a_session_whose_lease_ran_out_counts_as_ended_while_its_end_waits_for_c
 
     let (seq, _) = invalidation(&renewed(&mut master, cacher, 0)).expect("told");
     renewed(&mut master, cacher, seq);
-    assert!(master.state.session(owner.id).is_none());
+    assert!(master.engine.state.session(owner.id).is_none());
     assert_eq!(contents(&mut master, "e"), None);
 }
 
@@ -1271,7 +1358,7 @@ async fn after_a_restart_a_silent_recovered_cacher_holds_writes_no_longer_than_i
     let (mut master, _recovered) = restarted_with_a_cacher().await;
     let mut write = send(&mut master, put_value("anything", "x"));
     assert!(answered(&mut write).is_none());
-    master.now = master.now + LEASE;
+    master.engine.now = master.engine.now + LEASE;
     master.fire_timers(0);
     master.run_held();
     assert!(matches!(

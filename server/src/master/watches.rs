@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use leasehold_protocol::{Error, ErrorCode, Response};
 
-use super::{Master, ReplyTx, Timer};
+use super::{Engine, ReplyTx, Timer};
 use crate::config::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT};
 use crate::node::check_key;
 use crate::watch::Waiting;
 
-impl Master {
+impl Engine {
     pub(crate) fn watch(&mut self, key: String, after_index: u64, timeout_ms: u64, reply: ReplyTx) {
         if let Err(e) = check_key(&key) {
             self.deliver(reply, Err(Error::new(ErrorCode::InvalidArgument, e)));

@@ -1,0 +1,326 @@
+//! The engine: everything the master decides, with no clock, no disk and
+//! no runtime. It owns the durable state and the master's soft state
+//! (leases, held KeepAlives, timers, waits, event queues, cache
+//! bookkeeping), takes one [`Input`] at a time with the master time it
+//! happens at, and says what must happen as [`Effect`]s: records to log,
+//! replies to send, events to observe. The loop in `mod.rs` reads the
+//! clock, feeds it and carries the effects out, in order; a reply waits
+//! for every record logged before it to be durable.
+//!
+//! Work the engine makes for itself while it handles an input (giving
+//! back a grant nobody was there to hear) waits in a queue of its own
+//! until that input is handled, so nothing is applied inside another
+//! command's events.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use leasehold_protocol::{Error, Response, Sequencer, SessionId};
+
+use super::{Call, ReplyTx};
+use crate::acquire::Acquires;
+use crate::config::Config;
+use crate::events::Events;
+use crate::ids::Ids;
+use crate::keepalive::Held;
+use crate::lease::Leases;
+use crate::observe::{Grant, MasterEvent};
+use crate::policy;
+use crate::state::{Command, State};
+use crate::store::Record;
+use crate::time::Millis;
+use crate::timers::{Timer, Timers};
+use crate::watch::Watches;
+
+/// What happens to the master, one at a time.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A request from a connection.
+    Call(Call),
+    /// Timers are due; `backlog` is how many requests wait for the master
+    /// (`FO-2`).
+    TimersDue { backlog: usize },
+    /// A reply granting this holding found nobody to receive it: it was
+    /// sent to a closed connection, now or once the log was durable
+    /// (`LOCK-9`).
+    Unheard(Sequencer),
+    /// Acknowledgements, deadlines or ended sessions may have let work
+    /// held for caches go (`CACHE-3`).
+    HeldWork,
+    /// Fan-out is owed: the next slice of it (`EV-9`).
+    DeliverEvents,
+}
+
+/// What the engine decided must happen, in the order it must happen.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Append to the log (only when the master has one).
+    Log(Record),
+    /// Send `result` once every record logged before it is durable. If
+    /// nobody receives a reply carrying `grant`, the engine is told
+    /// (`Input::Unheard`).
+    Reply {
+        reply: ReplyTx,
+        result: Result<Response, Error>,
+        grant: Option<Sequencer>,
+    },
+    /// Tell the observer (`Config::observer`).
+    Observe(MasterEvent),
+}
+
+/// The engine's state and what it has decided so far.
+pub(crate) struct Engine {
+    pub(crate) config: Config,
+    pub(crate) state: State,
+    pub(crate) leases: Leases<Held>,
+    pub(crate) timers: Timers<Timer>,
+    pub(crate) watches: Watches,
+    pub(crate) acquires: Acquires,
+    pub(crate) events: Events,
+    /// Which sessions may cache which keys, and work held for them
+    /// (`CACHE-1`..).
+    pub(crate) cache: crate::cache::Cache,
+    pub(crate) ids: Ids,
+    /// Master time of the input being handled: everything it does happens
+    /// at this time.
+    pub(crate) now: Millis,
+    /// Whether commands are logged (the master has a store or a cell's
+    /// log); in memory nothing is.
+    logging: bool,
+    /// The disk is full: writes are refused (`STORE-5`). The loop sets it
+    /// before each input.
+    pub(crate) disk_full: bool,
+    /// What each peer address has taken of shared resources ("Quotas").
+    pub(crate) quotas: crate::quota::Quotas,
+    /// Recovered sessions that have not yet acknowledged the fail-over
+    /// event; only KeepAlives are served for them (`FO-5`).
+    pub(crate) failover_pending: BTreeSet<SessionId>,
+    /// Recovered sessions no KeepAlive has named yet (`FO-2`).
+    pub(crate) unheard: BTreeSet<SessionId>,
+    /// What this master's replies told of each holding (`LOCK-9`).
+    pub(crate) told: BTreeMap<(SessionId, String), Told>,
+    /// Give-backs decided and not yet applied, by session, key and lock
+    /// generation (`LOCK-9`).
+    pub(crate) giving_back: BTreeSet<(SessionId, String, u64)>,
+    /// Commands the engine made while handling an input, applied once
+    /// that input is handled.
+    pub(crate) made: VecDeque<Command>,
+    /// What must happen, for the loop to carry out.
+    out: VecDeque<Effect>,
+}
+
+/// What this master's replies told a session of one of its holdings: one
+/// of them undelivered gives the lock back only if no other told the
+/// session of it, and the holding was made by this master's acquire, not
+/// an earlier one (`LOCK-9`).
+#[derive(Debug)]
+pub(crate) struct Told {
+    pub(crate) grant: Sequencer,
+    /// Replies that told of it, sent or waiting for the log.
+    pub(crate) replies: u32,
+    /// Whether an acquire this master answered made the holding.
+    pub(crate) made_here: bool,
+}
+
+impl Engine {
+    /// An engine on `state` at master time `now`; a `recovered` state is
+    /// taken over as `policy::promote` says. `logging`: commands are
+    /// logged.
+    pub(crate) fn new(
+        config: Config,
+        state: State,
+        recovered: bool,
+        now: Millis,
+        logging: bool,
+    ) -> Self {
+        let mut engine = Engine {
+            state,
+            ids: Ids::new(config.ids),
+            leases: Leases::default(),
+            timers: Timers::default(),
+            watches: Watches::default(),
+            acquires: Acquires::default(),
+            events: Events::default(),
+            cache: crate::cache::Cache::default(),
+            now,
+            logging,
+            disk_full: false,
+            quotas: Default::default(),
+            failover_pending: Default::default(),
+            unheard: Default::default(),
+            told: Default::default(),
+            giving_back: Default::default(),
+            made: Default::default(),
+            out: Default::default(),
+            config,
+        };
+        engine.events.budget = crate::events::EventBudget {
+            per_peer: engine.config.event_bytes_per_peer,
+            all: engine.config.all_event_bytes,
+        };
+        engine.cache.per_session = engine.config.cached_keys_per_session;
+        engine.cache.max_bytes = engine.config.all_cache_bytes;
+        engine.cache.unheld = engine.config.unsafe_unheld_cache_writes;
+        let epoch = engine.config.epoch;
+        engine.observe(|| MasterEvent::Serving { epoch, now });
+        if recovered {
+            engine.promote();
+        }
+        // Once, on a new state or one carried forward from format 4 (cell
+        // format 2): logged, so every member keeps acquires from the same
+        // entry on (`STORE-6`).
+        if !engine.state.acquires_kept() {
+            let _ = engine.apply(Command::KeepAcquires, now);
+        }
+        engine
+    }
+
+    /// Handles `input`, which happens at `now`, and whatever work it made
+    /// for the engine itself. What must happen is then in `effects`.
+    pub(crate) fn step(&mut self, input: Input, now: Millis) {
+        self.now = now;
+        match input {
+            Input::Call(call) => self.handle(call),
+            Input::TimersDue { backlog } => self.fire_timers(backlog),
+            Input::Unheard(grant) => self.grant_unheard(grant),
+            Input::HeldWork => self.run_held(),
+            Input::DeliverEvents => self.deliver_events(),
+        }
+        while let Some(command) = self.made.pop_front() {
+            self.apply_made(command);
+        }
+    }
+
+    /// What the engine has decided since this was last asked, in order.
+    pub(crate) fn effects(&mut self) -> VecDeque<Effect> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// When the engine next has something to do by itself: the earliest
+    /// lease or timer.
+    pub(crate) fn next_due(&self) -> Option<Millis> {
+        match (self.leases.next_due(), self.timers.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether held work may have been let go (`Input::HeldWork`).
+    pub(crate) fn held_work_moved(&self) -> bool {
+        self.cache.moved
+    }
+
+    /// Whether fan-out is owed (`Input::DeliverEvents`).
+    pub(crate) fn owes_events(&self) -> bool {
+        self.events.owes()
+    }
+
+    /// Logs `record`, if this master logs.
+    pub(crate) fn log(&mut self, record: impl FnOnce() -> Record) {
+        if self.logging {
+            self.out.push_back(Effect::Log(record()));
+        }
+    }
+
+    /// Whether this master logs what it applies.
+    pub(crate) fn logging(&self) -> bool {
+        self.logging
+    }
+
+    /// Sends `result` through `reply` once everything logged before it is
+    /// durable.
+    pub(crate) fn deliver(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+        self.out.push_back(Effect::Reply {
+            reply,
+            result,
+            grant: None,
+        });
+    }
+
+    /// As `deliver`, for a reply that tells its session of `grant`.
+    pub(crate) fn deliver_telling(
+        &mut self,
+        reply: ReplyTx,
+        result: Result<Response, Error>,
+        grant: Sequencer,
+    ) {
+        self.out.push_back(Effect::Reply {
+            reply,
+            result,
+            grant: Some(grant),
+        });
+    }
+
+    /// Tells the observer, if there is one, of `event`.
+    pub(crate) fn observe(&mut self, event: impl FnOnce() -> MasterEvent) {
+        if self.config.observer.is_some() {
+            self.out.push_back(Effect::Observe(event()));
+        }
+    }
+
+    /// Takes over a recovered state, as `policy::promote` says
+    /// (`FO-2`..`FO-5`).
+    fn promote(&mut self) {
+        let now = self.now;
+        let promotion = policy::promote(&self.state, now);
+        self.leases = promotion.leases;
+        for id in promotion.sessions {
+            if let Some(expires) = self.leases.expires_at(id) {
+                self.observe(|| MasterEvent::Granted {
+                    session: id,
+                    now,
+                    expires,
+                    why: Grant::Failover,
+                });
+            }
+            let seq = self.events.push_failover(id, self.config.epoch);
+            // Its client may serve a cache filled under the previous
+            // master until it hears of this one or the lease it may have
+            // had runs out (`CACHE-7`).
+            // Only a session that ever cached: the others never served a
+            // read without the master.
+            if let Some(expires) = self.leases.expires_at(id) {
+                if self.state.may_cache.contains(&id) {
+                    self.cache.recovered(id, seq, expires);
+                }
+            }
+            self.failover_pending.insert(id);
+            self.unheard.insert(id);
+        }
+        for (key, until) in promotion.lock_delays {
+            self.timers.insert(until, Timer::LockDelayEnd(key));
+        }
+        for key in promotion.lines {
+            self.timers.insert(now, Timer::LineLeft(key));
+        }
+        // Recovered waiters keep their places (`FO-4`): each waits for its
+        // session to ask again (`LOCK-3`), or for its turn, when the grant,
+        // with nobody to hear it, is given back (`LOCK-9`).
+    }
+
+    /// Handles every timer due by now: sessions' first, so a lease that
+    /// has run out ends before anything that timer's turn does; `backlog`
+    /// is how many requests wait for the master (`FO-2`).
+    pub(crate) fn fire_timers(&mut self, backlog: usize) {
+        let now = self.now;
+        while let Some(id) = self.leases.pop_due(now) {
+            self.session_timer_fired(id, backlog);
+        }
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
+                Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
+                Timer::LockDelayEnd(key) => self.apply_made(Command::GrantWaiters { key }),
+                // Checked again: what ran since may have moved the line.
+                Timer::LineLeft(key) => {
+                    if self.state.line_can_move(&key, now) {
+                        self.apply_made(Command::GrantWaiters { key });
+                    }
+                }
+                Timer::CacheDeadline => {
+                    self.cache.armed = None;
+                    self.cache.moved_everything();
+                }
+            }
+        }
+    }
+}
