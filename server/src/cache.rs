@@ -543,6 +543,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::command;
 
     pub(crate) fn id(n: u8) -> SessionId {
         SessionId::from_u128(u128::from(n))
@@ -574,7 +575,9 @@ mod tests {
         cache.grant(id(1), "k");
         assert!(cache.must_hold(&[Touch::Key("k".into())], at(0)));
         cache.hold(
-            Work::Command(Command::GrantWaiters { key: "k".into() }),
+            Work::Command(Command::GrantWaiters(command::GrantWaiters {
+                key: "k".into(),
+            })),
             vec![Touch::Key("k".into())],
         );
         assert!(!cache.may_grant(id(2), "k"));
@@ -596,7 +599,9 @@ mod tests {
         let mut cache = Cache::default();
         cache.grant(id(1), "k");
         cache.hold(
-            Work::Command(Command::GrantWaiters { key: "k".into() }),
+            Work::Command(Command::GrantWaiters(command::GrantWaiters {
+                key: "k".into(),
+            })),
             vec![Touch::Key("k".into())],
         );
         assert_eq!(
@@ -668,13 +673,17 @@ mod tests {
     pub(crate) fn work_on_a_key_waits_behind_earlier_work_on_it() {
         let mut cache = Cache::default();
         cache.hold(
-            Work::Command(Command::GrantWaiters { key: "a".into() }),
+            Work::Command(Command::GrantWaiters(command::GrantWaiters {
+                key: "a".into(),
+            })),
             vec![Touch::Below("a".into())],
         );
         assert!(cache.must_hold(&[Touch::Key("a/b".into())], at(0)));
         assert!(!cache.must_hold(&[Touch::Key("a".into())], at(0)));
         cache.hold(
-            Work::Command(Command::GrantWaiters { key: "a/b".into() }),
+            Work::Command(Command::GrantWaiters(command::GrantWaiters {
+                key: "a/b".into(),
+            })),
             vec![Touch::Key("a/b".into())],
         );
         let mut ahead = Busy::default();

@@ -711,6 +711,7 @@ impl Committer {
 
 #[cfg(test)]
 mod tests {
+    use crate::state::command;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -859,10 +860,10 @@ mod tests {
         let mut commit = Committer::replicated(Box::new(Stuck { fails: true }), 0);
         commit.append(Record::Command {
             now: crate::time::Millis::ZERO,
-            command: crate::state::Command::CancelWait {
+            command: crate::state::Command::CancelWait(command::CancelWait {
                 key: "k".into(),
                 ticket: 1,
-            },
+            }),
         });
         let (reply, mut replies) = crate::reply::channel(1);
         assert!(commit.reply(reply, Ok(Response::Destroyed), None).is_none());

@@ -8,9 +8,11 @@
 //!
 //! # Layout
 //! - `config.rs`: every default and limit.
-//! - `state/`: the durable state machine: commands, replies and events and
-//!   `State::apply` (`mod.rs`), what it does to locks (`locks.rs`) and to
-//!   health checks (`checks.rs`); `session.rs`: a session record.
+//! - `state/`: the durable state machine: `State::apply` and its events
+//!   (`mod.rs`); each kind of command, the reply its kind has ([`Kind`])
+//!   and `Command`, the kinds as the log holds them (`command.rs`); what
+//!   it does to locks (`locks.rs`) and to health checks (`checks.rs`);
+//!   `session.rs`: a session record.
 //! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters,
 //!   how a node changed.
 //! - `time.rs`: master time, [`Millis`]; `lease.rs`: leases, the master's
@@ -125,6 +127,10 @@ pub use node::{check_key, Node, MAX_CONTENTS, MAX_KEY_DEPTH, MAX_KEY_LEN};
 pub use observe::{Grant, MasterEvent, MasterObserver};
 pub use server::{run, Server, ServerError};
 pub use session::{EndCause, Session};
-pub use state::{Applied, Bounds, Command, LockedNodes, NewSession, State, StateEvent};
+pub use state::command;
+pub use state::{
+    Acquisition, Applied, Bounds, CheckChanged, Command, Deleted, Kind, LockedNodes, NewSession,
+    State, StateEvent, WaitCancelled,
+};
 pub use store::{Record, Recovered, Snapshot, Store, StoreSizes, SyncCount};
 pub use time::Millis;

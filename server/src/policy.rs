@@ -115,6 +115,7 @@ pub(crate) fn promote<H>(state: &State, now: Millis) -> Promotion<H> {
 
 #[cfg(test)]
 mod tests {
+    use crate::state::command;
     use leasehold_protocol::{Behavior, LockMode, SessionSecret};
 
     use super::*;
@@ -231,14 +232,14 @@ mod tests {
     }
 
     fn acquire(s: &mut State, n: u128, key: &str, wait: bool, now: Millis) {
-        let command = Command::Acquire {
+        let command = Command::Acquire(command::Acquire {
             key: key.into(),
             session: id(n),
             mode: LockMode::Exclusive,
             contents: None,
             transient: false,
             wait,
-        };
+        });
         s.apply(command, now).0.unwrap();
     }
 
@@ -269,10 +270,10 @@ mod tests {
         acquire(&mut s, 1, "delayed", false, at(1_000));
         acquire(&mut s, 1, "over", false, at(1_000));
         acquire(&mut s, 2, "delayed", true, at(1_000));
-        let end = Command::EndSession {
+        let end = Command::EndSession(command::EndSession {
             id: id(1),
             cause: EndCause::Expired,
-        };
+        });
         s.apply(end, at(2_000)).0.unwrap();
         // Session 1's lock-delay on both keys runs to 7 s; "over" has no
         // waiter, and at 7 s the delay of both is over.
@@ -295,10 +296,10 @@ mod tests {
         create(&mut s, 2, Duration::from_secs(12), Duration::ZERO);
         acquire(&mut s, 1, "delayed", false, at(1_000));
         acquire(&mut s, 2, "delayed", true, at(1_000));
-        let end = Command::EndSession {
+        let end = Command::EndSession(command::EndSession {
             id: id(1),
             cause: EndCause::Expired,
-        };
+        });
         s.apply(end, at(2_000)).0.unwrap();
         assert!(promote::<()>(&s, at(6_999)).lines.is_empty());
         assert_eq!(promote::<()>(&s, at(7_000)).lines, ["delayed"]);

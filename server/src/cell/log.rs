@@ -415,6 +415,7 @@ impl RaftLogStorage<CellTypes> for CellLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::command;
     use std::fs::OpenOptions;
     use std::path::PathBuf;
 
@@ -579,10 +580,10 @@ mod tests {
                 epoch: 1,
                 commands: vec![(
                     crate::time::Millis::ZERO,
-                    crate::state::Command::CancelWait {
+                    crate::state::Command::CancelWait(command::CancelWait {
                         key: "k".repeat(64 << 10),
                         ticket: index,
-                    },
+                    }),
                 )],
             }),
         };

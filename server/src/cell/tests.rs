@@ -229,10 +229,10 @@ async fn write_commands(cell: &Cell, n: u64) -> u64 {
             epoch: 1,
             commands: vec![(
                 crate::time::Millis::from_millis(n),
-                crate::state::Command::CancelWait {
+                crate::state::Command::CancelWait(crate::state::command::CancelWait {
                     key: format!("kv/{n}"),
                     ticket: n,
-                },
+                }),
             )],
         })
         .await;
@@ -269,10 +269,10 @@ async fn members_hold_identical_replicas_and_a_new_leader_takes_a_higher_epoch()
     eventually("a leader", || cell.leader().is_some()).await;
     let (leader, first) = write_to_leader(&cell, |node| Proposal::NewEpoch { node }).await;
     assert_eq!(first.data, Outcome::Epoch(1));
-    let command = crate::state::Command::CancelWait {
+    let command = crate::state::Command::CancelWait(crate::state::command::CancelWait {
         key: "kv/a".into(),
         ticket: 7,
-    };
+    });
     let (_, applied) = write_to_leader(&cell, |_| Proposal::Commands {
         epoch: 1,
         commands: vec![(crate::time::Millis::from_millis(5), command.clone())],

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use leasehold_protocol::{Acquire, Error, ErrorCode, Response, Sequencer};
 
-use super::{mismatch, Engine, ReplyTx, Timer};
+use super::{Engine, ReplyTx, Timer};
 use crate::acquire::Waiting;
 use crate::config::MAX_WATCH_TIMEOUT;
-use crate::state::{Applied, Command};
+use crate::state::command::{self, CancelWait};
+use crate::state::{Acquisition, WaitCancelled};
 use crate::time::Millis;
 
 impl Engine {
@@ -40,7 +41,7 @@ impl Engine {
             .state
             .sequencer_of(&acquire.key, acquire.session.id)
             .is_some();
-        let command = Command::Acquire {
+        let command = command::Acquire {
             key: acquire.key.clone(),
             session: acquire.session.id,
             mode: acquire.mode,
@@ -49,7 +50,7 @@ impl Engine {
             wait: acquire.wait_ms.is_some(),
         };
         match self.apply(command, now) {
-            Ok(Applied::Acquired { index, sequencer }) => {
+            Ok(Acquisition::Acquired { index, sequencer }) => {
                 if writes {
                     self.count_node_bytes(acquire.key, peer); // QUOTA-5
                 }
@@ -58,7 +59,7 @@ impl Engine {
             // The events of its own command may already have ended the
             // wait (a session's lease ran out as held KeepAlives were
             // answered): then nobody else will answer it.
-            Ok(Applied::Queued { ticket }) if !self.state.is_waiting(&acquire.key, ticket) => {
+            Ok(Acquisition::Queued { ticket }) if !self.state.is_waiting(&acquire.key, ticket) => {
                 match self.state.sequencer_of(&acquire.key, acquire.session.id) {
                     Some(sequencer) => {
                         let index = self.state.namespace().key_index(&acquire.key);
@@ -70,12 +71,9 @@ impl Engine {
                     }
                 }
             }
-            Ok(Applied::Queued { ticket }) => {
+            Ok(Acquisition::Queued { ticket }) => {
                 let wait = (acquire.key, acquire.wait_ms);
                 self.wait_in_line(ticket, wait, reply, peer, now)
-            }
-            Ok(other) => {
-                self.deliver(reply, Err(mismatch(other)));
             }
             Err(e) => {
                 self.deliver(reply, Err(e));
@@ -132,7 +130,7 @@ impl Engine {
     /// acquire of the session, asking otherwise, replaces it (`LOCK-3`).
     fn replace_wait(&mut self, ticket: u64, key: &str) {
         self.answer_replaced(ticket, key);
-        let cancel = Command::CancelWait {
+        let cancel = CancelWait {
             key: key.to_string(),
             ticket,
         };
@@ -194,13 +192,12 @@ impl Engine {
         let Some(waiting) = self.stop_waiting(ticket) else {
             return;
         };
-        let command = Command::CancelWait {
+        let command = CancelWait {
             key: waiting.key,
             ticket,
         };
         let answer = match self.apply(command, self.now) {
-            Ok(Applied::WaitCancelled { refusal }) => Err(refusal),
-            Ok(other) => Err(mismatch(other)),
+            Ok(WaitCancelled { refusal }) => Err(refusal),
             Err(e) => Err(e),
         };
         self.deliver(waiting.reply, answer);

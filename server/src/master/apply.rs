@@ -7,7 +7,8 @@ use tracing::info;
 
 use super::{Engine, ReplyTx, Timer, Told};
 use crate::observe::{Grant, MasterEvent};
-use crate::state::{Applied, Command, StateEvent};
+use crate::state::command::GiveBack;
+use crate::state::{Applied, Command, Kind, StateEvent};
 use crate::store::Record;
 use crate::time::Millis;
 
@@ -77,11 +78,11 @@ impl Engine {
         self.told.remove(&(grant.session, grant.key.clone()));
         let owed = (grant.session, grant.key.clone(), grant.lock_generation);
         self.giving_back.insert(owed);
-        self.made.push_back(Command::GiveBack {
+        self.made.push_back(Command::GiveBack(GiveBack {
             key: grant.key,
             session: grant.session,
             generation: grant.lock_generation,
-        });
+        }));
     }
 
     /// Whether `command` gives back a holding that a reply has told its
@@ -89,11 +90,11 @@ impl Engine {
     /// been heard, so the holding stays; if it is not, the holding counts
     /// as made here and goes back then (`LOCK-9`, `deliver_grant`).
     fn give_back_cancelled(&mut self, command: &Command) -> bool {
-        let Command::GiveBack {
+        let Command::GiveBack(GiveBack {
             key,
             session,
             generation,
-        } = command
+        }) = command
         else {
             return false;
         };
@@ -104,21 +105,49 @@ impl Engine {
             .is_some_and(|told| told.grant.lock_generation == *generation)
     }
 
-    /// Applies a command to the state machine and carries out its events.
-    pub(crate) fn apply(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
+    /// Applies a command of kind `K` and carries out its events: the
+    /// reply is the one its kind has.
+    pub(crate) fn apply<K: Kind + Clone>(
+        &mut self,
+        command: K,
+        now: Millis,
+    ) -> Result<K::Reply, Error> {
+        // Fan-out already behind goes on a slice per turn of the master's
+        // loop; this command's adds to it and takes no extra slice.
+        let behind = self.events.owes();
+        // A refused command changes nothing and is not logged.
+        let logged = self.logging().then(|| command.clone().into());
+        let (reply, events) = self.state.apply_kind(command, now);
+        self.applied(logged.filter(|_| reply.is_ok()), events, behind, now);
+        reply
+    }
+
+    /// Applies a command the engine made (`made`, held work), of whatever
+    /// kind: only whether it was applied matters.
+    pub(crate) fn apply_any(&mut self, command: Command, now: Millis) -> Result<Applied, Error> {
         if self.give_back_cancelled(&command) {
             return Err(Error::new(
                 ErrorCode::LockHeld,
                 "the holding was told of since its give-back was decided",
             ));
         }
-        // Fan-out already behind goes on a slice per turn of the master's
-        // loop; this command's adds to it and takes no extra slice.
         let behind = self.events.owes();
-        // A refused command changes nothing and is not logged.
         let logged = self.logging().then(|| command.clone());
         let (reply, events) = self.state.apply(command, now);
-        if let (Some(command), true) = (logged, reply.is_ok()) {
+        self.applied(logged.filter(|_| reply.is_ok()), events, behind, now);
+        reply
+    }
+
+    /// Logs a command just applied, if it was, and carries out its events.
+    /// `behind`: fan-out was owed before it.
+    fn applied(
+        &mut self,
+        logged: Option<Command>,
+        events: Vec<StateEvent>,
+        behind: bool,
+        now: Millis,
+    ) {
+        if let Some(command) = logged {
             self.log(|| Record::Command { now, command });
         }
         for event in events {
@@ -129,7 +158,6 @@ impl Engine {
         if !behind {
             self.deliver_events();
         }
-        reply
     }
 
     fn on_event(&mut self, event: StateEvent, now: Millis) {

@@ -8,6 +8,10 @@ use super::{Call, Engine, Timer};
 use crate::cache::{Busy, Touch, Work};
 use crate::config::DROPPED_PER_READ;
 use crate::node::check_key;
+use crate::state::command::{
+    CancelWait, Delete, DeleteCheck, GiveBack, GrantWaiters, MayCache, Release, ReleaseAcquired,
+    SetCheck,
+};
 use crate::state::Command;
 use crate::time::Millis;
 
@@ -42,28 +46,30 @@ impl Engine {
     /// What `command` may change.
     fn command_touches(&self, command: &Command) -> Vec<Touch> {
         match command {
-            Command::EndSession { id, .. } => self.session_touches(*id),
-            Command::CancelWait { key, .. }
-            | Command::GrantWaiters { key }
-            | Command::Release { key, .. }
-            | Command::ReleaseAcquired { key, .. }
-            | Command::GiveBack { key, .. } => vec![Touch::Key(key.clone())],
+            Command::EndSession(end) => self.session_touches(end.id),
+            Command::CancelWait(CancelWait { key, .. })
+            | Command::GrantWaiters(GrantWaiters { key })
+            | Command::Release(Release { key, .. })
+            | Command::ReleaseAcquired(ReleaseAcquired { key, .. })
+            | Command::GiveBack(GiveBack { key, .. }) => vec![Touch::Key(key.clone())],
             Command::Put(put) => vec![Touch::Key(put.key.clone())],
-            Command::Delete { key, recursive, .. } => {
+            Command::Delete(Delete { key, recursive, .. }) => {
                 let mut touches = vec![Touch::Key(key.clone())];
                 if *recursive {
                     touches.push(Touch::Below(key.clone()));
                 }
                 touches
             }
-            Command::Acquire { key, .. } => vec![Touch::Key(key.clone())],
-            Command::SetCheck { name, status, .. } if *status == CheckStatus::Critical => {
+            Command::Acquire(acquire) => vec![Touch::Key(acquire.key.clone())],
+            Command::SetCheck(SetCheck { name, status, .. })
+                if *status == CheckStatus::Critical =>
+            {
                 self.check_touches(name)
             }
-            Command::DeleteCheck { name } => self.check_touches(name),
-            Command::SetCheck { .. }
+            Command::DeleteCheck(DeleteCheck { name }) => self.check_touches(name),
+            Command::SetCheck(_)
             | Command::CreateSession(_)
-            | Command::MayCache { .. }
+            | Command::MayCache(_)
             | Command::KeepAcquires => Vec::new(),
         }
     }
@@ -121,15 +127,15 @@ impl Engine {
     pub(crate) fn apply_made(&mut self, command: Command) {
         let touches = self.command_touches(&command);
         if self.cache.must_hold(&touches, self.now) {
-            if let Command::EndSession { id, .. } = &command {
-                if !self.cache.ending.insert(*id) {
+            if let Command::EndSession(end) = &command {
+                if !self.cache.ending.insert(end.id) {
                     return; // its end is held already
                 }
             }
             self.cache.hold(Work::Command(command), touches);
             return;
         }
-        let _ = self.apply(command, self.now);
+        let _ = self.apply_any(command, self.now);
     }
 
     /// Holds a timer's work if what it changes is cached; says whether it
@@ -193,7 +199,7 @@ impl Engine {
             match self.cache.take(i) {
                 Work::Request(call) => self.handle_checked(call),
                 Work::Command(command) => {
-                    let _ = self.apply(command, self.now);
+                    let _ = self.apply_any(command, self.now);
                 }
                 Work::Timer(Timer::AcquireTimeout(ticket)) => self.acquire_times_out(ticket),
                 Work::Timer(timer) => debug!(?timer, "held timer with nothing to do"),
@@ -235,7 +241,7 @@ impl Engine {
         // full disk nothing is logged for a read: it is not cacheable.
         if cacheable && !self.state.may_cache.contains(&id) {
             let disk_full = self.disk_full;
-            cacheable = !disk_full && self.apply(Command::MayCache { session: id }, now).is_ok();
+            cacheable = !disk_full && self.apply(MayCache { session: id }, now).is_ok();
         }
         if cacheable {
             self.cache.grant(id, &get.key);

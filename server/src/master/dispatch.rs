@@ -10,10 +10,12 @@ use leasehold_protocol::{
 use super::{Call, Engine, ReplyTx};
 use crate::config::MAX_LIST_PAGE;
 use crate::config::{CONGESTED_RETRY_MS, FAILOVER_RETRY_MS};
+use crate::namespace::Put;
 use crate::node::check_key;
 use crate::observe::MasterEvent;
 use crate::session::EndCause;
-use crate::state::{Applied, Command, NewSession};
+use crate::state::command::{Delete, DeleteCheck, EndSession, Release, ReleaseAcquired, SetCheck};
+use crate::state::{CheckChanged, Deleted, Kind, NewSession};
 use crate::time::{whole_millis, Millis};
 
 /// Encoded size of a `SessionInfo` besides its name, generously rounded up.
@@ -84,15 +86,6 @@ fn writes(request: &Request) -> bool {
 fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
     sessions.truncate(1000);
     sessions
-}
-
-/// A command answered with the wrong kind of outcome: a bug, reported to
-/// the client rather than allowed to panic the master.
-pub(crate) fn mismatch(applied: Applied) -> Error {
-    Error::new(
-        ErrorCode::Internal,
-        format!("unexpected outcome {applied:?}"),
-    )
 }
 
 impl Engine {
@@ -207,33 +200,33 @@ impl Engine {
                 session,
                 subscription,
             } => self.unsubscribe(session.id, subscription),
-            Request::Release { key, session, .. } if self.config.unsafe_unfenced_releases => self
-                .release(
-                    Command::Release {
-                        key,
-                        session: session.id,
-                    },
-                    now,
-                ),
+            Request::Release { key, session, .. } if self.config.unsafe_unfenced_releases => {
+                let release = Release {
+                    key,
+                    session: session.id,
+                };
+                self.release(release, None, now)
+            }
             Request::Release {
                 key,
                 session,
                 acquired,
-            } => self.release(
-                Command::ReleaseAcquired {
+            } => {
+                let named = (key.clone(), session.id, acquired);
+                let release = ReleaseAcquired {
                     key,
                     session: session.id,
                     acquired,
-                },
-                now,
-            ),
-            Request::ReleaseUnfenced { key, session } => self.release(
-                Command::Release {
+                };
+                self.release(release, Some(named), now)
+            }
+            Request::ReleaseUnfenced { key, session } => {
+                let release = Release {
                     key,
                     session: session.id,
-                },
-                now,
-            ),
+                };
+                self.release(release, None, now)
+            }
             Request::GetSequencer { key, session } => self
                 .state
                 .sequencer_of(&key, session.id)
@@ -291,14 +284,10 @@ impl Engine {
             }
             Request::Put(put) => {
                 let key = put.key.clone();
-                self.apply(Command::Put(put.into()), now)
-                    .and_then(|applied| match applied {
-                        Applied::Written { index } => {
-                            self.count_node_bytes(key, call.peer);
-                            Ok(Response::Written { index })
-                        }
-                        other => Err(mismatch(other)),
-                    })
+                self.apply(Put::from(put), now).map(|index| {
+                    self.count_node_bytes(key, call.peer);
+                    Response::Written { index }
+                })
             }
             Request::Delete {
                 key,
@@ -309,7 +298,7 @@ impl Engine {
                 .locked_nodes(&authority)
                 .and_then(|locked| {
                     self.apply(
-                        Command::Delete {
+                        Delete {
                             key,
                             cas,
                             recursive,
@@ -318,38 +307,32 @@ impl Engine {
                         now,
                     )
                 })
-                .and_then(|applied| match applied {
-                    Applied::Deleted { index, mut keys } => {
-                        // Bounded, so the reply fits a frame however many
-                        // keys a recursive delete removed (`NS-7`).
-                        let deleted_total = keys.len() as u64;
-                        keys.truncate(1000);
-                        Ok(Response::Deleted {
-                            index,
-                            keys,
-                            deleted_total,
-                        })
+                .map(|Deleted { index, mut keys }| {
+                    // Bounded, so the reply fits a frame however many keys
+                    // a recursive delete removed (`NS-7`).
+                    let deleted_total = keys.len() as u64;
+                    keys.truncate(1000);
+                    Response::Deleted {
+                        index,
+                        keys,
+                        deleted_total,
                     }
-                    other => Err(mismatch(other)),
                 }),
             Request::CreateSession(c) => {
                 let (id, secret) = (self.ids.next_id(), self.ids.next_secret());
-                let command = Command::CreateSession(NewSession::requested(c, id, secret));
-                self.apply(command, now).and_then(|applied| match applied {
-                    Applied::SessionCreated(s) => Ok(Response::SessionCreated {
-                        session: self.counted_session(s.id, call.peer),
-                        secret: s.secret,
-                        epoch: self.config.epoch,
-                        lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
-                    }),
-                    other => Err(mismatch(other)),
+                let command = NewSession::requested(c, id, secret);
+                self.apply(command, now).map(|s| Response::SessionCreated {
+                    session: self.counted_session(s.id, call.peer),
+                    secret: s.secret,
+                    epoch: self.config.epoch,
+                    lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
                 })
             }
             Request::DestroySession { session, authority } => self
                 .may_destroy(session, &authority)
                 .and_then(|()| {
                     self.apply(
-                        Command::EndSession {
+                        EndSession {
                             id: session,
                             cause: EndCause::Destroyed,
                         },
@@ -386,38 +369,34 @@ impl Engine {
             Request::SetCheck { name, status, note } => {
                 let creating = self.state.checks.get(&name).is_none();
                 self.apply(
-                    Command::SetCheck {
+                    SetCheck {
                         name: name.clone(),
                         status,
                         note,
                     },
                     now,
                 )
-                .and_then(|applied| match applied {
-                    Applied::CheckSet { index, invalidated } => {
-                        if let (true, Some(peer)) = (creating, call.peer) {
-                            self.quotas.checks.take(name, peer, 1);
-                        }
-                        Ok(Response::CheckSet {
-                            index,
-                            invalidated_total: invalidated.len() as u64,
-                            invalidated: capped(invalidated),
-                        })
+                .map(|CheckChanged { index, invalidated }| {
+                    if let (true, Some(peer)) = (creating, call.peer) {
+                        self.quotas.checks.take(name, peer, 1);
                     }
-                    other => Err(mismatch(other)),
-                })
-            }
-            Request::DeleteCheck { name } => self
-                .apply(Command::DeleteCheck { name: name.clone() }, now)
-                .inspect(|_| self.quotas.checks.give_back(&name))
-                .and_then(|applied| match applied {
-                    Applied::CheckDeleted { index, invalidated } => Ok(Response::CheckDeleted {
+                    Response::CheckSet {
                         index,
                         invalidated_total: invalidated.len() as u64,
                         invalidated: capped(invalidated),
-                    }),
-                    other => Err(mismatch(other)),
-                }),
+                    }
+                })
+            }
+            Request::DeleteCheck { name } => self
+                .apply(DeleteCheck { name: name.clone() }, now)
+                .inspect(|_| self.quotas.checks.give_back(&name))
+                .map(
+                    |CheckChanged { index, invalidated }| Response::CheckDeleted {
+                        index,
+                        invalidated_total: invalidated.len() as u64,
+                        invalidated: capped(invalidated),
+                    },
+                ),
             Request::ListChecks { after, limit } => {
                 let (checks, more) = page(
                     self.state.checks.after(after.as_deref()),
@@ -431,22 +410,17 @@ impl Engine {
         self.deliver(call.reply, reply);
     }
 
-    /// The refusal of a request that would take `peer` past one of its
-    /// quotas (`QUOTA-1`..`QUOTA-5`).
     /// Carries out a release (`LOCK-4`); a refused stale one is observed,
     /// so that a trace says why a lock its client let go stayed held.
-    fn release(&mut self, command: Command, now: Millis) -> Result<Response, Error> {
-        let named = match &command {
-            Command::ReleaseAcquired {
-                key,
-                session,
-                acquired,
-            } => Some((key.clone(), *session, *acquired)),
-            _ => None,
-        };
-        match self.apply(command, now) {
-            Ok(Applied::Released { index }) => Ok(Response::Released { index }),
-            Ok(other) => Err(mismatch(other)),
+    /// `named`: the key, session and acquire a fenced release names.
+    fn release<K: Kind<Reply = u64> + Clone>(
+        &mut self,
+        release: K,
+        named: Option<(String, SessionId, u64)>,
+        now: Millis,
+    ) -> Result<Response, Error> {
+        match self.apply(release, now) {
+            Ok(index) => Ok(Response::Released { index }),
             Err(e) => {
                 if let (ErrorCode::StaleRelease { acquired }, Some((key, session, named))) =
                     (e.code, named)
@@ -464,6 +438,8 @@ impl Engine {
         }
     }
 
+    /// The refusal of a request that would take `peer` past one of its
+    /// quotas (`QUOTA-1`..`QUOTA-5`).
     fn over_quota(&self, request: &Request, peer: Option<std::net::IpAddr>) -> Option<Error> {
         use crate::quota::over;
         let (c, q) = (&self.config, &self.quotas);

@@ -25,6 +25,7 @@ use crate::keepalive::Held;
 use crate::lease::Leases;
 use crate::observe::{Grant, MasterEvent};
 use crate::policy;
+use crate::state::command::{GrantWaiters, KeepAcquires};
 use crate::state::{Command, State};
 use crate::store::Record;
 use crate::time::Millis;
@@ -169,7 +170,7 @@ impl Engine {
         // format 2): logged, so every member keeps acquires from the same
         // entry on (`STORE-6`).
         if !engine.state.acquires_kept() {
-            let _ = engine.apply(Command::KeepAcquires, now);
+            let _ = engine.apply(KeepAcquires, now);
         }
         engine
     }
@@ -309,11 +310,11 @@ impl Engine {
             match timer {
                 Timer::WatchTimeout(watch) => self.watch_timed_out(watch),
                 Timer::AcquireTimeout(ticket) => self.acquire_timed_out(ticket),
-                Timer::LockDelayEnd(key) => self.apply_made(Command::GrantWaiters { key }),
+                Timer::LockDelayEnd(key) => self.apply_made(GrantWaiters { key }.into()),
                 // Checked again: what ran since may have moved the line.
                 Timer::LineLeft(key) => {
                     if self.state.line_can_move(&key, now) {
-                        self.apply_made(Command::GrantWaiters { key });
+                        self.apply_made(GrantWaiters { key }.into());
                     }
                 }
                 Timer::CacheDeadline => {

@@ -16,7 +16,7 @@ use crate::keepalive::Held;
 use crate::observe::{Grant, MasterEvent};
 use crate::policy::{self, SessionDue};
 use crate::session::EndCause;
-use crate::state::Command;
+use crate::state::command::EndSession;
 use crate::time::{whole_millis, Millis};
 
 impl Engine {
@@ -243,10 +243,13 @@ impl Engine {
             return true;
         }
         if self.leases.expires_at(id).is_some_and(|e| e <= now) {
-            self.apply_made(Command::EndSession {
-                id,
-                cause: EndCause::Expired,
-            });
+            self.apply_made(
+                EndSession {
+                    id,
+                    cause: EndCause::Expired,
+                }
+                .into(),
+            );
             return true;
         }
         false

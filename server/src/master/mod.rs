@@ -50,7 +50,6 @@ mod watches;
 
 pub(crate) use crate::call::Call;
 pub(crate) use crate::reply::ReplyTx;
-pub(crate) use dispatch::mismatch;
 pub(crate) use engine::{Effect, Engine, Input, Told};
 pub(crate) use handle::MasterHandle;
 

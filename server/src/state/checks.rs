@@ -3,7 +3,8 @@
 
 use leasehold_protocol::{CheckStatus, Error, ErrorCode, SessionId};
 
-use super::{Applied, State, StateEvent};
+use super::command::{DeleteCheck, SetCheck};
+use super::{Applied, CheckChanged, Kind, State, StateEvent};
 use crate::check::{check_name, Check, MAX_CHECKS, MAX_CHECKS_PER_SESSION, MAX_CHECK_NOTE};
 use crate::session::EndCause;
 use crate::time::Millis;
@@ -49,7 +50,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<CheckChanged, Error> {
         check_name(&name).map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
         if note.len() > MAX_CHECK_NOTE {
             return Err(Error::new(
@@ -79,7 +80,7 @@ impl State {
         } else {
             Vec::new()
         };
-        Ok(Applied::CheckSet { index, invalidated })
+        Ok(CheckChanged { index, invalidated })
     }
 
     pub(crate) fn delete_check(
@@ -88,7 +89,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<CheckChanged, Error> {
         if self.checks.checks.remove(name).is_none() {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -96,7 +97,7 @@ impl State {
             ));
         }
         let invalidated = self.invalidate_bound(name, index, now, events);
-        Ok(Applied::CheckDeleted { index, invalidated })
+        Ok(CheckChanged { index, invalidated })
     }
 
     /// Ends every session bound to check `name` (`CHK-3`, `CHK-4`).
@@ -116,8 +117,41 @@ impl State {
     }
 }
 
+impl Kind for SetCheck {
+    type Reply = CheckChanged;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<CheckChanged, Error> {
+        state.set_check(self.name, self.status, self.note, index, now, events)
+    }
+    fn applied(CheckChanged { index, invalidated }: CheckChanged) -> Applied {
+        Applied::CheckSet { index, invalidated }
+    }
+}
+
+impl Kind for DeleteCheck {
+    type Reply = CheckChanged;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<CheckChanged, Error> {
+        state.delete_check(&self.name, index, now, events)
+    }
+    fn applied(CheckChanged { index, invalidated }: CheckChanged) -> Applied {
+        Applied::CheckDeleted { index, invalidated }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::state::command;
     use std::time::Duration;
 
     use leasehold_protocol::{Behavior, CheckInfo, LockMode};
@@ -147,11 +181,11 @@ mod tests {
     }
 
     fn set(s: &mut State, name: &str, status: CheckStatus, now: Millis) -> Vec<SessionId> {
-        let command = Command::SetCheck {
+        let command = Command::SetCheck(command::SetCheck {
             name: name.into(),
             status,
             note: String::new(),
-        };
+        });
         match s.apply(command, now).0 {
             Ok(Applied::CheckSet { invalidated, .. }) => invalidated,
             other => panic!("expected the check set, got {other:?}"),
@@ -229,13 +263,15 @@ mod tests {
         set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         create(&mut s, 2, &[]).unwrap();
-        let acquire = |who: u128| Command::Acquire {
-            key: "k".into(),
-            session: id(who),
-            mode: LockMode::Exclusive,
-            contents: None,
-            transient: false,
-            wait: false,
+        let acquire = |who: u128| {
+            Command::Acquire(command::Acquire {
+                key: "k".into(),
+                session: id(who),
+                mode: LockMode::Exclusive,
+                contents: None,
+                transient: false,
+                wait: false,
+            })
         };
         s.apply(acquire(1), at(0)).0.unwrap();
         set(&mut s, "disk", CheckStatus::Critical, at(1_000));
@@ -255,9 +291,9 @@ mod tests {
         set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         let (reply, _) = s.apply(
-            Command::DeleteCheck {
+            Command::DeleteCheck(command::DeleteCheck {
                 name: "disk".into(),
-            },
+            }),
             at(1),
         );
         assert!(matches!(
@@ -275,10 +311,10 @@ mod tests {
         set(&mut s, "disk", CheckStatus::Passing, at(0));
         create(&mut s, 1, &["disk"]).unwrap();
         create(&mut s, 2, &["disk"]).unwrap();
-        let end = Command::EndSession {
+        let end = Command::EndSession(command::EndSession {
             id: id(1),
             cause: EndCause::Destroyed,
-        };
+        });
         s.apply(end, at(1)).0.unwrap();
         let listed: Vec<CheckInfo> = s.checks.after(None).collect();
         assert_eq!(listed.len(), 1);
@@ -291,19 +327,19 @@ mod tests {
     fn names_and_notes_are_checked() {
         let mut s = state();
         for name in ["", "has space", &"x".repeat(MAX_CHECK_NAME + 1)] {
-            let command = Command::SetCheck {
+            let command = Command::SetCheck(command::SetCheck {
                 name: name.into(),
                 status: CheckStatus::Passing,
                 note: String::new(),
-            };
+            });
             let refused = s.apply(command, at(0)).0.unwrap_err();
             assert_eq!(refused.code, ErrorCode::InvalidArgument, "{name:?}");
         }
-        let command = Command::SetCheck {
+        let command = Command::SetCheck(command::SetCheck {
             name: "ok".into(),
             status: CheckStatus::Passing,
             note: "n".repeat(MAX_CHECK_NOTE + 1),
-        };
+        });
         assert_eq!(
             s.apply(command, at(0)).0.unwrap_err().code,
             ErrorCode::InvalidArgument

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use leasehold_protocol::{Behavior, Error, ErrorCode, LockMode, Sequencer, SessionId};
 
-use super::{Applied, State, StateEvent};
+use super::command::{Acquire, CancelWait, GiveBack, GrantWaiters, Release, ReleaseAcquired};
+use super::{Acquisition, Applied, Kind, State, StateEvent, WaitCancelled};
 use crate::holding::{Holding, HowGranted, LetGo};
 use crate::lock::{LockState, Waiter};
 use crate::node::{check_key, NodeChange};
@@ -27,7 +28,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<Acquisition, Error> {
         check_key(&key).map_err(|e| Error::new(ErrorCode::InvalidArgument, e))?;
         self.check_contents(contents.as_deref())?;
         if self.session(session).is_none() {
@@ -38,7 +39,9 @@ impl State {
             // Re-acquiring what one holds succeeds and leaves the generation.
             Some(held) if held == mode => {
                 let how = HowGranted::Again;
-                return Ok(self.grant(&key, session, mode, contents, transient, index, how, events));
+                let sequencer =
+                    self.grant(&key, session, mode, contents, transient, index, how, events);
+                return Ok(Acquisition::Acquired { index, sequencer });
             }
             Some(held) => {
                 return Err(Error::new(
@@ -60,7 +63,9 @@ impl State {
         // A newcomer never overtakes a waiter (`LOCK-5`).
         if delayed.is_none() && lock.waiters.is_empty() && lock.admits(mode) {
             let how = HowGranted::AtOnce;
-            return Ok(self.grant(&key, session, mode, contents, transient, index, how, events));
+            let sequencer =
+                self.grant(&key, session, mode, contents, transient, index, how, events);
+            return Ok(Acquisition::Acquired { index, sequencer });
         }
         if wait {
             lock.waiters.push_back(Waiter {
@@ -79,7 +84,7 @@ impl State {
                 key,
                 waiter: session,
             });
-            return Ok(Applied::Queued { ticket: index });
+            return Ok(Acquisition::Queued { ticket: index });
         }
         let refusal = unavailable(&key, lock, now);
         self.locks.tidy(&key, now);
@@ -99,7 +104,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<u64, Error> {
         let holding = self.locks.get(key).and_then(|l| l.holders.get(&session));
         let Some(holding) = holding else {
             return Err(Error::new(
@@ -120,7 +125,7 @@ impl State {
             ));
         }
         self.let_go(key, session, LetGo::Released, index, now, events);
-        Ok(Applied::Released { index })
+        Ok(index)
     }
 
     /// Gives back the grant of `key` at lock generation `generation` that
@@ -134,7 +139,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<u64, Error> {
         let held = self.sequencer_of(key, session);
         if held.is_none_or(|s| s.lock_generation != generation) {
             return Err(Error::new(
@@ -143,7 +148,7 @@ impl State {
             ));
         }
         self.let_go(key, session, LetGo::GivenBack, index, now, events);
-        Ok(Applied::Released { index })
+        Ok(index)
     }
 
     /// Takes `session`'s holding of `key` away, a plain release with no
@@ -205,7 +210,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<WaitCancelled, Error> {
         let Some(lock) = self.locks.locks.get_mut(key) else {
             return Err(not_waiting(ticket));
         };
@@ -220,7 +225,7 @@ impl State {
         });
         self.remove_if_transient(key, index, events);
         self.locks.tidy(key, now);
-        Ok(Applied::WaitCancelled { refusal })
+        Ok(WaitCancelled { refusal })
     }
 
     /// Grants whatever waiters can now have the lock, first come first
@@ -257,13 +262,11 @@ impl State {
                 HowGranted::FromLine,
                 events,
             );
-            if let Applied::Acquired { sequencer, .. } = granted {
-                events.push(StateEvent::LockGranted {
-                    ticket: waiter.ticket,
-                    index,
-                    sequencer,
-                });
-            }
+            events.push(StateEvent::LockGranted {
+                ticket: waiter.ticket,
+                index,
+                sequencer: granted,
+            });
         }
     }
 
@@ -281,7 +284,7 @@ impl State {
         index: u64,
         how: HowGranted,
         events: &mut Vec<StateEvent>,
-    ) -> Applied {
+    ) -> Sequencer {
         let lock = self.locks.locks.entry(key.to_string()).or_default();
         let was_free = lock.holders.is_empty();
         let acquired = if self.acquires_kept { index } else { 0 };
@@ -306,15 +309,12 @@ impl State {
             index,
             how,
         });
-        Applied::Acquired {
-            index,
-            sequencer: Sequencer {
-                key: key.to_string(),
-                mode,
-                lock_generation: node.lock_generation,
-                instance: node.instance,
-                session,
-            },
+        Sequencer {
+            key: key.to_string(),
+            mode,
+            lock_generation: node.lock_generation,
+            instance: node.instance,
+            session,
         }
     }
 
@@ -494,8 +494,129 @@ fn not_waiting(ticket: u64) -> Error {
     )
 }
 
+impl Kind for Acquire {
+    type Reply = Acquisition;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Acquisition, Error> {
+        let Acquire {
+            key,
+            session,
+            mode,
+            contents,
+            transient,
+            wait,
+        } = self;
+        state.acquire(
+            key, session, mode, contents, transient, wait, index, now, events,
+        )
+    }
+    fn applied(acquisition: Acquisition) -> Applied {
+        match acquisition {
+            Acquisition::Acquired { index, sequencer } => Applied::Acquired { index, sequencer },
+            Acquisition::Queued { ticket } => Applied::Queued { ticket },
+        }
+    }
+}
+
+impl Kind for Release {
+    /// The index it was released at.
+    type Reply = u64;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<u64, Error> {
+        state.release(&self.key, self.session, None, index, now, events)
+    }
+    fn applied(index: u64) -> Applied {
+        Applied::Released { index }
+    }
+}
+
+impl Kind for ReleaseAcquired {
+    /// The index it was released at.
+    type Reply = u64;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<u64, Error> {
+        state.release(
+            &self.key,
+            self.session,
+            Some(self.acquired),
+            index,
+            now,
+            events,
+        )
+    }
+    fn applied(index: u64) -> Applied {
+        Applied::Released { index }
+    }
+}
+
+impl Kind for GiveBack {
+    /// The index it was given back at.
+    type Reply = u64;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<u64, Error> {
+        state.give_back(&self.key, self.session, self.generation, index, now, events)
+    }
+    fn applied(index: u64) -> Applied {
+        Applied::Released { index }
+    }
+}
+
+impl Kind for CancelWait {
+    type Reply = WaitCancelled;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<WaitCancelled, Error> {
+        state.cancel_wait(&self.key, self.ticket, index, now, events)
+    }
+    fn applied(WaitCancelled { refusal }: WaitCancelled) -> Applied {
+        Applied::WaitCancelled { refusal }
+    }
+}
+
+impl Kind for GrantWaiters {
+    type Reply = ();
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<(), Error> {
+        state.grant_waiters(&self.key, index, now, events);
+        Ok(())
+    }
+    fn applied((): ()) -> Applied {
+        Applied::WaitersChecked
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::state::command;
     use std::time::Duration;
 
     use super::*;
@@ -566,14 +687,14 @@ mod tests {
         now: Millis,
     ) -> (Result<Applied, Error>, Vec<StateEvent>) {
         s.apply(
-            Command::Acquire {
+            Command::Acquire(command::Acquire {
                 key: "k".into(),
                 session: id(who),
                 mode,
                 contents: None,
                 transient,
                 wait,
-            },
+            }),
             now,
         )
     }
@@ -598,10 +719,10 @@ mod tests {
 
     fn release(s: &mut State, who: u128, now: Millis) -> Vec<StateEvent> {
         let (reply, events) = s.apply(
-            Command::Release {
+            Command::Release(command::Release {
                 key: "k".into(),
                 session: id(who),
-            },
+            }),
             now,
         );
         assert!(matches!(reply, Ok(Applied::Released { .. })), "{reply:?}");
@@ -610,10 +731,10 @@ mod tests {
 
     fn end(s: &mut State, who: u128, now: Millis) -> Vec<StateEvent> {
         let (reply, events) = s.apply(
-            Command::EndSession {
+            Command::EndSession(command::EndSession {
                 id: id(who),
                 cause: EndCause::Expired,
-            },
+            }),
             now,
         );
         reply.unwrap();
@@ -722,7 +843,10 @@ mod tests {
         assert!(events.contains(&StateEvent::LineLeft { key: "k".into() }));
         assert!(granted(&events).is_empty());
         assert!(s.line_can_move("k", at(0)));
-        let (_, events) = s.apply(Command::GrantWaiters { key: "k".into() }, at(0));
+        let (_, events) = s.apply(
+            Command::GrantWaiters(command::GrantWaiters { key: "k".into() }),
+            at(0),
+        );
         assert_eq!(granted(&events), [c]);
         assert!(!s.line_can_move("k", at(0)));
     }
@@ -772,9 +896,15 @@ mod tests {
             granted(&end(&mut s, A, at(0))).is_empty(),
             "not during the delay"
         );
-        let (_, early) = s.apply(Command::GrantWaiters { key: "k".into() }, at(4_999));
+        let (_, early) = s.apply(
+            Command::GrantWaiters(command::GrantWaiters { key: "k".into() }),
+            at(4_999),
+        );
         assert!(granted(&early).is_empty());
-        let (_, on_time) = s.apply(Command::GrantWaiters { key: "k".into() }, at(5_000));
+        let (_, on_time) = s.apply(
+            Command::GrantWaiters(command::GrantWaiters { key: "k".into() }),
+            at(5_000),
+        );
         assert_eq!(granted(&on_time), [b]);
     }
 
@@ -815,10 +945,10 @@ mod tests {
         generation(acquire(&mut s, A, LockMode::Exclusive, false, at(0)).0);
         let b = ticket(acquire(&mut s, B, LockMode::Exclusive, true, at(0)).0);
         let (reply, _) = s.apply(
-            Command::CancelWait {
+            Command::CancelWait(command::CancelWait {
                 key: "k".into(),
                 ticket: b,
-            },
+            }),
             at(0),
         );
         let Ok(Applied::WaitCancelled { refusal }) = reply else {
@@ -859,12 +989,12 @@ mod tests {
             panic!("expected the lock");
         };
         let (reply, _) = s.apply(
-            Command::Delete {
+            Command::Delete(command::Delete {
                 key: "k".into(),
                 cas: None,
                 recursive: false,
                 locked: crate::state::LockedNodes::Any,
-            },
+            }),
             at(0),
         );
         reply.unwrap();
@@ -884,12 +1014,12 @@ mod tests {
         generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
         let c = ticket(acquire(&mut s, C, LockMode::Exclusive, true, at(0)).0);
         let (reply, events) = s.apply(
-            Command::Delete {
+            Command::Delete(command::Delete {
                 key: "k".into(),
                 cas: None,
                 recursive: false,
                 locked: crate::state::LockedNodes::Any,
-            },
+            }),
             at(0),
         );
         reply.unwrap();
@@ -916,10 +1046,10 @@ mod tests {
         s.apply(ephemeral, at(0)).0.unwrap();
         let held = generation(acquire(&mut s, B, LockMode::Exclusive, false, at(0)).0);
         let a = ticket(acquire(&mut s, A, LockMode::Exclusive, true, at(0)).0);
-        let end = Command::EndSession {
+        let end = Command::EndSession(command::EndSession {
             id: id(C),
             cause: EndCause::Destroyed,
-        };
+        });
         let (reply, events) = s.apply(end, at(1));
         reply.unwrap();
         assert!(deleted(&events));
@@ -939,14 +1069,14 @@ mod tests {
     fn an_acquire_with_contents_writes_them_in_the_same_step() {
         let mut s = state(Behavior::Release);
         let (reply, _) = s.apply(
-            Command::Acquire {
+            Command::Acquire(command::Acquire {
                 key: "svc/leader".into(),
                 session: id(A),
                 mode: LockMode::Exclusive,
                 contents: Some(b"10.0.0.1:80".to_vec()),
                 transient: false,
                 wait: false,
-            },
+            }),
             at(0),
         );
         let Ok(Applied::Acquired { index, .. }) = reply else {
@@ -965,10 +1095,10 @@ mod tests {
     fn releasing_a_lock_not_held_is_refused() {
         let mut s = state(Behavior::Release);
         let (reply, _) = s.apply(
-            Command::Release {
+            Command::Release(command::Release {
                 key: "k".into(),
                 session: id(A),
-            },
+            }),
             at(0),
         );
         assert_eq!(reply.unwrap_err().code, ErrorCode::LockNotHeld);
@@ -1035,10 +1165,10 @@ mod tests {
         let events = end(&mut s, A, at(1_000));
         assert!(!deleted(&events), "B still waits: {events:?}");
         let (reply, events) = s.apply(
-            Command::CancelWait {
+            Command::CancelWait(command::CancelWait {
                 key: "k".into(),
                 ticket: waiter,
-            },
+            }),
             at(2_000),
         );
         assert!(
@@ -1106,11 +1236,11 @@ mod tests {
     }
 
     fn release_naming(s: &mut State, who: u128, acquired: u64) -> Result<Applied, Error> {
-        let release = Command::ReleaseAcquired {
+        let release = Command::ReleaseAcquired(command::ReleaseAcquired {
             key: "k".into(),
             session: id(who),
             acquired,
-        };
+        });
         s.apply(release, at(2)).0
     }
 
@@ -1182,10 +1312,10 @@ mod tests {
         acquire(&mut s, B, LockMode::Exclusive, false, at(1))
             .0
             .unwrap();
-        let release = Command::Release {
+        let release = Command::Release(command::Release {
             key: "k".into(),
             session: id(B),
-        };
+        });
         let released = s.apply(release, at(2)).0;
         assert!(
             matches!(released, Ok(Applied::Released { .. })),
@@ -1203,10 +1333,12 @@ mod tests {
         release(&mut s, B, at(1));
         let second = generation(acquire(&mut s, B, LockMode::Exclusive, false, at(1)).0);
         assert!(second > first);
-        let give_back = |generation| Command::GiveBack {
-            key: "k".into(),
-            session: id(B),
-            generation,
+        let give_back = |generation| {
+            Command::GiveBack(command::GiveBack {
+                key: "k".into(),
+                session: id(B),
+                generation,
+            })
         };
         let (stale, _) = s.apply(give_back(first), at(2));
         assert!(stale.is_err(), "{stale:?}");

@@ -1,7 +1,9 @@
 //! The master's durable state as a deterministic state machine.
 //!
-//! [`State::apply`] takes a [`Command`] and the master's clock reading and
-//! returns the reply and the [`StateEvent`]s it caused. It does no I/O and
+//! [`State::apply_kind`] takes a command of one kind (`command.rs`) and
+//! the master's clock reading and returns the reply of that kind and the
+//! [`StateEvent`]s it caused; [`State::apply`] does the same for a
+//! [`Command`] of any kind, as a log holds it. It does no I/O and
 //! reads no clock, so the same sequence of commands always yields the same
 //! state: the property a log, a snapshot and a replicated cell rely on.
 //! Everything that must survive the master (sessions, nodes, locks and
@@ -9,14 +11,19 @@
 //! `apply`.
 
 mod checks;
+pub mod command;
 mod locks;
+
+pub use command::{
+    Acquisition, Applied, CheckChanged, Command, Deleted, Kind, LockedNodes, NewSession,
+    WaitCancelled,
+};
+use command::{Delete, EndSession, KeepAcquires, MayCache};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use leasehold_protocol::{
-    Behavior, CheckStatus, Error, ErrorCode, LockMode, Sequencer, SessionId, SessionSecret,
-};
+use leasehold_protocol::{Error, ErrorCode, LockMode, Sequencer, SessionId};
 
 use crate::check::Checks;
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
@@ -27,174 +34,6 @@ use crate::node::NodeChange;
 use crate::node::MAX_CONTENTS;
 use crate::session::{EndCause, Session};
 use crate::time::Millis;
-
-/// A change to the durable state.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Command {
-    /// Create a session.
-    CreateSession(NewSession),
-    /// End a session, because its lease ran out or someone destroyed it.
-    /// Its ephemeral nodes are deleted (`NS-4`).
-    EndSession { id: SessionId, cause: EndCause },
-    /// Write a node.
-    Put(Put),
-    /// Delete a node, and optionally every node below it.
-    Delete {
-        key: String,
-        cas: Option<u64>,
-        recursive: bool,
-        /// Which locked nodes it may remove, as the request's authority
-        /// allows (`AUTH-4`).
-        locked: LockedNodes,
-    },
-    /// Take, or wait in line for, a node's lock. A waiter's ticket is the
-    /// index of this command.
-    Acquire {
-        key: String,
-        session: SessionId,
-        mode: LockMode,
-        contents: Option<Vec<u8>>,
-        /// Create the node, if missing, for the lock alone (`LOCK-12`).
-        transient: bool,
-        wait: bool,
-    },
-    /// Give a lock back, whichever acquire its client last heard of:
-    /// protocol 7's release, and format 4's logs (`LOCK-4`).
-    Release { key: String, session: SessionId },
-    /// Take waiter `ticket` out of line: it stopped waiting.
-    CancelWait { key: String, ticket: u64 },
-    /// Grant the lock of `key` to its waiters if they can have it now (its
-    /// lock-delay has ended).
-    GrantWaiters { key: String },
-    /// Create or update a health check.
-    SetCheck {
-        name: String,
-        status: CheckStatus,
-        note: String,
-    },
-    /// Remove a health check.
-    DeleteCheck { name: String },
-    /// Mark a session as one that may cache nodes: a new master waits for
-    /// it to flush its cache before it changes anything (`CACHE-7`).
-    MayCache { session: SessionId },
-    /// Give a lock back if no acquire answered after the one at index
-    /// `acquired` renewed the holding (`LOCK-4`).
-    ReleaseAcquired {
-        key: String,
-        session: SessionId,
-        acquired: u64,
-    },
-    /// Give back a grant of lock generation `generation` that nobody was
-    /// there to hear (`LOCK-9`).
-    GiveBack {
-        key: String,
-        session: SessionId,
-        generation: u64,
-    },
-    /// From now on each holding keeps the index of its latest acquire
-    /// (`LOCK-4`, `STORE-6`). A master logs it first thing, once, on a
-    /// state that does not keep them yet.
-    KeepAcquires,
-}
-
-/// A session to create, as [`Command::CreateSession`] logs it. The id and
-/// secret are chosen before the command is applied, so that applying it is
-/// deterministic.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NewSession {
-    pub id: SessionId,
-    /// Chosen with the id; durable, so the owner keeps its right to act for
-    /// the session across restarts (`AUTH-1`).
-    pub secret: SessionSecret,
-    pub name: String,
-    /// `None` takes the master's default.
-    pub lease: Option<Duration>,
-    /// `None` takes the master's default; zero means none.
-    pub lock_delay: Option<Duration>,
-    pub behavior: Behavior,
-    pub checks: Vec<String>,
-}
-
-impl NewSession {
-    /// The session `request` asks for, under the id and secret the master
-    /// chose for it.
-    pub fn requested(
-        request: leasehold_protocol::CreateSession,
-        id: SessionId,
-        secret: SessionSecret,
-    ) -> NewSession {
-        NewSession {
-            id,
-            secret,
-            name: request.name,
-            lease: request.lease_ms.map(Duration::from_millis),
-            lock_delay: request.lock_delay_ms.map(Duration::from_millis),
-            behavior: request.behavior,
-            checks: request.checks,
-        }
-    }
-}
-
-/// Which locked nodes a `Delete` may remove (`AUTH-4`). The master decides
-/// it from the request's authority, which it checks before logging: the
-/// secret and the operator token never reach the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum LockedNodes {
-    /// Any: the operator asked, or the master has no operator token.
-    Any,
-    /// Only those whose lock this session, proven by its secret, holds
-    /// alone; `None`: no locked node at all.
-    HeldOnlyBy(Option<SessionId>),
-}
-
-/// What a successfully applied command produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Applied {
-    SessionCreated(Session),
-    SessionEnded,
-    /// The session is marked as one that may cache (`CACHE-7`).
-    MayCache,
-    /// Holdings keep the index of their latest acquire from now on.
-    KeepingAcquires,
-    /// A node was written at this global index.
-    Written {
-        index: u64,
-    },
-    /// These nodes were deleted at this global index.
-    Deleted {
-        index: u64,
-        keys: Vec<String>,
-    },
-    /// The lock is held, as `sequencer` names.
-    Acquired {
-        index: u64,
-        sequencer: Sequencer,
-    },
-    /// The acquire waits in line as `ticket`.
-    Queued {
-        ticket: u64,
-    },
-    /// The lock was released.
-    Released {
-        index: u64,
-    },
-    /// A waiter left the line; `refusal` says why the lock was not had.
-    WaitCancelled {
-        refusal: Error,
-    },
-    /// Waiters were granted whatever they could have.
-    WaitersChecked,
-    /// A check was written; these sessions ended because of it.
-    CheckSet {
-        index: u64,
-        invalidated: Vec<SessionId>,
-    },
-    /// A check was removed; these sessions ended because of it.
-    CheckDeleted {
-        index: u64,
-        invalidated: Vec<SessionId>,
-    },
-}
 
 /// Something that happened because a command was applied; the wrapper turns
 /// these into timers, replies and notifications.
@@ -341,83 +180,29 @@ impl State {
         self.acquires_kept
     }
 
-    /// Applies one command at master time `now`.
+    /// Applies one command of any kind at master time `now`: replay, and
+    /// a cell's members.
     pub fn apply(
         &mut self,
         command: Command,
         now: Millis,
     ) -> (Result<Applied, Error>, Vec<StateEvent>) {
+        command.apply_to(self, now)
+    }
+
+    /// Applies one command at master time `now`, answering with the reply
+    /// of its kind.
+    pub fn apply_kind<K: Kind>(
+        &mut self,
+        command: K,
+        now: Millis,
+    ) -> (Result<K::Reply, Error>, Vec<StateEvent>) {
         let mut events = Vec::new();
         // Every command gets the next index; a refused one changes nothing,
         // so it gives the index back.
         self.index += 1;
         let index = self.index;
-        let reply = match command {
-            Command::CreateSession(new) => self.create_session(new, &mut events),
-            Command::EndSession { id, cause } => {
-                self.end_session(id, cause, index, now, &mut events)
-            }
-            Command::Put(put) => self.put(put, index, &mut events),
-            Command::Delete {
-                key,
-                cas,
-                recursive,
-                locked,
-            } => self.delete(&key, cas, recursive, locked, index, now, &mut events),
-            Command::Acquire {
-                key,
-                session,
-                mode,
-                contents,
-                transient,
-                wait,
-            } => self.acquire(
-                key,
-                session,
-                mode,
-                contents,
-                transient,
-                wait,
-                index,
-                now,
-                &mut events,
-            ),
-            Command::Release { key, session } => {
-                self.release(&key, session, None, index, now, &mut events)
-            }
-            Command::ReleaseAcquired {
-                key,
-                session,
-                acquired,
-            } => self.release(&key, session, Some(acquired), index, now, &mut events),
-            Command::GiveBack {
-                key,
-                session,
-                generation,
-            } => self.give_back(&key, session, generation, index, now, &mut events),
-            Command::KeepAcquires => {
-                self.acquires_kept = true;
-                Ok(Applied::KeepingAcquires)
-            }
-            Command::CancelWait { key, ticket } => {
-                self.cancel_wait(&key, ticket, index, now, &mut events)
-            }
-            Command::GrantWaiters { key } => {
-                self.grant_waiters(&key, index, now, &mut events);
-                Ok(Applied::WaitersChecked)
-            }
-            Command::SetCheck { name, status, note } => {
-                self.set_check(name, status, note, index, now, &mut events)
-            }
-            Command::DeleteCheck { name } => self.delete_check(&name, index, now, &mut events),
-            Command::MayCache { session } => match self.sessions.contains_key(&session) {
-                true => {
-                    self.may_cache.insert(session);
-                    Ok(Applied::MayCache)
-                }
-                false => Err(self.missing_session(session)),
-            },
-        };
+        let reply = command.apply_to(self, index, now, &mut events);
         if reply.is_err() {
             self.index -= 1;
         }
@@ -428,7 +213,7 @@ impl State {
         &mut self,
         new: NewSession,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<Session, Error> {
         let NewSession {
             id,
             secret,
@@ -498,7 +283,7 @@ impl State {
         };
         self.sessions.insert(id, session.clone());
         events.push(StateEvent::SessionCreated { id });
-        Ok(Applied::SessionCreated(session))
+        Ok(session)
     }
 
     pub(crate) fn end_session(
@@ -508,7 +293,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<(), Error> {
         let Some(session) = self.sessions.remove(&id) else {
             return Err(self.missing_session(id));
         };
@@ -529,15 +314,10 @@ impl State {
             self.grant_waiters(&key, index, now, events);
             self.locks.tidy(&key, now);
         }
-        Ok(Applied::SessionEnded)
+        Ok(())
     }
 
-    fn put(
-        &mut self,
-        put: Put,
-        index: u64,
-        events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    fn put(&mut self, put: Put, index: u64, events: &mut Vec<StateEvent>) -> Result<u64, Error> {
         if let Some(owner) = put.ephemeral {
             if !self.sessions.contains_key(&owner) {
                 return Err(self.missing_session(owner));
@@ -546,7 +326,7 @@ impl State {
         let key = put.key.clone();
         let change = self.namespace.put(put, index)?;
         events.push(StateEvent::NodeChanged { key, change });
-        Ok(Applied::Written { index })
+        Ok(index)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -559,7 +339,7 @@ impl State {
         index: u64,
         now: Millis,
         events: &mut Vec<StateEvent>,
-    ) -> Result<Applied, Error> {
+    ) -> Result<Deleted, Error> {
         if let LockedNodes::HeldOnlyBy(by) = locked {
             self.check_may_delete_locked(key, recursive, by)?;
         }
@@ -581,7 +361,7 @@ impl State {
             self.grant_waiters(key, index, now, events);
             self.locks.tidy(key, now);
         }
-        Ok(Applied::Deleted { index, keys })
+        Ok(Deleted { index, keys })
     }
 
     /// Refuses a delete that would take a lock from a session other than
@@ -678,10 +458,122 @@ impl State {
     }
 }
 
+impl Kind for NewSession {
+    type Reply = Session;
+    fn apply_to(
+        self,
+        state: &mut State,
+        _: u64,
+        _: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Session, Error> {
+        state.create_session(self, events)
+    }
+    fn applied(session: Session) -> Applied {
+        Applied::SessionCreated(session)
+    }
+}
+
+impl Kind for EndSession {
+    type Reply = ();
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<(), Error> {
+        state.end_session(self.id, self.cause, index, now, events)
+    }
+    fn applied((): ()) -> Applied {
+        Applied::SessionEnded
+    }
+}
+
+impl Kind for Put {
+    /// The index it was written at.
+    type Reply = u64;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        _: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<u64, Error> {
+        state.put(self, index, events)
+    }
+    fn applied(index: u64) -> Applied {
+        Applied::Written { index }
+    }
+}
+
+impl Kind for Delete {
+    type Reply = Deleted;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<Deleted, Error> {
+        state.delete(
+            &self.key,
+            self.cas,
+            self.recursive,
+            self.locked,
+            index,
+            now,
+            events,
+        )
+    }
+    fn applied(Deleted { index, keys }: Deleted) -> Applied {
+        Applied::Deleted { index, keys }
+    }
+}
+
+impl Kind for MayCache {
+    type Reply = ();
+    fn apply_to(
+        self,
+        state: &mut State,
+        _: u64,
+        _: Millis,
+        _: &mut Vec<StateEvent>,
+    ) -> Result<(), Error> {
+        if !state.sessions.contains_key(&self.session) {
+            return Err(state.missing_session(self.session));
+        }
+        state.may_cache.insert(self.session);
+        Ok(())
+    }
+    fn applied((): ()) -> Applied {
+        Applied::MayCache
+    }
+}
+
+impl Kind for KeepAcquires {
+    type Reply = ();
+    fn apply_to(
+        self,
+        state: &mut State,
+        _: u64,
+        _: Millis,
+        _: &mut Vec<StateEvent>,
+    ) -> Result<(), Error> {
+        state.acquires_kept = true;
+        Ok(())
+    }
+    fn applied((): ()) -> Applied {
+        Applied::KeepingAcquires
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::command;
     use crate::time::at;
+    use leasehold_protocol::{Behavior, SessionSecret};
 
     fn state() -> State {
         State::new(Bounds::from(&Config::default()))
@@ -802,10 +694,10 @@ mod tests {
         created(s.apply(create(1, None, None), at(0)).0);
         let id = SessionId::from_u128(1);
         let (reply, events) = s.apply(
-            Command::EndSession {
+            Command::EndSession(command::EndSession {
                 id,
                 cause: EndCause::Expired,
-            },
+            }),
             at(5),
         );
         assert_eq!(reply, Ok(Applied::SessionEnded));
@@ -828,10 +720,10 @@ mod tests {
     fn ending_a_session_twice_reports_it_already_ended() {
         let mut s = state();
         created(s.apply(create(1, None, None), at(0)).0);
-        let end = Command::EndSession {
+        let end = Command::EndSession(command::EndSession {
             id: SessionId::from_u128(1),
             cause: EndCause::Destroyed,
-        };
+        });
         assert!(s.apply(end.clone(), at(0)).0.is_ok());
         let (reply, events) = s.apply(end, at(0));
         assert_eq!(reply.unwrap_err().code, ErrorCode::SessionExpired);
@@ -856,10 +748,10 @@ mod tests {
         s.apply(put("svc/a", Some(1)), at(0)).0.unwrap();
         s.apply(put("svc/b", None), at(0)).0.unwrap();
         let (reply, events) = s.apply(
-            Command::EndSession {
+            Command::EndSession(command::EndSession {
                 id: SessionId::from_u128(1),
                 cause: EndCause::Expired,
-            },
+            }),
             at(0),
         );
         assert_eq!(reply, Ok(Applied::SessionEnded));
@@ -911,10 +803,10 @@ mod tests {
                 let _ = s.apply(create(i, Some(1_000 + i as u64 * 100), None), at(i as u64));
                 if i % 3 == 0 {
                     let _ = s.apply(
-                        Command::EndSession {
+                        Command::EndSession(command::EndSession {
                             id: SessionId::from_u128(i / 2),
                             cause: EndCause::Expired,
-                        },
+                        }),
                         at(i as u64),
                     );
                 }
