@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_server::cell::MemoryVolume;
 use leasehold_server::{Config, HowGranted, IdSource, LetGo, MasterEvent, MasterObserver};
 
 use super::admin;
@@ -18,7 +17,9 @@ use super::net::SimListener;
 use super::record::{Clocks, Run, Settings};
 use super::rng::Rng;
 use super::scenario::{Action, Direction, Edge, Planner, Scenario};
+use super::servers::{CellServers, Servers, SingleMaster};
 use super::short_leases::{ShortLeases, SHORT};
+use super::steps::{names, Faults, Late, Step};
 use super::storage;
 use super::trace::{now_ms, Trace, What};
 
@@ -144,146 +145,6 @@ pub(crate) fn master_observer(
     })
 }
 
-/// Where an `Action::LateRelease` is: waiting for a holder to stall;
-/// for the stalled client to let go (since `since`); to let new traffic
-/// flow; for the client to hold the lock again (since `since`), when the
-/// stalled messages go on. `id` names its hold.
-#[derive(Debug, Clone)]
-enum Late {
-    Holder,
-    LetGo { client: String, since: u64, id: u64 },
-    Flow { client: String, id: u64 },
-    HeldAgain { client: String, since: u64, id: u64 },
-}
-
-/// A fault as the driver applies it. A fault that finds its client
-/// already cut off (or held) is skipped whole, and a repair heals only the
-/// fault that scheduled it, so overlapping faults never end each other.
-#[derive(Debug, Clone)]
-enum Step {
-    Cut {
-        client: String,
-        direction: Direction,
-        ms: u64,
-        expect_normal: bool,
-    },
-    Heal {
-        client: String,
-        direction: Direction,
-        id: u64,
-    },
-    Hold {
-        client: String,
-        ms: u64,
-        expect_normal: bool,
-    },
-    Release {
-        client: String,
-        id: u64,
-    },
-    Crash,
-    Restart,
-    /// Wait for a moment the client's local lease leaves room for a short
-    /// hold, then hold.
-    Short {
-        client: String,
-        give_up: u64,
-        expect_normal: bool,
-    },
-    Flap {
-        client: String,
-        until: u64,
-    },
-    CutHolder {
-        direction: Direction,
-        ms: u64,
-    },
-    /// `edge`, `delay` after the master next grants `client`'s session a
-    /// lease later than `since`, watching until `give_up`.
-    AfterGrant {
-        client: String,
-        delay: u64,
-        edge: Edge,
-        since: Option<u64>,
-        /// The client's local lease as published when last looked at:
-        /// what a renewal by the coming grant's reply will change.
-        published: Option<u64>,
-        give_up: u64,
-    },
-    /// `Action::LateRelease`, in the phase `late`, watching until
-    /// `give_up`.
-    LateRelease {
-        late: Late,
-        give_up: u64,
-    },
-    /// Crash a cell's member: its master, or a follower.
-    CrashMember {
-        master: bool,
-        ms: u64,
-    },
-    RestartMember {
-        name: String,
-        id: u64,
-    },
-    Isolate {
-        ms: u64,
-        reachable: Vec<String>,
-    },
-    Split {
-        master_in_minority: bool,
-        ms: u64,
-        minority_clients: Vec<String>,
-    },
-    FlapPeers {
-        until: u64,
-        id: Option<u64>,
-    },
-    /// Heal the links between two members a flap cut.
-    PeerHeal {
-        a: String,
-        b: String,
-    },
-    /// End the fault among members `id`: heal `links` (directed), and
-    /// tell the trace that `clients` and `who` are whole again.
-    CellHeal {
-        id: u64,
-        links: Vec<(String, String)>,
-        clients: Vec<String>,
-        who: Vec<String>,
-    },
-    /// Publish `client`'s local lease every step, or every 50 ms again.
-    Watch {
-        client: String,
-        watched: bool,
-    },
-    /// Once `client`'s local lease is no longer `before` (a reply has
-    /// renewed it), hold its traffic for less than that lease has left;
-    /// watching until `give_up`.
-    AfterRenewal {
-        client: String,
-        before: Option<u64>,
-        give_up: u64,
-    },
-}
-
-/// The directed links `direction` cuts between `a` and `b` (`ToMaster`:
-/// from `a` to `b`).
-fn directed<'a>(a: &'a str, b: &'a str, direction: Direction) -> Vec<(&'a str, &'a str)> {
-    match direction {
-        Direction::Both => vec![(a, b), (b, a)],
-        Direction::ToMaster => vec![(a, b)],
-        Direction::FromMaster => vec![(b, a)],
-    }
-}
-
-fn names(direction: Direction) -> (&'static str, &'static str) {
-    match direction {
-        Direction::Both => ("partition", "repair"),
-        Direction::ToMaster => ("partition-to-master", "repair-to-master"),
-        Direction::FromMaster => ("partition-from-master", "repair-from-master"),
-    }
-}
-
 /// Log records between the simulated master's snapshots: few, so that
 /// snapshots and crashes interleave (`STORE-2`).
 const COMPACT_EVERY: u64 = 32;
@@ -384,7 +245,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             cell::host(&mut sim, &cell, id, volume.clone(), clocks.rate(name), join);
             volumes.insert(name.clone(), volume);
         }
-        CellDriver {
+        CellServers {
             registry: cell.registry,
             volumes,
             down: BTreeMap::new(),
@@ -491,33 +352,35 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         sim.client(admin::HOST, admin);
     }
 
+    let hosts: Box<dyn Servers> = match cell {
+        Some(cell) => Box::new(cell),
+        None => Box::new(SingleMaster { disk, down: false }),
+    };
     let mut driver = Driver {
-        queue: BTreeMap::new(),
-        seq: 0,
+        faults: Faults {
+            queue: BTreeMap::new(),
+            seq: 0,
+            trace: trace.clone(),
+            active: BTreeMap::new(),
+            servers,
+            clients: contender_names.iter().chain(&bystanders).cloned().collect(),
+        },
+        hosts,
         rng: rng.fork(4),
-        trace: trace.clone(),
         leases,
         settings: settings.clone(),
-        active: BTreeMap::new(),
-        master_down: false,
         grants,
-        disk,
-        servers,
-        clients: contender_names.iter().chain(&bystanders).cloned().collect(),
-        cell,
     };
     for (at, action) in planner.actions {
         driver.schedule(at, action);
     }
-    driver.push(work, Step::Restart);
+    driver.faults.push(work, Step::Restart);
 
     let mut error = None;
     loop {
         let now = sim.elapsed().as_millis() as u64;
         driver.apply_due(&mut sim, now, work);
-        if let Some(cell) = &mut driver.cell {
-            cell.sampler.sample(&cell.registry, &trace, now);
-        }
+        driver.hosts.sample(&trace, now);
         match sim.step() {
             Ok(true) => break,
             Ok(false) => {}
@@ -542,48 +405,19 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     }
 }
 
+/// Applies a scenario's faults as the run goes: those of clients and
+/// their links here, those only the servers have through [`Servers`].
 struct Driver {
-    queue: BTreeMap<(u64, u64), Step>,
-    seq: u64,
+    faults: Faults,
+    /// The single master or a cell's members.
+    hosts: Box<dyn Servers>,
     rng: Rng,
-    trace: Trace,
     leases: Leases,
     settings: Settings,
-    /// Faults in force, by client and kind ("cut", "hold"): the id of the
-    /// fault, and how to repair it.
-    active: BTreeMap<(String, &'static str), (u64, Step)>,
-    master_down: bool,
     grants: Grants,
-    /// The master host's disk, told when the host crashes.
-    disk: Disk,
-    /// The single master, or a cell's members.
-    servers: Vec<String>,
-    /// The client hosts a fault among members may cut off.
-    clients: Vec<String>,
-    cell: Option<CellDriver>,
-}
-
-/// What the driver keeps of a cell.
-struct CellDriver {
-    registry: Registry,
-    volumes: BTreeMap<String, MemoryVolume>,
-    /// Members whose host is down, with the id of the crash.
-    down: BTreeMap<String, u64>,
-    /// Directed links cut, with how many faults cut each: a link heals
-    /// when the last fault that cut it ends.
-    links: BTreeMap<(String, String), u32>,
-    sampler: Sampler,
-    rng: Rng,
-    /// The id of the fault among members in force: one at a time.
-    fault: Option<u64>,
 }
 
 impl Driver {
-    fn push(&mut self, at: u64, step: Step) {
-        self.seq += 1;
-        self.queue.insert((at, self.seq), step);
-    }
-
     fn schedule(&mut self, at: u64, action: Action) {
         let step = match action {
             Action::Partition {
@@ -614,11 +448,7 @@ impl Driver {
                 client,
                 until: at + ms,
             },
-            Action::Crash { ms } if self.cell.is_some() => Step::CrashMember { master: true, ms },
-            Action::Crash { ms } => {
-                self.push(at + ms, Step::Restart);
-                Step::Crash
-            }
+            Action::Crash { ms } => self.hosts.crash(&mut self.faults, at, ms),
             Action::CrashFollower { ms } => Step::CrashMember { master: false, ms },
             Action::IsolateMaster { ms, reachable } => Step::Isolate { ms, reachable },
             Action::SplitCell {
@@ -645,7 +475,7 @@ impl Driver {
                         client: client.clone(),
                         watched: true,
                     };
-                    self.push(at.saturating_sub(100), watch);
+                    self.faults.push(at.saturating_sub(100), watch);
                 }
                 Step::AfterGrant {
                     client,
@@ -672,7 +502,7 @@ impl Driver {
                     ms,
                     expect_normal: false,
                 };
-                self.push(at + hold + delay, cut);
+                self.faults.push(at + hold + delay, cut);
                 Step::Hold {
                     client,
                     ms: hold,
@@ -680,22 +510,13 @@ impl Driver {
                 }
             }
         };
-        self.push(at, step);
-    }
-
-    fn fault(&self, at: u64, who: &str, fault: &str, peer: &str, expect_normal: bool) {
-        let what = What::Fault {
-            fault: fault.into(),
-            peer: peer.into(),
-            expect_normal,
-        };
-        self.trace.push_at(at, who, what);
+        self.faults.push(at, step);
     }
 
     /// Applies every step due by `now`; at `work` every fault still in
     /// force is repaired so the run can end healthy.
     fn apply_due(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, work: u64) {
-        while let Some(entry) = self.queue.first_entry() {
+        while let Some(entry) = self.faults.queue.first_entry() {
             if entry.key().0 > now {
                 return;
             }
@@ -721,6 +542,7 @@ impl Driver {
 
     fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>, now: u64) {
         let repairs: Vec<Step> = self
+            .faults
             .active
             .values()
             .map(|(_, repair)| repair.clone())
@@ -728,366 +550,43 @@ impl Driver {
         for repair in repairs {
             self.apply(sim, now, repair);
         }
-        if self.master_down {
-            self.apply(sim, now, Step::Restart);
-        }
-        if let Some(cell) = &mut self.cell {
-            let down: Vec<(String, u64)> =
-                cell.down.iter().map(|(n, id)| (n.clone(), *id)).collect();
-            for ((from, to), _) in std::mem::take(&mut cell.links) {
-                sim.repair_oneway(from.as_str(), to.as_str());
-            }
-            cell.fault = None;
-            for (name, id) in down {
-                self.apply(sim, now, Step::RestartMember { name, id });
-            }
-        }
-    }
-
-    /// Whether the servers misbehave now: the master down, or a fault
-    /// among a cell's members in force.
-    fn servers_troubled(&self) -> bool {
-        self.master_down
-            || self
-                .cell
-                .as_ref()
-                .is_some_and(|c| c.fault.is_some() || !c.down.is_empty())
-    }
-
-    /// Cuts the link between `a` and `b` of a cell's simulation in
-    /// `direction` (`ToMaster`: from `a` to `b`), counting the faults that
-    /// cut each way; returns the directed links it cut.
-    fn cut_link(
-        &mut self,
-        sim: &mut turmoil::Sim<'_>,
-        a: &str,
-        b: &str,
-        direction: Direction,
-    ) -> Vec<(String, String)> {
-        let cell = self.cell.as_mut().expect("a cell's links");
-        let mut cut = Vec::new();
-        for (from, to) in directed(a, b, direction) {
-            let n = cell
-                .links
-                .entry((from.to_string(), to.to_string()))
-                .or_default();
-            *n += 1;
-            if *n == 1 {
-                sim.partition_oneway(from, to);
-            }
-            cut.push((from.to_string(), to.to_string()));
-        }
-        cut
-    }
-
-    /// Ends one fault's cut of the directed link `from` to `to`.
-    fn heal_link(&mut self, sim: &mut turmoil::Sim<'_>, from: &str, to: &str) {
-        let cell = self.cell.as_mut().expect("a cell's links");
-        let key = (from.to_string(), to.to_string());
-        let Some(n) = cell.links.get_mut(&key) else {
-            return;
-        };
-        *n -= 1;
-        if *n == 0 {
-            cell.links.remove(&key);
-            sim.repair_oneway(from, to);
-        }
-    }
-
-    /// Cuts `client` off from every server in `direction`.
-    fn cut_client(&mut self, sim: &mut turmoil::Sim<'_>, client: &str, direction: Direction) {
-        if self.cell.is_none() {
-            match direction {
-                Direction::Both => sim.partition(client, "master"),
-                Direction::ToMaster => sim.partition_oneway(client, "master"),
-                Direction::FromMaster => sim.partition_oneway("master", client),
-            }
-            return;
-        }
-        for server in self.servers.clone() {
-            self.cut_link(sim, client, &server, direction);
-        }
-    }
-
-    fn heal_client(&mut self, sim: &mut turmoil::Sim<'_>, client: &str, direction: Direction) {
-        if self.cell.is_none() {
-            match direction {
-                Direction::Both => sim.repair(client, "master"),
-                Direction::ToMaster => sim.repair_oneway(client, "master"),
-                Direction::FromMaster => sim.repair_oneway("master", client),
-            }
-            return;
-        }
-        for server in self.servers.clone() {
-            for (from, to) in directed(client, &server, direction) {
-                self.heal_link(sim, from, to);
-            }
-        }
-    }
-
-    /// Starts a fault among a cell's members, unless one is in force:
-    /// its id.
-    fn claim_cell_fault(&mut self) -> Option<u64> {
-        let cell = self.cell.as_mut()?;
-        if cell.fault.is_some() || !cell.down.is_empty() {
-            return None;
-        }
-        self.seq += 1;
-        cell.fault = Some(self.seq);
-        Some(self.seq)
-    }
-
-    /// Schedules the end of cell fault `id` after `ms`.
-    fn end_cell_fault(&mut self, now: u64, ms: u64, heal: Step) {
-        let Step::CellHeal { id, .. } = &heal else {
-            unreachable!("a cell fault ends with CellHeal");
-        };
-        self.active
-            .insert(("cell".to_string(), "fault"), (*id, heal.clone()));
-        self.push(now + ms, heal);
-    }
-
-    /// The running members, the master first if there is one.
-    fn running(&self) -> (Option<String>, Vec<String>) {
-        let cell = self.cell.as_ref().expect("a cell");
-        let leader = cell.registry.leader();
-        let others = self
-            .servers
-            .iter()
-            .filter(|s| !cell.down.contains_key(*s) && Some(*s) != leader.as_ref())
-            .cloned()
-            .collect();
-        (leader, others)
-    }
-
-    fn apply_cell(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, step: Step) {
-        match step {
-            Step::CrashMember { master, ms } => {
-                let Some(id) = self.claim_cell_fault() else {
-                    return;
-                };
-                let (leader, others) = self.running();
-                let cell = self.cell.as_mut().expect("a cell");
-                cell.fault = None;
-                let name = match (master, leader) {
-                    (true, Some(leader)) => leader,
-                    _ if others.is_empty() => return,
-                    _ => cell.rng.pick(&others).clone(),
-                };
-                sim.crash(name.as_str());
-                let rng = &mut cell.rng;
-                cell.volumes[&name].crash(|unsynced| rng.range(0, unsynced as u64 + 1) as usize);
-                cell.registry.crashed(&name);
-                cell.down.insert(name.clone(), id);
-                self.fault(now, &name, "crash", "", false);
-                self.push(now + ms, Step::RestartMember { name, id });
-            }
-            Step::RestartMember { name, id } => {
-                let cell = self.cell.as_mut().expect("a cell");
-                if cell.down.get(&name) != Some(&id) {
-                    return;
-                }
-                cell.down.remove(&name);
-                sim.bounce(name.as_str());
-                self.fault(now, &name, "restart", "", false);
-            }
-            Step::Isolate { ms, reachable } => {
-                let (Some(master), others) = self.running() else {
-                    return;
-                };
-                let Some(id) = self.claim_cell_fault() else {
-                    return;
-                };
-                let mut links = Vec::new();
-                for other in &others {
-                    links.extend(self.cut_link(sim, &master, other, Direction::Both));
-                }
-                for client in self.clients.clone() {
-                    if !reachable.contains(&client) {
-                        links.extend(self.cut_link(sim, &master, &client, Direction::Both));
-                    }
-                }
-                self.fault(now, &master, "partition", "members", false);
-                let heal = Step::CellHeal {
-                    id,
-                    links,
-                    clients: Vec::new(),
-                    who: vec![master],
-                };
-                self.end_cell_fault(now, ms, heal);
-            }
-            Step::Split {
-                master_in_minority,
-                ms,
-                minority_clients,
-            } => {
-                let (leader, mut others) = self.running();
-                if leader.is_none() || others.len() + 1 < self.servers.len() {
-                    return;
-                }
-                let Some(id) = self.claim_cell_fault() else {
-                    return;
-                };
-                let leader = leader.expect("checked");
-                let size = (self.servers.len() - 1) / 2;
-                let cell = self.cell.as_mut().expect("a cell");
-                cell.rng.shuffle(&mut others);
-                let mut minority = Vec::new();
-                if master_in_minority {
-                    minority.push(leader.clone());
-                }
-                while minority.len() < size {
-                    minority.push(others.remove(0));
-                }
-                let majority: Vec<String> = self
-                    .servers
-                    .iter()
-                    .filter(|s| !minority.contains(s))
-                    .cloned()
-                    .collect();
-                let mut links = Vec::new();
-                for a in &minority {
-                    for b in &majority {
-                        links.extend(self.cut_link(sim, a, b, Direction::Both));
-                    }
-                }
-                for client in self.clients.clone() {
-                    let cut_from = if minority_clients.contains(&client) {
-                        // Its side has no quorum: it is cut off from the
-                        // cell.
-                        self.fault(now, &client, "partition", "cell", false);
-                        &majority
-                    } else {
-                        &minority
-                    };
-                    for server in cut_from.clone() {
-                        links.extend(self.cut_link(sim, &client, &server, Direction::Both));
-                    }
-                }
-                for member in &minority {
-                    self.fault(now, member, "partition", "majority", false);
-                }
-                let heal = Step::CellHeal {
-                    id,
-                    links,
-                    clients: minority_clients,
-                    who: minority,
-                };
-                self.end_cell_fault(now, ms, heal);
-            }
-            Step::FlapPeers { until, id } => {
-                let id = match id {
-                    Some(id) => id,
-                    None => match self.claim_cell_fault() {
-                        Some(id) => {
-                            let heal = Step::CellHeal {
-                                id,
-                                links: Vec::new(),
-                                clients: Vec::new(),
-                                who: Vec::new(),
-                            };
-                            self.active
-                                .insert(("cell".to_string(), "fault"), (id, heal));
-                            id
-                        }
-                        None => return,
-                    },
-                };
-                let cell = self.cell.as_mut().expect("a cell");
-                if cell.fault != Some(id) {
-                    return;
-                }
-                if now + 300 >= until {
-                    cell.fault = None;
-                    self.active.remove(&("cell".to_string(), "fault"));
-                    return;
-                }
-                let mut pair = self.servers.clone();
-                cell.rng.shuffle(&mut pair);
-                let (a, b) = (pair[0].clone(), pair[1].clone());
-                let ms = cell.rng.range(200, 1_500);
-                let healed = cell.rng.range(100, 800);
-                self.cut_link(sim, &a, &b, Direction::Both);
-                self.fault(now, &a, "partition", &b, false);
-                self.push(now + ms, Step::PeerHeal { a, b });
-                let next = Step::FlapPeers {
-                    until,
-                    id: Some(id),
-                };
-                self.push(now + ms + healed, next);
-            }
-            Step::PeerHeal { a, b } => {
-                let cell = self.cell.as_ref().expect("a cell");
-                if !cell.links.contains_key(&(a.clone(), b.clone())) {
-                    return;
-                }
-                self.heal_link(sim, &a, &b);
-                self.heal_link(sim, &b, &a);
-                self.fault(now, &a, "repair", &b, false);
-            }
-            Step::CellHeal {
-                id,
-                links,
-                clients,
-                who,
-            } => {
-                let cell = self.cell.as_mut().expect("a cell");
-                if cell.fault != Some(id) {
-                    return;
-                }
-                cell.fault = None;
-                self.active.remove(&("cell".to_string(), "fault"));
-                for (from, to) in links {
-                    self.heal_link(sim, &from, &to);
-                }
-                for client in clients {
-                    self.fault(now, &client, "repair", "cell", false);
-                }
-                for member in who {
-                    self.fault(now, &member, "repair", "", false);
-                }
-            }
-            _ => unreachable!("not a cell's step"),
-        }
-    }
-
-    fn is_cut(&self, client: &str) -> bool {
-        self.active.contains_key(&(client.to_string(), "cut"))
+        self.hosts.heal_all(&mut self.faults, sim, now);
     }
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: u64, step: Step) {
         match step {
-            Step::CrashMember { .. }
+            Step::Crash
+            | Step::Restart
+            | Step::CrashMember { .. }
             | Step::RestartMember { .. }
             | Step::Isolate { .. }
             | Step::Split { .. }
             | Step::FlapPeers { .. }
             | Step::PeerHeal { .. }
-            | Step::CellHeal { .. } => {
-                if self.cell.is_some() {
-                    self.apply_cell(sim, now, step);
-                }
-            }
+            | Step::CellHeal { .. } => self.hosts.apply(&mut self.faults, sim, now, step),
             Step::Cut {
                 client,
                 direction,
                 ms,
                 expect_normal,
             } => {
-                if self.is_cut(&client) {
+                if self.faults.is_cut(&client) {
                     return;
                 }
-                self.cut_client(sim, &client, direction);
-                self.fault(now, &client, names(direction).0, "master", expect_normal);
-                self.seq += 1;
-                let id = self.seq;
+                self.hosts.cut_client(&self.faults, sim, &client, direction);
+                self.faults
+                    .fault(now, &client, names(direction).0, "master", expect_normal);
+                self.faults.seq += 1;
+                let id = self.faults.seq;
                 let heal = Step::Heal {
                     client: client.clone(),
                     direction,
                     id,
                 };
-                self.active.insert((client, "cut"), (id, heal.clone()));
-                self.push(now + ms, heal);
+                self.faults
+                    .active
+                    .insert((client, "cut"), (id, heal.clone()));
+                self.faults.push(now + ms, heal);
             }
             Step::Heal {
                 client,
@@ -1096,15 +595,18 @@ impl Driver {
             } => {
                 let key = (client.clone(), "cut");
                 if self
+                    .faults
                     .active
                     .get(&key)
                     .is_none_or(|(active, _)| *active != id)
                 {
                     return;
                 }
-                self.active.remove(&key);
-                self.heal_client(sim, &client, direction);
-                self.fault(now, &client, names(direction).1, "master", false);
+                self.faults.active.remove(&key);
+                self.hosts
+                    .heal_client(&self.faults, sim, &client, direction);
+                self.faults
+                    .fault(now, &client, names(direction).1, "master", false);
             }
             Step::Hold {
                 client,
@@ -1112,61 +614,46 @@ impl Driver {
                 expect_normal,
             } => {
                 let key = (client.clone(), "hold");
-                if self.active.contains_key(&key) {
+                if self.faults.active.contains_key(&key) {
                     return;
                 }
-                for server in &self.servers {
+                for server in &self.faults.servers {
                     sim.hold(client.as_str(), server.as_str());
                 }
                 sim.hold(client.as_str(), storage::HOST);
-                self.fault(now, &client, "hold", "master", expect_normal);
-                self.seq += 1;
-                let id = self.seq;
+                self.faults
+                    .fault(now, &client, "hold", "master", expect_normal);
+                self.faults.seq += 1;
+                let id = self.faults.seq;
                 let release = Step::Release { client, id };
-                self.active.insert(key, (id, release.clone()));
-                self.push(now + ms, release);
+                self.faults.active.insert(key, (id, release.clone()));
+                self.faults.push(now + ms, release);
             }
             Step::Release { client, id } => {
                 let key = (client.clone(), "hold");
                 if self
+                    .faults
                     .active
                     .get(&key)
                     .is_none_or(|(active, _)| *active != id)
                 {
                     return;
                 }
-                self.active.remove(&key);
-                for server in &self.servers {
+                self.faults.active.remove(&key);
+                for server in &self.faults.servers {
                     sim.release(client.as_str(), server.as_str());
                 }
                 sim.release(client.as_str(), storage::HOST);
-                self.fault(now, &client, "release", "master", false);
-            }
-            Step::Crash => {
-                if !self.master_down {
-                    sim.crash("master");
-                    // At the same instant: the writer's task is gone, and
-                    // what it had not synced is torn.
-                    self.disk.crash();
-                    self.master_down = true;
-                    self.fault(now, "master", "crash", "", false);
-                }
-            }
-            Step::Restart => {
-                if self.master_down {
-                    sim.bounce("master");
-                    self.master_down = false;
-                    self.fault(now, "master", "restart", "", false);
-                }
+                self.faults.fault(now, &client, "release", "master", false);
             }
             Step::CutHolder { direction, ms } => {
                 // The holder of the moment if it is not cut off already,
                 // else any contender that is not.
                 let free: Vec<String> = (1..=16)
                     .map(|i| format!("c{i}"))
-                    .filter(|c| self.leases.until(c).is_some() && !self.is_cut(c))
+                    .filter(|c| self.leases.until(c).is_some() && !self.faults.is_cut(c))
                     .collect();
-                let client = match self.holder().filter(|h| !self.is_cut(h)) {
+                let client = match self.holder().filter(|h| !self.faults.is_cut(h)) {
                     Some(holder) => holder,
                     None if free.is_empty() => return,
                     None => self.rng.pick(&free).clone(),
@@ -1196,7 +683,7 @@ impl Driver {
                     (Some(since), Some(granted)) if granted > since => {
                         let at = (granted + delay).max(now);
                         if let Some(step) = self.edge(client, edge, at, published) {
-                            self.push(at, step);
+                            self.faults.push(at, step);
                         }
                     }
                     _ if now >= give_up => {}
@@ -1209,7 +696,7 @@ impl Driver {
                             since: Some(since.unwrap_or(last.unwrap_or(0))),
                             give_up,
                         };
-                        self.push(now + 1, watch);
+                        self.faults.push(now + 1, watch);
                     }
                 }
             }
@@ -1233,7 +720,7 @@ impl Driver {
                         before,
                         give_up,
                     };
-                    self.push(now + 1, watch);
+                    self.faults.push(now + 1, watch);
                 }
             }
             Step::Short {
@@ -1255,7 +742,8 @@ impl Driver {
                     expect_normal: false,
                 };
                 self.apply(sim, now, cut);
-                self.push(now + ms + healed, Step::Flap { client, until });
+                self.faults
+                    .push(now + ms + healed, Step::Flap { client, until });
             }
         }
     }
@@ -1297,22 +785,24 @@ impl Driver {
         );
         match late {
             Late::Holder => {
-                let holder = self
-                    .holder()
-                    .filter(|h| !self.is_cut(h) && !self.active.contains_key(&(h.clone(), "hold")));
+                let holder = self.holder().filter(|h| {
+                    !self.faults.is_cut(h) && !self.faults.active.contains_key(&(h.clone(), "hold"))
+                });
                 match holder {
                     Some(client) => {
-                        for server in &self.servers {
+                        for server in &self.faults.servers {
                             sim.hold(client.as_str(), server.as_str());
                         }
-                        self.fault(now, &client, "hold", "master", false);
-                        self.seq += 1;
-                        let id = self.seq;
+                        self.faults.fault(now, &client, "hold", "master", false);
+                        self.faults.seq += 1;
+                        let id = self.faults.seq;
                         let release = Step::Release {
                             client: client.clone(),
                             id,
                         };
-                        self.active.insert((client.clone(), "hold"), (id, release));
+                        self.faults
+                            .active
+                            .insert((client.clone(), "hold"), (id, release));
                         let next = Step::LateRelease {
                             late: Late::LetGo {
                                 client,
@@ -1322,9 +812,9 @@ impl Driver {
                             // Let go by the end of its local lease at most.
                             give_up: now + lease + grace,
                         };
-                        self.push(now + 5, next);
+                        self.faults.push(now + 5, next);
                     }
-                    None if now < give_up => self.push(now + 5, again(late)),
+                    None if now < give_up => self.faults.push(now + 5, again(late)),
                     None => {}
                 }
             }
@@ -1334,7 +824,9 @@ impl Driver {
                 }
                 let let_go = self.believed_since(&client, since, false);
                 if let_go.is_none() && now < give_up {
-                    return self.push(now + 5, again(Late::LetGo { client, since, id }));
+                    return self
+                        .faults
+                        .push(now + 5, again(Late::LetGo { client, since, id }));
                 }
                 // The release goes out right after the belief ends: let it
                 // join the stalled messages, then let new traffic through.
@@ -1343,25 +835,25 @@ impl Driver {
                     late: Late::Flow { client, id },
                     give_up: sent + lease + grace,
                 };
-                self.push(sent.max(now + 5), flow);
+                self.faults.push(sent.max(now + 5), flow);
             }
             Late::Flow { client, id } => {
                 if !self.holds_hold(&client, id) {
                     return;
                 }
                 // A repair heals a cut too: not while one is in force.
-                if self.is_cut(&client) {
+                if self.faults.is_cut(&client) {
                     if now < give_up {
-                        return self.push(now + 5, again(Late::Flow { client, id }));
+                        return self.faults.push(now + 5, again(Late::Flow { client, id }));
                     }
                     return self.apply(sim, now, Step::Release { client, id });
                 }
-                for server in &self.servers {
+                for server in &self.faults.servers {
                     sim.repair(client.as_str(), server.as_str());
                 }
                 // Not a "repair": the held messages still wait, and the
                 // hold lasts until its "release".
-                self.fault(now, &client, "flow", "master", false);
+                self.faults.fault(now, &client, "flow", "master", false);
                 let next = Step::LateRelease {
                     late: Late::HeldAgain {
                         client,
@@ -1370,7 +862,7 @@ impl Driver {
                     },
                     give_up,
                 };
-                self.push(now + 5, next);
+                self.faults.push(now + 5, next);
             }
             Late::HeldAgain { client, since, id } => {
                 if !self.holds_hold(&client, id) {
@@ -1378,7 +870,7 @@ impl Driver {
                 }
                 if self.believed_since(&client, since, true).is_none() && now < give_up {
                     let next = Late::HeldAgain { client, since, id };
-                    return self.push(now + 5, again(next));
+                    return self.faults.push(now + 5, again(next));
                 }
                 // The stalled messages arrive, the release among them.
                 self.apply(sim, now, Step::Release { client, id });
@@ -1388,7 +880,8 @@ impl Driver {
 
     /// Whether the hold `id` is the one in force on `client`'s link.
     fn holds_hold(&self, client: &str, id: u64) -> bool {
-        self.active
+        self.faults
+            .active
             .get(&(client.to_string(), "hold"))
             .is_some_and(|(active, _)| *active == id)
     }
@@ -1396,7 +889,7 @@ impl Driver {
     /// When, after `since`, `client` last came to believe it holds
     /// something (`holding`), or stopped believing it does.
     fn believed_since(&self, client: &str, since: u64, holding: bool) -> Option<u64> {
-        self.trace.read(|entries| {
+        self.faults.trace.read(|entries| {
             entries
                 .iter()
                 .rev()
@@ -1415,7 +908,7 @@ impl Driver {
 
     /// A contender that believes it holds something now.
     fn holder(&self) -> Option<String> {
-        self.trace.read(|entries| {
+        self.faults.trace.read(|entries| {
             let mut holding: BTreeMap<&str, u32> = BTreeMap::new();
             for e in entries {
                 match e.what {
@@ -1440,7 +933,7 @@ impl Driver {
     fn short(&mut self, now: u64, client: String, give_up: u64, expect_normal: bool) {
         // A master down or a cut already in force may take the client out
         // of Normal whatever the hold does.
-        let expect_normal = expect_normal && !self.servers_troubled() && !self.is_cut(&client);
+        let expect_normal = expect_normal && !self.hosts.troubled() && !self.faults.is_cut(&client);
         let latency = self.settings.max_latency.as_millis() as u64;
         if let Some(until) = self.leases.until(&client) {
             // The lease is sampled every 50 ms (every step while a fault
@@ -1454,7 +947,7 @@ impl Driver {
                     ms,
                     expect_normal,
                 };
-                self.push(now, hold);
+                self.faults.push(now, hold);
                 return;
             }
         }
@@ -1464,7 +957,7 @@ impl Driver {
                 give_up,
                 expect_normal,
             };
-            self.push(now + 50, short);
+            self.faults.push(now + 50, short);
         }
     }
 }
