@@ -15,7 +15,7 @@ const SEEDS: [u64; 2] = [1, 2];
 fn judged(name: &str, seed: u64, settings: Settings) -> (Run, Report) {
     let scenario = find(name).expect("a catalogued scenario");
     let run = run(scenario, seed, settings);
-    let report = check::all(&run);
+    let report = check::all(&run.entries);
     (run, report)
 }
 

@@ -230,7 +230,7 @@ fn main() -> ExitCode {
             knobs,
         } => scenario(&name).map(|s| {
             let run = sim::run(s, seed, knobs.settings());
-            let report = check::all(&run);
+            let report = check::all(&run.entries);
             if report.passed() {
                 ExitCode::SUCCESS
             } else {
@@ -249,7 +249,7 @@ fn run(
     out: &std::path::Path,
 ) -> ExitCode {
     let run = sim::run(scenario, seed, knobs.settings());
-    let report = check::all(&run);
+    let report = check::all(&run.entries);
     say!("{}", report.summary(&run).trim_end());
     let stem = format!("{}-{seed}", scenario.name);
     let written = std::fs::create_dir_all(out)

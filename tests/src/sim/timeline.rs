@@ -57,6 +57,7 @@ pub fn svg(run: &Run, report: &Report) -> String {
             {
                 continue
             }
+            What::RunStarted { .. } | What::RunEnded { .. } => continue,
             _ => &e.who,
         };
         if !lanes.contains(lane) {

@@ -44,6 +44,19 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum What {
+    /// The run began: what the checks need to know of it besides what
+    /// happened (the first entry, at 0).
+    RunStarted {
+        scenario: String,
+        seed: u64,
+        contenders: usize,
+        lease_ms: u64,
+        grace_ms: u64,
+        semaphore_limit: u32,
+    },
+    /// The run ended, on its own or with the simulation's `error` (the
+    /// last entry).
+    RunEnded { error: Option<String> },
     /// The network or the master misbehaves from here on (`fault`:
     /// partition, partition-to, partition-from, hold, crash), or is
     /// repaired (repair, release, restart). `flow`: new traffic passes a

@@ -205,6 +205,15 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let work = settings.work.as_millis() as u64;
     let listen_until = work + settings.drain.as_millis() as u64;
     let trace = Trace::default();
+    let started = What::RunStarted {
+        scenario: scenario.name.to_string(),
+        seed,
+        contenders,
+        lease_ms: settings.lease.as_millis() as u64,
+        grace_ms: settings.grace.as_millis() as u64,
+        semaphore_limit: settings.semaphore_limit,
+    };
+    trace.push_at(0, "sim", started);
     let leases = Leases::default();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
@@ -393,6 +402,11 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     if members > 0 {
         leasehold_server::cell::seed_elections(None);
     }
+    let end = sim.elapsed().as_millis() as u64;
+    let ended = What::RunEnded {
+        error: error.clone(),
+    };
+    trace.push_at(end, "sim", ended);
     Run {
         scenario: scenario.name,
         seed,
@@ -400,7 +414,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         contenders,
         entries: trace.entries(),
         error,
-        end: sim.elapsed().as_millis() as u64,
+        end,
         clocks,
     }
 }

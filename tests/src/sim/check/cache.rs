@@ -9,12 +9,12 @@
 use std::collections::HashMap;
 
 use super::history::{by_key, ops, Op};
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 
 pub const NAME: &str = "cache";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let all = ops(run);
     let mut violations = Vec::new();
     let mut hits = 0;
@@ -85,7 +85,7 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
 /// In `cache-partition`, where only the contenders are cut off, every write
 /// the bystanders had acknowledged waited no longer than a cut-off
 /// cacher's lease, and a second for the round trips (`CACHE-3`).
-fn bounded_waits(run: &Run, all: &[Op]) -> Vec<Violation> {
+fn bounded_waits(run: &Recorded, all: &[Op]) -> Vec<Violation> {
     if run.scenario != "cache-partition" {
         return Vec::new();
     }

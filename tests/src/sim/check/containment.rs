@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "containment";
@@ -87,7 +87,7 @@ impl Leases {
     }
 }
 
-fn beliefs(run: &Run) -> Vec<Belief> {
+fn beliefs(run: &Recorded) -> Vec<Belief> {
     let mut done = Vec::new();
     // Each client's session, and since when it has been Normal.
     let mut normal: BTreeMap<&str, (String, Option<u64>)> = BTreeMap::new();
@@ -156,7 +156,7 @@ fn beliefs(run: &Run) -> Vec<Belief> {
     done
 }
 
-fn leases(run: &Run) -> BTreeMap<&str, Leases> {
+fn leases(run: &Recorded) -> BTreeMap<&str, Leases> {
     let mut leases: BTreeMap<&str, Leases> = BTreeMap::new();
     for e in &run.entries {
         match &e.what {
@@ -180,7 +180,7 @@ fn leases(run: &Run) -> BTreeMap<&str, Leases> {
     leases
 }
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let leases = leases(run);
     let none = Leases::default();
     let all = beliefs(run);

@@ -8,13 +8,13 @@
 //! exactly that value at the end.
 
 use super::history::{by_key, ops, Op};
+use super::Recorded;
 use super::Violation;
 use crate::sim::app::WRITE_ONCE;
-use crate::sim::record::Run;
 
 pub const NAME: &str = "durability";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let all = ops(run);
     let mut violations = Vec::new();
     let mut acked_total = 0;

@@ -16,14 +16,14 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::history::{ops, Op};
+use super::Recorded;
 use super::Violation;
 use crate::sim::app::WATCHED;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "events";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let Some(first) = run
         .entries
         .iter()

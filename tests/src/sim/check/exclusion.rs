@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use super::Recorded;
 use super::Violation;
 use crate::sim::app::SEMAPHORE;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "exclusion";
@@ -26,7 +26,7 @@ pub struct Belief {
 /// Every belief in the trace; one still held at the end lasts to the end.
 /// A second belief in a lock the client already believed it held is a
 /// violation of the trace's own form.
-pub fn beliefs(run: &Run) -> (Vec<Belief>, Vec<Violation>) {
+pub fn beliefs(run: &Recorded) -> (Vec<Belief>, Vec<Violation>) {
     let mut open: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
     let mut done = Vec::new();
     let mut malformed = Vec::new();
@@ -71,7 +71,7 @@ pub fn beliefs(run: &Run) -> (Vec<Belief>, Vec<Violation>) {
     (done, malformed)
 }
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let (all, mut violations) = beliefs(run);
     let mut by_lock: BTreeMap<&str, Vec<&Belief>> = BTreeMap::new();
     for b in all.iter().filter(|b| b.to > b.from) {

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "failover";
@@ -22,7 +22,7 @@ const REACH: u64 = 2_500;
 
 /// Intervals in which `who` had a fault of its own in force, and in which
 /// the master was down.
-fn outages(run: &Run) -> BTreeMap<&str, Vec<(u64, u64)>> {
+fn outages(run: &Recorded) -> BTreeMap<&str, Vec<(u64, u64)>> {
     let mut open: BTreeMap<(&str, bool), u64> = BTreeMap::new();
     let mut spans: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
     for e in &run.entries {
@@ -56,7 +56,7 @@ fn overlaps(spans: Option<&Vec<(u64, u64)>>, from: u64, to: u64) -> bool {
     spans.is_some_and(|s| s.iter().any(|&(a, b)| a <= to && b >= from))
 }
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let outages = outages(run);
     let lease = run.settings.lease.as_millis() as u64;
     let grace = run.settings.grace.as_millis() as u64;

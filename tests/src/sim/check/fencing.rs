@@ -10,14 +10,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::Recorded;
 use super::Violation;
 use crate::sim::app::SEMAPHORE;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "fencing";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let mut newest: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
     let mut granted: BTreeSet<(&str, &str, u64)> = BTreeSet::new();
     // The highest generation granted so far, and to whom.

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::sim::record::Run;
+use super::Recorded;
 use crate::sim::trace::{Call, Outcome, What};
 
 /// One key/value call.
@@ -59,7 +59,7 @@ pub fn by_key(ops: &[Op]) -> BTreeMap<&str, Vec<&Op>> {
 }
 
 /// Every call, in the order they began.
-pub fn ops(run: &Run) -> Vec<Op> {
+pub fn ops(run: &Recorded) -> Vec<Op> {
     let mut ops: BTreeMap<u64, Op> = BTreeMap::new();
     let mut order = Vec::new();
     for e in &run.entries {

@@ -8,12 +8,12 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::history::{by_key, ops, Op};
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 
 pub const NAME: &str = "linearizable";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let all = ops(run);
     let mut violations = Vec::new();
     let mut checked = 0;

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeMap;
 
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "masters";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let mut violations = Vec::new();
     // Each server's master's epoch, from the last time one began there.
     let mut epoch_of: BTreeMap<&str, u64> = BTreeMap::new();

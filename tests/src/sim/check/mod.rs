@@ -1,4 +1,6 @@
-//! The invariants every run is held to, each judged from the trace alone.
+//! The invariants every run is held to, each judged from the trace alone:
+//! what a check knows of the run ([`Recorded`]) is read from the trace's
+//! first and last entries.
 //!
 //! - [`exclusion`]: no two clients believed at the same instant that they
 //!   held the same exclusive lock (nor more than the limit a semaphore's
@@ -43,7 +45,76 @@ pub mod waits;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use std::time::Duration;
+
 use super::record::Run;
+use super::trace::{Entry, What};
+
+/// A run as its trace records it: everything a check may know.
+#[derive(Debug)]
+pub struct Recorded {
+    pub scenario: String,
+    pub seed: u64,
+    pub contenders: usize,
+    /// When the run ended, in virtual milliseconds.
+    pub end: u64,
+    /// The simulation's error, if it ended with one.
+    pub error: Option<String>,
+    pub settings: Limits,
+    pub entries: Vec<Entry>,
+}
+
+/// The settings of a run the checks judge by.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub lease: Duration,
+    pub grace: Duration,
+    /// Slots of each semaphore.
+    pub semaphore_limit: u32,
+}
+
+impl Recorded {
+    /// The run `trace` records, which must begin with `RunStarted` and
+    /// end with `RunEnded`.
+    pub fn of(trace: &[Entry]) -> Result<Recorded, String> {
+        let Some(Entry {
+            what:
+                What::RunStarted {
+                    scenario,
+                    seed,
+                    contenders,
+                    lease_ms,
+                    grace_ms,
+                    semaphore_limit,
+                },
+            ..
+        }) = trace.first()
+        else {
+            return Err("the trace does not begin with the run's start".into());
+        };
+        let Some(Entry {
+            at,
+            what: What::RunEnded { error },
+            ..
+        }) = trace.last()
+        else {
+            return Err("the trace does not end with the run's end".into());
+        };
+        Ok(Recorded {
+            scenario: scenario.clone(),
+            seed: *seed,
+            contenders: *contenders,
+            end: *at,
+            error: error.clone(),
+            settings: Limits {
+                lease: Duration::from_millis(*lease_ms),
+                grace: Duration::from_millis(*grace_ms),
+                semaphore_limit: *semaphore_limit,
+            },
+            entries: trace.to_vec(),
+        })
+    }
+}
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,9 +191,21 @@ impl Report {
     }
 }
 
-/// Judges `run` against every invariant.
-pub fn all(run: &Run) -> Report {
+/// Judges the run `trace` records against every invariant.
+pub fn all(trace: &[Entry]) -> Report {
     let mut report = Report::default();
+    let run = match Recorded::of(trace) {
+        Ok(run) => run,
+        Err(broken) => {
+            report.violations.push(Violation {
+                invariant: "simulation",
+                at: trace.last().map_or(0, |e| e.at),
+                detail: broken,
+            });
+            return report;
+        }
+    };
+    let run = &run;
     if let Some(error) = &run.error {
         report.violations.push(Violation {
             invariant: "simulation",
@@ -155,9 +238,19 @@ pub fn all(run: &Run) -> Report {
 pub(crate) mod tests {
     use super::*;
     use crate::sim::record::Settings;
-    use crate::sim::trace::{Call, Entry, Outcome, What};
+    use crate::sim::trace::{Call, Outcome};
 
-    pub(crate) fn run_of(entries: Vec<(u64, &str, What)>) -> Run {
+    /// The limits of a run on default settings.
+    pub(crate) fn limits() -> Limits {
+        let settings = Settings::default();
+        Limits {
+            lease: settings.lease,
+            grace: settings.grace,
+            semaphore_limit: settings.semaphore_limit,
+        }
+    }
+
+    pub(crate) fn run_of(entries: Vec<(u64, &str, What)>) -> Recorded {
         let entries: Vec<Entry> = entries
             .into_iter()
             .map(|(at, who, what)| Entry {
@@ -166,16 +259,42 @@ pub(crate) mod tests {
                 what,
             })
             .collect();
-        Run {
-            scenario: "test",
+        Recorded {
+            scenario: "test".into(),
             seed: 0,
-            settings: Settings::default(),
+            settings: limits(),
             contenders: 0,
             end: entries.last().map_or(0, |e| e.at + 1),
             entries,
             error: None,
-            clocks: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_trace_that_does_not_say_which_run_it_records_is_not_judged_passed() {
+        let trace = run_of(vec![(5, "c1", What::Serving { epoch: 1 })]).entries;
+        let report = all(&trace);
+        assert_eq!(report.of("simulation").len(), 1, "{report:?}");
+    }
+
+    #[test]
+    fn the_run_is_read_from_its_traces_first_and_last_entries() {
+        let started = What::RunStarted {
+            scenario: "s".into(),
+            seed: 7,
+            contenders: 3,
+            lease_ms: 4_000,
+            grace_ms: 6_000,
+            semaphore_limit: 2,
+        };
+        let ended = What::RunEnded {
+            error: Some("stalled".into()),
+        };
+        let trace = run_of(vec![(0, "sim", started), (900, "sim", ended)]).entries;
+        let run = Recorded::of(&trace).expect("a run");
+        assert_eq!((run.seed, run.contenders, run.end), (7, 3, 900));
+        assert_eq!(run.settings.lease, Duration::from_secs(4));
+        assert_eq!(run.error.as_deref(), Some("stalled"));
     }
 
     fn put(op: u64, at: u64, key: &str, value: &str) -> [(u64, &'static str, What); 2] {

@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "replicas";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let mut violations = Vec::new();
     // The first sample at each index: its digest, where, when.
     let mut first: BTreeMap<u64, (u64, &str, u64)> = BTreeMap::new();

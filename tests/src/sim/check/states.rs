@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 use crate::sim::trace::{is_server, What};
 
 pub const NAME: &str = "states";
@@ -22,7 +22,7 @@ fn allowed(from: &str, to: &str) -> bool {
     )
 }
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
     let mut violations = Vec::new();
     let mut transitions: BTreeMap<String, usize> = BTreeMap::new();
     // Each session's current state and when it was entered.
@@ -89,7 +89,7 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>, BTreeMap<String, usize>) {
 
 /// `CS-1`: the clients cut off by a partition marked `expect_normal` see no
 /// transition from the cut until a second after the repair.
-fn short_partitions_stay_normal(run: &Run) -> Vec<Violation> {
+fn short_partitions_stay_normal(run: &Recorded) -> Vec<Violation> {
     let mut violations = Vec::new();
     for (i, e) in run.entries.iter().enumerate() {
         let What::Fault {

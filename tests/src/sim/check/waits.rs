@@ -6,13 +6,13 @@
 //! application stopped waiting; a lost connection, an answer that never
 //! came or a fail-over is never how it ends.
 
+use super::Recorded;
 use super::Violation;
-use crate::sim::record::Run;
 use crate::sim::trace::What;
 
 pub const NAME: &str = "waits";
 
-pub fn check(run: &Run) -> (usize, Vec<Violation>) {
+pub fn check(run: &Recorded) -> (usize, Vec<Violation>) {
     let mut checked = 0;
     let mut violations = Vec::new();
     for e in &run.entries {
@@ -34,10 +34,9 @@ pub fn check(run: &Run) -> (usize, Vec<Violation>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::record::Settings;
     use crate::sim::trace::Entry;
 
-    fn run_of(outcomes: &[&str]) -> Run {
+    fn run_of(outcomes: &[&str]) -> Recorded {
         let entries = outcomes
             .iter()
             .enumerate()
@@ -50,15 +49,14 @@ mod tests {
                 },
             })
             .collect();
-        Run {
-            scenario: "unit",
+        Recorded {
+            scenario: "unit".into(),
             seed: 0,
-            settings: Settings::default(),
+            settings: crate::sim::check::tests::limits(),
             contenders: 1,
             entries,
             error: None,
             end: 10,
-            clocks: Default::default(),
         }
     }
 
