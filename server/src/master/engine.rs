@@ -192,8 +192,17 @@ impl Engine {
     }
 
     /// What the engine has decided since this was last asked, in order.
+    #[cfg(test)]
     pub(crate) fn effects(&mut self) -> VecDeque<Effect> {
         std::mem::take(&mut self.out)
+    }
+
+    /// Hands over what the engine has decided since this was last asked,
+    /// in order, in exchange for `spare`, an empty queue: the two take
+    /// turns, so that neither is allocated again input after input.
+    pub(crate) fn swap_effects(&mut self, spare: &mut VecDeque<Effect>) {
+        debug_assert!(spare.is_empty());
+        std::mem::swap(&mut self.out, spare);
     }
 
     /// When the engine next has something to do by itself: the earliest

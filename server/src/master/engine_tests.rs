@@ -696,8 +696,10 @@ fn a_write_held_for_a_silent_cacher_goes_once_the_cachers_lease_has_run_out() {
         held.replies.is_empty() && held.logged.is_empty(),
         "{held:?}"
     );
-    // The cacher never acknowledges: its lease ends, which ends it.
+    // The cacher never acknowledges: its lease ends, which ends it, and
+    // the loop is told held work may go.
     bench.after(LEASE_MS);
+    assert!(bench.engine.held_work_moved());
     let went = bench.step(Input::HeldWork);
     assert!(went.logged.contains(&"Put".to_string()), "{went:?}");
     assert!(went

@@ -85,6 +85,9 @@ pub(crate) struct Master {
     lease: Option<std::sync::Arc<crate::cell::MasterLease>>,
     /// Set when the store failed: the master stops.
     failed: bool,
+    /// The queue the engine's effects are carried out from, kept between
+    /// inputs (`Engine::swap_effects`).
+    spare: std::collections::VecDeque<Effect>,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -113,6 +116,7 @@ impl Master {
             commit: start.commit,
             lease: start.lease,
             failed: false,
+            spare: Default::default(),
         };
         master.carry_out();
         master
@@ -130,13 +134,14 @@ impl Master {
     /// that nobody receives goes back to the engine, which may decide
     /// more.
     fn carry_out(&mut self) {
+        let mut effects = std::mem::take(&mut self.spare);
         loop {
-            let effects = self.engine.effects();
+            self.engine.swap_effects(&mut effects);
             if effects.is_empty() {
-                return;
+                break;
             }
             let mut unheard = Vec::new();
-            for effect in effects {
+            for effect in effects.drain(..) {
                 match effect {
                     Effect::Log(record) => {
                         if let Some(commit) = &mut self.commit {
@@ -167,6 +172,7 @@ impl Master {
                 self.engine.step(Input::Unheard(grant), now);
             }
         }
+        self.spare = effects;
     }
 
     /// Snapshots the state when the log has grown enough (`STORE-2`):

@@ -11,6 +11,25 @@
 //!
 //! `leasehold-sim` runs scenarios, sweeps seeds and draws
 //! [timelines](timeline).
+//!
+//! # Layout
+//! - `world.rs`: one run: its hosts, and the driver that applies the
+//!   scenario's faults of clients and links as the run goes; `servers.rs`:
+//!   the faults only the servers have, behind one trait, for a single
+//!   master and for a cell; `steps.rs`: each fault as it is applied and
+//!   repaired, and the queue of them.
+//! - `scenario.rs`: the catalogue, each scenario's plan and the checks it
+//!   expects to see something; `record.rs`: a run's settings, clocks and
+//!   result; `rng.rs`: the seed's generators.
+//! - `app.rs`: the contenders, writers and watcher, on the real client
+//!   library; `admin.rs`: the operator, changing a cell's members as the
+//!   CLI does; `storage.rs`: the storage host that fences writes by sequencer.
+//! - `disk.rs`: the single master's simulated disk; `short_leases.rs`: a
+//!   master broken on purpose (recovered leases cut short); `cell.rs`: a cell's members
+//!   on simulated volumes, and the sampler of their replicas; `net.rs`:
+//!   turmoil's network for the server and the client.
+//! - `trace.rs`: what happened, in virtual time; `check/`: the invariants,
+//!   judged from the trace alone; `timeline.rs`: the trace drawn.
 
 pub mod admin;
 pub mod app;

@@ -1,6 +1,7 @@
 //! What a run is set up with and what it produced: [`Settings`], each
-//! host's [`Clocks`], and the [`Run`] with its trace. The checks read this
-//! record and nothing of the driver that made it (`world.rs`).
+//! host's [`Clocks`], and the [`Run`] with its trace. The checks read
+//! only the trace (`check::Recorded`); the rest is for the report and the
+//! timeline.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
