@@ -534,6 +534,19 @@ fn master_restart_quick_seed_3_holds_every_invariant() {
     assert!(report.passed(), "{}", report.summary(&run));
 }
 
+// CELL-9: in `cell-membership` seed 920167 the master crashed just after
+// starting the removal of m3. m3, a voter of the old half only, stood for
+// election at every timeout and could never win, but each time m2 won the
+// same term m3 rejected m2's first append with its own vote, which
+// openraft ranks above m2's, and m2 stepped down: every session expired.
+// The member being removed no longer stands while a rightful leader is
+// heard.
+#[test]
+fn cell_membership_seed_920167_holds_every_invariant() {
+    let (run, report) = judged("cell-membership", 920_167, Settings::default());
+    assert!(report.passed(), "{}", report.summary(&run));
+}
+
 // LOCK-15, SEM-4: in `semaphore` seed 2 a permit's release, given up on
 // during a partition, left the contender key held while its give-back ran
 // on; the session's next wait found itself in its own way and ended with an

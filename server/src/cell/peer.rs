@@ -4,6 +4,8 @@
 //!
 //! Above the member (`member.rs`), which knows nothing of who calls it.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use openraft::raft::VoteResponse;
@@ -140,6 +142,34 @@ pub async fn serve<S: Served>(
     }
 }
 
+/// Whether member `me`, holding `membership`, stands for election when
+/// its leader goes silent (`CELL-9`): always as a voter of the newest
+/// configuration; otherwise (the member being removed, still a voter of
+/// the old half of a joint change) only once no leader that is a voter of
+/// the newest configuration has been heard for twice the longest election
+/// timeout (`led_by`: that leader, and how long ago).
+///
+/// Its candidacy would be refused anyway while such a leader runs, but it
+/// would still cost the cell its master: standing raises the member's own
+/// vote to a new term, and openraft orders the votes of one term by
+/// member id, so when a rightful candidate of a lower id wins that same
+/// term, this member rejects the new leader's first append with its own
+/// higher vote, and the leader steps down. Round after round, the cell
+/// had no master (`cell-membership` seed 920167). Kept from standing, it
+/// stays a term behind, and the next leader's appends are taken. It may
+/// still stand once the newest configuration's voters have been silent
+/// long enough: it may then be the only member able to finish the change.
+pub(crate) fn may_stand(
+    membership: &openraft::Membership<NodeId, BasicNode>,
+    me: NodeId,
+    led_by: Option<(NodeId, Duration)>,
+    election_max: Duration,
+) -> bool {
+    newest_voter(membership, me)
+        || !led_by
+            .is_some_and(|(leader, ago)| ago < 2 * election_max && newest_voter(membership, leader))
+}
+
 /// Whether `id` is a voter of the newest configuration of `membership`.
 fn newest_voter(membership: &openraft::Membership<NodeId, BasicNode>, id: NodeId) -> bool {
     let configs = membership.get_joint_config();
@@ -191,7 +221,9 @@ mod tests {
 
     use openraft::{BasicNode, CommittedLeaderId, LogId, Membership};
 
-    use super::may_campaign;
+    use std::time::Duration;
+
+    use super::{may_campaign, may_stand};
     use crate::cell::NodeId;
 
     fn membership(configs: &[&[NodeId]]) -> Membership<NodeId, BasicNode> {
@@ -313,5 +345,49 @@ mod tests {
             may_campaign(&joint, 2, theirs.as_ref(), ours.as_ref(), true),
             "a voter of both"
         );
+    }
+
+    const ELECTION_MAX: Duration = Duration::from_millis(300);
+
+    // CELL-9
+    #[test]
+    fn a_voter_of_the_newest_configuration_always_stands() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        let led = Some((2, Duration::from_millis(10)));
+        assert!(may_stand(&joint, 1, led, ELECTION_MAX));
+        assert!(may_stand(&joint, 4, None, ELECTION_MAX));
+    }
+
+    // CELL-9: cell-membership seed 920167
+    #[test]
+    fn the_member_being_removed_does_not_stand_while_a_rightful_leader_is_heard() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        let led = Some((2, Duration::from_millis(10)));
+        assert!(!may_stand(&joint, 3, led, ELECTION_MAX));
+        // Heard long enough ago, it may stand: perhaps only it can finish
+        // the change.
+        let silent = Some((2, 2 * ELECTION_MAX));
+        assert!(may_stand(&joint, 3, silent, ELECTION_MAX));
+        assert!(may_stand(&joint, 3, None, ELECTION_MAX));
+    }
+
+    #[test]
+    fn a_leader_outside_the_newest_configuration_does_not_keep_the_member_being_removed_down() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        // Another member being removed, leading still, is not a leader a
+        // finished change would keep.
+        let three_removed = membership(&[&[1, 2, 3, 4, 5], &[1, 2, 4]]);
+        assert!(may_stand(
+            &joint,
+            3,
+            Some((3, Duration::ZERO)),
+            ELECTION_MAX
+        ));
+        assert!(may_stand(
+            &three_removed,
+            3,
+            Some((5, Duration::ZERO)),
+            ELECTION_MAX
+        ));
     }
 }

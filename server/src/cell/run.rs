@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
-use super::peer::{first_frame, FirstFrame};
+use super::peer::{first_frame, may_stand, FirstFrame};
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::accept::{accept_loop, Accepted, Listener};
 use crate::codec::encode;
@@ -263,8 +263,19 @@ async fn lead(member: Member, config: Config, role: watch::Sender<Role>, stop: C
     let addresses: BTreeMap<NodeId, String> = member.config.members.clone();
     let mut metrics = member.raft.metrics();
     let mut running: Option<Running> = None;
+    let mut standing = true;
     loop {
         let m = metrics.borrow_and_update().clone();
+        // Checked at least every heartbeat: whether to stand for election
+        // when the leader goes silent (CELL-9).
+        let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
+        let led_by = led_by.map(|(leader, at)| (leader, at.elapsed()));
+        let election_max = member.config.timing.election_max;
+        let stand = may_stand(m.membership_config.membership(), me, led_by, election_max);
+        if stand != standing {
+            member.raft.runtime_config().elect(stand);
+            standing = stand;
+        }
         let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
         if leading {
             member.lease.lead(m.vote, voters(&m));
