@@ -176,7 +176,8 @@ impl Engine {
     }
 
     /// Handles `input`, which happens at `now`, and whatever work it made
-    /// for the engine itself. What must happen is then in `effects`.
+    /// for the engine itself. What must happen then waits for
+    /// `swap_effects`.
     pub(crate) fn step(&mut self, input: Input, now: Millis) {
         self.now = now;
         match input {
