@@ -65,7 +65,8 @@ fn acting_for(request: &Request) -> Option<SessionId> {
 }
 
 /// Whether a request changes the durable state, so that a master on a
-/// full disk refuses it (`STORE-5`).
+/// full disk refuses it (`STORE-5`); only these may change what a cache
+/// holds (`CACHE-3`).
 fn writes(request: &Request) -> bool {
     matches!(
         request,
@@ -93,13 +94,19 @@ impl Engine {
     /// for first: authority, a full disk, fan-out behind, an unread
     /// connection, quotas, a fail-over not yet acknowledged.
     pub(super) fn handle(&mut self, call: Call) {
-        if let Some(call) = self.checked(call) {
-            // A change to what sessions cache waits for their invalidation
-            // (`CACHE-3`).
-            if let Some(call) = self.held_for_caches(call) {
-                self.serve(call, self.now);
-            }
-        }
+        let Some(call) = self.checked(call) else {
+            return;
+        };
+        // A change to what sessions cache waits for their invalidation
+        // (`CACHE-3`); reads and KeepAlives change nothing and go on.
+        let call = match writes(&call.request) {
+            true => match self.held_for_caches(call) {
+                Some(call) => call,
+                None => return,
+            },
+            false => call,
+        };
+        self.serve(call, self.now);
     }
 
     /// Answers a request let go after it was held for caches: its checks
