@@ -37,13 +37,16 @@
 //!   to log, replies, events to observe); its tests, without a runtime,
 //!   are `engine_tests.rs`. `mod.rs` is the task: the only reader of
 //!   master time, it feeds the engine and carries out its effects.
-//!   The engine's parts: requests to commands to responses
-//!   (`dispatch.rs`); applying a command and running its events
-//!   (`apply.rs`); who may act for a session (`auth.rs`); its side of
-//!   KeepAlives (`keepalive.rs`), events (`events.rs`), the cache
-//!   (`cache.rs`), blocking acquires (`acquire.rs`) and Watches
-//!   (`watches.rs`). The way in, `MasterHandle` (`handle.rs`); the task
-//!   driven by hand in `tests.rs`.
+//!   The engine's parts, in the order a request meets them: the checks
+//!   every request passes (`admission.rs`), with who may act for a
+//!   session (`auth.rs`) and quotas (`quotas.rs`); the gate that holds a
+//!   write for caches (`cache.rs`); requests to commands to responses
+//!   (`serve.rs`), with what replies show of the state (`views.rs`) and
+//!   its side of KeepAlives (`keepalive.rs`), events (`events.rs`),
+//!   blocking acquires (`acquire.rs`) and Watches (`watches.rs`);
+//!   applying a command and running its events (`apply.rs`); the effects
+//!   it queues (`outbox.rs`). The way in, `MasterHandle` (`handle.rs`);
+//!   the task driven by hand in `tests.rs`.
 //! - `connection.rs`: one client connection; `accept.rs`: accepting them,
 //!   for a single master and a cell's member alike, and giving memory back
 //!   after a burst of them ends (`memory.rs`); `server.rs`: a single

@@ -2,7 +2,7 @@
 //!
 //! A session id is public; its secret is not. Requests that act for a
 //! session carry its token, and the master checks the secret before it
-//! dispatches them, so a connection that merely knows an id can neither
+//! serves them, so a connection that merely knows an id can neither
 //! keep the session alive, nor release, take or inspect its locks, nor read
 //! its events away. Ending a session, or taking a lock away by deleting its
 //! node, needs the owner's token or, when the master has one, the

@@ -110,15 +110,16 @@ impl Engine {
         }
     }
 
-    /// Holds `request` if what it changes is cached, or behind held work
-    /// on the same keys (`CACHE-3`); says whether it did.
-    pub(crate) fn held_for_caches(&mut self, call: Call) -> Option<Call> {
+    /// The cache gate: holds a write while sessions cache what it changes,
+    /// or behind held work on the same keys, until they are told
+    /// (`CACHE-3`); serves it at once otherwise.
+    pub(crate) fn gate(&mut self, call: Call) {
         let touches = self.request_touches(&call.request);
         if self.cache.must_hold(&touches, self.now) {
             self.cache.hold(Work::Request(call), touches);
-            return None;
+        } else {
+            self.serve(call, self.now);
         }
-        Some(call)
     }
 
     /// Applies a command the master made itself, or holds it as it would a
@@ -205,8 +206,8 @@ impl Engine {
                 Work::Timer(timer) => debug!(?timer, "held timer with nothing to do"),
             }
         }
-        // The cachers told answer their held KeepAlives now (`EV-3`).
-        self.wake();
+        // The cachers told answer their held KeepAlives once this input
+        // is handled (`EV-3`, `Engine::step`).
         if let Some(at) = next {
             if self
                 .cache

@@ -9,14 +9,15 @@
 //!
 //! Work the engine makes for itself while it handles an input (giving
 //! back a grant nobody was there to hear) waits in a queue of its own
-//! until that input is handled, so nothing is applied inside another
-//! command's events.
+//! until that input is handled, and so do the held KeepAlives of sessions
+//! that got events (answering one may end a session whose lease ran
+//! out): nothing is applied inside another command's events.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use leasehold_protocol::{Error, Response, Sequencer, SessionId};
+use leasehold_protocol::{Sequencer, SessionId};
 
-use super::{Call, ReplyTx};
+use super::{Call, Effect};
 use crate::acquire::Acquires;
 use crate::config::Config;
 use crate::events::Events;
@@ -27,7 +28,6 @@ use crate::observe::{Grant, MasterEvent};
 use crate::policy;
 use crate::state::command::{GrantWaiters, KeepAcquires};
 use crate::state::{Command, State};
-use crate::store::Record;
 use crate::time::Millis;
 use crate::timers::{Timer, Timers};
 use crate::watch::Watches;
@@ -51,23 +51,6 @@ pub(crate) enum Input {
     DeliverEvents,
 }
 
-/// What the engine decided must happen, in the order it must happen.
-#[derive(Debug)]
-pub(crate) enum Effect {
-    /// Append to the log (only when the master has one).
-    Log(Record),
-    /// Send `result` once every record logged before it is durable. If
-    /// nobody receives a reply carrying `grant`, the engine is told
-    /// (`Input::Unheard`).
-    Reply {
-        reply: ReplyTx,
-        result: Result<Response, Error>,
-        grant: Option<Sequencer>,
-    },
-    /// Tell the observer (`Config::observer`).
-    Observe(MasterEvent),
-}
-
 /// The engine's state and what it has decided so far.
 pub(crate) struct Engine {
     pub(crate) config: Config,
@@ -86,7 +69,7 @@ pub(crate) struct Engine {
     pub(crate) now: Millis,
     /// Whether commands are logged (the master has a store or a cell's
     /// log); in memory nothing is.
-    logging: bool,
+    pub(super) logging: bool,
     /// The disk is full: writes are refused (`STORE-5`). The loop sets it
     /// before each input.
     pub(crate) disk_full: bool,
@@ -106,7 +89,7 @@ pub(crate) struct Engine {
     /// that input is handled.
     pub(crate) made: VecDeque<Command>,
     /// What must happen, for the loop to carry out.
-    out: VecDeque<Effect>,
+    pub(super) out: VecDeque<Effect>,
 }
 
 /// What this master's replies told a session of one of its holdings: one
@@ -187,8 +170,17 @@ impl Engine {
             Input::HeldWork => self.run_held(),
             Input::DeliverEvents => self.deliver_events(),
         }
-        while let Some(command) = self.made.pop_front() {
-            self.apply_made(command);
+        // Made work and woken KeepAlives only now, never inside another
+        // command's events: answering a KeepAlive may end a session whose
+        // lease ran out, and a give-back applies a command of its own.
+        loop {
+            while let Some(command) = self.made.pop_front() {
+                self.apply_made(command);
+            }
+            if self.events.woken.is_empty() {
+                break;
+            }
+            self.wake();
         }
     }
 
@@ -223,49 +215,6 @@ impl Engine {
     /// Whether fan-out is owed (`Input::DeliverEvents`).
     pub(crate) fn owes_events(&self) -> bool {
         self.events.owes()
-    }
-
-    /// Logs `record`, if this master logs.
-    pub(crate) fn log(&mut self, record: impl FnOnce() -> Record) {
-        if self.logging {
-            self.out.push_back(Effect::Log(record()));
-        }
-    }
-
-    /// Whether this master logs what it applies.
-    pub(crate) fn logging(&self) -> bool {
-        self.logging
-    }
-
-    /// Sends `result` through `reply` once everything logged before it is
-    /// durable.
-    pub(crate) fn deliver(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
-        self.out.push_back(Effect::Reply {
-            reply,
-            result,
-            grant: None,
-        });
-    }
-
-    /// As `deliver`, for a reply that tells its session of `grant`.
-    pub(crate) fn deliver_telling(
-        &mut self,
-        reply: ReplyTx,
-        result: Result<Response, Error>,
-        grant: Sequencer,
-    ) {
-        self.out.push_back(Effect::Reply {
-            reply,
-            result,
-            grant: Some(grant),
-        });
-    }
-
-    /// Tells the observer, if there is one, of `event`.
-    pub(crate) fn observe(&mut self, event: impl FnOnce() -> MasterEvent) {
-        if self.config.observer.is_some() {
-            self.out.push_back(Effect::Observe(event()));
-        }
     }
 
     /// Takes over a recovered state, as `policy::promote` says

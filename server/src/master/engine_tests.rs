@@ -587,6 +587,44 @@ fn a_held_keepalive_is_answered_by_its_timer_before_the_lease_ends() {
     );
 }
 
+// EV-3, SES-6: a write wakes a held KeepAlive whose lease has run out
+// before its timer fired; the session ends after the write, not inside it.
+#[test]
+fn a_session_a_write_wakes_after_its_lease_ran_out_ends_after_the_write() {
+    let mut bench = Bench::new();
+    let s = bench.session("s");
+    let subscribed = bench.answer(Request::Subscribe {
+        session: s,
+        key: "k".into(),
+        prefix: false,
+        mask: event_mask::ALL,
+    });
+    assert!(subscribed.is_ok(), "{subscribed:?}");
+    assert!(bench
+        .ask(Request::KeepAlive(keepalive(s, true)))
+        .replies
+        .is_empty());
+    let (reply, rx) = crate::reply::channel(99);
+    bench.open.push(rx);
+    let late = bench.now() + Duration::from_millis(2 * LEASE_MS);
+    let call = Call {
+        request: put("k"),
+        reply,
+        peer: None,
+    };
+    let decided = bench.step_at(Input::Call(call), late);
+    assert_eq!(
+        decided.order,
+        [
+            "log Put",
+            "reply Written",
+            "log EndSession",
+            "reply error SessionExpired"
+        ]
+    );
+    assert!(bench.engine.state.session(s.id).is_none());
+}
+
 // NS-9
 #[test]
 fn a_watch_nothing_changes_is_answered_when_its_time_is_up() {

@@ -217,24 +217,14 @@ impl Engine {
         }
     }
 
-    /// Queues a slice of the outbox (`EV-9`) and answers the held
-    /// KeepAlive of every session that got events (`EV-3`). Only live
-    /// sessions have queues: one that ended hears no more.
+    /// Queues a slice of the outbox (`EV-9`); the held KeepAlive of every
+    /// session that got events is answered once the input is handled
+    /// (`EV-3`, `Engine::step`). Only live sessions have queues: one that
+    /// ended hears no more.
     pub(crate) fn deliver_events(&mut self) {
         let (state, sessions) = (&self.state, &self.quotas.sessions);
         self.events.drain(FANOUT_SLICE, |session| {
             state.session(session).map(|_| sessions.holder(&session))
         });
-        self.wake();
-    }
-
-    /// Answers the held KeepAlives of sessions that got events.
-    pub(crate) fn wake(&mut self) {
-        let now = self.now;
-        for session in std::mem::take(&mut self.events.woken) {
-            if let Some(held) = self.take_held(session) {
-                self.answer(session, held, now);
-            }
-        }
     }
 }

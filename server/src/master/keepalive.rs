@@ -120,6 +120,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Answers the held KeepAlives of sessions that got events.
+    pub(crate) fn wake(&mut self) {
+        let now = self.now;
+        for session in std::mem::take(&mut self.events.woken) {
+            if let Some(held) = self.take_held(session) {
+                self.answer(session, held, now);
+            }
+        }
+    }
+
     /// Removes the held KeepAlive of `id`. The session's timer, set for
     /// its answer, stays: answering re-arms it, and if nothing does, it
     /// finds no KeepAlive held when it fires and moves to the lease's end.
@@ -253,6 +263,19 @@ impl Engine {
             return true;
         }
         false
+    }
+
+    /// The refusal of a KeepAlive that names another epoch (`KA-6`).
+    fn wrong_epoch(&self, epoch: u64) -> Error {
+        Error::new(
+            ErrorCode::WrongEpoch {
+                current: self.config.epoch,
+            },
+            format!(
+                "request names epoch {epoch}; the master's epoch is {}",
+                self.config.epoch
+            ),
+        )
     }
 
     /// The refusal for a session that is not live, or whose lease ran out

@@ -13,12 +13,26 @@
 //! This file is the task: its loop, and master time, which nothing else
 //! in the master reads (in a cell it also checks the master lease, on
 //! tokio's clock). Each turn of the loop reads the clock once and hands
-//! that time to the engine with what happened: a request
-//! (`dispatch.rs`), timers, the log's durable point. It then carries out
+//! that time to the engine with what happened: a request, timers, the
+//! log's durable point. It then carries out
 //! the engine's effects in order: records to the log (`commit.rs`),
 //! replies once what they depend on is durable, events to the observer.
 //! What a timer or a promotion means is decided in `policy.rs`, without
 //! a runtime.
+//!
+//! A request goes one way through the engine's files, never back to one
+//! it left: `engine.rs` takes the input; `admission.rs` checks it (who may
+//! act for a session in `auth.rs`, quotas in `quotas.rs`) and passes a
+//! write to the cache gate (`cache.rs`), anything else to `serve.rs`; the
+//! gate holds the write until caches are told, or passes it on;
+//! `serve.rs` turns it into a command of one kind, or answers a read from
+//! `views.rs`, and hands the requests they name to `keepalive.rs`,
+//! `acquire.rs`, `watches.rs` and `events.rs`; `apply.rs` applies a
+//! command and runs its events. What must happen leaves through the
+//! outbox (`outbox.rs`). Once the input is handled, `engine.rs` applies
+//! the work it made for itself and `keepalive.rs` answers the held
+//! KeepAlives of sessions that got events; then this file carries the
+//! effects out.
 
 use leasehold_protocol::Request;
 use tokio::sync::{mpsc, watch};
@@ -34,24 +48,29 @@ use crate::time::Millis;
 use crate::timers::Timer;
 
 mod acquire;
+mod admission;
 mod apply;
 mod auth;
 mod cache;
-mod dispatch;
 mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod events;
 mod handle;
 mod keepalive;
+mod outbox;
+mod quotas;
+mod serve;
 #[cfg(test)]
 mod tests;
+mod views;
 mod watches;
 
 pub(crate) use crate::call::Call;
 pub(crate) use crate::reply::ReplyTx;
-pub(crate) use engine::{Effect, Engine, Input, Told};
+pub(crate) use engine::{Engine, Input, Told};
 pub(crate) use handle::MasterHandle;
+pub(crate) use outbox::Effect;
 
 /// Resolves when the log's durable point moves; never without a store.
 async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::RecvError> {

@@ -1,0 +1,291 @@
+//! Serving: requests to commands to responses, what the master does for
+//! each request that admission (`admission.rs`) and, for a write, the cache
+//! gate (`cache.rs`) let through. Commands go on to `apply.rs`; replies
+//! leave through the outbox (`outbox.rs`).
+
+use leasehold_protocol::{Error, ErrorCode, LeaseGrant, Request, Response, Sequencer, SessionId};
+
+use super::views::page;
+use super::{Call, Engine};
+use crate::config::MAX_LIST_PAGE;
+use crate::namespace::Put;
+use crate::node::check_key;
+use crate::observe::MasterEvent;
+use crate::session::EndCause;
+use crate::state::command::{Delete, DeleteCheck, EndSession, Release, ReleaseAcquired, SetCheck};
+use crate::state::{CheckChanged, Deleted, Kind, NewSession};
+use crate::time::Millis;
+
+/// Encoded size of a `SessionInfo` besides its name, generously rounded up.
+const SESSION_INFO_SIZE: usize = 64;
+/// A bound on a `CheckInfo`'s encoded size besides its name and note.
+const CHECK_INFO_SIZE: usize = 32;
+
+/// The first 1000 of a check's ended sessions, so the reply fits a frame
+/// however many were bound to it (`CHK-3`).
+fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
+    sessions.truncate(1000);
+    sessions
+}
+
+impl Engine {
+    /// Carries out a request that passed the checks every request passes.
+    pub(super) fn serve(&mut self, call: Call, now: Millis) {
+        let reply = match call.request {
+            Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
+            Request::KeepAliveAll(all) => return self.keepalive_all(all, call.reply, now),
+            Request::GetCached(get) => self.get_cached(get),
+            Request::Watch {
+                key,
+                after_index,
+                timeout_ms,
+            } => return self.watch(key, after_index, timeout_ms, call.reply),
+            Request::Acquire(acquire) => return self.acquire(acquire, call.reply, call.peer, now),
+            Request::Subscribe {
+                session,
+                key,
+                prefix,
+                mask,
+            } => self.subscribe(session.id, key, prefix, mask, call.peer),
+            Request::Unsubscribe {
+                session,
+                subscription,
+            } => self.unsubscribe(session.id, subscription),
+            Request::Release { key, session, .. } if self.config.unsafe_unfenced_releases => {
+                let release = Release {
+                    key,
+                    session: session.id,
+                };
+                self.release(release, None, now)
+            }
+            Request::Release {
+                key,
+                session,
+                acquired,
+            } => {
+                let named = (key.clone(), session.id, acquired);
+                let release = ReleaseAcquired {
+                    key,
+                    session: session.id,
+                    acquired,
+                };
+                self.release(release, Some(named), now)
+            }
+            Request::ReleaseUnfenced { key, session } => {
+                let release = Release {
+                    key,
+                    session: session.id,
+                };
+                self.release(release, None, now)
+            }
+            Request::GetSequencer { key, session } => self
+                .state
+                .sequencer_of(&key, session.id)
+                .map(|s| Response::Sequencer {
+                    sequencer: s.to_bytes(),
+                })
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorCode::LockNotHeld,
+                        format!("the session does not hold '{}'", key.escape_debug()),
+                    )
+                }),
+            Request::CheckSequencer { sequencer } => match Sequencer::from_bytes(&sequencer) {
+                Some(s) => Ok(Response::SequencerChecked {
+                    // A holder whose lease ran out holds nothing, even while
+                    // its end waits for caches (`CACHE-5`).
+                    valid: self.state.sequencer_is_valid(&s)
+                        && !self.cache.ending.contains(&s.session),
+                }),
+                None => Err(Error::new(
+                    ErrorCode::InvalidArgument,
+                    "those bytes are not a sequencer",
+                )),
+            },
+            Request::Get { key, stat_only } => check_key(&key)
+                .map_err(|e| Error::new(ErrorCode::InvalidArgument, e))
+                .map(|()| Response::Node {
+                    index: self.state.namespace().key_index(&key),
+                    node: self.node_view(&key, stat_only),
+                }),
+            Request::List {
+                prefix,
+                recursive,
+                after,
+                limit,
+            } => {
+                let limit = match limit {
+                    0 => MAX_LIST_PAGE,
+                    n => n.min(MAX_LIST_PAGE),
+                } as usize;
+                self.state
+                    .namespace()
+                    .list_page(
+                        &prefix,
+                        recursive,
+                        after.as_deref(),
+                        limit,
+                        self.config.max_frame / 2,
+                    )
+                    .map(|(keys, more)| Response::Keys {
+                        index: self.state.index(),
+                        keys,
+                        more,
+                    })
+            }
+            Request::Put(put) => {
+                let key = put.key.clone();
+                self.apply(Put::from(put), now).map(|index| {
+                    self.count_node_bytes(key, call.peer);
+                    Response::Written { index }
+                })
+            }
+            Request::Delete {
+                key,
+                cas,
+                recursive,
+                authority,
+            } => self
+                .locked_nodes(&authority)
+                .and_then(|locked| {
+                    self.apply(
+                        Delete {
+                            key,
+                            cas,
+                            recursive,
+                            locked,
+                        },
+                        now,
+                    )
+                })
+                .map(|Deleted { index, mut keys }| {
+                    // Bounded, so the reply fits a frame however many keys
+                    // a recursive delete removed (`NS-7`).
+                    let deleted_total = keys.len() as u64;
+                    keys.truncate(1000);
+                    Response::Deleted {
+                        index,
+                        keys,
+                        deleted_total,
+                    }
+                }),
+            Request::CreateSession(c) => {
+                let (id, secret) = (self.ids.next_id(), self.ids.next_secret());
+                let command = NewSession::requested(c, id, secret);
+                self.apply(command, now).map(|s| Response::SessionCreated {
+                    session: self.counted_session(s.id, call.peer),
+                    secret: s.secret,
+                    epoch: self.config.epoch,
+                    lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
+                })
+            }
+            Request::DestroySession { session, authority } => self
+                .may_destroy(session, &authority)
+                .and_then(|()| {
+                    self.apply(
+                        EndSession {
+                            id: session,
+                            cause: EndCause::Destroyed,
+                        },
+                        now,
+                    )
+                })
+                .map(|_| Response::Destroyed),
+            Request::SessionInfo { session } => self
+                .info(session, now)
+                .map(Response::SessionInfo)
+                .ok_or_else(|| self.state.missing_session(session)),
+            Request::LockInfo { key } => Ok(Response::LockInfo(self.lock_info(&key, now))),
+            Request::SessionLocks { session } => self.session_locks(session),
+            Request::ListSessions { after, limit } => {
+                let (sessions, more) = page(
+                    self.state.sessions_after(after),
+                    limit,
+                    self.config.max_frame / 2,
+                    |s| {
+                        SESSION_INFO_SIZE
+                            + s.name.len()
+                            + s.checks.iter().map(|c| c.len() + 1).sum::<usize>()
+                    },
+                );
+                let ids: Vec<SessionId> = sessions.into_iter().map(|s| s.id).collect();
+                Ok(Response::Sessions {
+                    sessions: ids
+                        .into_iter()
+                        .filter_map(|id| self.info(id, now))
+                        .collect(),
+                    more,
+                })
+            }
+            Request::SetCheck { name, status, note } => {
+                let creating = self.state.checks.get(&name).is_none();
+                self.apply(
+                    SetCheck {
+                        name: name.clone(),
+                        status,
+                        note,
+                    },
+                    now,
+                )
+                .map(|CheckChanged { index, invalidated }| {
+                    if let (true, Some(peer)) = (creating, call.peer) {
+                        self.quotas.checks.take(name, peer, 1);
+                    }
+                    Response::CheckSet {
+                        index,
+                        invalidated_total: invalidated.len() as u64,
+                        invalidated: capped(invalidated),
+                    }
+                })
+            }
+            Request::DeleteCheck { name } => self
+                .apply(DeleteCheck { name: name.clone() }, now)
+                .inspect(|_| self.quotas.checks.give_back(&name))
+                .map(
+                    |CheckChanged { index, invalidated }| Response::CheckDeleted {
+                        index,
+                        invalidated_total: invalidated.len() as u64,
+                        invalidated: capped(invalidated),
+                    },
+                ),
+            Request::ListChecks { after, limit } => {
+                let (checks, more) = page(
+                    self.state.checks.after(after.as_deref()),
+                    limit,
+                    self.config.max_frame / 2,
+                    |c| CHECK_INFO_SIZE + c.name.len() + c.note.len(),
+                );
+                Ok(Response::Checks { checks, more })
+            }
+        };
+        self.deliver(call.reply, reply);
+    }
+
+    /// Carries out a release (`LOCK-4`); a refused stale one is observed,
+    /// so that a trace says why a lock its client let go stayed held.
+    /// `named`: the key, session and acquire a fenced release names.
+    fn release<K: Kind<Reply = u64> + Clone>(
+        &mut self,
+        release: K,
+        named: Option<(String, SessionId, u64)>,
+        now: Millis,
+    ) -> Result<Response, Error> {
+        match self.apply(release, now) {
+            Ok(index) => Ok(Response::Released { index }),
+            Err(e) => {
+                if let (ErrorCode::StaleRelease { acquired }, Some((key, session, named))) =
+                    (e.code, named)
+                {
+                    self.observe(|| MasterEvent::ReleaseRefused {
+                        session,
+                        key,
+                        named,
+                        acquired,
+                        now,
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+}
