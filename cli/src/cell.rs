@@ -195,15 +195,20 @@ fn to_json(addr: &str, s: &MemberStatus) -> serde_json::Value {
     })
 }
 
-/// Changes the cell's members: asks the members `addrs` names (separated
-/// by commas) in turn, following the one that says who leads, until the
-/// leader answers. Prints the members after the change. Exit status 0 once
-/// done, 69 if no leader could be reached, 1 if refused or not carried
-/// through.
-pub(crate) async fn change(addrs: &str, json: bool, change: Change) -> anyhow::Result<ExitCode> {
+/// Changes the cell's members, presenting `credential` (`CELL-10`): asks
+/// the members `addrs` names (separated by commas) in turn, following the
+/// one that says who leads, until the leader answers. Prints the members
+/// after the change. Exit status 0 once done, 69 if no leader could be
+/// reached, 1 if refused or not carried through.
+pub(crate) async fn change(
+    addrs: &str,
+    json: bool,
+    change: Change,
+    credential: String,
+) -> anyhow::Result<ExitCode> {
     let request = ChangeRequest {
         change,
-        operator_token: crate::OPERATOR_TOKEN.get().cloned().flatten(),
+        credential: Some(credential),
     };
     let mut queue: std::collections::VecDeque<String> = addrs
         .split(',')

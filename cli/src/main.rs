@@ -377,9 +377,44 @@ enum CellCommand {
         /// ID=HOST:PORT
         #[arg(value_parser = parse_member)]
         member: (u64, String),
+        #[command(flatten)]
+        right: ChangeRight,
     },
     /// Remove member ID from the cell; stop its process afterwards.
-    Remove { id: u64 },
+    Remove {
+        id: u64,
+        #[command(flatten)]
+        right: ChangeRight,
+    },
+}
+
+/// The operator's right to change a cell's members (`CELL-10`): the
+/// operator token (`--operator-token-file`) if the members have one,
+/// otherwise the cell's secret.
+#[derive(clap::Args)]
+struct ChangeRight {
+    /// The cell's secret, which a change of members presents when the
+    /// members have no operator token.
+    #[arg(long, env = "LEASEHOLD_CELL_SECRET_FILE", value_name = "PATH")]
+    cell_secret_file: Option<std::path::PathBuf>,
+}
+
+impl ChangeRight {
+    /// The credential to present: the operator token if there is one,
+    /// else the cell's secret.
+    fn credential(&self) -> anyhow::Result<String> {
+        if let Some(token) = OPERATOR_TOKEN.get().cloned().flatten() {
+            return Ok(token);
+        }
+        match &self.cell_secret_file {
+            Some(path) => read_secret(path, "cell secret"),
+            None => anyhow::bail!(
+                "changing the cell's members needs the operator's right: \
+                 --operator-token-file (LEASEHOLD_OPERATOR_TOKEN_FILE) if the members have an \
+                 operator token, otherwise --cell-secret-file (LEASEHOLD_CELL_SECRET_FILE)"
+            ),
+        }
+    }
 }
 
 /// `ID=HOST:PORT`
@@ -634,13 +669,20 @@ fn main() -> ExitCode {
             Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
             Command::Cell(CellCommand::Add {
                 member: (id, member),
+                right,
             }) => {
                 let change = leasehold_server::cell::Change::Add { id, addr: member };
-                cell::change(&addr, cli.json, change).await
+                match right.credential() {
+                    Ok(credential) => cell::change(&addr, cli.json, change, credential).await,
+                    Err(e) => Err(e),
+                }
             }
-            Command::Cell(CellCommand::Remove { id }) => {
+            Command::Cell(CellCommand::Remove { id, right }) => {
                 let change = leasehold_server::cell::Change::Remove { id };
-                cell::change(&addr, cli.json, change).await
+                match right.credential() {
+                    Ok(credential) => cell::change(&addr, cli.json, change, credential).await,
+                    Err(e) => Err(e),
+                }
             }
             Command::Watch {
                 key,

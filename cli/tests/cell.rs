@@ -204,6 +204,8 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
             "cell",
             "remove",
             &removed.to_string(),
+            "--cell-secret-file",
+            cell.secret_file().to_str().unwrap(),
         ])
         .output()
         .unwrap();
@@ -215,6 +217,46 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
         .find(|l| l.contains(cell.members[&removed].1.as_str()))
         .unwrap_or_else(|| panic!("no line for the removed member:\n{printed}"));
     assert!(line.contains("removed"), "{line}");
+}
+
+// CELL-10: in a cell with a secret and no operator token, a change of
+// members that does not present the secret is refused by the leader, and
+// the member stays; the CLI asks for the right before it connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_membership_change_without_the_operators_right_is_refused() {
+    use leasehold_server::cell::{change_members, Change, ChangeReply, ChangeRequest};
+
+    let cell = Cell::start("change-right");
+    let (master, _) = cell.master().await;
+    let leader = cell.members[&master].1.clone();
+    let removed = if master == 3 { 2 } else { 3 };
+    for credential in [None, Some("a guess".to_string())] {
+        let request = ChangeRequest {
+            change: Change::Remove { id: removed },
+            credential,
+        };
+        let reply = change_members(&leader, &request).await.unwrap();
+        let ChangeReply::Refused(why) = reply else {
+            panic!("not refused: {reply:?}");
+        };
+        assert!(why.contains("--cell-secret-file"), "{why}");
+    }
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--addr", &leader, "cell", "remove", &removed.to_string()])
+        .env_remove("LEASEHOLD_CELL_SECRET_FILE")
+        .env_remove("LEASEHOLD_OPERATOR_TOKEN_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(cli.status.code(), Some(1), "{cli:?}");
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(stderr.contains("--cell-secret-file"), "{stderr}");
+    let out = cell_status(&cell.addrs());
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = printed
+        .lines()
+        .find(|l| l.contains(cell.members[&removed].1.as_str()))
+        .unwrap_or_else(|| panic!("no line for the member:\n{printed}"));
+    assert!(!line.contains("removed"), "{line}");
 }
 
 // CELL-8: with no member serving as master (two of three down: no

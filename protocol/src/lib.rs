@@ -39,6 +39,6 @@ pub mod sequencer;
 
 pub use auth::{Authority, SessionSecret, SessionToken, TokenParseError};
 pub use codec::{CodecError, FrameCodec, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
-pub use error::{Error, ErrorCode, Remedy};
+pub use error::{excerpt, Error, ErrorCode, Remedy};
 pub use message::*;
 pub use sequencer::Sequencer;

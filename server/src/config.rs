@@ -100,6 +100,9 @@ pub const FANOUT_SLICE: usize = 1024;
 pub const FANOUT_BACKLOG: usize = 1 << 18;
 /// Connections being told they are refused at once, at most (`CONN-8`).
 pub(crate) const MAX_REFUSING: usize = 64;
+/// How many characters of a name or address a peer gave a refusal or a
+/// log line repeats (`CELL-4`): never the whole of unbounded input.
+pub(crate) const SHOWN_CHARS: usize = 64;
 /// How long the accept loop first waits after accepting failed (out of
 /// file descriptors, typically), doubling up to [`ACCEPT_BACKOFF_MAX`].
 pub(crate) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);

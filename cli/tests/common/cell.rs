@@ -45,12 +45,18 @@ impl Cell {
             .join(",");
         let mut members = BTreeMap::new();
         let every = addrs.join(",");
+        // As README's cell has it: a secret the members share, which is
+        // also the operator's right to change them (`CELL-10`).
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("cell-secret");
+        std::fs::write(&secret, format!("the secret of cell {name}\n")).unwrap();
         for (i, addr) in addrs.iter().enumerate() {
             let id = (i + 1) as u64;
             let data = dir.join(format!("m{id}"));
             let node = id.to_string();
             let mut args = vec!["--cell", &cell, "--node", &node, "--cell-id", name];
             args.extend(["--data-dir", data.to_str().unwrap()]);
+            args.extend(["--cell-secret-file", secret.to_str().unwrap()]);
             let env: Vec<(&str, &str)> = if listen {
                 args.extend(["--listen", addr]);
                 Vec::new()
@@ -58,7 +64,6 @@ impl Cell {
                 vec![("LEASEHOLD_ADDR", every.as_str())]
             };
             let stderr = if logs {
-                std::fs::create_dir_all(&dir).unwrap();
                 let log = std::fs::File::create(dir.join(format!("log-{id}"))).unwrap();
                 std::process::Stdio::from(log)
             } else {
@@ -69,6 +74,11 @@ impl Cell {
             members.insert(id, (child, addr.clone()));
         }
         Cell { members, dir }
+    }
+
+    /// The file holding the cell's secret.
+    pub fn secret_file(&self) -> std::path::PathBuf {
+        self.dir.join("cell-secret")
     }
 
     pub fn addrs(&self) -> String {

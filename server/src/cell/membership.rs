@@ -23,7 +23,8 @@ use super::member::Member;
 use super::network::{codec, Served};
 use super::NodeId;
 use crate::codec::{decode, encode};
-use crate::config::{CATCH_UP, MAX_MEMBERSHIP_REQUEST, MEMBERSHIP_COMMIT};
+use crate::config::{CATCH_UP, MAX_MEMBERSHIP_REQUEST, MEMBERSHIP_COMMIT, SHOWN_CHARS};
+use leasehold_protocol::excerpt;
 
 /// The first frame of a membership change.
 pub const MEMBERSHIP_MAGIC: &[u8; 8] = b"LHMEMB01";
@@ -38,11 +39,70 @@ pub enum Change {
 }
 
 /// What the asker sends after the magic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeRequest {
     pub change: Change,
-    /// The cell's operator token, if the members have one (`AUTH-3`).
-    pub operator_token: Option<String>,
+    /// The operator's right to change the members (`CELL-10`): the
+    /// operator token if the members have one, otherwise the cell's
+    /// secret. (Earlier versions named this field `operator_token`; the
+    /// bytes are the same.)
+    pub credential: Option<String>,
+}
+
+impl std::fmt::Debug for ChangeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangeRequest")
+            .field("change", &self.change)
+            .field("credential", &self.credential.as_ref().map(|_| "<given>"))
+            .finish()
+    }
+}
+
+/// What a member asks of a membership change (`CELL-10`).
+#[derive(Clone, Copy)]
+pub(crate) enum Right<'a> {
+    /// The operator token the members were started with.
+    OperatorToken(&'a str),
+    /// The cell's secret, in a cell with no operator token.
+    CellSecret(&'a str),
+    /// Neither: nobody can show the right, so every change is refused.
+    Nobody,
+}
+
+impl<'a> Right<'a> {
+    /// The right a member with operator token `token` and cell secret
+    /// `secret` asks for.
+    pub(crate) fn of(token: Option<&'a str>, secret: Option<&'a str>) -> Self {
+        match (token, secret) {
+            (Some(token), _) => Right::OperatorToken(token),
+            (None, Some(secret)) => Right::CellSecret(secret),
+            (None, None) => Right::Nobody,
+        }
+    }
+
+    /// Why `given` does not show this right, if it does not. The message
+    /// never repeats what was given.
+    fn refusal(self, given: Option<&str>) -> Option<String> {
+        let given = given.unwrap_or_default().as_bytes();
+        match self {
+            Right::OperatorToken(token) if !constant_time_eq(given, token.as_bytes()) => Some(
+                "changing the cell's members needs the operator token (--operator-token-file)"
+                    .into(),
+            ),
+            Right::CellSecret(secret) if !constant_time_eq(given, secret.as_bytes()) => Some(
+                "changing the cell's members needs the cell's secret (--cell-secret-file), as \
+                 this cell has no operator token"
+                    .into(),
+            ),
+            Right::Nobody => Some(
+                "this cell has neither an operator token nor a secret, so nobody can show the \
+                 right to change its members: start the members with --operator-token-file or \
+                 --cell-secret-file"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// How a change went.
@@ -70,12 +130,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Answers a membership change on `framed` as `member`, whose operator
-/// token is `token`, and closes.
+/// Answers a membership change on `framed` as `member`, which asks for
+/// `right`, and closes.
 pub(crate) async fn answer<S: Served>(
     mut framed: Framed<S, FrameCodec>,
     member: &Member,
-    token: Option<&str>,
+    right: Right<'_>,
 ) {
     framed
         .codec_mut()
@@ -84,24 +144,20 @@ pub(crate) async fn answer<S: Served>(
         return;
     };
     let reply = match decode::<ChangeRequest>(&frame) {
-        Ok(request) => change(member, token, request).await,
+        Ok(request) => change(member, right, request).await,
         Err(e) => ChangeReply::Refused(format!("the request does not decode: {e}")),
     };
     let _ = framed.send(Bytes::from(encode(&reply))).await;
 }
 
+/// Carries `request` through on `member` if it shows `right`.
 pub(crate) async fn change(
     member: &Member,
-    token: Option<&str>,
+    right: Right<'_>,
     request: ChangeRequest,
 ) -> ChangeReply {
-    if let Some(token) = token {
-        let given = request.operator_token.as_deref().unwrap_or_default();
-        if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-            return ChangeReply::Refused(
-                "changing the cell's members needs the operator token".into(),
-            );
-        }
+    if let Some(refusal) = right.refusal(request.credential.as_deref()) {
+        return ChangeReply::Refused(refusal);
     }
     let m = member.raft.metrics().borrow().clone();
     if m.state != ServerState::Leader {
@@ -131,8 +187,9 @@ pub(crate) async fn change(
                         if !holds(member, id, added.log_id.index).await {
                             return ChangeReply::Failed(format!(
                                 "member {id} took no entry within {CATCH_UP:?}: is it running \
-                                 with --join and the cell's secret, reachable at {addr}? It \
-                                 stays a learner until `cell remove {id}`"
+                                 with --join and the cell's secret, reachable at {}? It \
+                                 stays a learner until `cell remove {id}`",
+                                excerpt(&addr, SHOWN_CHARS)
                             ));
                         }
                     }
@@ -238,4 +295,54 @@ pub async fn request_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
         .await
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))??;
     decode(&frame).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Right;
+
+    const TOKEN: &str = "the operator token, long enough";
+    const SECRET: &str = "the cell's secret, long enough";
+
+    // CELL-10: with an operator token, only it shows the right.
+    #[test]
+    fn with_an_operator_token_only_the_token_may_change_members() {
+        let right = Right::of(Some(TOKEN), Some(SECRET));
+        assert!(right.refusal(Some(TOKEN)).is_none());
+        for given in [None, Some(SECRET), Some("")] {
+            let refusal = right.refusal(given).expect("refused");
+            assert!(refusal.contains("--operator-token-file"), "{refusal}");
+        }
+    }
+
+    // CELL-10: without an operator token, the cell's secret shows it; a
+    // change that presents nothing is refused.
+    #[test]
+    fn without_an_operator_token_the_cells_secret_may_change_members() {
+        let right = Right::of(None, Some(SECRET));
+        assert!(right.refusal(Some(SECRET)).is_none());
+        for given in [None, Some(TOKEN), Some("")] {
+            let refusal = right.refusal(given).expect("refused");
+            assert!(refusal.contains("--cell-secret-file"), "{refusal}");
+        }
+    }
+
+    // CELL-10: a cell with neither changes its members for nobody.
+    #[test]
+    fn a_cell_with_neither_token_nor_secret_changes_members_for_nobody() {
+        let right = Right::of(None, None);
+        for given in [None, Some(TOKEN), Some("")] {
+            assert!(right.refusal(given).is_some());
+        }
+    }
+
+    // CELL-10: a refusal never repeats what was given.
+    #[test]
+    fn a_refusal_does_not_repeat_the_credential_given() {
+        let huge = "x".repeat(512 * 1024);
+        for right in [Right::of(Some(TOKEN), None), Right::of(None, Some(SECRET))] {
+            let refusal = right.refusal(Some(&huge)).expect("refused");
+            assert!(refusal.len() < 200, "{} bytes", refusal.len());
+        }
+    }
 }

@@ -34,6 +34,8 @@ use super::lease::MasterLease;
 use super::{CellTypes, NodeId};
 use crate::codec::{decode, encode};
 pub use crate::config::MAX_PEER_FRAME;
+use crate::config::SHOWN_CHARS;
+use leasehold_protocol::excerpt;
 
 /// The first bytes of a peer's first frame.
 pub const PEER_MAGIC: &[u8; 8] = b"LHCELL02";
@@ -107,7 +109,7 @@ pub(super) fn same_secret(given: &Option<String>, mine: &Option<String>) -> bool
 impl std::fmt::Debug for PeerHello {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerHello")
-            .field("cell", &self.cell)
+            .field("cell", &excerpt(&self.cell, SHOWN_CHARS))
             .field("from", &self.from)
             .field("to", &self.to)
             .field("secret", &PeerHelloSecret(&self.secret))

@@ -17,6 +17,8 @@ use super::member::Member;
 use super::network::{self, same_secret, PeerHello, PeerRequest, PeerResponse, Served};
 use super::NodeId;
 use crate::codec::{decode, encode};
+use crate::config::SHOWN_CHARS;
+use leasehold_protocol::excerpt;
 
 /// Reads a connection's first frame, refusing one longer than `max`
 /// before reading it (a client's limit: both hellos are small), and, if
@@ -74,9 +76,12 @@ pub async fn serve<S: Served>(
         // Neither secret goes in the message.
         Some("the peer did not present this cell's secret".to_string())
     } else if hello.cell != cell {
+        // The name the peer gave is cut short: a refusal and its log
+        // line never repeat unbounded input.
         Some(format!(
-            "this member belongs to cell {cell:?}, not {:?}",
-            hello.cell
+            "this member belongs to cell {}, not {}",
+            excerpt(cell, SHOWN_CHARS),
+            excerpt(&hello.cell, SHOWN_CHARS)
         ))
     } else if hello.to != me {
         Some(format!("this member is {me}, not {}", hello.to))

@@ -145,7 +145,11 @@ async fn connected<S: super::network::Served>(
             }
         }
         FirstFrame::Membership(framed) => {
-            super::membership::answer(framed, &member, config.operator_token.as_deref()).await;
+            let right = super::membership::Right::of(
+                config.operator_token.as_deref(),
+                member.config.secret.as_deref(),
+            );
+            super::membership::answer(framed, &member, right).await;
         }
         FirstFrame::Status(framed) => {
             let serving = matches!(*role.borrow(), Role::Master { .. });

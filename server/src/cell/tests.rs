@@ -9,6 +9,9 @@ use openraft::ServerState;
 use super::*;
 use crate::codec::encode;
 use crate::state::Bounds;
+use membership::Right;
+
+const TEST_OPERATOR_TOKEN: &str = "the operator token of the tests";
 
 struct Cell {
     name: String,
@@ -182,15 +185,17 @@ impl Cell {
         self.members.insert(id, member);
     }
 
-    /// Carries `change` through on whichever member leads.
-    async fn change(&self, change: Change, token: Option<&str>) -> ChangeReply {
+    /// Carries `change` through on whichever member leads, with the
+    /// operator's right.
+    async fn change(&self, change: Change) -> ChangeReply {
         for _ in 0..50 {
             if let Some(leader) = self.leader() {
                 let request = ChangeRequest {
                     change: change.clone(),
-                    operator_token: token.map(String::from),
+                    credential: Some(TEST_OPERATOR_TOKEN.into()),
                 };
-                let reply = super::membership::change(&self.members[&leader], None, request).await;
+                let right = Right::OperatorToken(TEST_OPERATOR_TOKEN);
+                let reply = super::membership::change(&self.members[&leader], right, request).await;
                 if !matches!(reply, ChangeReply::NotLeader { .. }) {
                     return reply;
                 }
@@ -403,7 +408,7 @@ async fn an_added_member_catches_up_and_votes_and_a_removed_one_leaves() {
         .get_node(&4)
         .is_none());
 
-    let reply = cell.change(Change::Add { id: 4, addr }, None).await;
+    let reply = cell.change(Change::Add { id: 4, addr }).await;
     let ChangeReply::Done { voters, members } = reply else {
         panic!("{reply:?}");
     };
@@ -421,14 +426,14 @@ async fn an_added_member_catches_up_and_votes_and_a_removed_one_leaves() {
     assert_eq!(new, encode(&cell.members[&leader].machine.replica().state));
 
     let gone = *cell.members.keys().find(|id| **id != leader).unwrap();
-    let reply = cell.change(Change::Remove { id: gone }, None).await;
+    let reply = cell.change(Change::Remove { id: gone }).await;
     let ChangeReply::Done { voters, members } = reply else {
         panic!("{reply:?}");
     };
     assert!(!voters.contains(&gone) && !members.contains_key(&gone));
     assert_eq!(voters.len(), 3);
     // Removing it again changes nothing.
-    let again = cell.change(Change::Remove { id: gone }, None).await;
+    let again = cell.change(Change::Remove { id: gone }).await;
     assert!(matches!(again, ChangeReply::Done { .. }), "{again:?}");
 }
 
@@ -438,11 +443,11 @@ async fn a_membership_change_without_the_operator_token_is_refused() {
     let cell = cell("members-token", 3).await;
     eventually("a leader", || cell.leader().is_some()).await;
     let leader = cell.leader().unwrap();
-    let token = Some("an operator token of some length");
+    let token = Right::OperatorToken("an operator token of some length");
     for given in [None, Some("a wrong token of the same size!!")] {
         let request = ChangeRequest {
             change: Change::Remove { id: leader },
-            operator_token: given.map(String::from),
+            credential: given.map(String::from),
         };
         let reply = super::membership::change(&cell.members[&leader], token, request).await;
         assert!(matches!(reply, ChangeReply::Refused(_)), "{reply:?}");
@@ -495,6 +500,27 @@ async fn a_peer_without_the_cells_secret_is_refused() {
     assert!(term < 99, "the refused vote request reached the engine");
 }
 
+// CELL-4: a peer naming another cell is refused, and the refusal shows
+// only the start of the name it gave, however long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_shows_only_the_start_of_a_long_cell_name() {
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+
+    let cell = cell("long-name", 3).await;
+    eventually("a leader", || cell.leader().is_some()).await;
+    let target = 2;
+    let node = openraft::BasicNode::new(cell.addrs[&target].clone());
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(99, 9), None);
+    let option = RPCOption::new(Duration::from_secs(5));
+    let name = "n".repeat(512 * 1024);
+    let lease = Arc::new(MasterLease::new(9, Duration::from_millis(100)));
+    let mut network = CellNetwork::new(&name, 9, Arc::new(TcpDialer), lease);
+    let mut client = network.new_client(target, &node).await;
+    let refused = client.vote(vote, option).await.unwrap_err().to_string();
+    assert!(refused.contains("524288 bytes"), "{refused}");
+    assert!(refused.len() < 1024, "{} bytes", refused.len());
+}
+
 // CELL-9: a member the others cannot speak to (here it has another secret)
 // never holds the log, and is not made a voter: the change fails, and the
 // voters are those before it.
@@ -504,7 +530,7 @@ async fn a_member_the_others_cannot_reach_is_not_made_a_voter() {
     eventually("a leader", || cell.leader().is_some()).await;
     write_to_leader(&cell, |node| Proposal::NewEpoch { node }).await;
     let addr = cell.join_with(4, Some("another cell's secret")).await;
-    let reply = cell.change(Change::Add { id: 4, addr }, None).await;
+    let reply = cell.change(Change::Add { id: 4, addr }).await;
     assert!(matches!(reply, ChangeReply::Failed(_)), "{reply:?}");
     let leader = cell.leader().unwrap();
     let voters: Vec<NodeId> = cell.members[&leader]

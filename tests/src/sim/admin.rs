@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasehold_server::cell::{change_members_on, Change, ChangeReply, ChangeRequest};
 use tokio::time::sleep;
 
+use super::cell::CELL_SECRET;
 use super::net::PORT;
 use super::trace::{now_ms, Trace, What};
 
@@ -43,7 +44,7 @@ pub async fn run(trace: Trace, members: Vec<String>, changes: Vec<Scheduled>) ->
             } else {
                 Change::Remove { id: change.member }
             },
-            operator_token: None,
+            credential: Some(CELL_SECRET.into()),
         };
         let what = if change.add { "add" } else { "remove" };
         trace.push(HOST, fault(what, &name));

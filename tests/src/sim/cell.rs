@@ -24,6 +24,9 @@ use super::world::{master_observer, Grants};
 
 /// The cell's name, as peers check it.
 const CELL: &str = "sim";
+/// The cell's secret: what its members present to each other, and the
+/// operator's right to change them (`CELL-10`).
+pub const CELL_SECRET: &str = "the simulated cell's secret";
 
 /// Entries applied between a member's snapshots: few, so that snapshots,
 /// log purges and crashes interleave, and a member down for a while comes
@@ -162,7 +165,7 @@ pub fn host(
         .collect();
     let member = MemberConfig {
         cell: CELL.into(),
-        secret: None,
+        secret: Some(CELL_SECRET.into()),
         id,
         members,
         storage: Storage::Volume(Arc::new(volume) as Arc<dyn Volume>),
