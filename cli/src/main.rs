@@ -51,8 +51,65 @@ struct Cli {
     /// its key can take up to that session's lease.
     #[arg(long, global = true, value_parser = duration::parse, default_value = "10s")]
     request_timeout: Duration,
+    /// TLS: the CA (PEM) that signed the master's certificate; clients
+    /// speak TLS when given one.
+    #[arg(long, global = true, env = "LEASEHOLD_TLS_CA", value_name = "PATH")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// TLS: a certificate chain (PEM). For `serve`, the master's own; for
+    /// other commands, this client's, for a master that asks for one
+    /// (mutual TLS).
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_CERT",
+        value_name = "PATH",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+    /// TLS: the private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_KEY",
+        value_name = "PATH",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<std::path::PathBuf>,
+    /// TLS: the name the master's certificate must carry [default: the
+    /// host of --addr].
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    tls_server_name: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// How clients speak TLS, as the flags say: not at all without
+    /// --tls-ca.
+    fn client_tls(&self) -> anyhow::Result<Option<leasehold::TlsOptions>> {
+        let Some(ca) = &self.tls_ca else {
+            if self.tls_cert.is_some() || self.tls_server_name.is_some() {
+                anyhow::bail!(
+                    "--tls-cert and --tls-server-name need --tls-ca: the CA that signed the \
+                     master's certificate"
+                );
+            }
+            return Ok(None);
+        };
+        let mut options = leasehold::TlsOptions::new(ca);
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            options = options.client_certificate(cert, key);
+        }
+        if let Some(name) = &self.tls_server_name {
+            options = options.server_name(name);
+        }
+        Ok(Some(options))
+    }
 }
 
 #[derive(Subcommand)]
@@ -265,6 +322,10 @@ struct ServeArgs {
     /// forgets every session, node and lock.
     #[arg(long, conflicts_with = "data_dir")]
     in_memory: bool,
+    /// TLS: clients must present a certificate this CA (PEM) signed
+    /// (mutual TLS). Needs --tls-cert and --tls-key.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", value_name = "PATH")]
+    tls_client_ca: Option<std::path::PathBuf>,
     /// Lease given to sessions that ask for none.
     #[arg(long, value_parser = duration::parse, default_value = "12s")]
     default_lease: Duration,
@@ -564,6 +625,12 @@ fn key_arg(text: &str) -> Result<String, String> {
     Ok(text.strip_prefix('/').unwrap_or(text).to_string())
 }
 
+/// How every client this process makes speaks TLS (`--tls-ca` and friends).
+static CLIENT_TLS: OnceLock<Option<leasehold::TlsOptions>> = OnceLock::new();
+
+/// `--tls-cert`, `--tls-key`: for `serve`, the master's certificate.
+static SERVER_TLS: OnceLock<Option<(std::path::PathBuf, std::path::PathBuf)>> = OnceLock::new();
+
 /// `--request-timeout`, for every client this process makes.
 static REQUEST_TIMEOUT: OnceLock<Duration> = OnceLock::new();
 
@@ -589,6 +656,7 @@ fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
 pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
     let mut config = ClientConfig {
         operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
+        tls: CLIENT_TLS.get().cloned().flatten(),
         ..ClientConfig::default()
     };
     if let Some(timeout) = REQUEST_TIMEOUT.get() {
@@ -659,6 +727,19 @@ fn main() -> ExitCode {
     };
     let _ = OPERATOR_TOKEN.set(token);
     let _ = REQUEST_TIMEOUT.set(cli.request_timeout);
+    if matches!(cli.command, Command::Serve(_)) {
+        let _ = SERVER_TLS.set(cli.tls_cert.clone().zip(cli.tls_key.clone()));
+    } else {
+        match cli.client_tls() {
+            Ok(tls) => {
+                let _ = CLIENT_TLS.set(tls);
+            }
+            Err(e) => {
+                eprintln!("leasehold: {e:#}");
+                return ExitCode::from(USAGE);
+            }
+        }
+    }
     let given_addr = cli.addr.clone();
     let addr = cli.addr.unwrap_or_else(|| DEFAULT_ADDR.to_string());
     runtime.block_on(async {
@@ -777,7 +858,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     };
     #[cfg(unix)]
     raise_open_files_limit();
-    let config = leasehold_server::Config {
+    let mut config = leasehold_server::Config {
         default_lease: args.default_lease,
         min_lease: args.min_lease,
         max_lease: args.max_lease,
@@ -801,6 +882,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     // Checked before the data directory is opened, which may create it or
     // cut a torn log tail: a refused configuration leaves it untouched.
     config.validate()?;
+    config.tls = server_tls(&args)?;
     if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
         return serve_member(args, config, members, node, (listen, from), json).await;
     }
@@ -817,8 +899,70 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
     }
     warn_without_operator_token(&config);
+    warn_without_tls(&config, addr);
+    if let Some(tls) = config.tls.clone() {
+        reload_on_hangup(tls)?;
+    }
     server.serve(listener, stop).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The master's TLS, as --tls-cert, --tls-key and --tls-client-ca say.
+fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::ServerTls>> {
+    let Some((cert, key)) = SERVER_TLS.get().cloned().flatten() else {
+        if args.tls_client_ca.is_some() {
+            anyhow::bail!("--tls-client-ca needs --tls-cert and --tls-key: the master's own");
+        }
+        return Ok(None);
+    };
+    if args.cell.is_some() {
+        anyhow::bail!(
+            "TLS is not yet available to a cell's members: serve a cell without --tls-cert, on \
+             a network only its members and clients reach"
+        );
+    }
+    let files = leasehold_server::TlsFiles {
+        cert,
+        key,
+        client_ca: args.tls_client_ca.clone(),
+    };
+    Ok(Some(leasehold_server::ServerTls::load(files)?))
+}
+
+/// Reads the TLS files again on each SIGHUP (`TLS-4`): connections from
+/// then on use them; a bad file is logged and the old ones stay in force.
+fn reload_on_hangup(tls: leasehold_server::ServerTls) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangup = signal(SignalKind::hangup()).context("cannot catch SIGHUP")?;
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                match tls.reload() {
+                    Ok(()) => tracing::info!("SIGHUP: TLS certificate and key read again"),
+                    Err(error) => tracing::error!(
+                        %error,
+                        "SIGHUP: the new TLS files are refused; the previous ones stay in force"
+                    ),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
+    Ok(())
+}
+
+/// Says at start that a master listening beyond loopback without TLS
+/// sends every secret and value in the clear (`TLS-1`).
+fn warn_without_tls(config: &leasehold_server::Config, addr: std::net::SocketAddr) {
+    if config.tls.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "listening beyond loopback without TLS: session secrets, tokens and every value \
+             cross the network in the clear; give the master --tls-cert and --tls-key"
+        );
+    }
 }
 
 /// Binds `listen` and announces where it listens (on stdout, so scripts
@@ -904,6 +1048,7 @@ async fn serve_member(
     let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
     warn_without_operator_token(&config);
+    warn_without_tls(&config, addr);
     leasehold_server::cell::serve(
         listener,
         config,

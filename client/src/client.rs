@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::config::ClientConfig;
 use crate::connection::Connection;
 use crate::error::ClientError;
+use crate::tls::ClientTls;
 use crate::transport::{CellConnector, Connector, TcpConnector};
 
 /// A connection to a Leasehold master, reopened as needed. Cheap to clone.
@@ -73,10 +74,15 @@ impl Client {
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
         let addr = addr.into();
+        let tls = match &config.tls {
+            None => None,
+            Some(options) => Some(ClientTls::load(options).map_err(ClientError::Tls)?),
+        };
         if addr.contains(',') {
-            return Client::with_connector(CellConnector::parse(&addr), config).await;
+            let cell = CellConnector::parse(&addr).with_tls(tls);
+            return Client::with_connector(cell, config).await;
         }
-        Client::with_connector(TcpConnector::new(addr), config).await
+        Client::with_connector(TcpConnector::new(addr).with_tls(tls), config).await
     }
 
     /// Connects through any [`Connector`], such as a simulated network's.

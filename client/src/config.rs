@@ -119,6 +119,8 @@ pub struct ClientConfig {
     /// each host a rate of its own. Taken within 0.5..=2.0 (the nearest
     /// bound outside it), and as 1.0 if it is not a number.
     pub clock_rate: f64,
+    /// TLS to the master (`TLS-2`); `None` speaks plaintext.
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 impl Default for ClientConfig {
@@ -129,6 +131,7 @@ impl Default for ClientConfig {
             request_timeout: REQUEST_TIMEOUT,
             operator_token: None,
             clock_rate: 1.0,
+            tls: None,
         }
     }
 }
@@ -141,6 +144,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("clock_rate", &self.clock_rate)
+            .field("tls", &self.tls)
             .field(
                 "operator_token",
                 &self.operator_token.as_ref().map(|_| ".."),

@@ -122,6 +122,10 @@ impl Connection {
                 Some(Ok(other)) => Err(ClientError::Protocol(format!(
                     "expected Welcome, got {other:?}"
                 ))),
+                Some(Err(leasehold_protocol::CodecError::Io(e))) => match crate::tls::refusal(&e) {
+                    Some(why) => Err(ClientError::Tls(why)),
+                    None => Err(ClientError::Disconnected),
+                },
                 Some(Err(e)) => Err(ClientError::Protocol(e.to_string())),
                 None => Err(ClientError::Disconnected),
             }

@@ -39,6 +39,10 @@ pub enum ClientError {
     /// The peer sent something this library cannot read.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// TLS could not be set up: a file named in `TlsOptions` is missing or
+    /// wrong, or the master refused this client's certificate.
+    #[error("{0}")]
+    Tls(String),
     /// The member reached is not the cell's master; `master` is where it
     /// said the master is, if it knew (`CELL-7`). Nothing was sent.
     #[error("not the cell's master (the master is {})", .master.as_deref().unwrap_or("not known now"))]
@@ -81,7 +85,9 @@ impl ClientError {
                 other => other,
             },
             ClientError::SessionExpired => Remedy::NewSession,
-            ClientError::Protocol(_) | ClientError::Conflict(_) => Remedy::GiveUp,
+            ClientError::Protocol(_) | ClientError::Conflict(_) | ClientError::Tls(_) => {
+                Remedy::GiveUp
+            }
         }
     }
 

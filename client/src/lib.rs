@@ -33,7 +33,8 @@
 //!   limit of the library; `error.rs`: [`ClientError`], sorted by
 //!   [`Remedy`]; `clock.rs`: the client's clock, at a rate of its own in a
 //!   simulation.
-//! - `transport.rs`: [`Connector`]s; `connection.rs`: one multiplexed
+//! - `transport.rs`: [`Connector`]s; `tls.rs`: [`TlsOptions`] and the
+//!   handshake's failures explained; `connection.rs`: one multiplexed
 //!   connection; `client.rs`: [`Client`], requests and the connection to
 //!   the master.
 //! - `lease.rs`: the local lease formula; `session_machine.rs`: the session
@@ -76,6 +77,7 @@ mod session;
 mod session_machine;
 mod shared;
 mod subscription;
+mod tls;
 mod transport;
 
 pub use cache::CacheStats;
@@ -101,6 +103,7 @@ pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};
 pub use session::Session;
 pub use session_machine::SessionState;
 pub use subscription::Subscription;
+pub use tls::TlsOptions;
 pub use transport::{
     BoxTransport, CellConnector, ConnectFuture, Connector, TcpConnector, Transport,
 };

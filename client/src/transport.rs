@@ -7,6 +7,8 @@ use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::tls::ClientTls;
+
 /// A byte stream to a server.
 pub trait Transport: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Transport for T {}
@@ -40,18 +42,28 @@ pub trait Connector: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct TcpConnector {
     addr: String,
+    tls: Option<ClientTls>,
 }
 
 impl TcpConnector {
     /// A connector for `addr` (`host:port`).
     pub fn new(addr: impl Into<String>) -> Self {
-        TcpConnector { addr: addr.into() }
+        TcpConnector {
+            addr: addr.into(),
+            tls: None,
+        }
+    }
+
+    /// Speaks TLS as `tls` says on every connection.
+    pub(crate) fn with_tls(mut self, tls: Option<ClientTls>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
 impl Connector for TcpConnector {
     fn connect(&self) -> ConnectFuture {
-        tcp(self.addr.clone())
+        tcp(self.addr.clone(), self.tls.clone())
     }
 
     fn addr(&self) -> String {
@@ -74,6 +86,7 @@ pub struct CellConnector {
     next: std::sync::atomic::AtomicUsize,
     /// Where a member said the master is: tried next.
     hint: std::sync::Mutex<Option<String>>,
+    tls: Option<ClientTls>,
 }
 
 impl CellConnector {
@@ -83,7 +96,14 @@ impl CellConnector {
             members: members.into_iter().map(Into::into).collect(),
             next: Default::default(),
             hint: Default::default(),
+            tls: None,
         }
+    }
+
+    /// Speaks TLS as `tls` says on every connection.
+    pub(crate) fn with_tls(mut self, tls: Option<ClientTls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The members named in `addrs`, separated by commas.
@@ -106,7 +126,7 @@ impl Connector for CellConnector {
             let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
             self.members.get(i).cloned().unwrap_or_default()
         });
-        tcp(addr)
+        tcp(addr, self.tls.clone())
     }
 
     fn addr(&self) -> String {
@@ -122,7 +142,7 @@ impl Connector for CellConnector {
     }
 }
 
-fn tcp(addr: String) -> ConnectFuture {
+fn tcp(addr: String, tls: Option<ClientTls>) -> ConnectFuture {
     Box::pin(async move {
         if !has_port(&addr) {
             return Err(std::io::Error::new(
@@ -130,9 +150,12 @@ fn tcp(addr: String) -> ConnectFuture {
                 "the address has no port: write HOST:PORT, e.g. 127.0.0.1:7171",
             ));
         }
-        let stream = tokio::net::TcpStream::connect(addr).await?;
+        let stream = tokio::net::TcpStream::connect(&addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Box::new(stream) as BoxTransport)
+        match tls {
+            None => Ok(Box::new(stream) as BoxTransport),
+            Some(tls) => Ok(Box::new(tls.handshake(stream, &addr).await?) as BoxTransport),
+        }
     })
 }
 

@@ -15,6 +15,7 @@ use tracing::warn;
 
 use crate::config::{Config, ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, MAX_REFUSING};
 use crate::connection;
+use crate::incoming::Incoming;
 use crate::memory::Trim;
 
 /// A source of connections.
@@ -105,15 +106,16 @@ pub(crate) struct Accepted {
 }
 
 /// Accepts connections from `listener` and hands each one admitted to
-/// `serve`, on a task of its own, until `shutdown` or `stopped` resolves.
-/// `what` names the server in refusals.
+/// `serve`, on a task of its own, until `shutdown` or `stopped` resolves,
+/// with the TLS it must speak (`Config::tls`, as in force when it
+/// arrived). `what` names the server in refusals.
 pub(crate) async fn accept_loop<L, F>(
     mut listener: L,
     config: &Config,
     what: &str,
     shutdown: impl Future<Output = ()>,
     stopped: impl Future<Output = ()>,
-    mut serve: impl FnMut(L::Stream, IpAddr) -> F,
+    mut serve: impl FnMut(Incoming<L::Stream>, IpAddr) -> F,
 ) -> Accepted
 where
     L: Listener,
@@ -135,7 +137,10 @@ where
                     match admission.refusal(ip, tasks.len(), config, what) {
                         // Refusals are bounded too: past a few at once the
                         // connection is dropped without a word.
-                        Some(reason) if refusing.len() < MAX_REFUSING => {
+                        // A TLS client would read a plaintext refusal as
+                        // garbage, and a handshake is the work an overloaded
+                        // server must not take on: it is dropped.
+                        Some(reason) if refusing.len() < MAX_REFUSING && config.tls.is_none() => {
                             tracing::debug!(%peer, %reason, "connection refused");
                             refusing.spawn(connection::refuse(stream, reason, config.clone()));
                         }
@@ -143,7 +148,8 @@ where
                         None => {
                             tracing::debug!(%peer, "connection accepted");
                             admission.admit(ip);
-                            let serving = serve(stream, ip);
+                            let tls = config.tls.as_ref().map(|tls| tls.acceptor());
+                            let serving = serve(Incoming { stream, tls }, ip);
                             tasks.spawn(async move {
                                 serving.await;
                                 ip

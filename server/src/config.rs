@@ -339,6 +339,8 @@ pub struct Config {
     /// a request carrying this token may destroy the session or delete a
     /// node another session has locked; without one, anyone may.
     pub operator_token: Option<String>,
+    /// TLS on the client port (`TLS-1`); `None` speaks plaintext.
+    pub tls: Option<crate::tls::ServerTls>,
     /// How fast this master's clock runs against true time: 1.0 on a real
     /// machine, whose clock's error clients' drift allowance covers
     /// (`LEASE-4`). Simulations give each host a rate of its own. Between
@@ -397,6 +399,7 @@ impl Default for Config {
             compact_min_log_bytes: DEFAULT_COMPACT_MIN_LOG_BYTES,
             disk_reserve: DEFAULT_DISK_RESERVE,
             operator_token: None,
+            tls: None,
             clock_rate: 1.0,
             observer: None,
             unsafe_unheld_cache_writes: false,

@@ -161,9 +161,17 @@ pub(crate) async fn refuse<S>(stream: S, reason: String, config: Config)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    refuse_with(stream, Error::new(ErrorCode::LimitReached, reason), config).await;
+}
+
+/// Tells a connection why it is not served, in a `Close`, without waiting
+/// for its Hello.
+pub(crate) async fn refuse_with<S>(stream: S, error: Error, config: Config)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let (read, write) = tokio::io::split(stream);
     let writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
-    let error = Error::new(ErrorCode::LimitReached, reason);
     close_with(writer, read, error, &config).await;
 }
 
@@ -499,7 +507,9 @@ fn codec_error(e: CodecError) -> Error {
 /// Half-closes, then discards what the peer still sends for a short, bounded
 /// while: closing a socket with unread input makes the kernel send a reset,
 /// which can destroy the `Close` frame before the peer reads it.
-async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, most: Duration) {
+/// Closes `stream` for writing, then reads what the peer still sends for
+/// up to `most`, so that it sees an orderly end rather than a reset.
+pub(crate) async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, most: Duration) {
     let _ = stream.shutdown().await;
     let drain = async {
         // On the heap: in place it would sit in every connection's task

@@ -49,8 +49,10 @@
 //!   the task driven by hand in `tests.rs`.
 //! - `connection.rs`: one client connection; `accept.rs`: accepting them,
 //!   for a single master and a cell's member alike, and giving memory back
-//!   after a burst of them ends (`memory.rs`); `server.rs`: a single
-//!   master serving;
+//!   after a burst of them ends (`memory.rs`); `incoming.rs`: a connection
+//!   made ready for frames, plaintext or TLS, told apart by its first byte
+//!   (`prefixed.rs` reads it again); `tls.rs`: [`ServerTls`], the master's
+//!   certificate, reloadable; `server.rs`: a single master serving;
 //!   `reply.rs`: the budget of replies a connection may leave unread.
 //! - The durability path: `store.rs`, the [`Store`] trait, its records and
 //!   the log's bytes; `file_store.rs`, [`FileStore`], the store in a data
@@ -94,6 +96,7 @@ mod events;
 mod file_store;
 mod holding;
 mod ids;
+mod incoming;
 mod keepalive;
 mod lease;
 mod lock;
@@ -104,6 +107,7 @@ mod namespace;
 mod node;
 mod observe;
 mod policy;
+mod prefixed;
 mod quota;
 mod recovery;
 mod reply;
@@ -113,6 +117,7 @@ mod state;
 mod store;
 mod time;
 mod timers;
+mod tls;
 mod upgrade;
 mod watch;
 
@@ -137,3 +142,4 @@ pub use state::{
 };
 pub use store::{Record, Recovered, Snapshot, Store, StoreSizes, SyncCount};
 pub use time::Millis;
+pub use tls::{ServerTls, TlsError, TlsFiles};

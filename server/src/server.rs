@@ -152,15 +152,15 @@ async fn serve<L: Listener>(
         "master",
         shutdown,
         master_ended,
-        |stream, ip| {
-            connection::serve(
-                stream,
-                master.clone(),
-                config.clone(),
-                all_queued_bytes.clone(),
-                ip,
-                connections.child_token(),
-            )
+        |incoming, ip| {
+            let (master, config) = (master.clone(), config.clone());
+            let (all_queued_bytes, shutdown) =
+                (all_queued_bytes.clone(), connections.child_token());
+            async move {
+                if let Some(stream) = incoming.establish(&config).await {
+                    connection::serve(stream, master, config, all_queued_bytes, ip, shutdown).await;
+                }
+            }
         },
     )
     .await;

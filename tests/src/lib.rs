@@ -11,10 +11,13 @@
 //! - [`sim`]: the listener and connector that run the real server and client
 //!   over turmoil's simulated network.
 //! - [`states`]: a session's state transitions, recorded.
+//! - [`certs`]: a CA and certificates it signed, made at run time for TLS
+//!   tests.
 //! - [`scripted`]: a master whose answers the test writes by hand.
 //! - [`conformance`]: the protocol conformance harness (the
 //!   `leasehold-conformance` binary runs it against any server).
 
+pub mod certs;
 pub mod conformance;
 pub mod fixture;
 pub mod proxy;

@@ -14,14 +14,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use openraft::{Raft, ServerState};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -36,7 +33,9 @@ use crate::commit::{Committer, Replicate, ReplicateError, ReplicateFuture};
 use crate::config::Config;
 use crate::config::PROPOSAL_BYTES;
 use crate::connection;
+use crate::incoming::Incoming;
 use crate::master::{self, MasterHandle};
+use crate::prefixed::Prefixed;
 use crate::recovery::Start;
 use crate::state::{Bounds, Command};
 use crate::store::Record;
@@ -100,9 +99,9 @@ pub async fn serve_member<L: Listener>(
         "member",
         shutdown,
         stopped,
-        |stream, ip| {
+        |incoming, ip| {
             connected(
-                stream,
+                incoming,
                 ip,
                 member.clone(),
                 role.clone(),
@@ -123,7 +122,7 @@ pub async fn serve_member<L: Listener>(
 /// Serves one connection: a peer's, or a client's as this member's role
 /// says.
 async fn connected<S: super::network::Served>(
-    stream: S,
+    incoming: Incoming<S>,
     ip: std::net::IpAddr,
     member: Member,
     role: watch::Receiver<Role>,
@@ -131,6 +130,9 @@ async fn connected<S: super::network::Served>(
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     stop: CancellationToken,
 ) {
+    let Some(stream) = incoming.establish(&config).await else {
+        return;
+    };
     let first = tokio::time::timeout(
         config.handshake_timeout,
         first_frame(stream, config.max_frame),
@@ -161,10 +163,7 @@ async fn connected<S: super::network::Served>(
             prefix.put_u32(frame.len() as u32);
             prefix.extend_from_slice(&frame);
             prefix.extend_from_slice(&parts.read_buf);
-            let stream = Prefixed {
-                prefix: prefix.freeze(),
-                inner: parts.io,
-            };
+            let stream = Prefixed::new(prefix.freeze(), parts.io);
             let now = role.borrow().clone();
             match now {
                 Role::Master {
@@ -185,46 +184,6 @@ async fn connected<S: super::network::Served>(
                 Role::Follower { master } => connection::redirect(stream, master, config).await,
             }
         }
-    }
-}
-
-/// A stream whose first bytes were read already: they are read again.
-struct Prefixed<S> {
-    prefix: Bytes,
-    inner: S,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if self.prefix.has_remaining() {
-            let n = self.prefix.len().min(buf.remaining());
-            buf.put_slice(&self.prefix[..n]);
-            self.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

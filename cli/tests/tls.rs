@@ -1,0 +1,172 @@
+//! `serve --tls-cert` and the clients' `--tls-ca` as an operator runs them
+//! (SPEC `TLS-1`..`TLS-4`).
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{spawn_serve, BIN};
+use leasehold_tests::certs::Pki;
+
+fn dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("leasehold-cli-tls-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn leasehold(addr: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--addr")
+        .arg(addr)
+        .args(args)
+        .env_remove("LEASEHOLD_TLS_CA")
+        .env_remove("LEASEHOLD_TLS_CERT")
+        .env_remove("LEASEHOLD_TLS_KEY")
+        .output()
+        .expect("run leasehold")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+// TLS-1, TLS-2, TLS-3: the CLI speaks TLS with --tls-ca; without it, it is
+// told the port speaks TLS.
+#[test]
+fn the_cli_speaks_tls_with_the_masters_ca_and_is_told_when_it_does_not() {
+    let d = dir("cli");
+    let pki = Pki::new(&d, "cell");
+    let (cert, key) = (
+        pki.server.cert.to_str().unwrap(),
+        pki.server.key.to_str().unwrap(),
+    );
+    let (mut child, addr) = spawn_serve(&[
+        "--in-memory",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+    ]);
+    let ca = pki.ca.to_str().unwrap();
+    let put = leasehold(&addr, &["--tls-ca", ca, "put", "tls/k", "v"]);
+    assert!(put.status.success(), "{put:?}");
+    let get = leasehold(&addr, &["--tls-ca", ca, "get", "tls/k"]);
+    assert_eq!(String::from_utf8_lossy(&get.stdout), "v\n");
+    let plain = leasehold(&addr, &["get", "tls/k"]);
+    assert_eq!(plain.status.code(), Some(1), "{plain:?}");
+    assert!(
+        stderr(&plain).contains("this port speaks TLS"),
+        "{}",
+        stderr(&plain)
+    );
+    assert_eq!(
+        stderr(&plain).lines().count(),
+        1,
+        "one line: {}",
+        stderr(&plain)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+// TLS-4: on SIGHUP the master reads its files again; new connections get
+// the new certificate.
+#[cfg(unix)]
+#[test]
+fn sighup_makes_the_master_read_its_certificate_again() {
+    let d = dir("sighup");
+    let (first, second) = (Pki::new(&d, "first"), Pki::new(&d, "second"));
+    let (cert, key) = (d.join("live.pem"), d.join("live.key"));
+    std::fs::copy(&first.server.cert, &cert).unwrap();
+    std::fs::copy(&first.server.key, &key).unwrap();
+    let (mut child, addr) = spawn_serve(&[
+        "--in-memory",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let with =
+        |ca: &std::path::Path| leasehold(&addr, &["--tls-ca", ca.to_str().unwrap(), "get", "k"]);
+    assert_eq!(with(&first.ca).status.code(), Some(1), "absent, but served");
+    std::fs::copy(&second.server.cert, &cert).unwrap();
+    std::fs::copy(&second.server.key, &key).unwrap();
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // The reload happens on the master's own time: wait for it, boundedly.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while with(&second.ca).status.code() != Some(1)
+        || !stderr(&with(&second.ca)).contains("no node")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            with(&second.ca)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let old = with(&first.ca);
+    assert!(
+        stderr(&old).contains("not signed by the CA given"),
+        "{}",
+        stderr(&old)
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP does not stop a TLS master"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+// TLS-1: a cell's members do not speak TLS yet, and say so at start.
+#[test]
+fn a_cell_member_with_tls_is_refused_at_start() {
+    let d = dir("cell");
+    let pki = Pki::new(&d, "cell");
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--cell",
+            "1=127.0.0.1:7301",
+            "--node",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--data-dir", d.join("m1").to_str().unwrap()])
+        .args(["--tls-cert", pki.server.cert.to_str().unwrap()])
+        .args(["--tls-key", pki.server.key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not yet available to a cell"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+// TLS-1: a certificate file that is missing is named in a one-line error.
+#[test]
+fn a_missing_certificate_file_is_named_at_start() {
+    let d = dir("missing");
+    let out = Command::new(BIN)
+        .args(["serve", "--in-memory", "--listen", "127.0.0.1:0"])
+        .args(["--tls-cert", d.join("nope.pem").to_str().unwrap()])
+        .args(["--tls-key", d.join("nope.key").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("nope.pem"), "{}", stderr(&out));
+}

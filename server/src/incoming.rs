@@ -1,0 +1,130 @@
+//! A connection as it arrives, made ready for frames: plaintext, or TLS
+//! once its handshake is done (`TLS-1`, `TLS-3`). The first byte tells
+//! the two apart: a TLS ClientHello starts with a handshake record (22),
+//! a Hello frame with its length's high byte (0).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use leasehold_protocol::{Error, ErrorCode};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+use crate::config::{Config, LINGER};
+use crate::connection;
+use crate::prefixed::Prefixed;
+
+/// The first byte of a TLS record that carries a handshake message.
+const TLS_HANDSHAKE_RECORD: u8 = 22;
+
+/// A connection just accepted, and the TLS it must speak, if any.
+pub(crate) struct Incoming<S> {
+    pub(crate) stream: S,
+    pub(crate) tls: Option<TlsAcceptor>,
+}
+
+/// A connection ready for frames.
+pub(crate) enum Stream<S> {
+    Plain(Prefixed<S>),
+    Tls(Box<TlsStream<Prefixed<S>>>),
+}
+
+impl<S> Incoming<S>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    /// The connection ready for frames, within the handshake timeout; or
+    /// `None` once it has been dealt with. A plaintext client on a TLS
+    /// port is told so in a `Close`; a TLS client on a plaintext port is
+    /// closed at once, which its TLS library reports as a server that
+    /// does not speak TLS; a failed TLS handshake is closed.
+    pub(crate) async fn establish(self, config: &Config) -> Option<Stream<S>> {
+        let Incoming { mut stream, tls } = self;
+        let ready = async {
+            let mut first = [0u8; 1];
+            if stream.read(&mut first).await.ok()? == 0 {
+                return None;
+            }
+            let prefixed = Prefixed::new(Bytes::copy_from_slice(&first), stream);
+            let speaks_tls = first[0] == TLS_HANDSHAKE_RECORD;
+            match tls {
+                // Closed in order, not reset: its TLS library then
+                // reports the end of the handshake, which the client
+                // library explains.
+                None if speaks_tls => {
+                    debug!("a TLS client on a plaintext port: closed");
+                    connection::linger(prefixed, LINGER).await;
+                    None
+                }
+                None => Some(Ok(Stream::Plain(prefixed))),
+                Some(_) if !speaks_tls => Some(Err(prefixed)),
+                Some(acceptor) => match acceptor.accept(prefixed).await {
+                    Ok(tls) => Some(Ok(Stream::Tls(Box::new(tls)))),
+                    Err(error) => {
+                        debug!(%error, "TLS handshake failed");
+                        None
+                    }
+                },
+            }
+        };
+        match tokio::time::timeout(config.handshake_timeout, ready).await {
+            Ok(Some(Ok(stream))) => Some(stream),
+            Ok(Some(Err(plaintext))) => {
+                let error = Error::new(
+                    ErrorCode::Malformed,
+                    "this port speaks TLS: connect with TLS (--tls-ca, or TlsOptions in the library)",
+                );
+                connection::refuse_with(plaintext, error, config.clone()).await;
+                None
+            }
+            Ok(None) => None,
+            Err(_) => {
+                debug!("no handshake in time: closed");
+                None
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

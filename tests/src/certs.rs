@@ -1,0 +1,80 @@
+//! Certificates made at run time for TLS tests: a CA, a master's
+//! certificate for 127.0.0.1 and `localhost` it signed, a client's, and
+//! the same from a second CA nobody trusts.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// A certificate and its key, written as PEM files.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A CA and what it signed, in a directory of their own.
+#[derive(Debug, Clone)]
+pub struct Pki {
+    pub ca: PathBuf,
+    pub server: Pair,
+    pub client: Pair,
+}
+
+impl Pki {
+    /// A new CA named `name`, with a server and a client certificate it
+    /// signed, written under `dir` as `NAME-ca.pem`, `NAME-server.pem` ...
+    pub fn new(dir: &Path, name: &str) -> Pki {
+        std::fs::create_dir_all(dir).unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, format!("{name} CA"));
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let ca = dir.join(format!("{name}-ca.pem"));
+        std::fs::write(&ca, ca_cert.pem()).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let server = signed(
+            dir,
+            &format!("{name}-server"),
+            vec!["127.0.0.1".into(), "localhost".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            &issuer,
+        );
+        let client = signed(
+            dir,
+            &format!("{name}-client"),
+            vec!["client.leasehold.test".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            &issuer,
+        );
+        Pki { ca, server, client }
+    }
+}
+
+fn signed(
+    dir: &Path,
+    name: &str,
+    names: Vec<String>,
+    usage: ExtendedKeyUsagePurpose,
+    issuer: &Issuer<'_, KeyPair>,
+) -> Pair {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(names).unwrap();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, issuer).unwrap();
+    let pair = Pair {
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}.key")),
+    };
+    std::fs::write(&pair.cert, cert.pem()).unwrap();
+    std::fs::write(&pair.key, key.serialize_pem()).unwrap();
+    pair
+}
