@@ -43,47 +43,52 @@ where
     /// does not speak TLS; a failed TLS handshake is closed.
     pub(crate) async fn establish(self, config: &Config) -> Option<Stream<S>> {
         let Incoming { mut stream, tls } = self;
-        let ready = async {
-            let mut first = [0u8; 1];
-            if stream.read(&mut first).await.ok()? == 0 {
+        let deadline = tokio::time::Instant::now() + config.handshake_timeout;
+        let mut first = [0u8; 1];
+        match tokio::time::timeout_at(deadline, stream.read(&mut first)).await {
+            Ok(Ok(1..)) => {}
+            Ok(_) => return None,
+            // Silent past the handshake timeout: a plaintext peer is told,
+            // as it would be without TLS (`HS-4`).
+            Err(_) => {
+                if tls.is_none() {
+                    let error = Error::new(ErrorCode::Malformed, "no Hello in time");
+                    connection::refuse_with(stream, error, config.clone()).await;
+                }
                 return None;
             }
-            let prefixed = Prefixed::new(Bytes::copy_from_slice(&first), stream);
-            let speaks_tls = first[0] == TLS_HANDSHAKE_RECORD;
-            match tls {
-                // Closed in order, not reset: its TLS library then
-                // reports the end of the handshake, which the client
-                // library explains.
-                None if speaks_tls => {
-                    debug!("a TLS client on a plaintext port: closed");
-                    connection::linger(prefixed, LINGER).await;
-                    None
-                }
-                None => Some(Ok(Stream::Plain(prefixed))),
-                Some(_) if !speaks_tls => Some(Err(prefixed)),
-                Some(acceptor) => match acceptor.accept(prefixed).await {
-                    Ok(tls) => Some(Ok(Stream::Tls(Box::new(tls)))),
-                    Err(error) => {
-                        debug!(%error, "TLS handshake failed");
-                        None
-                    }
-                },
+        }
+        let prefixed = Prefixed::new(Bytes::copy_from_slice(&first), stream);
+        let speaks_tls = first[0] == TLS_HANDSHAKE_RECORD;
+        match tls {
+            // Closed in order, not reset: its TLS library then reports the
+            // end of the handshake, which the client library explains.
+            None if speaks_tls => {
+                debug!("a TLS client on a plaintext port: closed");
+                connection::linger(prefixed, LINGER).await;
+                None
             }
-        };
-        match tokio::time::timeout(config.handshake_timeout, ready).await {
-            Ok(Some(Ok(stream))) => Some(stream),
-            Ok(Some(Err(plaintext))) => {
+            None => Some(Stream::Plain(prefixed)),
+            Some(_) if !speaks_tls => {
                 let error = Error::new(
                     ErrorCode::Malformed,
                     "this port speaks TLS: connect with TLS (--tls-ca, or TlsOptions in the library)",
                 );
-                connection::refuse_with(plaintext, error, config.clone()).await;
+                connection::refuse_with(prefixed, error, config.clone()).await;
                 None
             }
-            Ok(None) => None,
-            Err(_) => {
-                debug!("no handshake in time: closed");
-                None
+            Some(acceptor) => {
+                match tokio::time::timeout_at(deadline, acceptor.accept(prefixed)).await {
+                    Ok(Ok(tls)) => Some(Stream::Tls(Box::new(tls))),
+                    Ok(Err(error)) => {
+                        debug!(%error, "TLS handshake failed");
+                        None
+                    }
+                    Err(_) => {
+                        debug!("no TLS handshake in time: closed");
+                        None
+                    }
+                }
             }
         }
     }

@@ -13,10 +13,69 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
-/// A raw protocol connection, over TCP unless made [`RawConnection::over`]
-/// another stream (turmoil's, for tests in virtual time).
-pub struct RawConnection<S = TcpStream> {
+/// A byte stream to a server: TCP, or TLS over TCP.
+pub trait LinkStream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> LinkStream for T {}
+
+/// A boxed [`LinkStream`].
+pub type Link = Box<dyn LinkStream>;
+
+/// How a raw connection speaks TLS: the connector and the name the
+/// server's certificate must carry.
+#[derive(Clone)]
+pub struct RawTls {
+    pub connector: tokio_rustls::TlsConnector,
+    pub name: rustls::pki_types::ServerName<'static>,
+}
+
+impl RawTls {
+    /// TLS to a server whose certificate `ca` (PEM) signed and names
+    /// `name`, presenting `client` (certificate and key, PEM) if given.
+    pub fn load(
+        ca: &std::path::Path,
+        client: Option<(&std::path::Path, &std::path::Path)>,
+        name: &str,
+    ) -> Result<RawTls, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        let certs = |path: &std::path::Path| {
+            CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs(ca)? {
+            roots.add(cert).map_err(|e| e.to_string())?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots);
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| format!("{}: {e}", key.display()))?;
+                builder
+                    .with_client_auth_cert(certs(cert)?, key)
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        Ok(RawTls {
+            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+            name: ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?,
+        })
+    }
+}
+
+/// A raw protocol connection, over TCP (or TLS over TCP) unless made
+/// [`RawConnection::over`] another stream (turmoil's, for tests in virtual
+/// time).
+pub struct RawConnection<S = Link> {
     framed: Framed<S, FrameCodec<ServerFrame, ClientFrame>>,
+    /// The server's address, when connected over TCP.
+    peer: Option<SocketAddr>,
     next_id: u64,
     /// How long [`RawConnection::recv`] waits for a frame before failing.
     patience: Duration,
@@ -25,16 +84,42 @@ pub struct RawConnection<S = TcpStream> {
 impl RawConnection {
     /// The address this connection reaches.
     pub fn peer(&self) -> Option<SocketAddr> {
-        self.framed.get_ref().peer_addr().ok()
+        self.peer
     }
 
     /// Connects without a handshake.
     pub async fn connect(addr: SocketAddr) -> RawConnection {
+        RawConnection::connect_over(addr, None).await
+    }
+
+    /// Connects, speaking TLS when `tls` is given, without a handshake.
+    pub async fn connect_over(addr: SocketAddr, tls: Option<&RawTls>) -> RawConnection {
         let stream = TcpStream::connect(addr).await.expect("connect");
+        let link: Link = match tls {
+            None => Box::new(stream),
+            Some(tls) => Box::new(
+                tls.connector
+                    .connect(tls.name.clone(), stream)
+                    .await
+                    .expect("a TLS handshake"),
+            ),
+        };
         RawConnection {
-            framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
+            framed: Framed::new(link, FrameCodec::new(DEFAULT_MAX_FRAME)),
+            peer: Some(addr),
             next_id: 1,
             patience: Duration::from_secs(10),
+        }
+    }
+
+    /// Connects, speaking TLS when `tls` is given, and completes the
+    /// handshake.
+    pub async fn open_over(addr: SocketAddr, tls: Option<&RawTls>) -> (RawConnection, Welcome) {
+        let mut conn = RawConnection::connect_over(addr, tls).await;
+        conn.send(ClientFrame::Hello(Hello::current())).await;
+        match conn.recv().await {
+            Some(ServerFrame::Welcome(w)) => (conn, w),
+            other => panic!("expected Welcome, got {other:?}"),
         }
     }
 
@@ -50,17 +135,14 @@ impl RawConnection {
             .bind((from, 0).into())
             .expect("bind the local address");
         let stream = socket.connect(addr).await.expect("connect");
-        RawConnection::over(stream).await
+        let (mut conn, welcome) = RawConnection::over(Box::new(stream) as Link).await;
+        conn.peer = Some(addr);
+        (conn, welcome)
     }
 
     /// Connects and completes the handshake.
     pub async fn open(addr: SocketAddr) -> (RawConnection, Welcome) {
-        let mut conn = RawConnection::connect(addr).await;
-        conn.send(ClientFrame::Hello(Hello::current())).await;
-        match conn.recv().await {
-            Some(ServerFrame::Welcome(w)) => (conn, w),
-            other => panic!("expected Welcome, got {other:?}"),
-        }
+        RawConnection::open_over(addr, None).await
     }
 }
 
@@ -69,6 +151,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawConnection<S> {
     pub async fn over(stream: S) -> (RawConnection<S>, Welcome) {
         let mut conn = RawConnection {
             framed: Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME)),
+            peer: None,
             next_id: 1,
             patience: Duration::from_secs(10),
         };

@@ -9,7 +9,10 @@ use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
     ClientFrame, FrameCodec, Request, Response, Sequencer, ServerFrame, DEFAULT_MAX_FRAME,
 };
+use leasehold_server::{ServerTls, TlsFiles};
+use leasehold_tests::certs::Pki;
 use leasehold_tests::conformance::{self, Ctx};
+use leasehold_tests::raw::RawTls;
 use leasehold_tests::server::{short_lease_config, start, start_on, Setup};
 use tokio_util::codec::Framed;
 
@@ -17,9 +20,42 @@ use tokio_util::codec::Framed;
 // on its data directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_passes_every_conformance_case() {
-    let dir = std::env::temp_dir().join(format!("leasehold-conformance-{}", std::process::id()));
+    passes_every_case("plain", None).await;
+}
+
+// TLS-1, TLS-2: every case again, the harness speaking TLS to a master
+// that asks for a client certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_passes_every_conformance_case_over_mutual_tls() {
+    let dir =
+        std::env::temp_dir().join(format!("leasehold-conformance-pki-{}", std::process::id()));
+    let pki = Pki::new(&dir, "conformance");
+    passes_every_case("tls", Some(&pki)).await;
     let _ = std::fs::remove_dir_all(&dir);
-    let config = Setup::durable(&dir, short_lease_config());
+}
+
+/// Runs every case against a master of its own, named `name`, speaking
+/// mutual TLS with `pki` when given.
+async fn passes_every_case(name: &str, pki: Option<&Pki>) {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-conformance-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut master_config = short_lease_config();
+    master_config.tls = pki.map(|pki| {
+        ServerTls::load(TlsFiles {
+            cert: pki.server.cert.clone(),
+            key: pki.server.key.clone(),
+            client_ca: Some(pki.ca.clone()),
+        })
+        .unwrap()
+    });
+    let tls = pki.map(|pki| {
+        let client = (pki.client.cert.as_path(), pki.client.key.as_path());
+        RawTls::load(&pki.ca, Some(client), "127.0.0.1").unwrap()
+    });
+    let config = Setup::durable(&dir, master_config);
     let server = start(config.clone()).await;
     let addr = server.addr;
     let running = Arc::new(tokio::sync::Mutex::new(Some(server)));
@@ -40,6 +76,7 @@ async fn the_server_passes_every_conformance_case() {
     let ctx = Ctx {
         addr,
         restart: Some(restart),
+        tls,
     };
     let outcomes = conformance::run(&ctx, &conformance::cases(), Duration::from_secs(30)).await;
     let failed: Vec<String> = outcomes
@@ -54,7 +91,16 @@ async fn the_server_passes_every_conformance_case() {
     );
     // The run leaves the server it checked as it found it: no session, no
     // key.
-    let client = leasehold::Client::connect(addr.to_string()).await.unwrap();
+    let client_config = leasehold::ClientConfig {
+        tls: pki.map(|pki| {
+            leasehold::TlsOptions::new(&pki.ca)
+                .client_certificate(&pki.client.cert, &pki.client.key)
+        }),
+        ..Default::default()
+    };
+    let client = leasehold::Client::connect_with(addr.to_string(), client_config)
+        .await
+        .unwrap();
     let sessions = client.list_sessions().await.unwrap();
     assert!(
         sessions.is_empty(),

@@ -6,10 +6,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold_tests::conformance::{self, Ctx};
+use leasehold_tests::raw::RawTls;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: leasehold-conformance --addr HOST:PORT [--restart-cmd CMD] [--json] [--only RULE] [--coverage]"
+        "usage: leasehold-conformance --addr HOST:PORT [--restart-cmd CMD] [--json] [--only RULE] [--coverage]\n\
+         \x20      [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]"
     );
     ExitCode::from(2)
 }
@@ -21,6 +23,7 @@ async fn main() -> ExitCode {
     let mut only = None;
     let mut check_coverage = false;
     let mut restart = None;
+    let (mut tls_ca, mut tls_cert, mut tls_key, mut tls_name) = (None, None, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -29,11 +32,35 @@ async fn main() -> ExitCode {
             "--only" => only = args.next(),
             "--coverage" => check_coverage = true,
             "--restart-cmd" => restart = args.next(),
+            "--tls-ca" => tls_ca = args.next().map(std::path::PathBuf::from),
+            "--tls-cert" => tls_cert = args.next().map(std::path::PathBuf::from),
+            "--tls-key" => tls_key = args.next().map(std::path::PathBuf::from),
+            "--tls-server-name" => tls_name = args.next(),
             _ => return usage(),
         }
     }
-    let Some(addr) = addr.and_then(|a| a.to_socket_addrs().ok()?.next()) else {
+    let Some(given) = addr else {
         return usage();
+    };
+    let Some(addr) = given.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return usage();
+    };
+    // The certificate must name the host of --addr unless told otherwise.
+    let host = given.rsplit_once(':').map_or(given.as_str(), |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let tls = match (&tls_ca, &tls_cert, &tls_key) {
+        (None, None, None) => None,
+        (Some(ca), cert, key) if cert.is_some() == key.is_some() => {
+            let client = cert.as_deref().zip(key.as_deref());
+            match RawTls::load(ca, client, tls_name.as_deref().unwrap_or(host)) {
+                Ok(tls) => Some(tls),
+                Err(e) => {
+                    eprintln!("leasehold-conformance: TLS: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => return usage(),
     };
     let mut cases = conformance::cases();
     if let Some(rule) = &only {
@@ -42,6 +69,7 @@ async fn main() -> ExitCode {
     let ctx = Ctx {
         addr,
         restart: restart.map(conformance::restart_command),
+        tls,
     };
     let outcomes = conformance::run(&ctx, &cases, Duration::from_secs(60)).await;
     let mut failed = 0;

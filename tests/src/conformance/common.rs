@@ -119,7 +119,7 @@ pub(super) use expect_close;
 
 /// Connects and completes the handshake (a failed one fails the case).
 pub(super) async fn open(ctx: &Ctx) -> (RawConnection, Welcome) {
-    RawConnection::open(ctx.addr).await
+    ctx.open_at(ctx.addr).await
 }
 
 /// A lease the server accepts and that keeps timing cases short.

@@ -11,7 +11,6 @@ use crate::conformance::common::{
     acquire, case, ensure, expect_close, expect_reply, generation, key, open, session,
 };
 use crate::conformance::{Case, Check, Ctx};
-use crate::raw::RawConnection;
 
 pub(super) fn cases() -> Vec<Case> {
     vec![
@@ -30,7 +29,56 @@ pub(super) fn cases() -> Vec<Case> {
             a_protocol_7_client_is_welcomed_in_its_version_and_its_release_served
         ),
         case!(&["HS-4"], a_connection_without_hello_is_closed),
+        case!(
+            &["TLS-3"],
+            a_client_speaking_the_other_way_is_told_or_closed
+        ),
     ]
+}
+
+// On a TLS port, a plaintext Hello gets a Close saying the port speaks TLS;
+// on a plaintext port, the start of a TLS ClientHello closes the
+// connection without a frame. Either way at once, not at a timeout.
+async fn a_client_speaking_the_other_way_is_told_or_closed(ctx: Ctx) -> Check {
+    let started = Instant::now();
+    if ctx.tls.is_some() {
+        let mut conn = crate::raw::RawConnection::connect(ctx.addr).await;
+        conn.send(ClientFrame::Hello(Hello::current())).await;
+        match conn.closed_with().await {
+            Some(e) if e.code == ErrorCode::Malformed && e.message.contains("speaks TLS") => {}
+            other => {
+                return Err(format!(
+                    "expected Close(Malformed) naming TLS, got {other:?}"
+                ))
+            }
+        }
+    } else {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(ctx.addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        // A TLS record header: a handshake, version 3.1, then garbage.
+        let mut hello = vec![22u8, 3, 1, 0, 64];
+        hello.extend([0x5a; 64]);
+        stream
+            .write_all(&hello)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer));
+        match read.await {
+            Ok(Ok(_)) => ensure!(answer.is_empty(), "answered {} bytes", answer.len()),
+            // A reset also closes it.
+            Ok(Err(_)) => {}
+            Err(_) => return Err("still open after 5 s".into()),
+        }
+    }
+    ensure!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    Ok(())
 }
 
 // One frame each way proves both rules: the Hello, framed and encoded as
@@ -42,7 +90,7 @@ async fn hello_is_answered_with_welcome(ctx: Ctx) -> Check {
 }
 
 async fn a_request_before_hello_closes_the_connection(ctx: Ctx) -> Check {
-    let mut conn = RawConnection::connect(ctx.addr).await;
+    let mut conn = ctx.connect().await;
     conn.send(ClientFrame::Request {
         id: 1,
         body: Request::ListSessions {
@@ -55,7 +103,7 @@ async fn a_request_before_hello_closes_the_connection(ctx: Ctx) -> Check {
 }
 
 async fn another_version_is_refused_with_the_supported_one(ctx: Ctx) -> Check {
-    let mut conn = RawConnection::connect(ctx.addr).await;
+    let mut conn = ctx.connect().await;
     conn.send(ClientFrame::Hello(Hello {
         magic: MAGIC,
         version: 9_999,
@@ -69,7 +117,7 @@ async fn another_version_is_refused_with_the_supported_one(ctx: Ctx) -> Check {
 }
 
 async fn a_protocol_7_client_is_welcomed_in_its_version_and_its_release_served(ctx: Ctx) -> Check {
-    let mut conn = RawConnection::connect(ctx.addr).await;
+    let mut conn = ctx.connect().await;
     conn.send(ClientFrame::Hello(Hello {
         magic: MAGIC,
         version: 7,
@@ -117,9 +165,7 @@ async fn welcome_names_the_version_and_sane_limits(ctx: Ctx) -> Check {
 async fn a_connection_without_hello_is_closed(ctx: Ctx) -> Check {
     // The server's handshake timeout (10 s by default) closes it: wait up
     // to 20 s.
-    let conn = RawConnection::connect(ctx.addr)
-        .await
-        .with_patience(Duration::from_secs(20));
+    let conn = ctx.connect().await.with_patience(Duration::from_secs(20));
     let started = Instant::now();
     expect_close!(conn.closed_with().await, ErrorCode::Malformed)
         .map_err(|e| format!("after {:?}: {e}", started.elapsed()))

@@ -6,8 +6,6 @@ use std::time::{Duration, Instant};
 
 use leasehold_protocol::{Acquire, Authority, Behavior, ErrorCode, LockMode, Request, Response};
 
-use crate::raw::RawConnection;
-
 use crate::conformance::common::{
     acquire, case, create, ensure, expect_error, expect_reply, generation, key, open, put, release,
     session, stat_of, written,
@@ -222,7 +220,7 @@ async fn a_release_delivered_late_on_a_stalled_connection_leaves_a_later_acquire
     ctx: Ctx,
 ) -> Check {
     let proxy = Proxy::start(ctx.addr).await;
-    let (mut stalled, w) = RawConnection::open(proxy.addr).await;
+    let (mut stalled, w) = ctx.open_at(proxy.addr).await;
     let (mut other, _) = open(&ctx).await;
     let a = session(&mut other, &w).await?;
     let b = session(&mut other, &w).await?;
