@@ -628,6 +628,9 @@ fn key_arg(text: &str) -> Result<String, String> {
 /// How every client this process makes speaks TLS (`--tls-ca` and friends).
 static CLIENT_TLS: OnceLock<Option<leasehold::TlsOptions>> = OnceLock::new();
 
+/// Clients' TLS flags given to `serve`, which it does not use.
+static IGNORED_BY_SERVE: OnceLock<Vec<&'static str>> = OnceLock::new();
+
 /// `--tls-cert`, `--tls-key`: for `serve`, the master's certificate.
 static SERVER_TLS: OnceLock<Option<(std::path::PathBuf, std::path::PathBuf)>> = OnceLock::new();
 
@@ -729,6 +732,18 @@ fn main() -> ExitCode {
     let _ = REQUEST_TIMEOUT.set(cli.request_timeout);
     if matches!(cli.command, Command::Serve(_)) {
         let _ = SERVER_TLS.set(cli.tls_cert.clone().zip(cli.tls_key.clone()));
+        // Said once logging is up (in `serve`): these are clients' flags.
+        let _ = IGNORED_BY_SERVE.set(
+            [
+                cli.tls_ca.as_ref().map(|_| "--tls-ca (LEASEHOLD_TLS_CA)"),
+                cli.tls_server_name
+                    .as_ref()
+                    .map(|_| "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME)"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        );
     } else {
         match cli.client_tls() {
             Ok(tls) => {
@@ -899,7 +914,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),
     }
     warn_without_operator_token(&config);
-    warn_without_tls(&config, addr);
+    warn_without_tls(&config, addr, false);
     if let Some(tls) = config.tls.clone() {
         reload_on_hangup(tls)?;
     }
@@ -909,6 +924,12 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
 
 /// The master's TLS, as --tls-cert, --tls-key and --tls-client-ca say.
 fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::ServerTls>> {
+    for flag in IGNORED_BY_SERVE.get().into_iter().flatten() {
+        tracing::warn!(
+            "{flag} is a client's flag and serve does not use it; to ask clients for a \
+             certificate, give serve --tls-client-ca"
+        );
+    }
     let Some((cert, key)) = SERVER_TLS.get().cloned().flatten() else {
         if args.tls_client_ca.is_some() {
             anyhow::bail!("--tls-client-ca needs --tls-cert and --tls-key: the master's own");
@@ -955,12 +976,18 @@ fn reload_on_hangup(tls: leasehold_server::ServerTls) -> anyhow::Result<()> {
 
 /// Says at start that a master listening beyond loopback without TLS
 /// sends every secret and value in the clear (`TLS-1`).
-fn warn_without_tls(config: &leasehold_server::Config, addr: std::net::SocketAddr) {
+fn warn_without_tls(config: &leasehold_server::Config, addr: std::net::SocketAddr, member: bool) {
     if config.tls.is_none() && !addr.ip().is_loopback() {
+        let remedy = if member {
+            " (a cell's members do not speak TLS yet: keep the cell on a network only its \
+             members and clients reach)"
+        } else {
+            "; give the master --tls-cert and --tls-key"
+        };
         tracing::warn!(
             %addr,
             "listening beyond loopback without TLS: session secrets, tokens and every value \
-             cross the network in the clear; give the master --tls-cert and --tls-key"
+             cross the network in the clear{remedy}"
         );
     }
 }
@@ -1048,7 +1075,7 @@ async fn serve_member(
     let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
     warn_without_operator_token(&config);
-    warn_without_tls(&config, addr);
+    warn_without_tls(&config, addr, true);
     leasehold_server::cell::serve(
         listener,
         config,

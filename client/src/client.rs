@@ -197,22 +197,25 @@ impl Client {
 
     async fn open_one(&self, addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
         let addr = addr.to_string();
-        let open =
-            async {
-                let transport = self.inner.connector.connect().await.map_err(|source| {
-                    ClientError::Connect {
+        let open = async {
+            let transport = self.inner.connector.connect().await.map_err(|source| {
+                // A certificate that is wrong stays wrong: no retry.
+                match crate::tls::lasting_failure(&source) {
+                    Some(why) => ClientError::Tls(why),
+                    None => ClientError::Connect {
                         addr: addr.clone(),
                         source,
-                    }
-                })?;
-                Connection::open(
-                    transport,
-                    self.inner.config.max_frame,
-                    timeout,
-                    self.inner.clock,
-                )
-                .await
-            };
+                    },
+                }
+            })?;
+            Connection::open(
+                transport,
+                self.inner.config.max_frame,
+                timeout,
+                self.inner.clock,
+            )
+            .await
+        };
         let conn =
             tokio::time::timeout(timeout, open)
                 .await

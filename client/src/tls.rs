@@ -165,66 +165,97 @@ fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>,
     Ok(certs)
 }
 
+/// A failed handshake, in words that say what to change; `lasting` when
+/// trying again cannot help (a certificate, not the network, is wrong).
+#[derive(Debug, thiserror::Error)]
+#[error("{why}")]
+pub(crate) struct TlsFailure {
+    pub(crate) why: String,
+    pub(crate) lasting: bool,
+}
+
 /// A failed handshake, said so that the reader knows what to change.
 fn explained(error: io::Error, name: &ServerName<'_>) -> io::Error {
     let kind = error.kind();
     let tls = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>());
-    let why = match tls {
-        Some(rustls::Error::InvalidMessage(_)) => {
-            "the server does not speak TLS on this port (started without --tls-cert?)".to_string()
-        }
-        Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)) => {
-            "the server's certificate is not signed by the CA given (--tls-ca)".to_string()
-        }
+    let (why, lasting) = match tls {
+        Some(rustls::Error::InvalidMessage(_)) => (
+            "the server does not speak TLS on this port (started without --tls-cert?)".to_string(),
+            false,
+        ),
+        Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)) => (
+            "the server's certificate is not signed by the CA given (--tls-ca)".to_string(),
+            true,
+        ),
         Some(rustls::Error::InvalidCertificate(
             rustls::CertificateError::NotValidForName
             | rustls::CertificateError::NotValidForNameContext { .. },
-        )) => format!(
-            "the server's certificate does not name {} (--tls-server-name names another)",
-            name.to_str()
+        )) => (
+            format!(
+                "the server's certificate does not name {} (--tls-server-name names another)",
+                name.to_str()
+            ),
+            true,
         ),
         Some(rustls::Error::InvalidCertificate(
             rustls::CertificateError::Expired | rustls::CertificateError::ExpiredContext { .. },
-        )) => "the server's certificate has expired".to_string(),
-        Some(other) => format!("TLS handshake failed: {other}"),
+        )) => ("the server's certificate has expired".to_string(), true),
+        // TLS 1.2 refuses a client's certificate within the handshake.
+        Some(rustls::Error::AlertReceived(alert)) => (alert_meaning(*alert), true),
+        Some(other) => (format!("TLS handshake failed: {other}"), false),
         None if matches!(
             kind,
             io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
         ) =>
         {
-            "the server closed the connection during the TLS handshake: it does not speak TLS on \
-             this port, or it refused this client"
-                .to_string()
+            (
+                "the server closed the connection during the TLS handshake: it does not speak \
+                 TLS on this port, or it refused this client"
+                    .to_string(),
+                false,
+            )
         }
-        None => format!("TLS handshake failed: {error}"),
+        None => (format!("TLS handshake failed: {error}"), false),
     };
-    io::Error::new(kind, why)
+    io::Error::new(kind, TlsFailure { why, lasting })
+}
+
+/// What a TLS alert from the server says of this client.
+fn alert_meaning(alert: rustls::AlertDescription) -> String {
+    match alert {
+        rustls::AlertDescription::CertificateRequired => {
+            "the server asks for a client certificate (--tls-cert and --tls-key)".to_string()
+        }
+        rustls::AlertDescription::UnknownCA
+        | rustls::AlertDescription::BadCertificate
+        | rustls::AlertDescription::DecryptError => "the server refused this client's \
+            certificate: it is not signed by the CA the server trusts"
+            .to_string(),
+        rustls::AlertDescription::CertificateExpired => {
+            "the server refused this client's certificate: it has expired".to_string()
+        }
+        other => format!("the server ended the TLS session: {other:?}"),
+    }
 }
 
 /// What a failure to read from a TLS connection means, if it is one: a
 /// master that asks for a client certificate refuses one it did not sign
-/// (or none) after the client's side of the handshake is done, so the
-/// refusal arrives with the first read.
+/// (or none) after TLS 1.3's handshake is done on the client's side, so
+/// the refusal arrives with the first read.
 pub(crate) fn refusal(error: &io::Error) -> Option<String> {
-    let tls = error.get_ref()?.downcast_ref::<rustls::Error>()?;
-    Some(match tls {
-        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
-            "the server asks for a client certificate (--tls-cert and --tls-key)".to_string()
-        }
-        rustls::Error::AlertReceived(
-            rustls::AlertDescription::UnknownCA
-            | rustls::AlertDescription::BadCertificate
-            | rustls::AlertDescription::DecryptError,
-        ) => "the server refused this client's certificate: it is not signed by the CA the \
-              server trusts"
-            .to_string(),
-        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateExpired) => {
-            "the server refused this client's certificate: it has expired".to_string()
-        }
-        other => format!("TLS: {other}"),
-    })
+    match error.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::AlertReceived(alert) => Some(alert_meaning(*alert)),
+        other => Some(format!("TLS: {other}")),
+    }
+}
+
+/// The failure a connect error carries, if it is a TLS handshake's that
+/// trying again cannot mend.
+pub(crate) fn lasting_failure(error: &io::Error) -> Option<String> {
+    let failure = error.get_ref()?.downcast_ref::<TlsFailure>()?;
+    failure.lasting.then(|| failure.why.clone())
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub(crate) async fn serve<S>(
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     peer: std::net::IpAddr,
     shutdown: CancellationToken,
+    hello_by: tokio::time::Instant,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -54,7 +55,7 @@ pub(crate) async fn serve<S>(
     let mut writer =
         FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
     let hello = tokio::select! {
-        hello = tokio::time::timeout(config.handshake_timeout, reader.next()) => hello,
+        hello = tokio::time::timeout_at(hello_by, reader.next()) => hello,
         () = shutdown.cancelled() => return,
     };
     let welcome = match hello {
@@ -178,8 +179,12 @@ where
 /// Tells a client that this member of a cell is not its master, and where
 /// the master is (`CELL-7`): the answer to its Hello is `Redirect`, then
 /// the connection closes.
-pub(crate) async fn redirect<S>(stream: S, master: Option<String>, config: Config)
-where
+pub(crate) async fn redirect<S>(
+    stream: S,
+    master: Option<String>,
+    config: Config,
+    hello_by: tokio::time::Instant,
+) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
@@ -187,7 +192,7 @@ where
         FramedRead::with_capacity(read, Codec::new(config.max_frame), CONNECTION_BUFFER);
     let mut writer =
         FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
-    let hello = tokio::time::timeout(config.handshake_timeout, reader.next()).await;
+    let hello = tokio::time::timeout_at(hello_by, reader.next()).await;
     if let Err(error) = hello.map_or_else(
         |_| Err(Error::new(ErrorCode::Malformed, "no Hello in time")),
         |frame| handshake(frame, &config),
@@ -506,9 +511,8 @@ fn codec_error(e: CodecError) -> Error {
 
 /// Half-closes, then discards what the peer still sends for a short, bounded
 /// while: closing a socket with unread input makes the kernel send a reset,
-/// which can destroy the `Close` frame before the peer reads it.
-/// Closes `stream` for writing, then reads what the peer still sends for
-/// up to `most`, so that it sees an orderly end rather than a reset.
+/// which can destroy the `Close` frame before the peer reads it, and which
+/// a TLS client reads as a broken connection rather than an orderly end.
 pub(crate) async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, most: Duration) {
     let _ = stream.shutdown().await;
     let drain = async {

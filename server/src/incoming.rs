@@ -36,12 +36,16 @@ impl<S> Incoming<S>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    /// The connection ready for frames, within the handshake timeout; or
-    /// `None` once it has been dealt with. A plaintext client on a TLS
+    /// The connection ready for frames, and by when its Hello must have
+    /// come: the handshake timeout counts from its arrival, TLS included
+    /// (`HS-4`). `None` once it has been dealt with. A plaintext client on a TLS
     /// port is told so in a `Close`; a TLS client on a plaintext port is
     /// closed at once, which its TLS library reports as a server that
     /// does not speak TLS; a failed TLS handshake is closed.
-    pub(crate) async fn establish(self, config: &Config) -> Option<Stream<S>> {
+    pub(crate) async fn establish(
+        self,
+        config: &Config,
+    ) -> Option<(Stream<S>, tokio::time::Instant)> {
         let Incoming { mut stream, tls } = self;
         let deadline = tokio::time::Instant::now() + config.handshake_timeout;
         let mut first = [0u8; 1];
@@ -68,7 +72,7 @@ where
                 connection::linger(prefixed, LINGER).await;
                 None
             }
-            None => Some(Stream::Plain(prefixed)),
+            None => Some((Stream::Plain(prefixed), deadline)),
             Some(_) if !speaks_tls => {
                 let error = Error::new(
                     ErrorCode::Malformed,
@@ -79,7 +83,7 @@ where
             }
             Some(acceptor) => {
                 match tokio::time::timeout_at(deadline, acceptor.accept(prefixed)).await {
-                    Ok(Ok(tls)) => Some(Stream::Tls(Box::new(tls))),
+                    Ok(Ok(tls)) => Some((Stream::Tls(Box::new(tls)), deadline)),
                     Ok(Err(error)) => {
                         debug!(%error, "TLS handshake failed");
                         None

@@ -157,8 +157,17 @@ async fn serve<L: Listener>(
             let (all_queued_bytes, shutdown) =
                 (all_queued_bytes.clone(), connections.child_token());
             async move {
-                if let Some(stream) = incoming.establish(&config).await {
-                    connection::serve(stream, master, config, all_queued_bytes, ip, shutdown).await;
+                if let Some((stream, hello_by)) = incoming.establish(&config).await {
+                    connection::serve(
+                        stream,
+                        master,
+                        config,
+                        all_queued_bytes,
+                        ip,
+                        shutdown,
+                        hello_by,
+                    )
+                    .await;
                 }
             }
         },

@@ -114,6 +114,8 @@ async fn a_master_signed_by_another_ca_is_refused_with_the_reason() {
         "{}",
         said(&refused)
     );
+    // Trying again cannot mend a certificate.
+    assert_eq!(refused.remedy(), Remedy::GiveUp);
 }
 
 // TLS-3: a plaintext client on a TLS port is told so, in a Close it can

@@ -70,9 +70,28 @@ pub(crate) enum Right<'a> {
 }
 
 impl<'a> Right<'a> {
+    /// What a change must present, in words.
+    fn needed(self) -> &'static str {
+        match self {
+            Right::OperatorToken(_) => {
+                "changing the cell's members needs the operator token (--operator-token-file)"
+            }
+            Right::CellSecret(_) => {
+                "changing the cell's members needs the cell's secret (--cell-secret-file), as \
+                 this cell has no operator token"
+            }
+            Right::Nobody => "nobody may change the members of this cell",
+        }
+    }
+
     /// The right a member with operator token `token` and cell secret
     /// `secret` asks for.
     pub(crate) fn of(token: Option<&'a str>, secret: Option<&'a str>) -> Self {
+        // An empty token or secret shows nothing: it is no right.
+        let (token, secret) = (
+            token.filter(|t| !t.is_empty()),
+            secret.filter(|s| !s.is_empty()),
+        );
         match (token, secret) {
             (Some(token), _) => Right::OperatorToken(token),
             (None, Some(secret)) => Right::CellSecret(secret),
@@ -83,17 +102,21 @@ impl<'a> Right<'a> {
     /// Why `given` does not show this right, if it does not. The message
     /// never repeats what was given.
     fn refusal(self, given: Option<&str>) -> Option<String> {
-        let given = given.unwrap_or_default().as_bytes();
+        // Nothing given shows no right, whatever the member holds.
+        let given = given.filter(|g| !g.is_empty()).map(str::as_bytes);
+        let given = match (given, self) {
+            (_, Right::Nobody) | (Some(_), _) => given.unwrap_or_default(),
+            (None, _) => {
+                return Some(format!("{} (none was presented)", self.needed()));
+            }
+        };
         match self {
-            Right::OperatorToken(token) if !constant_time_eq(given, token.as_bytes()) => Some(
-                "changing the cell's members needs the operator token (--operator-token-file)"
-                    .into(),
-            ),
-            Right::CellSecret(secret) if !constant_time_eq(given, secret.as_bytes()) => Some(
-                "changing the cell's members needs the cell's secret (--cell-secret-file), as \
-                 this cell has no operator token"
-                    .into(),
-            ),
+            Right::OperatorToken(token) if !constant_time_eq(given, token.as_bytes()) => {
+                Some(format!("{} (the one presented is not it)", self.needed()))
+            }
+            Right::CellSecret(secret) if !constant_time_eq(given, secret.as_bytes()) => {
+                Some(format!("{} (the one presented is not it)", self.needed()))
+            }
             Right::Nobody => Some(
                 "this cell has neither an operator token nor a secret, so nobody can show the \
                  right to change its members: start the members with --operator-token-file or \
@@ -126,21 +149,30 @@ pub enum ChangeReply {
     Failed(String),
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether `given` is `secret`, in time that depends on `given`'s length
+/// alone: neither the secret's bytes nor its length show in it.
+fn constant_time_eq(given: &[u8], secret: &[u8]) -> bool {
+    let mut differ = u8::from(given.len() != secret.len());
+    for (i, g) in given.iter().enumerate() {
+        let s = secret.get(i % secret.len().max(1)).copied().unwrap_or(0);
+        differ |= g ^ s;
+    }
+    differ == 0
 }
 
 /// Answers a membership change on `framed` as `member`, which asks for
-/// `right`, and closes.
+/// `right`, and closes. The request must have come by `by`, the end of
+/// the connection's handshake time: a slot is not held for a silent asker.
 pub(crate) async fn answer<S: Served>(
     mut framed: Framed<S, FrameCodec>,
     member: &Member,
     right: Right<'_>,
+    by: tokio::time::Instant,
 ) {
     framed
         .codec_mut()
         .set_max_frame_length(MAX_MEMBERSHIP_REQUEST);
-    let Some(Ok(frame)) = framed.next().await else {
+    let Ok(Some(Ok(frame))) = tokio::time::timeout_at(by, framed.next()).await else {
         return;
     };
     let reply = match decode::<ChangeRequest>(&frame) {
@@ -197,7 +229,8 @@ pub(crate) async fn change(
                     Err(_) => {
                         return ChangeReply::Failed(format!(
                             "member {id} did not catch up within {CATCH_UP:?}: is it running \
-                             with --join, reachable at {addr}?"
+                             with --join, reachable at {}?",
+                            excerpt(&addr, SHOWN_CHARS)
                         ))
                     }
                 }
@@ -334,6 +367,34 @@ mod tests {
         for given in [None, Some(TOKEN), Some("")] {
             assert!(right.refusal(given).is_some());
         }
+    }
+
+    // CELL-10: an empty secret or token is no right, and a member asked
+    // with nothing presented refuses whatever it holds.
+    #[test]
+    fn an_empty_secret_is_no_right_and_nothing_presented_is_refused() {
+        assert!(Right::of(Some(""), Some("")).refusal(None).is_some());
+        assert!(Right::of(None, Some("")).refusal(Some("")).is_some());
+        for right in [Right::of(Some(TOKEN), None), Right::of(None, Some(SECRET))] {
+            let refusal = right.refusal(None).expect("refused");
+            assert!(refusal.contains("none was presented"), "{refusal}");
+        }
+    }
+
+    // CELL-10: the comparison looks at what was given, whatever its length.
+    #[test]
+    fn a_credential_matches_only_when_it_is_the_secret_whole() {
+        assert!(super::constant_time_eq(
+            SECRET.as_bytes(),
+            SECRET.as_bytes()
+        ));
+        for given in [&SECRET[..5], "", "the cell's secret, long enough!", "x"] {
+            assert!(
+                !super::constant_time_eq(given.as_bytes(), SECRET.as_bytes()),
+                "{given}"
+            );
+        }
+        assert!(!super::constant_time_eq(b"x", b""));
     }
 
     // CELL-10: a refusal never repeats what was given.

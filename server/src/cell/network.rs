@@ -289,7 +289,12 @@ impl PeerClient {
             .ok_or_else(|| lost("the connection closed".into()))?
             .map_err(|e| lost(e.to_string()))?;
         match decode(&frame).map_err(lost)? {
-            PeerResponse::Refused(reason) => Err(lost(format!("refused: {reason}"))),
+            // Whatever answers there may send anything: a log line shows
+            // only the start of it (`CELL-4`).
+            PeerResponse::Refused(reason) => Err(lost(format!(
+                "refused: {}",
+                excerpt(&reason, SHOWN_CHARS * 4)
+            ))),
             response => Ok(response),
         }
     }

@@ -71,19 +71,35 @@ pub async fn serve<L: Listener>(
     config
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
+    refuse_tls(&config)?;
     let member = Member::start(member, Bounds::from(&config), dialer).await?;
-    serve_member(listener, config, member, shutdown).await;
-    Ok(())
+    serve_member(listener, config, member, shutdown).await
+}
+
+/// A cell's members do not speak TLS yet (`TLS-1`): their peers dial in
+/// plaintext, so a member that asked for TLS would never hear them.
+pub(super) fn refuse_tls(config: &Config) -> Result<(), MemberError> {
+    match config.tls {
+        Some(_) => Err(MemberError::Config(
+            "TLS is not yet available to a cell's members: serve the cell without it".into(),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Serves `listener` as `member`, started already with the limits of
-/// `config`, until `shutdown` resolves; then stops the member.
+/// `config`, until `shutdown` resolves; then stops the member. Refused at
+/// once if `config` asks for TLS (`TLS-1`).
 pub async fn serve_member<L: Listener>(
     listener: L,
     config: Config,
     member: Member,
     shutdown: impl Future<Output = ()> + Send,
-) {
+) -> Result<(), MemberError> {
+    if let Err(refused) = refuse_tls(&config) {
+        member.shutdown().await;
+        return Err(refused);
+    }
     let (role_tx, role) = watch::channel(Role::Follower { master: None });
     let stop = CancellationToken::new();
     let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
@@ -117,6 +133,7 @@ pub async fn serve_member<L: Listener>(
     let _ = leading.await;
     tasks.abort_all();
     member.shutdown().await;
+    Ok(())
 }
 
 /// Serves one connection: a peer's, or a client's as this member's role
@@ -130,14 +147,10 @@ async fn connected<S: super::network::Served>(
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     stop: CancellationToken,
 ) {
-    let Some(stream) = incoming.establish(&config).await else {
+    let Some((stream, hello_by)) = incoming.establish(&config).await else {
         return;
     };
-    let first = tokio::time::timeout(
-        config.handshake_timeout,
-        first_frame(stream, config.max_frame),
-    )
-    .await;
+    let first = tokio::time::timeout_at(hello_by, first_frame(stream, config.max_frame)).await;
     let Ok(Ok(first)) = first else { return };
     match first {
         FirstFrame::Peer(framed, hello) => {
@@ -151,7 +164,7 @@ async fn connected<S: super::network::Served>(
                 config.operator_token.as_deref(),
                 member.config.secret.as_deref(),
             );
-            super::membership::answer(framed, &member, right).await;
+            super::membership::answer(framed, &member, right, hello_by).await;
         }
         FirstFrame::Status(framed) => {
             let serving = matches!(*role.borrow(), Role::Master { .. });
@@ -178,10 +191,13 @@ async fn connected<S: super::network::Served>(
                         all_queued_bytes,
                         ip,
                         connections.child_token(),
+                        hello_by,
                     )
                     .await
                 }
-                Role::Follower { master } => connection::redirect(stream, master, config).await,
+                Role::Follower { master } => {
+                    connection::redirect(stream, master, config, hello_by).await
+                }
             }
         }
     }

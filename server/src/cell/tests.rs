@@ -608,3 +608,33 @@ fn a_cell_format_2_directory_is_carried_forward() {
     );
     assert!(state.namespace().get("svc/db").is_some());
 }
+
+// TLS-1: a member asked to speak TLS is refused at start, through the
+// library as through the CLI: its peers would dial it in plaintext.
+#[test]
+fn a_member_configured_with_tls_is_refused() {
+    let dir = std::env::temp_dir().join(format!("leasehold-member-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = PathGuard(dir.clone());
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.join("m.pem"), dir.join("m.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let tls = crate::ServerTls::load(crate::TlsFiles {
+        cert: cert_file,
+        key: key_file,
+        client_ca: None,
+    })
+    .unwrap();
+    let config = crate::Config {
+        tls: Some(tls),
+        ..crate::Config::default()
+    };
+    let refused = super::run::refuse_tls(&config).unwrap_err();
+    assert!(refused.to_string().contains("TLS"), "{refused}");
+    assert!(super::run::refuse_tls(&crate::Config::default()).is_ok());
+}

@@ -200,7 +200,7 @@ pub fn host(
             let bounds = leasehold_server::Bounds::from(&config);
             let member = Member::start(member, bounds, Arc::new(SimDialer)).await?;
             registry.started(&host, member.clone());
-            serve_member(listener, config, member, std::future::pending()).await;
+            serve_member(listener, config, member, std::future::pending()).await?;
             Ok(())
         }
     });
