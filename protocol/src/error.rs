@@ -173,6 +173,23 @@ impl Error {
     }
 }
 
+/// How a refusal or a log line shows text it was given: quoted and
+/// escaped, and cut to its first `max_chars` characters with the whole
+/// length said, so that no input, however long, comes back whole.
+///
+/// ```
+/// use leasehold_protocol::excerpt;
+/// assert_eq!(excerpt("jobs/x", 16), "\"jobs/x\"");
+/// let long = "a".repeat(512 * 1024);
+/// assert_eq!(excerpt(&long, 4), "\"aaaa\"... (524288 bytes)");
+/// ```
+pub fn excerpt(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], text.len()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,22 +231,5 @@ mod tests {
         for (code, remedy) in table {
             assert_eq!(code.remedy(), remedy, "{code:?}");
         }
-    }
-}
-
-/// How a refusal or a log line shows text it was given: quoted and
-/// escaped, and cut to its first `max_chars` characters with the whole
-/// length said, so that no input, however long, comes back whole.
-///
-/// ```
-/// use leasehold_protocol::excerpt;
-/// assert_eq!(excerpt("jobs/x", 16), "\"jobs/x\"");
-/// let long = "a".repeat(512 * 1024);
-/// assert_eq!(excerpt(&long, 4), "\"aaaa\"... (524288 bytes)");
-/// ```
-pub fn excerpt(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        None => format!("{text:?}"),
-        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], text.len()),
     }
 }
