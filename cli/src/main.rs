@@ -93,11 +93,14 @@ impl Cli {
     /// --tls-ca.
     fn client_tls(&self) -> anyhow::Result<Option<leasehold::TlsOptions>> {
         let Some(ca) = &self.tls_ca else {
-            if self.tls_cert.is_some() || self.tls_server_name.is_some() {
-                anyhow::bail!(
-                    "--tls-cert and --tls-server-name need --tls-ca: the CA that signed the \
-                     master's certificate"
-                );
+            let given = match (&self.tls_cert, &self.tls_server_name) {
+                (Some(_), Some(_)) => Some("--tls-cert and --tls-server-name need"),
+                (Some(_), None) => Some("--tls-cert needs"),
+                (None, Some(_)) => Some("--tls-server-name needs"),
+                (None, None) => None,
+            };
+            if let Some(given) = given {
+                anyhow::bail!("{given} --tls-ca: the CA that signed the master's certificate");
             }
             return Ok(None);
         };
@@ -590,7 +593,7 @@ fn raise_open_files_limit() {
     };
     match raised {
         Some((from, to)) => tracing::info!(from, to, "raised the open files limit"),
-        None => tracing::info!(limit = limit.rlim_cur, "open files limit"),
+        None => tracing::debug!(limit = limit.rlim_cur, "open files limit"),
     }
 }
 
@@ -735,10 +738,14 @@ fn main() -> ExitCode {
         // Said once logging is up (in `serve`): these are clients' flags.
         let _ = IGNORED_BY_SERVE.set(
             [
-                cli.tls_ca.as_ref().map(|_| "--tls-ca (LEASEHOLD_TLS_CA)"),
-                cli.tls_server_name
-                    .as_ref()
-                    .map(|_| "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME)"),
+                cli.tls_ca.as_ref().map(|_| {
+                    "--tls-ca (LEASEHOLD_TLS_CA) is a client's flag and serve does not use it; \
+                     to ask clients for a certificate, give serve --tls-client-ca"
+                }),
+                cli.tls_server_name.as_ref().map(|_| {
+                    "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME) is a client's flag, the name \
+                     it checks the master's certificate against; serve does not use it"
+                }),
             ]
             .into_iter()
             .flatten()
@@ -916,6 +923,11 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     warn_without_operator_token(&config);
     warn_without_tls(&config, addr, false);
     if let Some(tls) = config.tls.clone() {
+        tracing::info!(
+            cert = %tls.files().cert.display(),
+            clients = if tls.mutual() { "must present a certificate the client CA signed" } else { "present no certificate" },
+            "speaking TLS; SIGHUP reads the files again"
+        );
         reload_on_hangup(tls)?;
     }
     server.serve(listener, stop).await?;
@@ -924,11 +936,8 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
 
 /// The master's TLS, as --tls-cert, --tls-key and --tls-client-ca say.
 fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::ServerTls>> {
-    for flag in IGNORED_BY_SERVE.get().into_iter().flatten() {
-        tracing::warn!(
-            "{flag} is a client's flag and serve does not use it; to ask clients for a \
-             certificate, give serve --tls-client-ca"
-        );
+    for ignored in IGNORED_BY_SERVE.get().into_iter().flatten() {
+        tracing::warn!("{ignored}");
     }
     let Some((cert, key)) = SERVER_TLS.get().cloned().flatten() else {
         if args.tls_client_ca.is_some() {

@@ -170,3 +170,52 @@ fn a_missing_certificate_file_is_named_at_start() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("nope.pem"), "{}", stderr(&out));
 }
+
+// TLS-1: a key that is not the certificate's is named with it.
+#[test]
+fn a_key_that_is_not_the_certificates_is_named_at_start() {
+    let d = dir("mismatch");
+    let (one, other) = (Pki::new(&d, "one"), Pki::new(&d, "other"));
+    let out = Command::new(BIN)
+        .args(["serve", "--in-memory", "--listen", "127.0.0.1:0"])
+        .args(["--tls-cert", one.server.cert.to_str().unwrap()])
+        .args(["--tls-key", other.server.key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(
+        said.contains("is not the key of the certificate file"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+}
+
+// TLS-1: `cell status` against a TLS master says it did not answer as a
+// member, not a decoder's complaint.
+#[test]
+fn cell_status_against_a_tls_master_says_it_is_no_member() {
+    let d = dir("status");
+    let pki = Pki::new(&d, "cell");
+    let (cert, key) = (
+        pki.server.cert.to_str().unwrap(),
+        pki.server.key.to_str().unwrap(),
+    );
+    let (mut child, addr) = spawn_serve(&[
+        "--in-memory",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+    ]);
+    let out = leasehold(&addr, &["cell", "status"]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("did not answer as a cell's member"),
+        "{printed}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

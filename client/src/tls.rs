@@ -99,13 +99,20 @@ impl ClientTls {
             .with_root_certificates(roots);
         let config = match &options.client_certificate {
             None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
+            Some((cert, key_path)) => {
                 let chain = certificates(cert, "certificate file")?;
-                let key = PrivateKeyDer::from_pem_file(key)
-                    .map_err(|e| format!("cannot read the key file {}: {e}", key.display()))?;
+                let key = PrivateKeyDer::from_pem_file(key_path)
+                    .map_err(|e| format!("cannot read the key file {}: {e}", key_path.display()))?;
                 builder
                     .with_client_auth_cert(chain, key)
-                    .map_err(|e| format!("the client certificate and key: {e}"))?
+                    .map_err(|e| match e {
+                        rustls::Error::InconsistentKeys(_) => format!(
+                            "the key file {} is not the key of the certificate file {}",
+                            key_path.display(),
+                            cert.display()
+                        ),
+                        other => format!("the client certificate and key: {other}"),
+                    })?
             }
         };
         let server_name = match &options.server_name {
@@ -236,6 +243,10 @@ fn alert_meaning(alert: rustls::AlertDescription) -> String {
         rustls::AlertDescription::CertificateExpired => {
             "the server refused this client's certificate: it has expired".to_string()
         }
+        rustls::AlertDescription::UnsupportedCertificate
+        | rustls::AlertDescription::CertificateUnknown => "the server refused this client's \
+            certificate: it is not one for a client (it needs extendedKeyUsage clientAuth)"
+            .to_string(),
         other => format!("the server ended the TLS session: {other:?}"),
     }
 }

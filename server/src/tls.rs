@@ -131,9 +131,14 @@ fn configure(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Rejected(e.to_string()))?;
+    let config = builder.with_single_cert(certs, key).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => TlsError::Rejected(format!(
+            "the key file {} is not the key of the certificate file {}",
+            files.key.display(),
+            files.cert.display()
+        )),
+        other => TlsError::Rejected(other.to_string()),
+    })?;
     Ok(Arc::new(config))
 }
 

@@ -21,6 +21,7 @@ use tokio_util::codec::Framed;
 use super::frame::FrameCodec;
 use super::member::Member;
 use super::network::{codec, Served};
+use super::status::not_a_member;
 use super::NodeId;
 use crate::codec::{decode, encode};
 use crate::config::{CATCH_UP, MAX_MEMBERSHIP_REQUEST, MEMBERSHIP_COMMIT, SHOWN_CHARS};
@@ -327,7 +328,7 @@ pub async fn request_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
         .next()
         .await
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))??;
-    decode(&frame).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    decode(&frame).map_err(|_| not_a_member())
 }
 
 #[cfg(test)]

@@ -99,6 +99,16 @@ pub(crate) async fn answer<S: Served>(
 }
 
 /// Asks the member at `addr` for its status, over TCP.
+/// What an answer that is not a member's means: a single master answered
+/// (its frames decode as no member's), or a port that speaks TLS, which a
+/// cell's members do not yet (`TLS-1`).
+pub(crate) fn not_a_member() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "it did not answer as a cell's member: a single master, or a port that speaks TLS",
+    )
+}
+
 pub async fn query(addr: &str) -> std::io::Result<MemberStatus> {
     let stream = tokio::net::TcpStream::connect(addr).await?;
     let mut framed = Framed::new(stream, codec());
@@ -107,5 +117,5 @@ pub async fn query(addr: &str) -> std::io::Result<MemberStatus> {
         .next()
         .await
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))??;
-    decode(&frame).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    decode(&frame).map_err(|_| not_a_member())
 }
