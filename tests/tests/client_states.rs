@@ -629,13 +629,20 @@ async fn a_session_whose_runtime_ends_without_a_close_lives_until_its_lease_runs
     let addr = server.addr.to_string();
     let id = tokio::task::spawn_blocking(move || {
         // Another program's main: its own runtime, ended with the session
-        // still held.
+        // still held. The session outlives the runtime, as a value held in
+        // `main` does: dropping it inside would ask the runtime's tasks to
+        // destroy it, and whether they got to it before the runtime ended
+        // would be a race.
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        runtime.block_on(async {
+        let session = runtime.block_on(async {
             let client = Client::connect(addr.as_str()).await.unwrap();
             let options = SessionOptions::new("returns from main").lease(LEASE * 3);
-            client.create_session(options).await.unwrap().id()
-        })
+            client.create_session(options).await.unwrap()
+        });
+        let id = session.id();
+        drop(runtime);
+        drop(session);
+        id
     })
     .await
     .unwrap();
