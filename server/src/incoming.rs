@@ -11,6 +11,7 @@ use leasehold_protocol::{Error, ErrorCode};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::config::{Config, LINGER};
@@ -43,6 +44,19 @@ where
     /// closed at once, which its TLS library reports as a server that
     /// does not speak TLS; a failed TLS handshake is closed.
     pub(crate) async fn establish(
+        self,
+        config: &Config,
+        stop: &CancellationToken,
+    ) -> Option<(Stream<S>, tokio::time::Instant)> {
+        // A server that stops closes a connection still in its handshake
+        // at once (`CONN-6`).
+        tokio::select! {
+            ready = self.establish_unstopped(config) => ready,
+            () = stop.cancelled() => None,
+        }
+    }
+
+    async fn establish_unstopped(
         self,
         config: &Config,
     ) -> Option<(Stream<S>, tokio::time::Instant)> {

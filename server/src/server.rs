@@ -157,7 +157,7 @@ async fn serve<L: Listener>(
             let (all_queued_bytes, shutdown) =
                 (all_queued_bytes.clone(), connections.child_token());
             async move {
-                if let Some((stream, hello_by)) = incoming.establish(&config).await {
+                if let Some((stream, hello_by)) = incoming.establish(&config, &shutdown).await {
                     connection::serve(
                         stream,
                         master,

@@ -147,7 +147,7 @@ async fn connected<S: super::network::Served>(
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     stop: CancellationToken,
 ) {
-    let Some((stream, hello_by)) = incoming.establish(&config).await else {
+    let Some((stream, hello_by)) = incoming.establish(&config, &stop).await else {
         return;
     };
     let first = tokio::time::timeout_at(hello_by, first_frame(stream, config.max_frame)).await;
