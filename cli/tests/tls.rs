@@ -28,6 +28,23 @@ fn leasehold(addr: &str, args: &[&str]) -> Output {
         .expect("run leasehold")
 }
 
+/// `serve --in-memory` with the certificate `pki` made for it.
+fn tls_master(pki: &Pki) -> (std::process::Child, String) {
+    let (cert, key) = (
+        pki.server.cert.to_str().unwrap(),
+        pki.server.key.to_str().unwrap(),
+    );
+    spawn_serve(&[
+        "--in-memory",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+    ])
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
 }
@@ -38,19 +55,7 @@ fn stderr(out: &Output) -> String {
 fn the_cli_speaks_tls_with_the_masters_ca_and_is_told_when_it_does_not() {
     let d = dir("cli");
     let pki = Pki::new(&d, "cell");
-    let (cert, key) = (
-        pki.server.cert.to_str().unwrap(),
-        pki.server.key.to_str().unwrap(),
-    );
-    let (mut child, addr) = spawn_serve(&[
-        "--in-memory",
-        "--listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        cert,
-        "--tls-key",
-        key,
-    ]);
+    let (mut child, addr) = tls_master(&pki);
     let ca = pki.ca.to_str().unwrap();
     let put = leasehold(&addr, &["--tls-ca", ca, "put", "tls/k", "v"]);
     assert!(put.status.success(), "{put:?}");
@@ -197,19 +202,7 @@ fn a_key_that_is_not_the_certificates_is_named_at_start() {
 fn cell_status_against_a_tls_master_says_it_is_no_member() {
     let d = dir("status");
     let pki = Pki::new(&d, "cell");
-    let (cert, key) = (
-        pki.server.cert.to_str().unwrap(),
-        pki.server.key.to_str().unwrap(),
-    );
-    let (mut child, addr) = spawn_serve(&[
-        "--in-memory",
-        "--listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        cert,
-        "--tls-key",
-        key,
-    ]);
+    let (mut child, addr) = tls_master(&pki);
     let out = leasehold(&addr, &["cell", "status"]);
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(
