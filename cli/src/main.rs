@@ -1,5 +1,6 @@
 //! The `leasehold` command: run a master, or talk to one.
 
+mod access;
 mod cell;
 mod check;
 mod duration;
@@ -46,6 +47,10 @@ struct Cli {
         value_name = "PATH"
     )]
     operator_token_file: Option<std::path::PathBuf>,
+    /// A file holding a bearer token (`token create` printed it): every
+    /// connection authenticates with it and acts as its principal.
+    #[arg(long, global = true, env = "LEASEHOLD_TOKEN_FILE", value_name = "PATH")]
+    token_file: Option<std::path::PathBuf>,
     /// How long a request may wait for its answer. Past it the outcome is
     /// unknown (exit status 3): a write held for a session that caches
     /// its key can take up to that session's lease.
@@ -198,6 +203,16 @@ enum Command {
     /// Inspect a replicated cell: give its members with --addr a,b,c.
     #[command(subcommand)]
     Cell(CellCommand),
+    /// Set, remove or list access rules, or turn access control on or
+    /// off (off by default: every client may do everything).
+    #[command(subcommand)]
+    Acl(AclCommand),
+    /// Create, revoke or list bearer tokens (`--token-file` presents one).
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Print who this client acts as: its certificate's name, its token's
+    /// principal, the operator, or anonymous.
+    Whoami,
     /// Print one line per change at or below KEY (a key or a prefix; the
     /// root when omitted) until interrupted.
     Watch {
@@ -309,6 +324,47 @@ enum CheckCommand {
     /// Remove a check, ending the sessions bound to it.
     Delete { name: String },
     /// List every check with its status and how many sessions it binds.
+    List,
+}
+
+#[derive(Subcommand)]
+enum AclCommand {
+    /// Give PRINCIPAL (or `*`, anyone) RIGHTS on every key that starts with
+    /// PREFIX (`""`: every key), replacing its rule there. The longest
+    /// prefix wins; prints the change's index.
+    Set {
+        /// Keys that start with it, e.g. `jobs/`; `""` for every key.
+        prefix: String,
+        /// A certificate's name, a token's principal, or `*` for anyone.
+        principal: String,
+        /// Comma-separated: read, write, lock, admin; or all, or none.
+        rights: leasehold::Rights,
+    },
+    /// Remove the rule of PREFIX and PRINCIPAL.
+    Rm { prefix: String, principal: String },
+    /// List every rule, and whether access control is on.
+    List,
+    /// Turn access control on: what no rule grants is denied. Refused
+    /// unless you keep admin on every key (`acl set "" YOU all` first,
+    /// or use the operator token).
+    Enable,
+    /// Turn access control off: every client may do everything.
+    Disable,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token that authenticates as PRINCIPAL; prints it, once.
+    Create {
+        principal: String,
+        /// What it is for, shown by `token list`.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Revoke the token with this id: its connections lose its rights at
+    /// once.
+    Revoke { id: u64 },
+    /// List tokens: id, principal, note; never their secrets.
     List,
 }
 
@@ -539,6 +595,8 @@ pub(crate) const MALFORMED: u8 = 65;
 /// The request may or may not have been carried out: no answer came in
 /// time, or the connection broke with it in flight (`Remedy::OutcomeUnknown`).
 pub(crate) const OUTCOME_UNKNOWN: u8 = 3;
+/// The master refused: this client lacks the right (EX_NOPERM).
+pub(crate) const NO_PERMISSION: u8 = 77;
 /// The master could not be reached (EX_UNAVAILABLE).
 pub(crate) const UNREACHABLE: u8 = 69;
 /// Exit status for "the lock is held by others; try again later" (as
@@ -601,6 +659,10 @@ fn raise_open_files_limit() {
 /// `--operator-token-file`.
 pub(crate) static OPERATOR_TOKEN: OnceLock<Option<String>> = OnceLock::new();
 
+/// The bearer token this process authenticates with, read once from
+/// `--token-file`.
+static BEARER_TOKEN: OnceLock<Option<String>> = OnceLock::new();
+
 /// A master's address, or a cell's members' separated by commas, each
 /// HOST:PORT: refused at once (exit status 64) when it is not one, rather
 /// than found unreachable.
@@ -660,9 +722,18 @@ fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
 /// A client of the master at `addr`, presenting the operator token if one
 /// was given.
 pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
+    let operator_token = OPERATOR_TOKEN.get().cloned().flatten();
+    // A bearer token, or else the operator token, is who every connection
+    // acts as (`ID-2`).
+    let token = BEARER_TOKEN
+        .get()
+        .cloned()
+        .flatten()
+        .or_else(|| operator_token.clone());
     let mut config = ClientConfig {
-        operator_token: OPERATOR_TOKEN.get().cloned().flatten(),
+        operator_token,
         tls: CLIENT_TLS.get().cloned().flatten(),
+        token,
         ..ClientConfig::default()
     };
     if let Some(timeout) = REQUEST_TIMEOUT.get() {
@@ -732,6 +803,15 @@ fn main() -> ExitCode {
         }
     };
     let _ = OPERATOR_TOKEN.set(token);
+    let bearer = match cli.token_file.as_deref().map(|p| read_secret(p, "token")) {
+        None => None,
+        Some(Ok(token)) => Some(token),
+        Some(Err(e)) => {
+            eprintln!("leasehold: {}", printable(&format!("{e:#}")));
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = BEARER_TOKEN.set(bearer);
     let _ = REQUEST_TIMEOUT.set(cli.request_timeout);
     if matches!(cli.command, Command::Serve(_)) {
         let _ = SERVER_TLS.set(cli.tls_cert.clone().zip(cli.tls_key.clone()));
@@ -769,6 +849,9 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve(args, given_addr, cli.json).await,
             Command::Session(command) => session::session(&addr, cli.json, command).await,
             Command::Check(command) => check::check(&addr, cli.json, command).await,
+            Command::Acl(command) => access::acl(&addr, cli.json, command).await,
+            Command::Token(command) => access::token(&addr, cli.json, command).await,
+            Command::Whoami => access::whoami(&addr, cli.json).await,
             Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
             Command::Cell(CellCommand::Add {
                 member: (id, member),
@@ -841,6 +924,9 @@ fn main() -> ExitCode {
                 let client = e.downcast_ref::<ClientError>();
                 let code = match client {
                     Some(ClientError::Connect { .. }) => UNREACHABLE,
+                    Some(e) if e.code() == Some(leasehold::ErrorCode::PermissionDenied) => {
+                        NO_PERMISSION
+                    }
                     Some(e) if e.remedy() == Remedy::OutcomeUnknown => OUTCOME_UNKNOWN,
                     _ => 1,
                 };

@@ -208,13 +208,29 @@ impl Client {
                     },
                 }
             })?;
-            Connection::open(
+            let conn = Connection::open(
                 transport,
                 self.inner.config.max_frame,
                 timeout,
                 self.inner.clock,
             )
-            .await
+            .await?;
+            // Before the connection is anyone's: every request on it acts
+            // as the token's principal (`ID-2`).
+            if let Some(token) = &self.inner.config.token {
+                let authenticate = Request::Authenticate {
+                    token: token.clone(),
+                };
+                match conn.request(authenticate).await? {
+                    (Response::Identity(_), _) => {}
+                    (other, _) => {
+                        return Err(ClientError::Protocol(format!(
+                            "expected Identity, got {other:?}"
+                        )))
+                    }
+                }
+            }
+            Ok(conn)
         };
         let conn =
             tokio::time::timeout(timeout, open)

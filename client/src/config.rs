@@ -121,6 +121,12 @@ pub struct ClientConfig {
     pub clock_rate: f64,
     /// TLS to the master (`TLS-2`); `None` speaks plaintext.
     pub tls: Option<crate::tls::TlsOptions>,
+    /// A bearer token (`leasehold token create`), or the operator token,
+    /// that every connection authenticates with before anything else
+    /// (`ID-2`): the connection then acts as the token's principal. A
+    /// token the master does not accept fails the connect with
+    /// `PermissionDenied`.
+    pub token: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -132,13 +138,14 @@ impl Default for ClientConfig {
             operator_token: None,
             clock_rate: 1.0,
             tls: None,
+            token: None,
         }
     }
 }
 
 impl std::fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The operator token is a secret: a log line shows only its presence.
+        // Tokens are secrets: a log line shows only their presence.
         f.debug_struct("ClientConfig")
             .field("max_frame", &self.max_frame)
             .field("connect_timeout", &self.connect_timeout)
@@ -149,6 +156,7 @@ impl std::fmt::Debug for ClientConfig {
                 "operator_token",
                 &self.operator_token.as_ref().map(|_| ".."),
             )
+            .field("token", &self.token.as_ref().map(|_| ".."))
             .finish()
     }
 }

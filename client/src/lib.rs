@@ -48,7 +48,8 @@
 //! - `session.rs`: [`Session`], made by [`Client::create_session`] or
 //!   [`Client::attach_session`]; `subscription.rs`: [`Subscription`]s.
 //! - `kv.rs`: get, list, put, delete and watch on the namespace;
-//!   `check.rs`: health checks sessions can be bound to.
+//!   `check.rs`: health checks sessions can be bound to; `access.rs`: who
+//!   the client acts as, access rules and bearer tokens.
 //! - `lock.rs`: [`LockGuard`]s from `Session::lock` and `Session::try_lock`;
 //!   `election.rs`: [`Election`], leader election on a lock;
 //!   `semaphore.rs`: [`Semaphore`], N slots from nodes, locks and CAS;
@@ -57,6 +58,7 @@
 
 #![warn(missing_docs)]
 
+mod access;
 mod cache;
 mod check;
 mod client;
@@ -91,6 +93,7 @@ pub use error::ClientError;
 pub use events::{SubscribeOptions, SubscriptionEvent};
 pub use keeper::SessionKeeper;
 pub use kv::{DeleteOptions, Deleted, PutOptions, Watched};
+pub use leasehold_protocol::access::{BearerToken, Identity, Rights, Rule, TokenInfo, Via};
 pub use leasehold_protocol::{
     event_mask, Change, CheckInfo, CheckStatus, LockMode, Sequencer, EVENT_CONTENTS_MAX,
 };

@@ -12,6 +12,7 @@
 //! - [`message`]: every frame and message.
 //! - [`error`]: the typed error codes a request can be answered with.
 //! - [`sequencer`]: fencing tokens for locks.
+//! - [`access`]: principals, bearer tokens and access rules.
 //! - [`auth`]: session secrets and tokens, and the authority a request
 //!   claims.
 //!
@@ -31,6 +32,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod auth;
 pub mod codec;
 pub mod error;

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{BearerToken, Identity, Rule, TokenInfo};
 use crate::auth::{Authority, SessionSecret, SessionToken};
 use crate::error::Error;
 
@@ -12,7 +13,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// The oldest protocol version a server still serves (`HS-2`): protocol 7
 /// differs only in its release, which names no acquire
@@ -322,6 +323,48 @@ pub enum Request {
         /// The session asked about.
         session: SessionId,
     },
+    /// From protocol 9: act as the principal of this bearer token, or as
+    /// the operator with the master's operator token, for the rest of the
+    /// connection (`ID-2`). Answered with [`Response::Identity`].
+    Authenticate {
+        /// A bearer token's text, or the operator token.
+        token: String,
+    },
+    /// Who this connection acts as (`ID-3`).
+    WhoAmI,
+    /// Set the rule for a prefix and a principal, replacing the one it had
+    /// (`ACL-1`); needs `admin` on the prefix.
+    SetRule(Rule),
+    /// Remove the rule for a prefix and a principal (`ACL-1`).
+    RemoveRule {
+        /// The rule's prefix.
+        prefix: String,
+        /// The rule's principal.
+        principal: String,
+    },
+    /// Every rule, and whether access control is on (`ACL-6`).
+    ListRules,
+    /// Turn access control on or off (`ACL-5`); needs `admin` on every key.
+    SetAccessControl {
+        /// On: default deny, the rules decide.
+        enabled: bool,
+    },
+    /// Create a bearer token for `principal` (`TOK-1`); needs `admin` on
+    /// every key. Its secret is in the answer and nowhere else.
+    CreateToken {
+        /// The principal it authenticates as.
+        principal: String,
+        /// What it is for, for people.
+        note: String,
+    },
+    /// Revoke a bearer token: connections that authenticated with it lose
+    /// its rights at once (`TOK-3`).
+    RevokeToken {
+        /// The token's id.
+        id: u64,
+    },
+    /// Every bearer token, without secrets (`TOK-4`).
+    ListTokens,
 }
 
 /// A read for a session's cache (`CACHE-2`).
@@ -551,6 +594,30 @@ pub enum Response {
     LockInfo(LockInfo),
     /// The answer to a [`Request::SessionLocks`].
     SessionLocks(SessionLocks),
+    /// Who the connection acts as: the answer to [`Request::WhoAmI`] and
+    /// [`Request::Authenticate`].
+    Identity(Identity),
+    /// A rule, a token or access control changed at global index `index`.
+    AccessChanged {
+        /// The index of the change.
+        index: u64,
+    },
+    /// The answer to [`Request::ListRules`].
+    Rules {
+        /// Every rule, by prefix then principal.
+        rules: Vec<Rule>,
+        /// Whether access control is on.
+        enabled: bool,
+    },
+    /// A new bearer token: the only place its secret is ever shown.
+    TokenCreated {
+        /// The token, secret included.
+        token: BearerToken,
+        /// The global index at which it was created.
+        index: u64,
+    },
+    /// The answer to [`Request::ListTokens`].
+    Tokens(Vec<TokenInfo>),
 }
 
 /// The locks a session holds and waits for (`SES-11`).

@@ -2,8 +2,11 @@
 //! back to that connection. The master may hold it (a KeepAlive, a wait,
 //! work behind a cache invalidation) and answer much later.
 
+use std::sync::Arc;
+
 use leasehold_protocol::Request;
 
+use crate::caller::Caller;
 use crate::reply::ReplyTx;
 
 /// A request from a connection, with the channel its reply goes to.
@@ -14,4 +17,7 @@ pub(crate) struct Call {
     /// The peer address of the connection it came on, for quotas
     /// (`QUOTA-1`); `None` where there is no connection (tests).
     pub(crate) peer: Option<std::net::IpAddr>,
+    /// Who sent it; `None` where there is no connection (tests), which
+    /// acts as an anonymous caller.
+    pub(crate) caller: Option<Arc<Caller>>,
 }

@@ -490,6 +490,22 @@ impl Config {
     }
 }
 
+/// The most access rules a state holds (`ACL-1`).
+pub const MAX_RULES: usize = 10_000;
+/// The most live bearer tokens a state holds (`TOK-1`).
+pub const MAX_TOKENS: usize = 10_000;
+/// Failed authentications one peer address may make in
+/// [`AUTH_FAILURE_WINDOW`] before the master refuses its next attempts
+/// unheard until the window ends (`ID-6`).
+pub(crate) const AUTH_FAILURES_ALLOWED: u32 = 5;
+pub(crate) const AUTH_FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// Addresses whose failed authentications the master remembers; beyond
+/// this the oldest are forgotten.
+pub(crate) const AUTH_FAILURES_REMEMBERED: usize = 4096;
+/// The most keys one `List` looks at past those its principal may not
+/// read, looking for ones it may (`ACL-4`).
+pub(crate) const MAX_LIST_SCAN: usize = 100_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::config::{
     CONNECTION_BUFFER, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE, LINGER, LINGER_BYTES,
@@ -41,7 +42,7 @@ pub(crate) async fn serve<S>(
     master: MasterHandle,
     config: Config,
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
-    peer: std::net::IpAddr,
+    caller: Caller,
     shutdown: CancellationToken,
     hello_by: tokio::time::Instant,
 ) where
@@ -80,6 +81,7 @@ pub(crate) async fn serve<S>(
                 ..Flow::default()
             });
             let (replies, queue) = mpsc::unbounded_channel();
+            let caller = Arc::new(caller);
             let done = CancellationToken::new();
             // Also if this future is dropped half way: the writer must not
             // outlive the connection while the master holds reply handles.
@@ -92,7 +94,7 @@ pub(crate) async fn serve<S>(
                 config.clone(),
             ));
             let closing = tokio::select! {
-                closing = requests(&mut reader, &replies, &flow, &master, &config, peer) => closing,
+                closing = requests(&mut reader, &replies, &flow, &master, &config, &caller) => closing,
                 // A request in flight gets `Interrupted` from the client
                 // library: its outcome is unknown (`CELL-7`).
                 () = shutdown.cancelled() => Some(Error::new(
@@ -262,7 +264,7 @@ async fn requests<S: AsyncRead>(
     flow: &Arc<Flow>,
     master: &MasterHandle,
     config: &Config,
-    peer: std::net::IpAddr,
+    caller: &Arc<Caller>,
 ) -> Option<Error> {
     // Checked once per interval: a frame still incomplete at two checks in
     // a row, with no frame read between them, took more than the frame
@@ -353,7 +355,7 @@ async fn requests<S: AsyncRead>(
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
         let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted);
-        master.call(request, reply, Some(peer)).await;
+        master.call(request, reply, caller).await;
     }
 }
 

@@ -456,11 +456,13 @@ impl Events {
     /// Queues what the outbox holds, looking at no more than `slice`
     /// subscriptions, oldest change first. `whose` gives the peer address
     /// that created a session, if known, and `None` for one that ended and
-    /// may hear nothing more.
+    /// may hear nothing more; `may_hear` whether a session may hear of an
+    /// event's keys (`ACL-4`).
     pub(crate) fn drain(
         &mut self,
         mut slice: usize,
         whose: impl Fn(SessionId) -> Option<Option<IpAddr>>,
+        may_hear: impl Fn(SessionId, &EventKind) -> bool,
     ) {
         while slice > 0 {
             let Some(front) = self.outbox.front_mut() else {
@@ -471,7 +473,7 @@ impl Events {
                     let Some(Pending::Direct(session, kind)) = self.outbox.pop_front() else {
                         unreachable!("the front was a direct event");
                     };
-                    if let Some(owner) = whose(session) {
+                    if let Some(owner) = whose(session).filter(|_| may_hear(session, &kind)) {
                         self.push(session, kind, owner);
                         self.woken.insert(session);
                     }
@@ -512,6 +514,9 @@ impl Events {
                                 index: at.index,
                                 contents: at.contents.clone(),
                             };
+                            if !may_hear(session, &kind) {
+                                continue;
+                            }
                             self.push(session, kind, whose(session).flatten());
                             self.woken.insert(session);
                         }

@@ -1,8 +1,9 @@
 //! [`FileStore`]: the [`Store`] in a data directory.
 //!
 //! Files in the data directory:
-//! - `FORMAT`: `leasehold-data 5`, so a foreign directory is never taken
-//!   for ours. A format 4 directory is carried forward (`upgrade.rs`).
+//! - `FORMAT`: `leasehold-data 6`, so a foreign directory is never taken
+//!   for ours. Format 4 and 5 directories are carried forward
+//!   (`upgrade.rs`).
 //! - `LOCK`: locked while a master has the directory open.
 //! - `snapshot`: a [`sealed`] file whose magic says which format's shape
 //!   the encoded [`Snapshot`] is in.
@@ -20,12 +21,16 @@ use crate::store::{
     StoreSizes, SyncCount,
 };
 
-const FORMAT: &str = "leasehold-data 5\n";
-/// Format 4, whose directories this master reads and carries forward.
+const FORMAT: &str = "leasehold-data 6\n";
+/// Formats 4 and 5, whose directories this master reads and carries
+/// forward.
 const FORMAT_4: &str = "leasehold-data 4\n";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP02";
+const FORMAT_5: &str = "leasehold-data 5\n";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP03";
 /// A snapshot in format 4's shape (`upgrade.rs`).
 const SNAPSHOT_MAGIC_4: &[u8; 8] = b"LHSNAP01";
+/// A snapshot in format 5's shape, without access control (`upgrade.rs`).
+const SNAPSHOT_MAGIC_5: &[u8; 8] = b"LHSNAP02";
 
 /// The store in a data directory.
 #[derive(Debug)]
@@ -69,19 +74,20 @@ impl FileStore {
     pub fn open(dir: &Path) -> Result<FileStore, StoreError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let format = dir.join("FORMAT");
-        let mut upgrade = false;
+        let mut upgrade = None;
         match fs::read_to_string(&format) {
             Ok(text) if text == FORMAT => {}
-            // Format 4 differs only in its snapshot, which is read by its
-            // magic; its log holds commands this master applies alike.
-            Ok(text) if text == FORMAT_4 => upgrade = true,
+            // Formats 4 and 5 differ only in their snapshots, which are
+            // read by their magic; their logs hold commands this master
+            // applies alike.
+            Ok(text) if text == FORMAT_4 || text == FORMAT_5 => upgrade = Some(text),
             // Format 1 kept sessions without secrets (`AUTH-1`): no owner
             // could prove itself, so such a directory is not taken over.
             Ok(text) if text == "leasehold-data 1\n" => {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 1, whose sessions have no \
-                     secret); this master reads formats 4 and 5: start it on a new directory",
+                     secret); this master reads formats 4 to 6: start it on a new directory",
                 ))
             }
             // Format 2 encoded nodes and acquires without the transient
@@ -90,7 +96,7 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 2, whose nodes have no \
-                     transient mark); this master reads formats 4 and 5: start it on a new directory",
+                     transient mark); this master reads formats 4 to 6: start it on a new directory",
                 ))
             }
             // Format 3's state has no record of which sessions may cache
@@ -99,7 +105,7 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 3, whose state does not \
-                     say which sessions may cache); this master reads formats 4 and 5: start \
+                     say which sessions may cache); this master reads formats 4 to 6: start \
                      it on a new directory",
                 ))
             }
@@ -138,14 +144,14 @@ impl FileStore {
         let log = read_log(&log_path)?;
         let valid_len = log.as_ref().map(|l| l.valid_len);
         let recovered = recovered(dir, snapshot, log)?;
-        if upgrade {
-            // Read whole: from now on the log may hold commands format 4
-            // does not know, so an earlier master must refuse the
-            // directory rather than misread it. (Had it not read, the
-            // directory would still be format 4's, untouched.) The
-            // snapshot is rewritten in format 5's shape once recovery is
-            // done (`STORE-2`).
-            tracing::info!(dir = %dir.display(), "carrying a format 4 data directory forward to format 5");
+        if let Some(was) = upgrade {
+            // Read whole: from now on the log may hold commands the
+            // earlier format does not know, so an earlier master must
+            // refuse the directory rather than misread it. (Had it not
+            // read, the directory would still be the earlier format's,
+            // untouched.) The snapshot is rewritten in format 6's shape
+            // once recovery is done (`STORE-2`).
+            tracing::info!(dir = %dir.display(), from = was.trim(), "carrying a data directory forward to format 6");
             write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
         }
         let log = match valid_len {
@@ -330,6 +336,11 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
     if bytes.starts_with(SNAPSHOT_MAGIC_4) {
         let body = unseal(bytes, path, SNAPSHOT_MAGIC_4, "snapshot")?;
         let old: crate::upgrade::SnapshotV4 = decode(&body).map_err(undecodable)?;
+        return Ok(Some(old.into()));
+    }
+    if bytes.starts_with(SNAPSHOT_MAGIC_5) {
+        let body = unseal(bytes, path, SNAPSHOT_MAGIC_5, "snapshot")?;
+        let old: crate::upgrade::SnapshotV5 = decode(&body).map_err(undecodable)?;
         return Ok(Some(old.into()));
     }
     let body = unseal(bytes, path, SNAPSHOT_MAGIC, "snapshot")?;
@@ -597,7 +608,7 @@ mod tests {
         fs::write(dir.join("FORMAT"), "leasehold-data 2\n").unwrap();
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("format 2"), "{err}");
-        assert!(err.to_string().contains("reads formats 4 and 5"), "{err}");
+        assert!(err.to_string().contains("reads formats 4 to 6"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 

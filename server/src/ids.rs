@@ -38,17 +38,30 @@ impl Ids {
     /// A seeded source makes them from its seed, for simulations only.
     pub(crate) fn next_secret(&mut self) -> SessionSecret {
         let mut bytes = [0u8; 16];
+        self.fill(&mut bytes);
+        SessionSecret::from_bytes(bytes)
+    }
+
+    /// A bearer token's secret (`TOK-1`): 256 bits, from the same source.
+    pub(crate) fn next_token_secret(&mut self) -> [u8; 32] {
+        let mut bytes = [0u8; 32];
+        self.fill(&mut bytes);
+        bytes
+    }
+
+    fn fill(&mut self, bytes: &mut [u8]) {
         match self {
             Ids::Random => {
                 // The OS generator failing leaves no safe secret to hand out.
-                getrandom::fill(&mut bytes).expect("the OS random number generator failed");
+                getrandom::fill(bytes).expect("the OS random number generator failed");
             }
             Ids::Seeded(state) => {
-                bytes[..8].copy_from_slice(&splitmix64(state).to_be_bytes());
-                bytes[8..].copy_from_slice(&splitmix64(state).to_be_bytes());
+                for chunk in bytes.chunks_mut(8) {
+                    let word = splitmix64(state).to_be_bytes();
+                    chunk.copy_from_slice(&word[..chunk.len()]);
+                }
             }
         }
-        SessionSecret::from_bytes(bytes)
     }
 }
 

@@ -14,6 +14,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::cert_name;
 use crate::config::{Config, LINGER};
 use crate::connection;
 use crate::prefixed::Prefixed;
@@ -31,6 +32,22 @@ pub(crate) struct Incoming<S> {
 pub(crate) enum Stream<S> {
     Plain(Prefixed<S>),
     Tls(Box<TlsStream<Prefixed<S>>>),
+}
+
+impl<S> Stream<S> {
+    /// The principal the client certificate names, if TLS verified one
+    /// (`ID-1`).
+    pub(crate) fn certified(&self) -> Option<String> {
+        match self {
+            Stream::Plain(_) => None,
+            Stream::Tls(tls) => tls
+                .get_ref()
+                .1
+                .peer_certificates()?
+                .first()
+                .and_then(|cert| cert_name::common_name(cert.as_ref())),
+        }
+    }
 }
 
 impl<S> Incoming<S>

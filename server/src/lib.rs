@@ -11,7 +11,8 @@
 //! - `state/`: the durable state machine: `State::apply` and its events
 //!   (`mod.rs`); each kind of command, the reply its kind has ([`Kind`])
 //!   and `Command`, the kinds as the log holds them (`command.rs`); what
-//!   it does to locks (`locks.rs`) and to health checks (`checks.rs`);
+//!   it does to locks (`locks.rs`), to health checks (`checks.rs`) and to
+//!   rules and tokens (`access.rs`);
 //!   `session.rs`: a session record.
 //! - `namespace.rs`: every node by key; `node.rs`: keys, a node's counters,
 //!   how a node changed.
@@ -38,15 +39,21 @@
 //!   are `engine_tests.rs`. `mod.rs` is the task: the only reader of
 //!   master time, it feeds the engine and carries out its effects.
 //!   The engine's parts, in the order a request meets them: the checks
-//!   every request passes (`admission.rs`), with who may act for a
-//!   session (`auth.rs`) and quotas (`quotas.rs`); the gate that holds a
+//!   every request passes (`admission.rs`), with who the request acts as
+//!   (`identity.rs`), who may act for a session (`auth.rs`), the rights
+//!   each request needs (`rights.rs`) and quotas (`quotas.rs`); the gate that holds a
 //!   write for caches (`cache.rs`); requests to commands to responses
 //!   (`serve.rs`), with what replies show of the state (`views.rs`) and
 //!   its side of KeepAlives (`keepalive.rs`), events (`events.rs`),
-//!   blocking acquires (`acquire.rs`) and Watches (`watches.rs`);
+//!   blocking acquires (`acquire.rs`), Watches (`watches.rs`) and rules
+//!   and tokens (`access.rs`);
 //!   applying a command and running its events (`apply.rs`); the effects
 //!   it queues (`outbox.rs`). The way in, `MasterHandle` (`handle.rs`);
 //!   the task driven by hand in `tests.rs`.
+//! - `access.rs`: rules, tokens' hashes and sessions' owners, part of the
+//!   state, and whose rights they give; `caller.rs`: who is at the other
+//!   end of a connection; `cert_name.rs`: the principal a client
+//!   certificate names.
 //! - `connection.rs`: one client connection; `accept.rs`: accepting them,
 //!   for a single master and a cell's member alike, and giving memory back
 //!   after a burst of them ends (`memory.rs`); `incoming.rs`: a connection
@@ -63,8 +70,8 @@
 //!   fsyncs batches (group commit); `memstore.rs`, a store in memory that keeps what a disk
 //!   would through a crash, for tests and simulations; `recovery.rs`,
 //!   rebuilding state (and a new epoch) from a store; `upgrade.rs`,
-//!   reading the state as the previous format stored it; `ids.rs`, session
-//!   ids and secrets.
+//!   reading the state as earlier formats stored it; `ids.rs`, session
+//!   ids, their secrets and tokens' secrets.
 //! - `cell/`: the replicated cell, where a member's Raft log takes the
 //!   place of the store and its leader runs the master (its own Layout is
 //!   in `cell/mod.rs`).
@@ -82,10 +89,13 @@
 //! (`cell/run.rs`, `master/mod.rs`).
 
 mod accept;
+pub mod access;
 mod acquire;
 mod cache;
 mod call;
+mod caller;
 pub mod cell;
+mod cert_name;
 mod check;
 mod codec;
 mod commit;

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::accept::{accept_loop, Accepted, Ended, Listener};
+use crate::caller::Caller;
 use crate::config::SHUTDOWN_WAIT;
 use crate::config::{Config, ConfigError};
 use crate::connection;
@@ -158,12 +159,13 @@ async fn serve<L: Listener>(
                 (all_queued_bytes.clone(), connections.child_token());
             async move {
                 if let Some((stream, hello_by)) = incoming.establish(&config, &shutdown).await {
+                    let caller = Caller::new(ip, stream.certified());
                     connection::serve(
                         stream,
                         master,
                         config,
                         all_queued_bytes,
-                        ip,
+                        caller,
                         shutdown,
                         hello_by,
                     )

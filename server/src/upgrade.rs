@@ -1,8 +1,14 @@
 //! Reading the state as earlier formats stored it (SPEC `STORE-6`).
 //!
-//! Data directories of format 4 (a single master) and cell format 2 are
-//! read and carried forward: their logs hold the same commands, and their
-//! snapshots differ from today's only in how a lock's holders are kept.
+//! Data directories of formats 5 and 4 (a single master) and cell formats
+//! 3 and 2 are read and carried forward: their logs hold commands this
+//! master applies alike, and their snapshots differ from today's in what
+//! the state holds. Format 5 (cell format 3) had no access control: its
+//! state is today's without rules, tokens or session owners, which it is
+//! read with none of, access control off (`ACL-5`).
+//!
+//! Format 4 (cell format 2) differed besides in how a lock's holders are
+//! kept.
 //! Format 4 kept each holder's mode alone; format 5 keeps with it the index
 //! of the latest acquire answered for the holding (`LOCK-4`). A recovered
 //! holding gets 0 there, which any release names: it was taken before
@@ -19,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use leasehold_protocol::{LockMode, SessionId};
 use serde::Deserialize;
 
+use crate::access::Access;
 use crate::check::Checks;
 use crate::holding::Holding;
 use crate::lock::{LockState, Locks, Waiter};
@@ -27,6 +34,60 @@ use crate::session::{EndCause, Session};
 use crate::state::{Bounds, State};
 use crate::store::Snapshot;
 use crate::time::Millis;
+
+/// A format 5 snapshot: epoch, master time, sequence number, state.
+#[derive(Deserialize)]
+pub(crate) struct SnapshotV5 {
+    epoch: u64,
+    now: Millis,
+    next_seq: u64,
+    state: StateV5,
+}
+
+impl From<SnapshotV5> for Snapshot {
+    fn from(old: SnapshotV5) -> Snapshot {
+        Snapshot {
+            epoch: old.epoch,
+            now: old.now,
+            next_seq: old.next_seq,
+            state: old.state.into(),
+        }
+    }
+}
+
+/// The state as format 5 (and cell format 3) stored it: today's, without
+/// access control.
+#[derive(Deserialize)]
+pub(crate) struct StateV5 {
+    bounds: Bounds,
+    sessions: BTreeMap<SessionId, Session>,
+    ended: BTreeMap<SessionId, EndCause>,
+    ended_order: VecDeque<SessionId>,
+    namespace: Namespace,
+    locks: Locks,
+    checks: Checks,
+    index: u64,
+    may_cache: BTreeSet<SessionId>,
+    acquires_kept: bool,
+}
+
+impl From<StateV5> for State {
+    fn from(old: StateV5) -> State {
+        State {
+            bounds: old.bounds,
+            sessions: old.sessions,
+            ended: old.ended,
+            ended_order: old.ended_order,
+            namespace: old.namespace,
+            locks: old.locks,
+            checks: old.checks,
+            index: old.index,
+            may_cache: old.may_cache,
+            acquires_kept: old.acquires_kept,
+            access: Access::default(),
+        }
+    }
+}
 
 /// A format 4 snapshot: epoch, master time, sequence number, state.
 #[derive(Deserialize)]
@@ -113,6 +174,7 @@ impl From<StateV4> for State {
             // As a state that replays the same log from an older snapshot,
             // or from none, has them until a master logs `KeepAcquires`.
             acquires_kept: false,
+            access: Access::default(),
         }
     }
 }

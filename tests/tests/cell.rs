@@ -227,3 +227,50 @@ async fn a_client_goes_past_a_member_it_cannot_reach() {
         .expect("past the member that is gone");
     client.put("svc/k", "v", PutOptions::new()).await.unwrap();
 }
+
+// ACL-7: rules, tokens and access control made on one master hold after
+// it is stopped and another member takes over: they are in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_and_tokens_made_on_one_master_hold_on_the_next() {
+    let mut cell = cell("acl").await;
+    let admin = Client::connect(cell.addr_list()).await.unwrap();
+    let first_epoch = admin.epoch().await.unwrap();
+    admin.put("jobs/a", "1", PutOptions::new()).await.unwrap();
+    admin.put("svc/db", "2", PutOptions::new()).await.unwrap();
+    for rule in ["\"\" root all", "jobs/ ci read,lock"] {
+        admin.set_rule(rule.parse().unwrap()).await.unwrap();
+    }
+    let root = admin.create_token("root", "").await.unwrap().to_string();
+    let ci = admin.create_token("ci", "").await.unwrap().to_string();
+    let as_root = leasehold::ClientConfig {
+        token: Some(root),
+        ..leasehold::ClientConfig::default()
+    };
+    let root = Client::connect_with(cell.addr_list(), as_root)
+        .await
+        .unwrap();
+    root.set_access_control(true).await.unwrap();
+
+    let master = cell.master().await;
+    cell.stop(master).await;
+    let as_ci = leasehold::ClientConfig {
+        token: Some(ci),
+        connect_timeout: Duration::from_secs(30),
+        ..leasehold::ClientConfig::default()
+    };
+    let ci = Client::connect_with(cell.addr_list(), as_ci).await.unwrap();
+    assert!(ci.epoch().await.unwrap() > first_epoch);
+    assert!(ci.get("jobs/a").await.unwrap().is_some());
+    let refused = ci.get("svc/db").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(leasehold_protocol::ErrorCode::PermissionDenied)
+    );
+    let anonymous = Client::connect(cell.addr_list()).await.unwrap();
+    let identity = anonymous.who_am_i().await.unwrap();
+    assert!(identity.access_control);
+    assert!(anonymous.get("jobs/a").await.is_err());
+    for id in cell.members.keys().copied().collect::<Vec<_>>() {
+        cell.stop(id).await;
+    }
+}

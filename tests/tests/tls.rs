@@ -264,3 +264,50 @@ async fn a_handshake_that_never_finishes_is_cut_at_the_handshake_timeout() {
     let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await;
     assert!(read.is_ok(), "still open after 30 s");
 }
+
+// ID-1: the client certificate's common name is the connection's
+// principal, and the rules apply to it.
+#[tokio::test]
+async fn a_client_certificates_name_is_its_principal_and_rules_apply_to_it() {
+    let d = dir("principal");
+    let pki = Pki::new(&d, "acl");
+    let tls = server_tls(&pki, Some(&pki.ca));
+    let config = Config {
+        tls: Some(tls),
+        operator_token: Some("operator-token-of-tls-tests".into()),
+        ..Config::default()
+    };
+    let server = start(config).await;
+    let Pair { cert, key } = &pki.client;
+    let as_client = TlsOptions::new(&pki.ca).client_certificate(cert, key);
+    let operator = Client::connect_with(
+        server.addr.to_string(),
+        ClientConfig {
+            token: Some("operator-token-of-tls-tests".into()),
+            ..client_config(as_client.clone())
+        },
+    )
+    .await
+    .unwrap();
+    operator
+        .set_rule("pub/ acl-client read".parse().unwrap())
+        .await
+        .unwrap();
+    operator.set_access_control(true).await.unwrap();
+    operator
+        .put("pub/a", b"1".to_vec(), PutOptions::default())
+        .await
+        .unwrap();
+
+    let client = connect(&server, as_client).await.unwrap();
+    let identity = client.who_am_i().await.unwrap();
+    assert_eq!(identity.principal.as_deref(), Some("acl-client"));
+    assert_eq!(identity.via, leasehold::Via::Certificate);
+    assert!(client.get("pub/a").await.unwrap().is_some());
+    let refused = client
+        .put("pub/a", b"2".to_vec(), PutOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::PermissionDenied));
+    assert!(said(&refused).contains("acl-client"), "{}", said(&refused));
+}

@@ -1,6 +1,6 @@
-//! What an earlier Leasehold left is read and served: a format 4 data
-//! directory is carried forward (SPEC `STORE-6`), and a protocol 7 client
-//! is served (`HS-2`). The fixtures, in `tests/fixtures/`, were written by
+//! What an earlier Leasehold left is read and served: format 4 and 5 data
+//! directories are carried forward (SPEC `STORE-6`), and protocol 7 and 8
+//! clients are served (`HS-2`). The fixtures, in `tests/fixtures/`, were written by
 //! that Leasehold; their README says what each holds.
 
 use std::path::Path;
@@ -23,6 +23,17 @@ const B: &str = "023ead52-d511-420f-a642-1e853e88b8d8:442ddeec91cfeeccebbb17cc14
 const A_LOCKS_X: &str = "01076c6f636b732f78000605105551904d976548ad8dcdc25ed9ee2edb";
 const A_LOCKS_Y: &str = "01076c6f636b732f79001615105551904d976548ad8dcdc25ed9ee2edb";
 const B_LOCKS_S: &str = "01076c6f636b732f7301070610023ead52d511420fa6421e853e88b8d8";
+
+/// Sessions of `data-format-5`: `a` holds `locks/x`, `b` `locks/s`
+/// shared.
+const A5: &str = "0e3204e9-90b0-42c4-acc3-4f3f715ceb7e:2eb631ec7b693aa4f1a5413e7f4467ec";
+const A5_LOCKS_X: &str = "01076c6f636b732f78000605100e3204e990b042c4acc34f3f715ceb7e";
+const B5_LOCKS_S: &str = "01076c6f636b732f7301070610f33d6da7210b4f6b96b6e0d269d84746";
+
+/// A protocol 8 client's `Hello`, and its `Get { key: "svc/db" }` as
+/// request 8, as it sent them (the frames' bodies).
+const HELLO_8: &str = "004c45415345484c4408";
+const GET_8: &str = "010805067376632f646200";
 
 /// A protocol 7 client's `Hello`, as it sent it (the frame's body).
 const HELLO_7: &str = "004c45415345484c4407";
@@ -87,23 +98,9 @@ async fn past_failover(conn: &mut RawConnection, welcome: &Welcome, session: Ses
     conn.call(keepalive(acked)).await.unwrap();
 }
 
-async fn valid(conn: &mut RawConnection, sequencer: &str) -> bool {
-    let check = Request::CheckSequencer {
-        sequencer: unhex(sequencer),
-    };
-    match conn.call(check).await {
-        Ok(Response::SequencerChecked { valid }) => valid,
-        other => panic!("expected a check, got {other:?}"),
-    }
-}
-
-// STORE-6: the directory is taken, its nodes, sessions and locks are
-// there, and from then on it says format 5, with recovery's snapshot in
-// format 5's shape.
-#[tokio::test]
-async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_locks() {
-    let (dir, server) = started_on_format_4().await;
-    let (mut conn, _) = RawConnection::open(server.addr).await;
+/// Both fixtures hold `svc/db` = `10.0.0.5` with flags 3 in the
+/// snapshot, and `svc/after` = `log` in the log.
+async fn serves_svc_db_and_svc_after(conn: &mut RawConnection) {
     let get = |key: &str| Request::Get {
         key: key.into(),
         stat_only: false,
@@ -120,18 +117,43 @@ async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_loc
         panic!("svc/after, written in the log, survived");
     };
     assert_eq!(after.contents.as_deref(), Some(&b"log"[..]));
+}
+
+/// The directory says format 6 and recovery's snapshot is in its shape.
+fn is_format_6(dir: &TempDir) {
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-data 6\n"
+    );
+    let snapshot = std::fs::read(dir.join("snapshot")).unwrap();
+    assert_eq!(&snapshot[..8], b"LHSNAP03");
+}
+
+async fn valid(conn: &mut RawConnection, sequencer: &str) -> bool {
+    let check = Request::CheckSequencer {
+        sequencer: unhex(sequencer),
+    };
+    match conn.call(check).await {
+        Ok(Response::SequencerChecked { valid }) => valid,
+        other => panic!("expected a check, got {other:?}"),
+    }
+}
+
+// STORE-6: the directory is taken, its nodes, sessions and locks are
+// there, and from then on it says format 6, with recovery's snapshot in
+// format 6's shape.
+#[tokio::test]
+async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_locks() {
+    let (dir, server) = started_on_format_4().await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    serves_svc_db_and_svc_after(&mut conn).await;
     for sequencer in [A_LOCKS_X, A_LOCKS_Y, B_LOCKS_S] {
         assert!(valid(&mut conn, sequencer).await, "{sequencer} is held");
     }
-    assert_eq!(
-        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
-        "leasehold-data 5\n"
-    );
-    let snapshot = std::fs::read(dir.join("snapshot")).unwrap();
-    assert_eq!(&snapshot[..8], b"LHSNAP02");
+    is_format_6(&dir);
     server.shutdown().await.unwrap();
 
-    // And it is read again as format 5.
+    // And it is read again as format 6.
     let server = start(Setup::durable(dir.path(), Config::default())).await;
     let (mut conn, _) = RawConnection::open(server.addr).await;
     assert!(valid(&mut conn, A_LOCKS_X).await);
@@ -227,13 +249,64 @@ async fn a_protocol_7_client_is_served_as_before() {
     let mut future = RawConnection::connect(server.addr).await;
     future
         .send(ClientFrame::Hello(leasehold_protocol::Hello {
-            version: 9,
+            version: 10,
             ..leasehold_protocol::Hello::current()
         }))
         .await;
     assert_eq!(
         future.closed_with().await.expect("a Close frame").code,
-        ErrorCode::VersionMismatch { supported: 8 }
+        ErrorCode::VersionMismatch { supported: 9 }
     );
+    server.shutdown().await.unwrap();
+}
+
+// STORE-6, ACL-5: a format 5 directory, from before access control, is
+// carried forward with its nodes, sessions and locks, and with access
+// control off: every client may do what it did before.
+#[tokio::test]
+async fn a_format_5_directory_is_carried_forward_with_access_control_off() {
+    let dir = copied("data-format-5");
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let (mut conn, welcome) = RawConnection::open(server.addr).await;
+    serves_svc_db_and_svc_after(&mut conn).await;
+    for sequencer in [A5_LOCKS_X, B5_LOCKS_S] {
+        assert!(valid(&mut conn, sequencer).await, "{sequencer} is held");
+    }
+    // Its sessions' owners act for them as before.
+    past_failover(&mut conn, &welcome, token(A5)).await;
+    let Ok(Response::Identity(identity)) = conn.call(Request::WhoAmI).await else {
+        panic!("WhoAmI is answered");
+    };
+    assert!(!identity.access_control);
+    is_format_6(&dir);
+    server.shutdown().await.unwrap();
+
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    assert!(valid(&mut conn, A5_LOCKS_X).await);
+    server.shutdown().await.unwrap();
+}
+
+// HS-2: a protocol 8 client, speaking the bytes it always sent, is
+// welcomed in its version and served.
+#[tokio::test]
+async fn a_protocol_8_client_is_served_as_before() {
+    let dir = copied("data-format-5");
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let mut old = RawConnection::connect(server.addr).await;
+    old.send_bytes(&framed(&unhex(HELLO_8))).await;
+    let Some(ServerFrame::Welcome(welcome)) = old.recv().await else {
+        panic!("a protocol 8 client is welcomed");
+    };
+    assert_eq!(welcome.version, 8);
+    old.send_bytes(&framed(&unhex(GET_8))).await;
+    let (id, got) = old.reply().await;
+    assert_eq!(id, 8);
+    match got {
+        Ok(Response::Node { node: Some(db), .. }) => {
+            assert_eq!(db.contents.as_deref(), Some(&b"10.0.0.5"[..]))
+        }
+        other => panic!("expected svc/db, got {other:?}"),
+    }
     server.shutdown().await.unwrap();
 }

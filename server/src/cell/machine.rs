@@ -29,9 +29,12 @@ use crate::disk::{corrupt, io_error, sealed, unseal, StoreError};
 use crate::state::{Bounds, State};
 use crate::time::Millis;
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP02";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP03";
 /// A snapshot whose replica is in cell format 2's shape (`upgrade.rs`).
 const SNAPSHOT_MAGIC_2: &[u8; 8] = b"LHRSNP01";
+/// A snapshot whose replica is in cell format 3's shape, without access
+/// control (`upgrade.rs`).
+const SNAPSHOT_MAGIC_3: &[u8; 8] = b"LHRSNP02";
 const FILE: &str = "raft-snapshot";
 
 /// One member's copy of what the log has made of the state.
@@ -55,6 +58,28 @@ struct ReplicaV2 {
     now: Millis,
     applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
+}
+
+/// A replica as cell format 3 stored it: its state in format 5's shape.
+#[derive(Deserialize)]
+struct ReplicaV3 {
+    state: crate::upgrade::StateV5,
+    epoch: u64,
+    now: Millis,
+    applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+}
+
+impl From<ReplicaV3> for Replica {
+    fn from(old: ReplicaV3) -> Replica {
+        Replica {
+            state: old.state.into(),
+            epoch: old.epoch,
+            now: old.now,
+            applied: old.applied,
+            membership: old.membership,
+        }
+    }
 }
 
 impl From<ReplicaV2> for Replica {
@@ -152,22 +177,26 @@ fn read_snapshot(volume: &dyn Volume) -> Result<Option<Stored>, StoreError> {
     let Some(bytes) = volume.read(FILE).map_err(io_error(&path))? else {
         return Ok(None);
     };
-    let old = bytes.starts_with(SNAPSHOT_MAGIC_2);
-    let magic = if old {
-        SNAPSHOT_MAGIC_2
-    } else {
-        SNAPSHOT_MAGIC
-    };
+    let magic = [SNAPSHOT_MAGIC_2, SNAPSHOT_MAGIC_3]
+        .into_iter()
+        .find(|magic| bytes.starts_with(*magic))
+        .unwrap_or(SNAPSHOT_MAGIC);
     let body = unseal(bytes, &path, magic, "cell snapshot")?;
     let (meta, mut data): (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) = decode(&body)
         .map_err(|e| corrupt(&path, format!("the cell snapshot does not decode: {e}")))?;
-    if old {
-        let replica: ReplicaV2 = decode(&data).map_err(|e| {
+    let undecodable = |format: u32| {
+        move |e: String| {
             corrupt(
                 &path,
-                format!("the cell snapshot's state (cell format 2) does not decode: {e}"),
+                format!("the cell snapshot's state (cell format {format}) does not decode: {e}"),
             )
-        })?;
+        }
+    };
+    if magic == SNAPSHOT_MAGIC_2 {
+        let replica: ReplicaV2 = decode(&data).map_err(undecodable(2))?;
+        data = encode(&Replica::from(replica));
+    } else if magic == SNAPSHOT_MAGIC_3 {
+        let replica: ReplicaV3 = decode(&data).map_err(undecodable(3))?;
         data = encode(&Replica::from(replica));
     }
     Ok(Some(Stored { meta, data }))

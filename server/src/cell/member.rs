@@ -225,18 +225,19 @@ impl Member {
 pub(super) struct TakenDir {
     /// Locked while the member runs.
     pub(super) lock: std::fs::File,
-    /// It is cell format 2's, to be carried forward once read whole.
+    /// It is an earlier cell format's, to be carried forward once read
+    /// whole.
     upgrade: bool,
 }
 
 impl TakenDir {
-    /// Marks the directory cell format 3's, once its log and snapshot were
-    /// read: from now on the log may hold commands cell format 2 does not
+    /// Marks the directory cell format 4's, once its log and snapshot were
+    /// read: from now on the log may hold commands earlier formats do not
     /// know, and an earlier member must refuse the directory rather than
     /// misread it (`STORE-6`).
     pub(super) fn carried_forward(&self, dir: &std::path::Path) -> Result<(), StoreError> {
         if self.upgrade {
-            tracing::info!(dir = %dir.display(), "carrying a cell format 2 directory forward to cell format 3");
+            tracing::info!(dir = %dir.display(), "carrying a cell directory forward to cell format 4");
             crate::disk::write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
         }
         Ok(())
@@ -244,11 +245,12 @@ impl TakenDir {
 }
 
 /// What a member's data directory says it is.
-const FORMAT: &str = "leasehold-cell 3\n";
-/// Cell format 2, whose directories a member reads and carries forward:
-/// its log holds the same commands, and its snapshot is read by its magic
-/// (`upgrade.rs`).
+const FORMAT: &str = "leasehold-cell 4\n";
+/// Cell formats 2 and 3, whose directories a member reads and carries
+/// forward: their logs hold commands it applies alike, and their
+/// snapshots are read by their magic (`upgrade.rs`).
 const FORMAT_2: &str = "leasehold-cell 2\n";
+const FORMAT_3: &str = "leasehold-cell 3\n";
 
 /// Takes a member's data directory: creates it, or checks that it is a
 /// cell member's, and locks it. A single master's directory is refused, not
@@ -260,14 +262,14 @@ pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
     let mut upgrade = false;
     match std::fs::read_to_string(&format) {
         Ok(text) if text == FORMAT => {}
-        Ok(text) if text == FORMAT_2 => upgrade = true,
+        Ok(text) if text == FORMAT_2 || text == FORMAT_3 => upgrade = true,
         // Format 1's snapshots hold a state that does not say which
         // sessions may cache (`CACHE-7`).
         Ok(text) if text == "leasehold-cell 1\n" => {
             return Err(corrupt(
                 dir,
                 "it was written by an earlier Leasehold (cell format 1, whose state does not \
-                 say which sessions may cache); this member reads cell formats 2 and 3: start it \
+                 say which sessions may cache); this member reads cell formats 2 to 4: start it \
                  on a new directory",
             ))
         }

@@ -189,7 +189,7 @@ async fn connected<S: super::network::Served>(
                         handle,
                         *config,
                         all_queued_bytes,
-                        ip,
+                        crate::caller::Caller::new(ip, None),
                         connections.child_token(),
                         hello_by,
                     )

@@ -547,7 +547,7 @@ async fn a_member_the_others_cannot_reach_is_not_made_a_voter() {
 // STORE-6: a member's cell format 2 directory, as the Leasehold of
 // protocol 7 left it (tests/fixtures/README.md), is carried forward: its
 // log decodes, its snapshot's holdings count as acquired at index 0, and
-// its FORMAT says cell format 3 from then on.
+// its FORMAT says cell format 4 from then on.
 #[test]
 fn a_cell_format_2_directory_is_carried_forward() {
     use crate::holding::Holding;
@@ -576,7 +576,7 @@ fn a_cell_format_2_directory_is_carried_forward() {
     taken.carried_forward(&dir).unwrap();
     assert_eq!(
         std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
-        "leasehold-cell 3\n"
+        "leasehold-cell 4\n"
     );
     let state = machine.replica().state;
     assert!(
@@ -607,6 +607,38 @@ fn a_cell_format_2_directory_is_carried_forward() {
         })
     );
     assert!(state.namespace().get("svc/db").is_some());
+}
+
+// STORE-6, ACL-5: a member's cell format 3 directory, from before access
+// control, is carried forward: its log and snapshot decode, its state has
+// no rules and access control off, and its FORMAT says cell format 4 from
+// then on.
+#[test]
+fn a_cell_format_3_directory_is_carried_forward() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cell-format-3");
+    let dir = member_dir("format-3", 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = PathGuard(dir.clone());
+    for file in ["FORMAT", "raft-log", "raft-snapshot"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
+    }
+    let taken = member::take_dir(&dir).expect("a cell format 3 directory is taken");
+    let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
+    let log = CellLog::open(volume.clone()).expect("its log decodes");
+    assert!(!log.is_empty());
+    let machine = CellMachine::open(volume, Bounds::from(&crate::Config::default()))
+        .expect("its snapshot decodes");
+    taken.carried_forward(&dir).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-cell 4\n"
+    );
+    let state = machine.replica().state;
+    assert!(state.namespace().get("svc/db").is_some());
+    assert!(!state.access().enabled);
+    assert!(state.access().rules().is_empty());
 }
 
 // TLS-1: a member asked to speak TLS is refused at start, through the

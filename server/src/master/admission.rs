@@ -1,5 +1,5 @@
 //! Admission: the checks every request passes before the master does
-//! anything for it (authority, a full disk, fan-out behind, an unread
+//! anything for it (authority, rights, a full disk, fan-out behind, an unread
 //! connection, quotas, a fail-over not yet acknowledged), and where it goes
 //! next: a write to the cache gate (`cache.rs`), anything else to be served
 //! (`serve.rs`).
@@ -40,6 +40,11 @@ fn writes(request: &Request) -> bool {
             | Request::ReleaseUnfenced { .. }
             | Request::SetCheck { .. }
             | Request::DeleteCheck { .. }
+            | Request::SetRule(_)
+            | Request::RemoveRule { .. }
+            | Request::SetAccessControl { .. }
+            | Request::CreateToken { .. }
+            | Request::RevokeToken { .. }
     )
 }
 
@@ -71,9 +76,14 @@ impl Engine {
     /// The request, if it passes the checks every request passes; if not,
     /// it is answered with the refusal.
     fn checked(&mut self, call: Call) -> Option<Call> {
-        if let Err(refused) = self.authorize(&call.request) {
+        let principal = self.principal_of(call.caller.as_deref());
+        if let Err(refused) = self.authorize(&call.request, &principal) {
             self.deliver(call.reply, Err(refused));
-            return None; // AUTH-2
+            return None; // AUTH-2, ID-5
+        }
+        if let Err(refused) = self.permitted(&call.request, &principal) {
+            self.deliver(call.reply, Err(refused));
+            return None; // ACL-3
         }
         if self.disk_full && writes(&call.request) {
             let refusal = Error::new(

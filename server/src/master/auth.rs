@@ -9,10 +9,14 @@
 //! operator's token. The checks run on the master, before a command is
 //! logged: secrets and tokens never reach the log.
 
+use leasehold_protocol::access::Rights;
 use leasehold_protocol::auth::same_bytes;
-use leasehold_protocol::{Authority, Error, ErrorCode, Request, SessionId, SessionToken};
+use leasehold_protocol::{excerpt, Authority, Error, ErrorCode, Request, SessionId, SessionToken};
 
+use super::rights::described;
 use super::Engine;
+use crate::access::Principal;
+use crate::config::SHOWN_CHARS;
 use crate::state::LockedNodes;
 
 fn denied(message: String) -> Error {
@@ -40,20 +44,39 @@ impl Engine {
     /// (`AUTH-2`). A token naming a session that is not live passes here:
     /// the request is then answered as for any such session (`ERR-1`,
     /// `ERR-2`), which tells the caller nothing `ListSessions` does not.
-    pub(crate) fn authorize(&self, request: &Request) -> Result<(), Error> {
+    pub(crate) fn authorize(&self, request: &Request, principal: &Principal) -> Result<(), Error> {
         match presented(request) {
-            Some(token) => self.check_token(token),
+            Some(token) => self.check_token(token, principal),
             None => Ok(()),
         }
     }
 
-    pub(crate) fn check_token(&self, token: &SessionToken) -> Result<(), Error> {
+    /// Refuses `token` unless its secret is its session's and `principal`
+    /// owns the session, if a principal created it (`AUTH-2`, `ID-5`).
+    pub(crate) fn check_token(
+        &self,
+        token: &SessionToken,
+        principal: &Principal,
+    ) -> Result<(), Error> {
         match self.state.session(token.id) {
             Some(session) if !session.secret.matches(&token.secret) => Err(denied(format!(
                 "the secret does not match session {}: only its creator may act for it",
                 token.id
             ))),
-            _ => Ok(()),
+            Some(_) => match self.state.access.owner(token.id) {
+                Some(owner)
+                    if *principal != Principal::Operator && principal.name() != Some(owner) =>
+                {
+                    Err(denied(format!(
+                        "session {} belongs to principal {}: only a connection that acts as it \
+                         may act for the session, whoever holds its secret",
+                        token.id,
+                        excerpt(owner, SHOWN_CHARS)
+                    )))
+                }
+                _ => Ok(()),
+            },
+            None => Ok(()),
         }
     }
 
@@ -78,18 +101,29 @@ impl Engine {
         &self,
         session: SessionId,
         authority: &Authority,
+        principal: &Principal,
     ) -> Result<(), Error> {
         if self.state.session(session).is_none() {
             return Err(self.state.missing_session(session)); // SES-7
         }
-        if self.is_operator(authority)? {
+        if self.is_operator(authority)? || *principal == Principal::Operator {
             return Ok(());
         }
         if let Authority::Session(token) = authority {
-            self.check_token(token)?;
+            self.check_token(token, principal)?;
             if token.id == session {
                 return Ok(());
             }
+        }
+        if self.state.access.enabled {
+            // ACL-3: ending others' sessions is an administrator's.
+            return self.may(principal, "", Rights::ADMIN).map_err(|_| {
+                denied(format!(
+                    "destroying session {session} needs its own session token, the operator \
+                     token or admin on every key, which {} lacks",
+                    described(principal)
+                ))
+            });
         }
         if self.config.operator_token.is_none() {
             return Ok(());
@@ -100,8 +134,13 @@ impl Engine {
     }
 
     /// Which locked nodes a delete on `authority` may remove (`AUTH-4`).
-    pub(crate) fn locked_nodes(&self, authority: &Authority) -> Result<LockedNodes, Error> {
-        if self.is_operator(authority)? {
+    pub(crate) fn locked_nodes(
+        &self,
+        key: &str,
+        authority: &Authority,
+        principal: &Principal,
+    ) -> Result<LockedNodes, Error> {
+        if self.is_operator(authority)? || *principal == Principal::Operator {
             return Ok(LockedNodes::Any);
         }
         let by = match authority {
@@ -109,11 +148,20 @@ impl Engine {
                 if self.state.session(token.id).is_none() {
                     return Err(self.state.missing_session(token.id));
                 }
-                self.check_token(token)?;
+                self.check_token(token, principal)?;
                 Some(token.id)
             }
             _ => None,
         };
+        if self.state.access.enabled {
+            // ACL-3: others' locked nodes are an administrator's to delete.
+            return Ok(
+                match self.state.access.allows(principal, key, Rights::ADMIN) {
+                    true => LockedNodes::Any,
+                    false => LockedNodes::HeldOnlyBy(by),
+                },
+            );
+        }
         Ok(match self.config.operator_token {
             None => LockedNodes::Any,
             Some(_) => LockedNodes::HeldOnlyBy(by),

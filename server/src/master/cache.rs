@@ -69,8 +69,14 @@ impl Engine {
             Command::DeleteCheck(DeleteCheck { name }) => self.check_touches(name),
             Command::SetCheck(_)
             | Command::CreateSession(_)
+            | Command::CreateOwnedSession(_)
             | Command::MayCache(_)
-            | Command::KeepAcquires => Vec::new(),
+            | Command::KeepAcquires
+            | Command::SetRule(_)
+            | Command::RemoveRule(_)
+            | Command::SetAccessControl(_)
+            | Command::CreateToken(_)
+            | Command::RevokeToken(_) => Vec::new(),
         }
     }
 

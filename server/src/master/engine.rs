@@ -64,6 +64,8 @@ pub(crate) struct Engine {
     /// (`CACHE-1`..).
     pub(crate) cache: crate::cache::Cache,
     pub(crate) ids: Ids,
+    /// Failed authentications by address (`ID-6`).
+    pub(crate) guesses: super::identity::Guesses,
     /// Master time of the input being handled: everything it does happens
     /// at this time.
     pub(crate) now: Millis,
@@ -119,6 +121,7 @@ impl Engine {
         let mut engine = Engine {
             state,
             ids: Ids::new(config.ids),
+            guesses: Default::default(),
             leases: Leases::default(),
             timers: Timers::default(),
             watches: Watches::default(),

@@ -108,6 +108,7 @@ impl Bench {
             request,
             reply,
             peer: None,
+            caller: None,
         }))
     }
 
@@ -543,6 +544,7 @@ fn in_memory_nothing_is_logged() {
             request: put("a"),
             reply,
             peer: None,
+            caller: None,
         }),
         at(0),
     );
@@ -611,6 +613,7 @@ fn a_session_a_write_wakes_after_its_lease_ran_out_ends_after_the_write() {
         request: put("k"),
         reply,
         peer: None,
+        caller: None,
     };
     let decided = bench.step_at(Input::Call(call), late);
     assert_eq!(

@@ -7,12 +7,14 @@ use leasehold_protocol::{
 };
 
 use super::Engine;
+use crate::access::Principal;
 use crate::config::FANOUT_SLICE;
 use crate::events::{Happened, Subscription, SUBSCRIPTIONS_PER_SESSION};
 use crate::holding::LetGo;
 use crate::node::NodeChange;
 use crate::node::{check_key, check_prefix};
 use crate::state::StateEvent;
+use leasehold_protocol::access::Rights;
 
 impl Engine {
     pub(crate) fn subscribe(
@@ -223,8 +225,44 @@ impl Engine {
     /// ended hears no more.
     pub(crate) fn deliver_events(&mut self) {
         let (state, sessions) = (&self.state, &self.quotas.sessions);
-        self.events.drain(FANOUT_SLICE, |session| {
-            state.session(session).map(|_| sessions.holder(&session))
-        });
+        let access = state.access();
+        let may_hear = |session: SessionId, kind: &EventKind| {
+            // A session hears as the principal that created it (`ACL-4`).
+            if !access.enabled {
+                return true;
+            }
+            let principal = match access.owner(session) {
+                Some(owner) => Principal::Named(owner.into()),
+                None => Principal::Anonymous,
+            };
+            event_keys(kind)
+                .iter()
+                .all(|key| access.allows(&principal, key, Rights::READ))
+        };
+        self.events.drain(
+            FANOUT_SLICE,
+            |session| state.session(session).map(|_| sessions.holder(&session)),
+            may_hear,
+        );
+    }
+}
+
+/// The keys an event tells of: its own, and a child's for a child change.
+/// An invalidation names keys its session read into its cache when it
+/// could, and must reach the cache whatever the rules say now, or the
+/// cache would go on serving what the master no longer holds: it tells
+/// nothing of the new contents (`ACL-4`).
+fn event_keys(kind: &EventKind) -> Vec<&str> {
+    match kind {
+        EventKind::Node { key, change, .. } => match change {
+            Change::ChildAdded { child }
+            | Change::ChildRemoved { child }
+            | Change::ChildModified { child } => vec![key, child],
+            _ => vec![key],
+        },
+        EventKind::LockLost { key, .. } | EventKind::LockConflict { key, .. } => vec![key],
+        EventKind::Invalidate { .. } | EventKind::EventsLost | EventKind::Failover { .. } => {
+            Vec::new()
+        }
     }
 }

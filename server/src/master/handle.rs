@@ -23,7 +23,7 @@ impl MasterHandle {
         &self,
         request: Request,
         reply: ReplyTx,
-        peer: Option<std::net::IpAddr>,
+        caller: &std::sync::Arc<crate::caller::Caller>,
     ) {
         let queue = match request {
             Request::KeepAlive(_) | Request::KeepAliveAll(_) => &self.keepalives,
@@ -35,7 +35,8 @@ impl MasterHandle {
             .send(Call {
                 request,
                 reply,
-                peer,
+                peer: Some(caller.peer),
+                caller: Some(caller.clone()),
             })
             .await;
     }

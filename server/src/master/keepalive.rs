@@ -49,7 +49,13 @@ impl Engine {
     /// events of one reply share half a frame, in the order the sessions
     /// are named; a session whose events did not fit has its next
     /// KeepAlive answered at once (`EV-3`).
-    pub(crate) fn keepalive_all(&mut self, all: Vec<KeepAlive>, reply: ReplyTx, now: Millis) {
+    pub(crate) fn keepalive_all(
+        &mut self,
+        all: Vec<KeepAlive>,
+        reply: ReplyTx,
+        principal: &crate::access::Principal,
+        now: Millis,
+    ) {
         let limit = keepalive_all_limit(self.config.max_frame);
         if all.len() > limit {
             let refusal = Error::new(
@@ -78,7 +84,7 @@ impl Engine {
         for ka in all {
             let id = ka.session.id;
             let admitted = if named.insert(id) {
-                self.check_token(&ka.session) // AUTH-2
+                self.check_token(&ka.session, principal) // AUTH-2, ID-5
                     .and_then(|()| self.admit(ka, now))
             } else {
                 let twice = format!("session {id} is named twice");

@@ -47,6 +47,7 @@ use crate::store::Snapshot;
 use crate::time::Millis;
 use crate::timers::Timer;
 
+mod access;
 mod acquire;
 mod admission;
 mod apply;
@@ -57,9 +58,11 @@ mod engine;
 mod engine_tests;
 mod events;
 mod handle;
+mod identity;
 mod keepalive;
 mod outbox;
 mod quotas;
+mod rights;
 mod serve;
 #[cfg(test)]
 mod tests;

@@ -7,11 +7,12 @@ use leasehold_protocol::{Error, ErrorCode, LeaseGrant, Request, Response, Sequen
 
 use super::views::page;
 use super::{Call, Engine};
-use crate::config::MAX_LIST_PAGE;
+use crate::config::{MAX_LIST_PAGE, MAX_LIST_SCAN};
 use crate::namespace::Put;
 use crate::node::check_key;
 use crate::observe::MasterEvent;
 use crate::session::EndCause;
+use crate::state::command::OwnedSession;
 use crate::state::command::{Delete, DeleteCheck, EndSession, Release, ReleaseAcquired, SetCheck};
 use crate::state::{CheckChanged, Deleted, Kind, NewSession};
 use crate::time::Millis;
@@ -31,9 +32,12 @@ fn capped(mut sessions: Vec<SessionId>) -> Vec<SessionId> {
 impl Engine {
     /// Carries out a request that passed the checks every request passes.
     pub(super) fn serve(&mut self, call: Call, now: Millis) {
+        let principal = self.principal_of(call.caller.as_deref());
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
-            Request::KeepAliveAll(all) => return self.keepalive_all(all, call.reply, now),
+            Request::KeepAliveAll(all) => {
+                return self.keepalive_all(all, call.reply, &principal, now)
+            }
             Request::GetCached(get) => self.get_cached(get),
             Request::Watch {
                 key,
@@ -118,15 +122,7 @@ impl Engine {
                     0 => MAX_LIST_PAGE,
                     n => n.min(MAX_LIST_PAGE),
                 } as usize;
-                self.state
-                    .namespace()
-                    .list_page(
-                        &prefix,
-                        recursive,
-                        after.as_deref(),
-                        limit,
-                        self.config.max_frame / 2,
-                    )
+                self.readable_page(&prefix, recursive, after, limit, &principal)
                     .map(|(keys, more)| Response::Keys {
                         index: self.state.index(),
                         keys,
@@ -146,7 +142,8 @@ impl Engine {
                 recursive,
                 authority,
             } => self
-                .locked_nodes(&authority)
+                .may_delete_below(&key, recursive, &principal)
+                .and_then(|()| self.locked_nodes(&key, &authority, &principal))
                 .and_then(|locked| {
                     self.apply(
                         Delete {
@@ -171,8 +168,17 @@ impl Engine {
                 }),
             Request::CreateSession(c) => {
                 let (id, secret) = (self.ids.next_id(), self.ids.next_secret());
-                let command = NewSession::requested(c, id, secret);
-                self.apply(command, now).map(|s| Response::SessionCreated {
+                let session = NewSession::requested(c, id, secret);
+                let created = match principal.name() {
+                    // ID-5: the session is its creator's as well as its
+                    // secret's.
+                    Some(owner) => {
+                        let owner = owner.to_string();
+                        self.apply(OwnedSession { session, owner }, now)
+                    }
+                    None => self.apply(session, now),
+                };
+                created.map(|s| Response::SessionCreated {
                     session: self.counted_session(s.id, call.peer),
                     secret: s.secret,
                     epoch: self.config.epoch,
@@ -180,7 +186,7 @@ impl Engine {
                 })
             }
             Request::DestroySession { session, authority } => self
-                .may_destroy(session, &authority)
+                .may_destroy(session, &authority, &principal)
                 .and_then(|()| {
                     self.apply(
                         EndSession {
@@ -196,7 +202,7 @@ impl Engine {
                 .map(Response::SessionInfo)
                 .ok_or_else(|| self.state.missing_session(session)),
             Request::LockInfo { key } => Ok(Response::LockInfo(self.lock_info(&key, now))),
-            Request::SessionLocks { session } => self.session_locks(session),
+            Request::SessionLocks { session } => self.session_locks(session, &principal),
             Request::ListSessions { after, limit } => {
                 let (sessions, more) = page(
                     self.state.sessions_after(after),
@@ -249,16 +255,107 @@ impl Engine {
                     },
                 ),
             Request::ListChecks { after, limit } => {
+                // Checks are few (`MAX_CHECKS`): skipping those it may not
+                // read costs little, and an empty page is the end.
                 let (checks, more) = page(
-                    self.state.checks.after(after.as_deref()),
+                    self.state
+                        .checks
+                        .after(after.as_deref())
+                        .filter(|c| self.may_read(&principal, &c.name)),
                     limit,
                     self.config.max_frame / 2,
                     |c| CHECK_INFO_SIZE + c.name.len() + c.note.len(),
                 );
                 Ok(Response::Checks { checks, more })
             }
+            Request::Authenticate { token } => {
+                self.authenticate(&token, call.caller.as_deref(), now)
+            }
+            Request::WhoAmI => Ok(Response::Identity(self.identity(call.caller.as_deref()))),
+            Request::SetRule(rule) => self.set_rule(rule, now),
+            Request::RemoveRule { prefix, principal } => self.remove_rule(prefix, principal, now),
+            Request::ListRules => Ok(self.list_rules()),
+            Request::SetAccessControl { enabled } => {
+                self.set_access_control(enabled, &principal, now)
+            }
+            Request::CreateToken { principal, note } => self.create_token(principal, note, now),
+            Request::RevokeToken { id } => self.revoke_token(id, now),
+            Request::ListTokens => Ok(self.list_tokens()),
         };
         self.deliver(call.reply, reply);
+    }
+
+    /// A page of the keys below `prefix` that `principal` may read
+    /// (`NS-5`, `ACL-4`). Keys it may not read are skipped, not counted,
+    /// so that a page is empty only at the end and a client's cursor (the
+    /// last key it got) always moves; the skipping stops after
+    /// [`MAX_LIST_SCAN`] keys, with a refusal if none of them was readable.
+    fn readable_page(
+        &self,
+        prefix: &str,
+        recursive: bool,
+        after: Option<String>,
+        limit: usize,
+        principal: &crate::access::Principal,
+    ) -> Result<(Vec<String>, bool), Error> {
+        let namespace = self.state.namespace();
+        let budget = self.config.max_frame / 2;
+        if !self.state.access.enabled {
+            return namespace.list_page(prefix, recursive, after.as_deref(), limit, budget);
+        }
+        let (mut keys, mut cursor, mut scanned, mut used) = (Vec::new(), after, 0, 0);
+        loop {
+            let (page, more) = namespace.list_page(
+                prefix,
+                recursive,
+                cursor.as_deref(),
+                limit - keys.len(),
+                budget - used,
+            )?;
+            scanned += page.len();
+            cursor = page.last().cloned();
+            for key in page {
+                if self.may_read(principal, &key) {
+                    used += key.len() + 8;
+                    keys.push(key);
+                }
+            }
+            let full = keys.len() >= limit || used >= budget / 2;
+            if !more || full || cursor.is_none() {
+                return Ok((keys, more));
+            }
+            if scanned >= MAX_LIST_SCAN {
+                if keys.is_empty() {
+                    return Err(Error::new(
+                        ErrorCode::PermissionDenied,
+                        format!(
+                            "{} may read none of the next {MAX_LIST_SCAN} keys below {}: \
+                             list a prefix it may read",
+                            super::rights::described(principal),
+                            leasehold_protocol::excerpt(prefix, crate::config::SHOWN_CHARS)
+                        ),
+                    ));
+                }
+                return Ok((keys, true));
+            }
+        }
+    }
+
+    /// Refuses a recursive delete unless `principal` may write every key
+    /// it would remove (`ACL-3`).
+    fn may_delete_below(
+        &self,
+        key: &str,
+        recursive: bool,
+        principal: &crate::access::Principal,
+    ) -> Result<(), Error> {
+        if !recursive || !self.state.access.enabled {
+            return Ok(());
+        }
+        let below = self.state.namespace().list(key, true).unwrap_or_default();
+        below
+            .iter()
+            .try_for_each(|k| self.may(principal, k, leasehold_protocol::access::Rights::WRITE))
     }
 
     /// Carries out a release (`LOCK-4`); a refused stale one is observed,

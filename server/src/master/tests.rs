@@ -50,6 +50,7 @@ async fn call(master: &mut Master, request: Request) -> Result<Response, Error> 
         request,
         reply,
         peer: None,
+        caller: None,
     });
     // A change is answered once the store has it.
     loop {
@@ -490,6 +491,7 @@ fn handed(
         request,
         reply,
         peer: None,
+        caller: None,
     });
     rx
 }
@@ -1059,6 +1061,7 @@ fn send(
         request,
         reply,
         peer: None,
+        caller: None,
     });
     if master.engine.cache.moved {
         master.run_held();

@@ -75,23 +75,38 @@ impl Engine {
 
     /// The locks `session` holds and waits for (`SES-11`), as many as fit
     /// half a frame.
-    pub(super) fn session_locks(&self, session: SessionId) -> Result<Response, Error> {
+    /// The locks `session` holds and waits for, those on keys `principal`
+    /// may read (`SES-11`, `ACL-4`).
+    pub(super) fn session_locks(
+        &self,
+        session: SessionId,
+        principal: &crate::access::Principal,
+    ) -> Result<Response, Error> {
         if self.state.session(session).is_none() {
             return Err(self.state.missing_session(session));
         }
         let locks = self.state.locks();
-        let held = locks.held_by(session).into_iter().filter_map(|key| {
-            let mode = locks.get(&key)?.holders.get(&session)?.mode;
-            Some((true, key, mode))
-        });
-        let waiting = locks.waited_by(session).into_iter().filter_map(|key| {
-            let waiter = locks
-                .get(&key)?
-                .waiters
-                .iter()
-                .find(|w| w.session == session)?;
-            Some((false, key.clone(), waiter.mode))
-        });
+        let readable = |key: &String| self.may_read(principal, key);
+        let held = locks
+            .held_by(session)
+            .into_iter()
+            .filter(readable)
+            .filter_map(|key| {
+                let mode = locks.get(&key)?.holders.get(&session)?.mode;
+                Some((true, key, mode))
+            });
+        let waiting = locks
+            .waited_by(session)
+            .into_iter()
+            .filter(readable)
+            .filter_map(|key| {
+                let waiter = locks
+                    .get(&key)?
+                    .waiters
+                    .iter()
+                    .find(|w| w.session == session)?;
+                Some((false, key.clone(), waiter.mode))
+            });
         let (listed, more) = page(held.chain(waiting), 0, self.config.max_frame / 2, |e| {
             e.1.len() + 8
         });

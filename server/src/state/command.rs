@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use leasehold_protocol::access::Rule;
 use leasehold_protocol::{
     Behavior, CheckStatus, Error, LockMode, Sequencer, SessionId, SessionSecret,
 };
@@ -59,6 +60,19 @@ pub enum Command {
     /// (`LOCK-4`, `STORE-6`). A master logs it first thing, once, on a
     /// state that does not keep them yet.
     KeepAcquires,
+    /// Set the rule for a prefix and a principal (`ACL-1`).
+    SetRule(SetRule),
+    /// Remove the rule for a prefix and a principal (`ACL-1`).
+    RemoveRule(RemoveRule),
+    /// Turn access control on or off (`ACL-5`).
+    SetAccessControl(SetAccessControl),
+    /// Create a bearer token, by the hash of its secret (`TOK-1`).
+    CreateToken(CreateToken),
+    /// Revoke a bearer token (`TOK-3`).
+    RevokeToken(RevokeToken),
+    /// Create a session that belongs to a principal as well as to its
+    /// secret (`ID-5`).
+    CreateOwnedSession(OwnedSession),
 }
 
 /// A kind of command, and the reply applying it answers with.
@@ -164,6 +178,12 @@ pub enum Applied {
         index: u64,
         invalidated: Vec<SessionId>,
     },
+    /// A rule, a token or access control changed at this global index.
+    AccessChanged {
+        index: u64,
+    },
+    /// A token was created.
+    TokenCreated(TokenCreated),
 }
 
 /// A session to create. The id and secret are chosen before the command
@@ -308,6 +328,54 @@ pub struct GiveBack {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeepAcquires;
 
+/// Set `rule`, replacing the one its prefix and principal had.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SetRule {
+    pub rule: Rule,
+}
+
+/// Remove the rule of `prefix` and `principal`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoveRule {
+    pub prefix: String,
+    pub principal: String,
+}
+
+/// Turn access control on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SetAccessControl {
+    pub enabled: bool,
+}
+
+/// Create a token for `principal`. The master chose its secret and logs
+/// only the secret's hash: the secret never reaches the log (`TOK-1`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CreateToken {
+    pub principal: String,
+    pub note: String,
+    pub hash: [u8; 32],
+}
+
+/// Revoke token `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RevokeToken {
+    pub id: u64,
+}
+
+/// Create `session`, owned by principal `owner` (`ID-5`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OwnedSession {
+    pub session: NewSession,
+    pub owner: String,
+}
+
+/// The id a new token got, and the index it was created at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenCreated {
+    pub id: u64,
+    pub index: u64,
+}
+
 /// What an acquire got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquisition {
@@ -360,8 +428,19 @@ into_command!(
     DeleteCheck,
     MayCache,
     ReleaseAcquired,
-    GiveBack
+    GiveBack,
+    SetRule,
+    RemoveRule,
+    SetAccessControl,
+    CreateToken,
+    RevokeToken
 );
+
+impl From<OwnedSession> for Command {
+    fn from(command: OwnedSession) -> Command {
+        Command::CreateOwnedSession(command)
+    }
+}
 
 impl From<NewSession> for Command {
     fn from(command: NewSession) -> Command {
@@ -411,6 +490,12 @@ impl Command {
             Command::ReleaseAcquired(c) => kind(c, state, now),
             Command::GiveBack(c) => kind(c, state, now),
             Command::KeepAcquires => kind(KeepAcquires, state, now),
+            Command::SetRule(c) => kind(c, state, now),
+            Command::RemoveRule(c) => kind(c, state, now),
+            Command::SetAccessControl(c) => kind(c, state, now),
+            Command::CreateToken(c) => kind(c, state, now),
+            Command::RevokeToken(c) => kind(c, state, now),
+            Command::CreateOwnedSession(c) => kind(c, state, now),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! their waiters, health checks) lives here, and is changed only through
 //! `apply`.
 
+mod access;
 mod checks;
 pub mod command;
 mod locks;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{Error, ErrorCode, LockMode, Sequencer, SessionId};
 
+use crate::access::Access;
 use crate::check::Checks;
 use crate::config::{Config, ENDED_SESSIONS_REMEMBERED, MAX_NAME_LEN};
 use crate::holding::{HowGranted, LetGo};
@@ -150,6 +152,8 @@ pub struct State {
     /// holds the same state, whichever snapshot it started from: one of
     /// the earlier format, or none (`STORE-6`).
     pub(crate) acquires_kept: bool,
+    /// Rules, tokens and who owns each session (`ACL-7`).
+    pub(crate) access: Access,
 }
 
 impl State {
@@ -172,6 +176,7 @@ impl State {
             index: 0,
             may_cache: BTreeSet::new(),
             acquires_kept: false,
+            access: Access::default(),
         }
     }
 
@@ -299,6 +304,7 @@ impl State {
         };
         self.remember_ended(id, cause);
         self.may_cache.remove(&id);
+        self.access.owners.remove(&id);
         self.checks.unbind(id, &session.checks);
         self.invalidate_locks(id, session.behavior, session.lock_delay, index, now, events);
         events.push(StateEvent::SessionEnded { id, cause });
@@ -411,6 +417,11 @@ impl State {
     /// The namespace, for reads.
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
+    }
+
+    /// Rules, tokens and who owns each session.
+    pub fn access(&self) -> &Access {
+        &self.access
     }
 
     /// The index of the last command that changed the state.

@@ -7,6 +7,7 @@
 
 use super::Case;
 
+mod access;
 mod cache;
 mod checks;
 mod connections;
@@ -22,7 +23,7 @@ mod storage;
 mod wire;
 
 /// Every case, section by section in SPEC order: wire format, handshake,
-/// connections, sessions, ownership, KeepAlive, namespace, locks, health
+/// connections, sessions, ownership, access control, KeepAlive, namespace, locks, health
 /// checks, storage, epochs and failover, events, cache.
 pub(super) fn all() -> Vec<Case> {
     [
@@ -31,6 +32,7 @@ pub(super) fn all() -> Vec<Case> {
         connections::cases(),
         sessions::cases(),
         ownership::cases(),
+        access::cases(),
         keepalive::cases(),
         namespace::cases(),
         locks::cases(),
