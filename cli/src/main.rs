@@ -381,6 +381,17 @@ struct ServeArgs {
     /// forgets every session, node and lock.
     #[arg(long, conflicts_with = "data_dir")]
     in_memory: bool,
+    /// Write an audit log to FILE: a JSON line for every lock granted or
+    /// released, rule or token changed, operator action, authentication
+    /// and refused request.
+    #[arg(long, env = "LEASEHOLD_AUDIT_LOG", value_name = "FILE")]
+    audit_log: Option<std::path::PathBuf>,
+    /// Rotate the audit log once it would grow past this many bytes.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_AUDIT_MAX_BYTES, requires = "audit_log")]
+    audit_log_max_bytes: u64,
+    /// Rotated audit logs kept (FILE.1, the newest, ... FILE.N).
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_AUDIT_KEEP, requires = "audit_log")]
+    audit_log_keep: u32,
     /// TLS: clients must present a certificate this CA (PEM) signed
     /// (mutual TLS). Needs --tls-cert and --tls-key.
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", value_name = "PATH")]
@@ -991,6 +1002,17 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     // cut a torn log tail: a refused configuration leaves it untouched.
     config.validate()?;
     config.tls = server_tls(&args)?;
+    if let Some(path) = &args.audit_log {
+        let audit = leasehold_server::AuditConfig {
+            path: path.clone(),
+            max_bytes: args.audit_log_max_bytes,
+            keep: args.audit_log_keep,
+        };
+        let log = leasehold_server::AuditLog::open(&audit)
+            .with_context(|| format!("cannot open the audit log {}", path.display()))?;
+        tracing::info!(path = %path.display(), "writing the audit log");
+        config.audit = Some(log);
+    }
     if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
         return serve_member(args, config, members, node, (listen, from), json).await;
     }

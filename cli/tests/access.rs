@@ -129,3 +129,19 @@ fn whoami_with_json_says_anonymous() {
         r#"{"access_control":false,"principal":null,"via":"anonymous"}"#
     );
 }
+
+// AUDIT-1: an audit log that cannot be opened stops serve at start.
+#[test]
+fn an_audit_log_that_cannot_be_opened_is_named_at_start() {
+    let output = std::process::Command::new(common::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--in-memory"])
+        .args(["--audit-log", "/nonexistent/dir/audit.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = stderr(&output);
+    assert!(
+        said.contains("cannot open the audit log /nonexistent/dir/audit.jsonl"),
+        "{said}"
+    );
+}

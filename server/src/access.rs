@@ -57,6 +57,9 @@ pub struct Access {
     /// The principal that created each live session, if it had a name
     /// (`ID-5`).
     pub(crate) owners: BTreeMap<SessionId, String>,
+    /// The principal that created each health check, if it had a name
+    /// (`CHK-6`).
+    pub(crate) check_owners: BTreeMap<String, String>,
 }
 
 impl Access {
@@ -135,6 +138,11 @@ impl Access {
         let token = self.tokens.get(&id)?;
         let hash = hash_secret(secret);
         leasehold_protocol::auth::same_bytes(&hash, &token.hash).then_some(&token.principal)
+    }
+
+    /// The principal that created check `name`, if it had a name.
+    pub fn check_owner(&self, name: &str) -> Option<&str> {
+        self.check_owners.get(name).map(String::as_str)
     }
 
     /// The principal that created `session`, if it had a name.

@@ -341,6 +341,8 @@ pub struct Config {
     pub operator_token: Option<String>,
     /// TLS on the client port (`TLS-1`); `None` speaks plaintext.
     pub tls: Option<crate::tls::ServerTls>,
+    /// The audit log, opened (`AUDIT-1`); `None` keeps none.
+    pub audit: Option<crate::audit::AuditLog>,
     /// How fast this master's clock runs against true time: 1.0 on a real
     /// machine, whose clock's error clients' drift allowance covers
     /// (`LEASE-4`). Simulations give each host a rate of its own. Between
@@ -360,6 +362,10 @@ pub struct Config {
     /// release delivered late undoes the answer to an acquire sent after
     /// it.
     pub unsafe_unfenced_releases: bool,
+    /// Unsafe, for simulations that show the access check fires: tell
+    /// every subscriber of every change, whatever the rules let its
+    /// principal read (`ACL-4`).
+    pub unsafe_unfiltered_events: bool,
 }
 
 impl Default for Config {
@@ -400,10 +406,12 @@ impl Default for Config {
             disk_reserve: DEFAULT_DISK_RESERVE,
             operator_token: None,
             tls: None,
+            audit: None,
             clock_rate: 1.0,
             observer: None,
             unsafe_unheld_cache_writes: false,
             unsafe_unfenced_releases: false,
+            unsafe_unfiltered_events: false,
         }
     }
 }
@@ -489,6 +497,14 @@ impl Config {
         }
     }
 }
+
+/// An audit log file is rotated once it would grow past this (`AUDIT-4`).
+pub const DEFAULT_AUDIT_MAX_BYTES: u64 = 64 << 20;
+/// Rotated audit log files kept (`AUDIT-4`).
+pub const DEFAULT_AUDIT_KEEP: u32 = 4;
+/// Audit records the writer may fall behind by before the newest are
+/// counted and dropped (`AUDIT-3`).
+pub(crate) const AUDIT_QUEUE: usize = 65_536;
 
 /// The most access rules a state holds (`ACL-1`).
 pub const MAX_RULES: usize = 10_000;

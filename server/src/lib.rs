@@ -51,7 +51,8 @@
 //!   it queues (`outbox.rs`). The way in, `MasterHandle` (`handle.rs`);
 //!   the task driven by hand in `tests.rs`.
 //! - `access.rs`: rules, tokens' hashes and sessions' owners, part of the
-//!   state, and whose rights they give; `caller.rs`: who is at the other
+//!   state, and whose rights they give; `audit.rs`: the audit log, its
+//!   records and the thread that writes and rotates it; `caller.rs`: who is at the other
 //!   end of a connection; `cert_name.rs`: the principal a client
 //!   certificate names.
 //! - `connection.rs`: one client connection; `accept.rs`: accepting them,
@@ -91,6 +92,7 @@
 mod accept;
 pub mod access;
 mod acquire;
+mod audit;
 mod cache;
 mod call;
 mod caller;
@@ -132,6 +134,7 @@ mod upgrade;
 mod watch;
 
 pub use accept::Listener;
+pub use audit::{AuditConfig, AuditLog};
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
 pub use config::*;
 pub use disk::StoreError;

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use leasehold::{
-    BearerToken, Client, ClientConfig, ClientError, DeleteOptions, ErrorCode, LockOptions,
-    PutOptions, Rights, Rule, SessionOptions, SubscribeOptions, SubscriptionEvent, Via,
+    BearerToken, CheckStatus, Client, ClientConfig, ClientError, DeleteOptions, ErrorCode,
+    LockOptions, PutOptions, Rights, Rule, SessionOptions, SubscribeOptions, SubscriptionEvent,
+    Via,
 };
 use leasehold_protocol::{Request, Response};
 use leasehold_server::Config;
@@ -580,4 +581,50 @@ async fn rules_and_tokens_hold_after_a_restart() {
     assert!(identity.access_control);
     refused(ci.get("jobs/a").await);
     server.shutdown().await.unwrap();
+}
+
+// CHK-6: with an operator token and access control off, a check a
+// principal created is changed only by it or the operator.
+#[tokio::test]
+async fn a_check_a_principal_created_is_changed_only_by_it_or_the_operator() {
+    let master = Master::start().await;
+    let checker = master.client_as("checker").await;
+    checker
+        .set_check("disk:/var", CheckStatus::Passing, "ok")
+        .await
+        .unwrap();
+    let other = master.client_as("other").await;
+    refused(
+        other
+            .set_check("disk:/var", CheckStatus::Critical, "")
+            .await,
+    );
+    refused(other.delete_check("disk:/var").await);
+    refused(
+        master
+            .anonymous()
+            .await
+            .set_check("disk:/var", CheckStatus::Critical, "")
+            .await,
+    );
+    checker
+        .set_check("disk:/var", CheckStatus::Warning, "80%")
+        .await
+        .unwrap();
+    master.operator.delete_check("disk:/var").await.unwrap();
+}
+
+// CHK-6, ACL-3: with access control on, changing a check needs write on
+// its name.
+#[tokio::test]
+async fn with_access_control_on_changing_a_check_needs_write_on_its_name() {
+    let master = Master::with_rules(&[("disk:", "checker", Rights::WRITE)]).await;
+    let checker = master.client_as("checker").await;
+    checker
+        .set_check("disk:/var", CheckStatus::Passing, "")
+        .await
+        .unwrap();
+    refused(checker.set_check("db", CheckStatus::Passing, "").await);
+    let other = master.client_as("other").await;
+    refused(other.delete_check("disk:/var").await);
 }

@@ -334,6 +334,23 @@ fn a_master_that_does_not_hold_writes_for_cachers_is_caught() {
     );
 }
 
+// ACL-4: the access check fires when a master tells a subscriber of keys
+// its principal may not read.
+#[test]
+fn a_master_that_does_not_filter_events_by_the_rules_is_caught() {
+    let settings = Settings {
+        unfiltered_events: true,
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("random", settings, "access")
+        .expect("the access checker fires within 10 seeds");
+    assert!(
+        report.of("access")[0].detail.contains("heard of"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
 /// How many faults named `fault` (and, for a hold, promising Normal)
 /// began within `within` ms after the master last answered the client's
 /// KeepAlive, in a run of `lease-edges`.

@@ -28,7 +28,7 @@ fn acting_for(request: &Request) -> Option<SessionId> {
 /// Whether a request changes the durable state, so that a master on a
 /// full disk refuses it (`STORE-5`); only these may change what a cache
 /// holds (`CACHE-3`).
-fn writes(request: &Request) -> bool {
+pub(super) fn writes(request: &Request) -> bool {
     matches!(
         request,
         Request::CreateSession(_)
@@ -77,13 +77,13 @@ impl Engine {
     /// it is answered with the refusal.
     fn checked(&mut self, call: Call) -> Option<Call> {
         let principal = self.principal_of(call.caller.as_deref());
-        if let Err(refused) = self.authorize(&call.request, &principal) {
+        let allowed = self
+            .authorize(&call.request, &principal) // AUTH-2, ID-5
+            .and_then(|()| self.permitted(&call.request, &principal)); // ACL-3
+        if let Err(refused) = allowed {
+            self.audit_refusal(&call, &principal, &refused);
             self.deliver(call.reply, Err(refused));
-            return None; // AUTH-2, ID-5
-        }
-        if let Err(refused) = self.permitted(&call.request, &principal) {
-            self.deliver(call.reply, Err(refused));
-            return None; // ACL-3
+            return None;
         }
         if self.disk_full && writes(&call.request) {
             let refusal = Error::new(

@@ -2,10 +2,12 @@
 //! run its events; replies go out once what they depend on is durable
 //! (the loop in `mod.rs` sees to that).
 
-use leasehold_protocol::{Error, ErrorCode, Response, Sequencer};
+use leasehold_protocol::{Error, ErrorCode, Response, Sequencer, SessionId};
 use tracing::info;
 
 use super::{Engine, ReplyTx, Timer, Told};
+use crate::access::Principal;
+use crate::audit::{Audit, Outcome};
 use crate::observe::{Grant, MasterEvent};
 use crate::state::command::GiveBack;
 use crate::state::{Applied, Command, Kind, StateEvent};
@@ -160,6 +162,19 @@ impl Engine {
         }
     }
 
+    /// `record` about `session`: its owner, and the address that created
+    /// it.
+    fn audited(&self, record: Audit, session: SessionId) -> Audit {
+        let owner = match self.state.access.owner(session) {
+            Some(name) => Principal::Named(name.into()),
+            None => Principal::Anonymous,
+        };
+        record
+            .session(session)
+            .by(&owner)
+            .peer(self.quotas.sessions.holder(&session))
+    }
+
     fn on_event(&mut self, event: StateEvent, now: Millis) {
         self.publish(&event);
         match event {
@@ -190,6 +205,14 @@ impl Engine {
                     now,
                     why,
                 });
+                if self.auditing() {
+                    let record = self
+                        .audited(Audit::new("lock-released", Outcome::Done), session)
+                        .key(&key)
+                        .index(self.state.index())
+                        .detail(&format!("{why:?}, lock generation {generation}"));
+                    self.audit(record);
+                }
                 self.told.remove(&(session, key));
             }
             StateEvent::LockAcquired {
@@ -200,6 +223,14 @@ impl Engine {
                 how,
                 ..
             } => {
+                if self.auditing() {
+                    let record = self
+                        .audited(Audit::new("lock-granted", Outcome::Done), session)
+                        .key(&key)
+                        .index(index)
+                        .detail(&format!("lock generation {generation}"));
+                    self.audit(record);
+                }
                 self.observe(|| MasterEvent::LockGranted {
                     session,
                     key,

@@ -67,7 +67,11 @@ impl Engine {
                 self.check_touches(name)
             }
             Command::DeleteCheck(DeleteCheck { name }) => self.check_touches(name),
+            Command::SetOwnedCheck(owned) if owned.check.status == CheckStatus::Critical => {
+                self.check_touches(&owned.check.name)
+            }
             Command::SetCheck(_)
+            | Command::SetOwnedCheck(_)
             | Command::CreateSession(_)
             | Command::CreateOwnedSession(_)
             | Command::MayCache(_)

@@ -96,6 +96,7 @@ impl Bench {
                     decided.replies.push(result);
                 }
                 Effect::Observe(event) => decided.order.push(format!("observe {}", kind(&event))),
+                Effect::Audit(record) => decided.order.push(format!("audit {}", record.event)),
             }
         }
         decided

@@ -51,6 +51,7 @@ mod access;
 mod acquire;
 mod admission;
 mod apply;
+mod auditing;
 mod auth;
 mod cache;
 mod engine;
@@ -184,6 +185,11 @@ impl Master {
                     Effect::Observe(event) => {
                         if let Some(observer) = &self.engine.config.observer {
                             observer.tell(&event);
+                        }
+                    }
+                    Effect::Audit(record) => {
+                        if let Some(audit) = &self.engine.config.audit {
+                            audit.record(record);
                         }
                     }
                 }

@@ -4,6 +4,7 @@
 use leasehold_protocol::{Error, ErrorCode, Response, Sequencer};
 
 use super::{Engine, ReplyTx};
+use crate::audit::Audit;
 use crate::config::CONGESTED_RETRY_MS;
 use crate::observe::MasterEvent;
 use crate::store::Record;
@@ -23,9 +24,25 @@ pub(crate) enum Effect {
     },
     /// Tell the observer (`Config::observer`).
     Observe(MasterEvent),
+    /// Write to the audit log (`Config::audit`).
+    Audit(Audit),
 }
 
 impl Engine {
+    /// Whether this master keeps an audit log: records are made only
+    /// then.
+    pub(crate) fn auditing(&self) -> bool {
+        self.config.audit.is_some()
+    }
+
+    /// Writes `record` to the audit log, if this master keeps one
+    /// (`AUDIT-1`).
+    pub(crate) fn audit(&mut self, record: Audit) {
+        if self.auditing() {
+            self.out.push_back(Effect::Audit(record));
+        }
+    }
+
     /// Logs `record`, if this master logs.
     pub(crate) fn log(&mut self, record: impl FnOnce() -> Record) {
         if self.logging {

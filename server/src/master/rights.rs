@@ -70,6 +70,9 @@ pub(crate) fn described(principal: &Principal) -> String {
 impl Engine {
     /// Refuses a request its principal lacks the rights for (`ACL-3`).
     pub(crate) fn permitted(&self, request: &Request, principal: &Principal) -> Result<(), Error> {
+        if let Request::SetCheck { name, .. } | Request::DeleteCheck { name } = request {
+            self.may_change_check(name, principal)?;
+        }
         match needs(request) {
             Needs::Nothing => Ok(()),
             Needs::On(key, needed) => self.may(principal, &key, needed),
@@ -125,6 +128,30 @@ impl Engine {
             ));
         }
         self.may(principal, prefix, Rights::ADMIN)
+    }
+
+    /// Refuses a change to a check another principal created, on a master
+    /// with an operator token and access control off: then only its
+    /// creator or the operator may change it (`CHK-6`). With access
+    /// control on, the rules decide (`write` on its name).
+    fn may_change_check(&self, name: &str, principal: &Principal) -> Result<(), Error> {
+        let access = &self.state.access;
+        if access.enabled || self.config.operator_token.is_none() {
+            return Ok(());
+        }
+        match access.check_owner(name) {
+            Some(owner) if *principal != Principal::Operator && principal.name() != Some(owner) => {
+                Err(Error::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "check {} belongs to principal {}: only it or the operator may change it",
+                        excerpt(name, SHOWN_CHARS),
+                        excerpt(owner, SHOWN_CHARS)
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the session `owner` may hear of `key`: a subscriber hears

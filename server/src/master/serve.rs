@@ -12,8 +12,8 @@ use crate::namespace::Put;
 use crate::node::check_key;
 use crate::observe::MasterEvent;
 use crate::session::EndCause;
-use crate::state::command::OwnedSession;
 use crate::state::command::{Delete, DeleteCheck, EndSession, Release, ReleaseAcquired, SetCheck};
+use crate::state::command::{OwnedCheck, OwnedSession};
 use crate::state::{CheckChanged, Deleted, Kind, NewSession};
 use crate::time::Millis;
 
@@ -21,6 +21,21 @@ use crate::time::Millis;
 const SESSION_INFO_SIZE: usize = 64;
 /// A bound on a `CheckInfo`'s encoded size besides its name and note.
 const CHECK_INFO_SIZE: usize = 32;
+
+/// Whether the audit log records `request` once it is served, done or
+/// refused (`AUDIT-2`).
+fn audited_once_served(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::SetRule(_)
+            | Request::RemoveRule { .. }
+            | Request::SetAccessControl { .. }
+            | Request::CreateToken { .. }
+            | Request::RevokeToken { .. }
+            | Request::DestroySession { .. }
+            | Request::Authenticate { .. }
+    )
+}
 
 /// The first 1000 of a check's ended sessions, so the reply fits a frame
 /// however many were bound to it (`CHK-3`).
@@ -33,6 +48,20 @@ impl Engine {
     /// Carries out a request that passed the checks every request passes.
     pub(super) fn serve(&mut self, call: Call, now: Millis) {
         let principal = self.principal_of(call.caller.as_deref());
+        // Kept for the audit log, for the few requests it records once
+        // served (`AUDIT-2`).
+        let operator = principal == crate::access::Principal::Operator
+            || matches!(
+                &call.request,
+                Request::Delete {
+                    authority: leasehold_protocol::Authority::Operator(_),
+                    ..
+                }
+            );
+        let audited = (self.auditing()
+            && (audited_once_served(&call.request)
+                || operator && super::admission::writes(&call.request)))
+        .then(|| call.request.clone());
         let reply = match call.request {
             Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
             Request::KeepAliveAll(all) => {
@@ -225,14 +254,19 @@ impl Engine {
             }
             Request::SetCheck { name, status, note } => {
                 let creating = self.state.checks.get(&name).is_none();
-                self.apply(
-                    SetCheck {
-                        name: name.clone(),
-                        status,
-                        note,
-                    },
-                    now,
-                )
+                let check = SetCheck {
+                    name: name.clone(),
+                    status,
+                    note,
+                };
+                match principal.name().filter(|_| creating) {
+                    // CHK-6: a check a principal creates is its own.
+                    Some(owner) => {
+                        let owner = owner.to_string();
+                        self.apply(OwnedCheck { check, owner }, now)
+                    }
+                    None => self.apply(check, now),
+                }
                 .map(|CheckChanged { index, invalidated }| {
                     if let (true, Some(peer)) = (creating, call.peer) {
                         self.quotas.checks.take(name, peer, 1);
@@ -282,6 +316,11 @@ impl Engine {
             Request::RevokeToken { id } => self.revoke_token(id, now),
             Request::ListTokens => Ok(self.list_tokens()),
         };
+        if let Some(request) = audited {
+            // Who asked, as the request found it: an Authenticate changes
+            // it.
+            self.audit_served(&request, (&principal, call.peer), &reply);
+        }
         self.deliver(call.reply, reply);
     }
 

@@ -6,9 +6,10 @@ use leasehold_protocol::access::{check_principal, MAX_TOKEN_NOTE};
 use leasehold_protocol::{Error, ErrorCode};
 
 use super::command::{
-    Applied, CreateToken, Kind, OwnedSession, RemoveRule, RevokeToken, SetAccessControl, SetRule,
-    TokenCreated,
+    Applied, CreateToken, Kind, OwnedCheck, OwnedSession, RemoveRule, RevokeToken,
+    SetAccessControl, SetRule, TokenCreated,
 };
+use super::CheckChanged;
 use super::{State, StateEvent};
 use crate::access::StoredToken;
 use crate::config::{MAX_KEY_LEN, MAX_RULES, MAX_TOKENS};
@@ -159,6 +160,29 @@ impl Kind for RevokeToken {
     }
     fn applied(index: u64) -> Applied {
         Applied::AccessChanged { index }
+    }
+}
+
+impl Kind for OwnedCheck {
+    type Reply = CheckChanged;
+    fn apply_to(
+        self,
+        state: &mut State,
+        index: u64,
+        now: Millis,
+        events: &mut Vec<StateEvent>,
+    ) -> Result<CheckChanged, Error> {
+        check_principal(&self.owner).map_err(invalid)?;
+        let name = self.check.name.clone();
+        let created = state.checks.get(&name).is_none();
+        let changed = self.check.apply_to(state, index, now, events)?;
+        if created {
+            state.access.check_owners.insert(name, self.owner);
+        }
+        Ok(changed)
+    }
+    fn applied(CheckChanged { index, invalidated }: CheckChanged) -> Applied {
+        Applied::CheckSet { index, invalidated }
     }
 }
 

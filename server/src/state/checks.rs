@@ -142,7 +142,9 @@ impl Kind for DeleteCheck {
         now: Millis,
         events: &mut Vec<StateEvent>,
     ) -> Result<CheckChanged, Error> {
-        state.delete_check(&self.name, index, now, events)
+        let changed = state.delete_check(&self.name, index, now, events)?;
+        state.access.check_owners.remove(&self.name);
+        Ok(changed)
     }
     fn applied(CheckChanged { index, invalidated }: CheckChanged) -> Applied {
         Applied::CheckDeleted { index, invalidated }

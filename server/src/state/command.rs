@@ -73,6 +73,8 @@ pub enum Command {
     /// Create a session that belongs to a principal as well as to its
     /// secret (`ID-5`).
     CreateOwnedSession(OwnedSession),
+    /// Create a health check that belongs to a principal (`CHK-6`).
+    SetOwnedCheck(OwnedCheck),
 }
 
 /// A kind of command, and the reply applying it answers with.
@@ -369,6 +371,13 @@ pub struct OwnedSession {
     pub owner: String,
 }
 
+/// Create health check `check`, owned by principal `owner` (`CHK-6`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OwnedCheck {
+    pub check: SetCheck,
+    pub owner: String,
+}
+
 /// The id a new token got, and the index it was created at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenCreated {
@@ -436,6 +445,12 @@ into_command!(
     RevokeToken
 );
 
+impl From<OwnedCheck> for Command {
+    fn from(command: OwnedCheck) -> Command {
+        Command::SetOwnedCheck(command)
+    }
+}
+
 impl From<OwnedSession> for Command {
     fn from(command: OwnedSession) -> Command {
         Command::CreateOwnedSession(command)
@@ -496,6 +511,7 @@ impl Command {
             Command::CreateToken(c) => kind(c, state, now),
             Command::RevokeToken(c) => kind(c, state, now),
             Command::CreateOwnedSession(c) => kind(c, state, now),
+            Command::SetOwnedCheck(c) => kind(c, state, now),
         }
     }
 }

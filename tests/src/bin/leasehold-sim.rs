@@ -63,6 +63,10 @@ struct Knobs {
     /// acquire answered after it was sent.
     #[arg(long)]
     unfenced_releases: bool,
+    /// Break it another way: a master that tells every subscriber of every
+    /// change, whatever the access rules let it read.
+    #[arg(long)]
+    unfiltered_events: bool,
     /// Break it another way: a cell's masters keep their master lease once
     /// held, so one cut off from its quorum goes on granting.
     #[arg(long)]
@@ -78,6 +82,7 @@ impl Knobs {
             short_recovered_leases: self.short_recovered_leases,
             unheld_cache_writes: self.unheld_cache_writes,
             unfenced_releases: self.unfenced_releases,
+            unfiltered_events: self.unfiltered_events,
             lying_disk: self.lying_disk,
             broken_master_lease: self.broken_master_lease,
             ..Settings::default()
@@ -125,6 +130,9 @@ impl Knobs {
         }
         if self.unfenced_releases {
             flags.push_str(" --unfenced-releases");
+        }
+        if self.unfiltered_events {
+            flags.push_str(" --unfiltered-events");
         }
         if self.broken_master_lease {
             flags.push_str(" --broken-master-lease");

@@ -156,7 +156,7 @@ pub async fn run(role: Role, mut ctx: Ctx) -> turmoil::Result {
     Ok(())
 }
 
-fn client_config(ctx: &Ctx) -> ClientConfig {
+pub(super) fn client_config(ctx: &Ctx) -> ClientConfig {
     ClientConfig {
         connect_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(3),

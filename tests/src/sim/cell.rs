@@ -121,6 +121,7 @@ pub struct Cell {
     pub broken_master_lease: bool,
     /// Masters carry out every release whichever acquire it names.
     pub unfenced_releases: bool,
+    pub unfiltered_events: bool,
 }
 
 /// One member's volume: kept by the driver, which crashes it with its
@@ -176,7 +177,7 @@ pub fn host(
     };
     let observer = master_observer(cell.trace.clone(), cell.grants.clone(), rate, name.clone());
     let (seed, registry) = (cell.seed, cell.registry.clone());
-    let unfenced = cell.unfenced_releases;
+    let (unfenced, unfiltered) = (cell.unfenced_releases, cell.unfiltered_events);
     let starts = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let host = name.clone();
     sim.host(name, move || {
@@ -195,6 +196,7 @@ pub fn host(
                 clock_rate: rate,
                 observer: Some(observer),
                 unsafe_unfenced_releases: unfenced,
+                unsafe_unfiltered_events: unfiltered,
                 ..Config::default()
             };
             let bounds = leasehold_server::Bounds::from(&config);

@@ -39,6 +39,7 @@ pub mod disk;
 mod net;
 pub mod record;
 pub mod rng;
+pub mod rules;
 pub mod scenario;
 mod servers;
 pub mod short_leases;

@@ -38,6 +38,9 @@ pub struct Settings {
     /// whichever acquire it names, so a release delivered late undoes an
     /// acquire answered after it was sent (`LOCK-4`).
     pub unfenced_releases: bool,
+    /// Break it another way: a master that tells every subscriber of every
+    /// change, whatever the rules let it read (`ACL-4`).
+    pub unfiltered_events: bool,
     pub semaphore_limit: u32,
     /// Contenders keep believing they hold their lock in jeopardy.
     pub ignore_jeopardy: bool,
@@ -74,6 +77,7 @@ impl Default for Settings {
             short_recovered_leases: false,
             unheld_cache_writes: false,
             unfenced_releases: false,
+            unfiltered_events: false,
             semaphore_limit: 2,
             ignore_jeopardy: false,
             fencing: true,

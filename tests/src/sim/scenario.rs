@@ -285,6 +285,9 @@ pub struct Scenario {
     pub lock_delay: Duration,
     /// Members of a replicated cell; 0: a single master.
     pub members: usize,
+    /// An operator changes what a snooping client may read throughout
+    /// (`rules.rs`).
+    pub access: bool,
     pub plan: fn(&mut Planner),
 }
 
@@ -299,12 +302,13 @@ impl Scenario {
     /// writes with; clients that only read and write hold no lock and wait
     /// for none.
     pub fn expects(&self, invariant: &str) -> bool {
-        use super::check::{exclusion, fencing, replicas, waits};
+        use super::check::{access, exclusion, fencing, replicas, waits};
         let locks = self.role.is_none_or(|role| {
             matches!(role, Role::Locker | Role::Elector | Role::SemaphoreHolder)
         });
         match invariant {
             replicas::NAME => self.members > 0,
+            access::NAME => self.access,
             fencing::NAME => locks && self.role != Some(Role::SemaphoreHolder),
             exclusion::NAME | waits::NAME => locks,
             _ => true,
@@ -332,6 +336,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             for client in p.contenders.clone() {
                 let mut at = p.rng.range(2_000, 5_000);
@@ -353,6 +358,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.5, Direction::Both, lease + 500, lease + grace - 1_500);
@@ -366,6 +372,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.4, Direction::Both, lease + grace + 1_000, lease + grace + 4_000);
@@ -379,6 +386,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::ToMaster, lease / 2, lease + grace + 2_000);
@@ -391,6 +399,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::FromMaster, lease / 2, lease + grace + 2_000);
@@ -403,6 +412,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             for client in p.contenders.clone() {
@@ -421,6 +431,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             for client in p.contenders.clone().into_iter().take(2) {
                 let ms = p.rng.range(8_000, 15_000);
@@ -436,6 +447,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let down = p.lease() / 2;
             two_crashes(p, down);
@@ -448,6 +460,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let ms = p.lease() + p.rng.range(500, p.grace() - 2_000);
             let at = p.start_for(ms);
@@ -461,6 +474,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 8,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: contended,
     },
     Scenario {
@@ -470,6 +484,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 8,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: contended,
     },
     Scenario {
@@ -479,6 +494,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 8,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: contended,
     },
     Scenario {
@@ -488,6 +504,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 6,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: true,
         plan: |p| {
             for client in p.contenders.clone().iter().chain(p.bystanders.clone().iter()) {
                 p.random_faults(client);
@@ -510,6 +527,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 8,
         lock_delay: Duration::ZERO,
         members: 0,
+        access: false,
         plan: contended,
     },
     Scenario {
@@ -519,6 +537,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 8,
         lock_delay: Duration::ZERO,
         members: 0,
+        access: false,
         plan: contended,
     },
     Scenario {
@@ -528,6 +547,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: Duration::ZERO,
         members: 0,
+        access: false,
         plan: |p| {
             let mut at = p.rng.range(2_000, 4_000);
             while at + 8_000 < p.work() {
@@ -543,6 +563,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: Duration::ZERO,
         members: 0,
+        access: false,
         plan: |p| {
             for client in p.contenders.clone() {
                 p.edge_faults(&client);
@@ -565,6 +586,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: cachers_cut_off,
     },
     Scenario {
@@ -574,6 +596,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 0,
+        access: false,
         plan: |p| {
             let down = p.lease() + p.grace() / 2;
             two_crashes(p, down);
@@ -587,6 +610,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 3,
+        access: false,
         plan: master_crashes,
     },
     Scenario {
@@ -596,6 +620,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 5,
+        access: false,
         plan: master_crashes,
     },
     Scenario {
@@ -605,6 +630,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: Duration::ZERO,
         members: 3,
+        access: false,
         plan: master_isolated,
     },
     Scenario {
@@ -614,6 +640,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: Duration::ZERO,
         members: 5,
+        access: false,
         plan: master_isolated,
     },
     Scenario {
@@ -623,6 +650,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 3,
+        access: false,
         plan: splits,
     },
     Scenario {
@@ -632,6 +660,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 5,
+        access: false,
         plan: splits,
     },
     Scenario {
@@ -641,6 +670,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 3,
+        access: false,
         plan: |p| {
             let ms = p.rng.range(8_000, 16_000);
             let at = p.rng.range(2_000, p.work() - ms - 4_000);
@@ -657,6 +687,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 3,
+        access: false,
         plan: |p| {
             let ms = p.rng.range(8_000, 16_000);
             let at = p.start_for(ms);
@@ -670,6 +701,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 5,
+        access: false,
         plan: |p| {
             p.spare = 2;
             let mut at = p.rng.range(3_000, 8_000);
@@ -690,6 +722,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 3,
+        access: true,
         plan: cell_random,
     },
     Scenario {
@@ -699,6 +732,7 @@ pub static SCENARIOS: &[Scenario] = &[
         contenders: 4,
         lock_delay: LOCK_DELAY,
         members: 5,
+        access: true,
         plan: cell_random,
     },
 ];

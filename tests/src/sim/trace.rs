@@ -119,6 +119,22 @@ pub enum What {
     Event { key: String, change: String },
     /// The application was told that events were lost (`EV-4`, `FO-6`).
     EventsLost,
+    /// The operator asks to set the snooper's rule on `prefix` to
+    /// `rights` (`ACL-1`).
+    RuleSending { prefix: String, rights: String },
+    /// That change ended: `done` at global `index`, `failed` (certainly
+    /// not applied) or `unknown`.
+    RuleSet {
+        prefix: String,
+        rights: String,
+        outcome: String,
+        index: Option<u64>,
+    },
+    /// The snooper heard of a change to `key` made at global `index`.
+    Heard { key: String, index: u64 },
+    /// The snooper's read of `key`, sent at virtual time `sent`, was
+    /// answered: it learned the key's contents or that it does not exist.
+    Learned { key: String, sent: u64 },
     /// The master granted `session` a lease until virtual time `until`
     /// (its own clock's expiry, at its rate): on creation, a KeepAlive's
     /// answer, a promotion (`failover`) or the one more lease of `FO-2`.

@@ -16,6 +16,7 @@ use super::disk::Disk;
 use super::net::SimListener;
 use super::record::{Clocks, Run, Settings};
 use super::rng::Rng;
+use super::rules;
 use super::scenario::{Action, Direction, Edge, Planner, Scenario};
 use super::servers::{CellServers, Servers, SingleMaster};
 use super::short_leases::{ShortLeases, SHORT};
@@ -230,6 +231,9 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     };
     let mut hosts = servers.clone();
     hosts.extend(contender_names.iter().chain(&bystanders).cloned());
+    if scenario.access {
+        hosts.extend([rules::OPERATOR.to_string(), rules::SNOOPER.to_string()]);
+    }
     let clocks = Clocks::draw(&mut rng.fork(5), settings.clock_spread, &hosts);
     let grants = Grants::default();
     let cell = (members > 0).then(|| {
@@ -245,6 +249,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             founders: servers.len() - planner.spare,
             broken_master_lease: settings.broken_master_lease,
             unfenced_releases: settings.unfenced_releases,
+            unfiltered_events: settings.unfiltered_events,
         };
         let mut disks = Rng::new(seed).fork(6);
         let mut volumes = BTreeMap::new();
@@ -279,6 +284,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
     let short = settings.short_recovered_leases;
     let unheld = settings.unheld_cache_writes;
     let unfenced = settings.unfenced_releases;
+    let unfiltered = settings.unfiltered_events;
     if members == 0 {
         sim.host("master", move || {
             let observer = observer.clone();
@@ -296,6 +302,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
                     observer: Some(observer),
                     unsafe_unheld_cache_writes: unheld,
                     unsafe_unfenced_releases: unfenced,
+                    unsafe_unfiltered_events: unfiltered,
                     // The short lease is below the usual minimum.
                     min_lease: if short {
                         SHORT
@@ -356,6 +363,27 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         ..base.clone()
     };
     sim.client("final", app::final_reads(reader));
+    if scenario.access {
+        let slot = rules::TokenSlot::default();
+        let changes = rules::plan(&mut rng.fork(7), work);
+        let operator = Ctx {
+            name: rules::OPERATOR.into(),
+            rng: rng.fork(8),
+            clock_rate: clocks.rate(rules::OPERATOR),
+            ..base.clone()
+        };
+        sim.client(
+            rules::OPERATOR,
+            rules::operate(operator, changes, slot.clone()),
+        );
+        let snooper = Ctx {
+            name: rules::SNOOPER.into(),
+            rng: rng.fork(9),
+            clock_rate: clocks.rate(rules::SNOOPER),
+            ..base.clone()
+        };
+        sim.client(rules::SNOOPER, rules::snoop(snooper, slot));
+    }
     if !planner.admin.is_empty() {
         let admin = admin::run(trace.clone(), servers.clone(), planner.admin.clone());
         sim.client(admin::HOST, admin);

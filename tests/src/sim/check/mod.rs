@@ -27,7 +27,10 @@
 //!   applied index.
 //! - [`waits`]: no wait for a lock, a term or a slot ended with an error:
 //!   lost connections and fail-overs are ridden through.
+//! - [`access`]: no client read or heard of a key its principal could not
+//!   read at that index.
 
+pub mod access;
 pub mod cache;
 pub mod containment;
 pub mod durability;
@@ -230,6 +233,7 @@ pub fn all(trace: &[Entry]) -> Report {
     add(failover::NAME, failover::check(run));
     add(masters::NAME, masters::check(run));
     add(replicas::NAME, replicas::check(run));
+    add(access::NAME, access::check(run));
     report.transitions = transitions;
     report
 }
