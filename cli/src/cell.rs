@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use leasehold_server::cell::{
-    change_members, query_status, Change, ChangeReply, ChangeRequest, MemberStatus,
+    change_members_on, query_status_on, Change, ChangeReply, ChangeRequest, MemberStatus,
 };
 
 /// What one address answered.
@@ -21,8 +21,25 @@ enum Answer {
 /// What the address `addr` is: a cell's member (its status), a single
 /// master (it answers a client's handshake, not a status query), or
 /// nothing that answers.
+/// A connection to the member at `addr`, over TLS when the flags say
+/// (`--tls-ca` and friends: `CELL-11`).
+async fn dial(addr: &str) -> std::io::Result<leasehold::BoxTransport> {
+    use leasehold::Connector;
+    let mut connector = leasehold::TcpConnector::new(addr);
+    if let Some(options) = crate::CLIENT_TLS.get().cloned().flatten() {
+        connector = connector
+            .tls(&options)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    }
+    connector.connect().await
+}
+
 async fn ask(addr: &str) -> Answer {
-    match query_status(addr).await {
+    let status = match dial(addr).await {
+        Ok(stream) => query_status_on(stream).await,
+        Err(e) => Err(e),
+    };
+    match status {
         Ok(status) => Answer::Member(status),
         Err(error) => match crate::connect(addr).await {
             Ok(client) => match client.epoch().await {
@@ -222,7 +239,11 @@ pub(crate) async fn change(
         if !asked.insert(addr.clone()) {
             continue;
         }
-        let reply = match change_members(&addr, &request).await {
+        let reply = match dial(&addr).await {
+            Ok(stream) => change_members_on(stream, &request).await,
+            Err(e) => Err(e),
+        };
+        let reply = match reply {
             Ok(reply) => reply,
             Err(error) => {
                 last_error = format!("{addr}: {error}");

@@ -702,7 +702,7 @@ fn key_arg(text: &str) -> Result<String, String> {
 }
 
 /// How every client this process makes speaks TLS (`--tls-ca` and friends).
-static CLIENT_TLS: OnceLock<Option<leasehold::TlsOptions>> = OnceLock::new();
+pub(crate) static CLIENT_TLS: OnceLock<Option<leasehold::TlsOptions>> = OnceLock::new();
 
 /// Clients' TLS flags given to `serve`, which it does not use.
 static IGNORED_BY_SERVE: OnceLock<Vec<&'static str>> = OnceLock::new();
@@ -1053,10 +1053,10 @@ fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::Serve
         }
         return Ok(None);
     };
-    if args.cell.is_some() {
+    if args.cell.is_some() && args.tls_client_ca.is_none() {
         anyhow::bail!(
-            "TLS is not yet available to a cell's members: serve a cell without --tls-cert, on \
-             a network only its members and clients reach"
+            "a cell's members speaking TLS verify each other's certificates: give \
+             --tls-client-ca, the CA that signed every member's certificate"
         );
     }
     let files = leasehold_server::TlsFiles {
@@ -1096,8 +1096,7 @@ fn reload_on_hangup(tls: leasehold_server::ServerTls) -> anyhow::Result<()> {
 fn warn_without_tls(config: &leasehold_server::Config, addr: std::net::SocketAddr, member: bool) {
     if config.tls.is_none() && !addr.ip().is_loopback() {
         let remedy = if member {
-            " (a cell's members do not speak TLS yet: keep the cell on a network only its \
-             members and clients reach)"
+            "; give every member --tls-cert, --tls-key and --tls-client-ca (the cell's CA)"
         } else {
             "; give the master --tls-cert and --tls-key"
         };
@@ -1170,6 +1169,8 @@ async fn serve_member(
     }
     let secret = match &args.cell_secret_file {
         Some(path) => Some(read_secret(path, "cell secret")?),
+        // Peers prove themselves by their certificates (`CELL-11`).
+        None if config.tls.is_some() => None,
         None => {
             tracing::warn!(
                 "no --cell-secret-file: anyone who reaches this member's port and knows the \
@@ -1193,6 +1194,14 @@ async fn serve_member(
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
     warn_without_operator_token(&config);
     warn_without_tls(&config, addr, true);
+    if let Some(tls) = config.tls.clone() {
+        tracing::info!(
+            cert = %tls.files().cert.display(),
+            "speaking TLS to clients and peers; a peer must present the certificate of the \
+             member it says it is; SIGHUP reads the files again"
+        );
+        reload_on_hangup(tls)?;
+    }
     leasehold_server::cell::serve(
         listener,
         config,

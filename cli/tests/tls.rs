@@ -134,9 +134,10 @@ fn sighup_makes_the_master_read_its_certificate_again() {
     let _ = child.wait();
 }
 
-// TLS-1: a cell's members do not speak TLS yet, and say so at start.
+// CELL-11: a member speaking TLS must verify its peers: without a client
+// CA it is refused at start, saying what to give.
 #[test]
-fn a_cell_member_with_tls_is_refused_at_start() {
+fn a_cell_member_with_tls_but_no_client_ca_is_refused_at_start() {
     let d = dir("cell");
     let pki = Pki::new(&d, "cell");
     let out = Command::new(BIN)
@@ -156,7 +157,7 @@ fn a_cell_member_with_tls_is_refused_at_start() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("not yet available to a cell"),
+        stderr(&out).contains("give --tls-client-ca"),
         "{}",
         stderr(&out)
     );
@@ -211,4 +212,95 @@ fn cell_status_against_a_tls_master_says_it_is_no_member() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+// CELL-11: three members speaking mutual TLS, each with the certificate
+// that names it: clients and `cell status` reach them with the TLS flags,
+// and `cell status` without them says no member answered as one.
+#[test]
+fn a_cell_speaking_mutual_tls_serves_clients_and_status_over_tls() {
+    let d = dir("tls-cell");
+    let pki = Pki::new(&d, "cell");
+    let addrs: Vec<String> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
+        .collect();
+    let cell = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let ca = pki.ca.to_str().unwrap();
+    let mut children = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let member = &pki.members[i];
+        let node = (i + 1).to_string();
+        let data = d.join(format!("m{node}"));
+        let (child, listening) = common::spawn_serve_logging(
+            &[
+                "--cell",
+                &cell,
+                "--node",
+                &node,
+                "--listen",
+                addr,
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--tls-cert",
+                member.cert.to_str().unwrap(),
+                "--tls-key",
+                member.key.to_str().unwrap(),
+                "--tls-client-ca",
+                ca,
+            ],
+            &[],
+            std::process::Stdio::null(),
+        );
+        assert_eq!(&listening, addr);
+        children.push(child);
+    }
+    let every = addrs.join(",");
+    let (cert, key) = (
+        pki.client.cert.to_str().unwrap(),
+        pki.client.key.to_str().unwrap(),
+    );
+    let tls = ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", key];
+    let with_tls = |args: &[&str]| {
+        let mut all = tls.to_vec();
+        all.extend_from_slice(args);
+        leasehold(&every, &all)
+    };
+    let mut put = with_tls(&["put", "svc/db", "10.0.0.5"]);
+    for _ in 0..100 {
+        if put.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        put = with_tls(&["put", "svc/db", "10.0.0.5"]);
+    }
+    assert!(put.status.success(), "{}", stderr(&put));
+    let got = with_tls(&["get", "svc/db"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), "10.0.0.5");
+    let who = with_tls(&["whoami"]);
+    assert!(
+        String::from_utf8_lossy(&who.stdout).starts_with("cell-client (client certificate)"),
+        "{}",
+        String::from_utf8_lossy(&who.stdout)
+    );
+    let status = with_tls(&["cell", "status"]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let printed = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        printed.contains("yes"),
+        "no member serves as master: {printed}"
+    );
+    let plain = leasehold(&every, &["cell", "status"]);
+    assert!(!plain.status.success());
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

@@ -7,6 +7,7 @@ use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::error::ClientError;
 use crate::tls::ClientTls;
 
 /// A byte stream to a server.
@@ -58,6 +59,14 @@ impl TcpConnector {
     pub(crate) fn with_tls(mut self, tls: Option<ClientTls>) -> Self {
         self.tls = tls;
         self
+    }
+
+    /// Speaks TLS as `options` say on every connection: for tools that
+    /// speak to a master's port with frames of their own, such as a cell's
+    /// status queries.
+    pub fn tls(self, options: &crate::TlsOptions) -> Result<Self, ClientError> {
+        let tls = ClientTls::load(options).map_err(ClientError::Tls)?;
+        Ok(self.with_tls(Some(tls)))
     }
 }
 

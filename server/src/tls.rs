@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// Where the master's TLS files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +63,14 @@ pub enum TlsError {
 #[derive(Clone)]
 pub struct ServerTls {
     files: Arc<TlsFiles>,
-    current: Arc<RwLock<Arc<ServerConfig>>>,
+    current: Arc<RwLock<Configured>>,
+}
+
+/// What the files make: the server's side, and with a client CA the side
+/// a cell's member dials its peers with (`CELL-11`).
+struct Configured {
+    server: Arc<ServerConfig>,
+    peer: Option<Arc<ClientConfig>>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -105,11 +112,54 @@ impl ServerTls {
     /// An acceptor with the configuration in force now.
     pub(crate) fn acceptor(&self) -> TlsAcceptor {
         let config = self.current.read().unwrap_or_else(|e| e.into_inner());
-        TlsAcceptor::from(config.clone())
+        TlsAcceptor::from(config.server.clone())
+    }
+
+    /// A connector for dialing a cell's peers with the configuration in
+    /// force now: this member's certificate as its client certificate, the
+    /// client CA as the only roots. `None` without a client CA.
+    pub(crate) fn peer_connector(&self) -> Option<TlsConnector> {
+        let config = self.current.read().unwrap_or_else(|e| e.into_inner());
+        config.peer.clone().map(TlsConnector::from)
     }
 }
 
-fn configure(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+fn configure(files: &TlsFiles) -> Result<Configured, TlsError> {
+    let server = configure_server(files)?;
+    let peer = match &files.client_ca {
+        None => None,
+        Some(ca) => Some(configure_peer(files, ca)?),
+    };
+    Ok(Configured { server, peer })
+}
+
+/// The client side of a member's peer links: it trusts the cell's CA
+/// alone and presents the member's own certificate.
+fn configure_peer(files: &TlsFiles, ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let roots = roots(ca)?;
+    let certs = certificates(&files.cert, "certificate file")?;
+    let key = private_key(&files.key)?;
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Rejected(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| TlsError::Rejected(e.to_string()))?;
+    Ok(Arc::new(config))
+}
+
+fn roots(ca: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(ca, "client CA file")? {
+        roots
+            .add(cert)
+            .map_err(|e| TlsError::Rejected(format!("{}: {e}", ca.display())))?;
+    }
+    Ok(roots)
+}
+
+fn configure_server(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = certificates(&files.cert, "certificate file")?;
     let key = private_key(&files.key)?;
@@ -119,12 +169,7 @@ fn configure(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in certificates(ca, "client CA file")? {
-                roots
-                    .add(cert)
-                    .map_err(|e| TlsError::Rejected(format!("{}: {e}", ca.display())))?;
-            }
+            let roots = roots(ca)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| TlsError::Rejected(format!("{}: {e}", ca.display())))?;

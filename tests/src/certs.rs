@@ -1,6 +1,7 @@
 //! Certificates made at run time for TLS tests: a CA, a master's
-//! certificate for 127.0.0.1 and `localhost` it signed, a client's, and
-//! the same from a second CA nobody trusts.
+//! certificate for 127.0.0.1 and `localhost` it signed, a client's, three
+//! cell members' (`CELL-11`), and the same from a second CA nobody
+//! trusts.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,9 @@ pub struct Pki {
     pub ca: PathBuf,
     pub server: Pair,
     pub client: Pair,
+    /// Members 1 to 3 of a cell: named `leasehold-member-<id>`, for
+    /// 127.0.0.1, for both ends of a link.
+    pub members: Vec<Pair>,
 }
 
 impl Pki {
@@ -54,7 +58,29 @@ impl Pki {
             ExtendedKeyUsagePurpose::ClientAuth,
             &issuer,
         );
-        Pki { ca, server, client }
+        let members = (1..=3)
+            .map(|id| {
+                let file = format!("{name}-member-{id}");
+                let pair = signed_as(
+                    dir,
+                    &file,
+                    &format!("leasehold-member-{id}"),
+                    vec!["127.0.0.1".into()],
+                    vec![
+                        ExtendedKeyUsagePurpose::ServerAuth,
+                        ExtendedKeyUsagePurpose::ClientAuth,
+                    ],
+                    &issuer,
+                );
+                pair
+            })
+            .collect();
+        Pki {
+            ca,
+            server,
+            client,
+            members,
+        }
     }
 }
 
@@ -65,10 +91,23 @@ fn signed(
     usage: ExtendedKeyUsagePurpose,
     issuer: &Issuer<'_, KeyPair>,
 ) -> Pair {
+    signed_as(dir, name, name, names, vec![usage], issuer)
+}
+
+/// A certificate with common name `common`, written as `file.pem` and
+/// `file.key`.
+fn signed_as(
+    dir: &Path,
+    name: &str,
+    common: &str,
+    names: Vec<String>,
+    usages: Vec<ExtendedKeyUsagePurpose>,
+    issuer: &Issuer<'_, KeyPair>,
+) -> Pair {
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(names).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.extended_key_usages = vec![usage];
+    params.distinguished_name.push(DnType::CommonName, common);
+    params.extended_key_usages = usages;
     let cert = params.signed_by(&key, issuer).unwrap();
     let pair = Pair {
         cert: dir.join(format!("{name}.pem")),

@@ -9,7 +9,8 @@ use std::time::Duration;
 use leasehold::{Client, LockOptions, PutOptions, SessionOptions, SessionState};
 use leasehold_protocol::{ClientFrame, Hello, ServerFrame};
 use leasehold_server::cell::{MemberConfig, Storage, TcpDialer, Timing};
-use leasehold_server::Config;
+use leasehold_server::{Config, ServerTls, TlsFiles};
+use leasehold_tests::certs::{Pair, Pki};
 use leasehold_tests::fixture::TempDir;
 use leasehold_tests::raw::RawConnection;
 use tokio::sync::oneshot;
@@ -23,6 +24,8 @@ struct Member {
 struct Cell {
     members: BTreeMap<u64, Member>,
     addrs: BTreeMap<u64, String>,
+    /// How to speak to the members when they speak TLS.
+    tls: Option<leasehold_tests::raw::RawTls>,
     _dirs: Vec<TempDir>,
 }
 
@@ -35,6 +38,12 @@ fn timing() -> Timing {
 }
 
 async fn cell(name: &str) -> Cell {
+    cell_speaking(name, None).await
+}
+
+/// A cell whose members speak mutual TLS with `pki`'s certificates
+/// (`CELL-11`), or plaintext.
+async fn cell_speaking(name: &str, pki: Option<&Pki>) -> Cell {
     let mut listeners = BTreeMap::new();
     let mut addrs = BTreeMap::new();
     for id in 1..=3u64 {
@@ -58,8 +67,18 @@ async fn cell(name: &str) -> Cell {
             join: false,
         };
         dirs.push(dir);
+        let tls = pki.map(|pki| {
+            let Pair { cert, key } = pki.members[id as usize - 1].clone();
+            let files = TlsFiles {
+                cert,
+                key,
+                client_ca: Some(pki.ca.clone()),
+            };
+            ServerTls::load(files).expect("the member's certificate loads")
+        });
         let config = Config {
             min_lease: Duration::from_millis(100),
+            tls,
             ..Config::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();
@@ -72,9 +91,14 @@ async fn cell(name: &str) -> Cell {
         });
         members.insert(id, Member { stop, task });
     }
+    let tls = pki.map(|pki| {
+        let client = Some((pki.client.cert.as_path(), pki.client.key.as_path()));
+        leasehold_tests::raw::RawTls::load(&pki.ca, client, "127.0.0.1").unwrap()
+    });
     Cell {
         members,
         addrs,
+        tls,
         _dirs: dirs,
     }
 }
@@ -88,7 +112,7 @@ impl Cell {
     /// the master's address.
     async fn hello(&self, id: u64) -> ServerFrame {
         let addr = self.addrs[&id].parse().unwrap();
-        let mut raw = RawConnection::connect(addr).await;
+        let mut raw = RawConnection::connect_over(addr, self.tls.as_ref()).await;
         raw.send(ClientFrame::Hello(Hello::current())).await;
         raw.recv().await.expect("an answer to Hello")
     }
@@ -270,6 +294,53 @@ async fn rules_and_tokens_made_on_one_master_hold_on_the_next() {
     let identity = anonymous.who_am_i().await.unwrap();
     assert!(identity.access_control);
     assert!(anonymous.get("jobs/a").await.is_err());
+    for id in cell.members.keys().copied().collect::<Vec<_>>() {
+        cell.stop(id).await;
+    }
+}
+
+// CELL-11, ACL-7: a cell whose members speak mutual TLS serves clients
+// over TLS, each acting as its certificate's principal; rules made on one
+// master hold on the next, once it is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_rules_made_on_one_master_hold_on_the_next() {
+    let dir = TempDir::new("cell-tls-pki");
+    let pki = Pki::new(dir.path(), "acl-cell");
+    let mut cell = cell_speaking("tls-acl", Some(&pki)).await;
+    let Pair { cert, key } = &pki.client;
+    let tls = leasehold::TlsOptions::new(&pki.ca).client_certificate(cert, key);
+    let config = |token: Option<String>| leasehold::ClientConfig {
+        tls: Some(tls.clone()),
+        token,
+        connect_timeout: Duration::from_secs(30),
+        ..leasehold::ClientConfig::default()
+    };
+    let client = Client::connect_with(cell.addr_list(), config(None))
+        .await
+        .unwrap();
+    let identity = client.who_am_i().await.unwrap();
+    assert_eq!(identity.principal.as_deref(), Some("acl-cell-client"));
+    client.put("jobs/a", "1", PutOptions::new()).await.unwrap();
+    client.put("svc/db", "2", PutOptions::new()).await.unwrap();
+    for rule in ["\"\" acl-cell-client all", "jobs/ ci read"] {
+        client.set_rule(rule.parse().unwrap()).await.unwrap();
+    }
+    let ci = client.create_token("ci", "").await.unwrap().to_string();
+    client.set_access_control(true).await.unwrap();
+    let first_epoch = client.epoch().await.unwrap();
+
+    let master = cell.master().await;
+    cell.stop(master).await;
+    let ci = Client::connect_with(cell.addr_list(), config(Some(ci)))
+        .await
+        .unwrap();
+    assert!(ci.epoch().await.unwrap() > first_epoch);
+    assert!(ci.get("jobs/a").await.unwrap().is_some());
+    let refused = ci.get("svc/db").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(leasehold_protocol::ErrorCode::PermissionDenied)
+    );
     for id in cell.members.keys().copied().collect::<Vec<_>>() {
         cell.stop(id).await;
     }

@@ -43,6 +43,7 @@ mod member;
 mod membership;
 mod network;
 mod peer;
+mod peer_tls;
 mod run;
 mod runtime;
 mod status;
@@ -62,10 +63,11 @@ pub use network::{
     CellNetwork, DialFuture, Dialer, PeerHello, PeerStream, Served, TcpDialer, MAX_PEER_FRAME,
     PEER_MAGIC,
 };
-pub use peer::{first_frame, serve as serve_peer, FirstFrame};
+pub use peer::{first_frame, serve as serve_peer, FirstFrame, Proof};
+pub use peer_tls::{member_name, peer_dialer, TlsDialer, MEMBER_PREFIX};
 pub use run::{serve, serve_member};
 pub use runtime::{seed_elections, CellRuntime};
-pub use status::{query as query_status, MemberStatus, STATUS_MAGIC};
+pub use status::{query as query_status, query_on as query_status_on, MemberStatus, STATUS_MAGIC};
 pub use volume::{DirVolume, MemoryVolume, Volume};
 
 /// A member's id within its cell.

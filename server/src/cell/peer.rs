@@ -59,12 +59,49 @@ pub enum FirstFrame<S> {
     Membership(Framed<S, FrameCodec>),
 }
 
+/// What proves who a peer is, besides the cell's secret in its hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
+    /// Nothing: the member does not speak TLS.
+    Plaintext,
+    /// TLS verified the peer's certificate; this is the common name it
+    /// carries, if any (`CELL-11`).
+    Certificate(Option<String>),
+}
+
+/// Why the peer's certificate does not make it member `from` of the cell,
+/// if it does not (`CELL-11`).
+fn certificate_refusal(proof: &Proof, hello: &PeerHello, member: &Member) -> Option<String> {
+    let Proof::Certificate(named) = proof else {
+        return None;
+    };
+    let wanted = super::peer_tls::member_name(hello.from);
+    if named.as_deref() != Some(wanted.as_str()) {
+        let shown = named
+            .as_deref()
+            .map_or_else(|| "no name".to_string(), |n| excerpt(n, SHOWN_CHARS));
+        return Some(format!(
+            "the peer's certificate names {shown}, not {wanted}, the member it says it is"
+        ));
+    }
+    let metrics = member.raft.metrics().borrow().clone();
+    let known = metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .any(|(id, _)| *id == hello.from);
+    (!known).then(|| format!("member {} is not a member of this cell", hello.from))
+}
+
 /// Serves one peer's connection after its hello: each request goes to
-/// this member's Raft, each answer back, until the peer hangs up.
+/// this member's Raft, each answer back, until the peer hangs up. With
+/// TLS, `proof` names the peer's certificate, which must be the member's
+/// its hello says it is (`CELL-11`).
 pub async fn serve<S: Served>(
     mut framed: Framed<S, FrameCodec>,
     hello: PeerHello,
     member: &Member,
+    proof: Proof,
 ) {
     let (cell, secret, me) = (
         member.config.cell.as_str(),
@@ -72,7 +109,9 @@ pub async fn serve<S: Served>(
         member.config.id,
     );
     let (raft, lease) = (&member.raft, &member.lease);
-    let refusal = if !same_secret(&hello.secret, secret) {
+    let refusal = if let Some(why) = certificate_refusal(&proof, &hello, member) {
+        Some(why)
+    } else if !same_secret(&hello.secret, secret) {
         // Neither secret goes in the message.
         Some("the peer did not present this cell's secret".to_string())
     } else if hello.cell != cell {

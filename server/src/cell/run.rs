@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
-use super::peer::{first_frame, may_stand, FirstFrame};
+use super::peer::{first_frame, may_stand, FirstFrame, Proof};
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::accept::{accept_loop, Accepted, Listener};
 use crate::codec::encode;
@@ -71,19 +71,22 @@ pub async fn serve<L: Listener>(
     config
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
-    refuse_tls(&config)?;
+    check_tls(&config)?;
+    let dialer = super::peer_tls::peer_dialer(&config, dialer);
     let member = Member::start(member, Bounds::from(&config), dialer).await?;
     serve_member(listener, config, member, shutdown).await
 }
 
-/// A cell's members do not speak TLS yet (`TLS-1`): their peers dial in
-/// plaintext, so a member that asked for TLS would never hear them.
-pub(super) fn refuse_tls(config: &Config) -> Result<(), MemberError> {
-    match config.tls {
-        Some(_) => Err(MemberError::Config(
-            "TLS is not yet available to a cell's members: serve the cell without it".into(),
+/// A member that speaks TLS verifies its peers' certificates as they
+/// verify its own, so it needs the cell's CA as its client CA (`CELL-11`).
+pub(super) fn check_tls(config: &Config) -> Result<(), MemberError> {
+    match &config.tls {
+        Some(tls) if !tls.mutual() => Err(MemberError::Config(
+            "a cell's members speaking TLS verify each other's certificates: give the cell's \
+             CA as the client CA (--tls-client-ca)"
+                .into(),
         )),
-        None => Ok(()),
+        _ => Ok(()),
     }
 }
 
@@ -96,7 +99,7 @@ pub async fn serve_member<L: Listener>(
     member: Member,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MemberError> {
-    if let Err(refused) = refuse_tls(&config) {
+    if let Err(refused) = check_tls(&config) {
         member.shutdown().await;
         return Err(refused);
     }
@@ -150,12 +153,17 @@ async fn connected<S: super::network::Served>(
     let Some((stream, hello_by)) = incoming.establish(&config, &stop).await else {
         return;
     };
+    let certified = stream.certified();
+    let proof = match config.tls {
+        Some(_) => Proof::Certificate(certified.clone()),
+        None => Proof::Plaintext,
+    };
     let first = tokio::time::timeout_at(hello_by, first_frame(stream, config.max_frame)).await;
     let Ok(Ok(first)) = first else { return };
     match first {
         FirstFrame::Peer(framed, hello) => {
             tokio::select! {
-                () = super::peer::serve(framed, hello, &member) => {}
+                () = super::peer::serve(framed, hello, &member, proof) => {}
                 () = stop.cancelled() => {}
             }
         }
@@ -189,7 +197,7 @@ async fn connected<S: super::network::Served>(
                         handle,
                         *config,
                         all_queued_bytes,
-                        crate::caller::Caller::new(ip, None),
+                        crate::caller::Caller::new(ip, certified),
                         connections.child_token(),
                         hello_by,
                     )

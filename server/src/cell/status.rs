@@ -100,8 +100,8 @@ pub(crate) async fn answer<S: Served>(
 
 /// Asks the member at `addr` for its status, over TCP.
 /// What an answer that is not a member's means: a single master answered
-/// (its frames decode as no member's), or a port that speaks TLS, which a
-/// cell's members do not yet (`TLS-1`).
+/// (its frames decode as no member's), or a port that speaks TLS to a
+/// query that does not.
 pub(crate) fn not_a_member() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::InvalidData,
@@ -111,6 +111,14 @@ pub(crate) fn not_a_member() -> std::io::Error {
 
 pub async fn query(addr: &str) -> std::io::Result<MemberStatus> {
     let stream = tokio::net::TcpStream::connect(addr).await?;
+    query_on(stream).await
+}
+
+/// Asks the member at the other end of `stream` for its status: over TLS,
+/// for a cell whose members speak it (`CELL-11`).
+pub async fn query_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: S,
+) -> std::io::Result<MemberStatus> {
     let mut framed = Framed::new(stream, codec());
     framed.send(Bytes::from_static(STATUS_MAGIC)).await?;
     let frame = framed

@@ -51,7 +51,8 @@ async fn accept(listener: tokio::net::TcpListener, member: Member) {
         let member = member.clone();
         connections.spawn(async move {
             if let Ok(FirstFrame::Peer(framed, hello)) = first_frame(stream, 1 << 20).await {
-                crate::cell::serve_peer(framed, hello, &member).await;
+                crate::cell::serve_peer(framed, hello, &member, crate::cell::Proof::Plaintext)
+                    .await;
             }
         });
         while connections.try_join_next().is_some() {}
@@ -641,10 +642,10 @@ fn a_cell_format_3_directory_is_carried_forward() {
     assert!(state.access().rules().is_empty());
 }
 
-// TLS-1: a member asked to speak TLS is refused at start, through the
-// library as through the CLI: its peers would dial it in plaintext.
+// CELL-11: a member asked to speak TLS without a client CA is refused at
+// start: it could not verify its peers.
 #[test]
-fn a_member_configured_with_tls_is_refused() {
+fn a_member_with_tls_but_no_client_ca_is_refused() {
     let dir = std::env::temp_dir().join(format!("leasehold-member-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let _guard = PathGuard(dir.clone());
@@ -666,7 +667,161 @@ fn a_member_configured_with_tls_is_refused() {
         tls: Some(tls),
         ..crate::Config::default()
     };
-    let refused = super::run::refuse_tls(&config).unwrap_err();
-    assert!(refused.to_string().contains("TLS"), "{refused}");
-    assert!(super::run::refuse_tls(&crate::Config::default()).is_ok());
+    let refused = super::run::check_tls(&config).unwrap_err();
+    assert!(refused.to_string().contains("client CA"), "{refused}");
+    assert!(super::run::check_tls(&crate::Config::default()).is_ok());
+}
+
+/// A CA and certificates it signs, written under `dir`, for a cell whose
+/// members speak mutual TLS (`CELL-11`).
+struct CellPki {
+    dir: std::path::PathBuf,
+    ca: std::path::PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl CellPki {
+    fn new(dir: &std::path::Path, name: &str) -> CellPki {
+        std::fs::create_dir_all(dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} CA"));
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let cert = params.self_signed(&key).unwrap();
+        let ca = dir.join(format!("{name}-ca.pem"));
+        std::fs::write(&ca, cert.pem()).unwrap();
+        CellPki {
+            dir: dir.to_path_buf(),
+            ca,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate named `name` for 127.0.0.1, for both ends of a link.
+    fn issue(&self, name: &str) -> crate::TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let files = crate::TlsFiles {
+            cert: self.dir.join(format!("{name}.pem")),
+            key: self.dir.join(format!("{name}.key")),
+            client_ca: Some(self.ca.clone()),
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+}
+
+/// Three members speaking mutual TLS to each other, through the same
+/// path `cell::serve` takes.
+async fn tls_cell(name: &str, pki: &CellPki) -> (Cell, Vec<tokio::sync::oneshot::Sender<()>>) {
+    let mut listeners = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=3 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.insert(id, l.local_addr().unwrap().to_string());
+        listeners.insert(id, l);
+    }
+    let (mut members, mut tasks, mut dirs, mut stops) =
+        (BTreeMap::new(), BTreeMap::new(), Vec::new(), Vec::new());
+    for (id, listener) in listeners {
+        let dir = member_dir(name, id);
+        let _ = std::fs::remove_dir_all(&dir);
+        dirs.push(PathGuard(dir.clone()));
+        let tls = crate::ServerTls::load(pki.issue(&member_name(id))).unwrap();
+        let config = crate::Config {
+            tls: Some(tls),
+            ..crate::Config::default()
+        };
+        let member_config = MemberConfig {
+            cell: format!("test-{name}"),
+            secret: None,
+            id,
+            members: addrs.clone(),
+            storage: Storage::Dir(dir),
+            timing: timing(),
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+            unsafe_keep_master_lease: false,
+            join: false,
+        };
+        let dialer = peer_dialer(&config, Arc::new(TcpDialer));
+        let member = Member::start(member_config, Bounds::from(&config), dialer)
+            .await
+            .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = member.clone();
+        tasks.insert(
+            id,
+            tokio::spawn(async move {
+                let _ = serve_member(listener, config, serving, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            }),
+        );
+        members.insert(id, member);
+        stops.push(stop);
+    }
+    let cell = Cell {
+        name: name.to_string(),
+        members,
+        listeners: tasks,
+        addrs,
+        snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+        _dirs: dirs,
+    };
+    (cell, stops)
+}
+
+// CELL-11: members speaking mutual TLS elect a leader; a peer is served
+// only with the certificate of the member it says it is: another
+// certificate the cell's CA signed, a member's certificate for a member
+// the cell does not have, or a certificate another CA signed, is refused,
+// and its vote request never reaches the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mutual_tls_a_peer_is_served_only_with_its_members_certificate() {
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+
+    let dir = std::env::temp_dir().join(format!("leasehold-cell-tls-{}", std::process::id()));
+    let _guard = PathGuard(dir.clone());
+    let pki = CellPki::new(&dir, "cell");
+    let (cell, _stops) = tls_cell("tls", &pki).await;
+    eventually("a leader among members speaking TLS", || {
+        cell.leader().is_some()
+    })
+    .await;
+    let target = 1;
+    let node = openraft::BasicNode::new(cell.addrs[&target].clone());
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(99, 2), None);
+    let option = RPCOption::new(Duration::from_secs(5));
+    let other = CellPki::new(&dir, "other");
+    for (claims, files, why) in [
+        (2, pki.issue("app-client"), "app-client"),
+        (9, pki.issue(&member_name(9)), "not a member of this cell"),
+        (2, other.issue(&member_name(2)), ""),
+    ] {
+        let tls = crate::ServerTls::load(files).unwrap();
+        let dialer = Arc::new(TlsDialer::new(Arc::new(TcpDialer), tls));
+        let lease = Arc::new(MasterLease::new(claims, Duration::from_millis(100)));
+        let mut network = CellNetwork::new("test-tls", claims, dialer, lease);
+        let mut client = network.new_client(target, &node).await;
+        let refused = client.vote(vote.clone(), option.clone()).await.unwrap_err();
+        assert!(refused.to_string().contains(why), "{claims}: {refused}");
+    }
+    let term = cell.members[&target].raft.metrics().borrow().current_term;
+    assert!(term < 99, "a refused vote request reached the engine");
 }
