@@ -27,13 +27,22 @@ pub enum Kv {
     Zookeeper(crate::zookeeper::Kv),
 }
 
+/// A Leasehold client of `system`, over TLS when it speaks it.
+pub async fn leasehold_client(system: &System) -> anyhow::Result<Client> {
+    let config = leasehold::ClientConfig {
+        tls: system.tls.clone(),
+        ..leasehold::ClientConfig::default()
+    };
+    Ok(Client::connect_with(system.addr.clone(), config).await?)
+}
+
 impl Locker {
     /// A new connection to `system` with a session of `lease`, ready to
     /// lock.
     pub async fn connect(system: &System, lease: Duration) -> anyhow::Result<Locker> {
         match system.kind {
-            Kind::Leasehold => {
-                let client = Client::connect(system.addr.clone()).await?;
+            Kind::Leasehold | Kind::LeaseholdTls => {
+                let client = leasehold_client(system).await?;
                 let session = client
                     .create_session(
                         SessionOptions::new("bench-lock")
@@ -90,7 +99,9 @@ impl Kv {
     /// A new connection to `system` for reads and writes.
     pub async fn connect(system: &System) -> anyhow::Result<Kv> {
         match system.kind {
-            Kind::Leasehold => Ok(Kv::Leasehold(Client::connect(system.addr.clone()).await?)),
+            Kind::Leasehold | Kind::LeaseholdTls => {
+                Ok(Kv::Leasehold(leasehold_client(system).await?))
+            }
             #[cfg(feature = "etcd")]
             Kind::Etcd => Ok(Kv::Etcd(Box::new(
                 crate::etcd::connect(&system.addr).await?,

@@ -264,7 +264,9 @@ impl Common {
         let (given, single, cluster) = match kind {
             Kind::Etcd => (&self.etcd_addr, ETCD, ETCD_CLUSTER),
             Kind::Zookeeper => (&self.zookeeper_addr, ZOOKEEPER, ZOOKEEPER_CLUSTER),
-            Kind::Leasehold => return self.addr.as_deref().unwrap_or_default(),
+            Kind::Leasehold | Kind::LeaseholdTls => {
+                return self.addr.as_deref().unwrap_or_default()
+            }
         };
         match given {
             Some(addr) => addr,
@@ -281,6 +283,23 @@ impl Common {
         name: &str,
         start: bool,
     ) -> anyhow::Result<(System, Option<Running>)> {
+        if kind == Kind::LeaseholdTls {
+            if self.addr.is_some() || self.cell || !start {
+                anyhow::bail!(
+                    "leasehold-tls is measured on a master the benchmark starts itself, not \
+                     with --addr or --cell"
+                );
+            }
+            let bin = master::find_binary(self.server_bin.as_deref())?;
+            let (master, tls) = Master::start_tls(&bin, name).await?;
+            let system = System {
+                kind,
+                addr: master.addr().to_string(),
+                tls: Some(tls),
+                pids: master.pid().into_iter().collect(),
+            };
+            return Ok((system, Some(Running::Master(Box::new(master)))));
+        }
         if kind == Kind::Leasehold && self.addr.is_none() && start {
             let bin = master::find_binary(self.server_bin.as_deref())?;
             if self.cell {
@@ -288,6 +307,7 @@ impl Common {
                 let system = System {
                     kind,
                     addr: cell.addr(),
+                    tls: None,
                     pids: cell.pids(),
                 };
                 return Ok((system, Some(Running::Cell(cell))));
@@ -296,6 +316,7 @@ impl Common {
             let system = System {
                 kind,
                 addr: master.addr().to_string(),
+                tls: None,
                 pids: master.pid().into_iter().collect(),
             };
             return Ok((system, Some(Running::Master(Box::new(master)))));
@@ -306,7 +327,15 @@ impl Common {
             .iter()
             .filter_map(|member| system::port(member).and_then(procstat::listening_on))
             .collect();
-        Ok((System { kind, addr, pids }, None))
+        Ok((
+            System {
+                kind,
+                addr,
+                tls: None,
+                pids,
+            },
+            None,
+        ))
     }
 }
 

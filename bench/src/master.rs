@@ -24,6 +24,31 @@ pub struct Master {
     addr: String,
 }
 
+/// A CA and a certificate it signed for 127.0.0.1, written in `dir`: the
+/// CA's file, the certificate's and its key's.
+fn certificates(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)> {
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "leasehold-bench CA");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate()?;
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?;
+    let cert = params.signed_by(&key, &issuer)?;
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("master.pem"),
+        dir.join("master.key"),
+    );
+    std::fs::write(&paths.0, ca_cert.pem())?;
+    std::fs::write(&paths.1, cert.pem())?;
+    std::fs::write(&paths.2, key.serialize_pem())?;
+    Ok(paths)
+}
+
 /// Finds the `leasehold` binary: `explicit`, else `LEASEHOLD_BIN`, else the
 /// one Cargo built beside this benchmark.
 pub fn find_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
@@ -68,6 +93,23 @@ impl Master {
         // A restart must come back on the same address.
         master.listen = master.addr.clone();
         Ok(master)
+    }
+
+    /// Like [`Master::start`], speaking TLS with a certificate made for it
+    /// now; what its clients need to speak TLS to it.
+    pub async fn start_tls(
+        bin: &Path,
+        name: &str,
+    ) -> anyhow::Result<(Master, leasehold::TlsOptions)> {
+        let mut master = Master::new(bin, name, "127.0.0.1:0", Vec::new())?;
+        let (ca, cert, key) = certificates(&master.scratch)?;
+        for (flag, path) in [("--tls-cert", &cert), ("--tls-key", &key)] {
+            master.args.push(flag.to_string());
+            master.args.push(path.display().to_string());
+        }
+        master.spawn().await?;
+        master.listen = master.addr.clone();
+        Ok((master, leasehold::TlsOptions::new(ca)))
     }
 
     /// Starts `bin serve` as member `node` of the cell `cell` (`1=ADDR,...`)

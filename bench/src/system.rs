@@ -6,6 +6,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
     Leasehold,
+    /// Leasehold over TLS, beside Leasehold without it: what TLS costs.
+    LeaseholdTls,
     Etcd,
     Zookeeper,
 }
@@ -23,6 +25,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Leasehold => "leasehold",
+            Kind::LeaseholdTls => "leasehold-tls",
             Kind::Etcd => "etcd",
             Kind::Zookeeper => "zookeeper",
         }
@@ -35,6 +38,8 @@ impl Kind {
 pub struct System {
     pub kind: Kind,
     pub addr: String,
+    /// How Leasehold's clients speak TLS to it, for `LeaseholdTls`.
+    pub tls: Option<leasehold::TlsOptions>,
     /// The serving processes that run on this machine (one, or one per
     /// member), for CPU and memory figures: their sum.
     pub pids: Vec<u32>,

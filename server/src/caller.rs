@@ -6,7 +6,7 @@
 //! token stops counting at once (`TOK-3`).
 
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A credential a connection proved with `Authenticate` (`ID-2`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,24 +24,38 @@ pub(crate) struct Caller {
     /// The name in the client certificate TLS verified (`ID-1`).
     pub(crate) certified: Option<Box<str>>,
     /// Set by the master alone, as it answers `Authenticate`; the
-    /// connection only carries it.
-    credential: Mutex<Option<Credential>>,
+    /// connection only carries it. Read for every request, so one atomic
+    /// word: [`NO_CREDENTIAL`], [`OPERATOR`] or a token's id.
+    credential: AtomicU64,
 }
+
+const NO_CREDENTIAL: u64 = 0;
+const OPERATOR: u64 = u64::MAX;
 
 impl Caller {
     pub(crate) fn new(peer: IpAddr, certified: Option<String>) -> Caller {
         Caller {
             peer,
             certified: certified.map(String::into_boxed_str),
-            credential: Mutex::new(None),
+            credential: AtomicU64::new(NO_CREDENTIAL),
         }
     }
 
     pub(crate) fn credential(&self) -> Option<Credential> {
-        *self.credential.lock().unwrap_or_else(|e| e.into_inner())
+        match self.credential.load(Ordering::Acquire) {
+            NO_CREDENTIAL => None,
+            OPERATOR => Some(Credential::Operator),
+            id => Some(Credential::Token(id)),
+        }
     }
 
+    /// Token ids start at 1 and never reach `u64::MAX` (`TOK-1`).
     pub(crate) fn set_credential(&self, credential: Option<Credential>) {
-        *self.credential.lock().unwrap_or_else(|e| e.into_inner()) = credential;
+        let word = match credential {
+            None => NO_CREDENTIAL,
+            Some(Credential::Operator) => OPERATOR,
+            Some(Credential::Token(id)) => id,
+        };
+        self.credential.store(word, Ordering::Release);
     }
 }
