@@ -48,8 +48,9 @@ pub struct Access {
     /// Off: every request is allowed, as before access control existed
     /// (`ACL-5`).
     pub(crate) enabled: bool,
-    /// By prefix, then principal.
-    pub(crate) rules: BTreeMap<(String, String), Rights>,
+    /// By prefix, then principal: a key's prefixes are looked up as they
+    /// are, with no string made for each.
+    pub(crate) rules: BTreeMap<String, BTreeMap<String, Rights>>,
     pub(crate) tokens: BTreeMap<u64, StoredToken>,
     /// The id the next token gets: ids are never used twice, so a revoked
     /// token's id never comes back to life.
@@ -74,32 +75,67 @@ impl Access {
             Principal::Operator => Rights::ALL,
             _ => self
                 .decide(principal, key)
-                .map_or(Rights::NONE, |(_, rights)| rights),
+                .map_or(Rights::NONE, |(_, _, rights)| rights),
         }
     }
 
     /// The rule that decides what `principal` may do on `key`, by its
     /// prefix and principal, with the rights it grants; `None` if no rule
     /// covers the key.
-    pub fn decide(&self, principal: &Principal, key: &str) -> Option<(&(String, String), Rights)> {
+    pub fn decide(&self, principal: &Principal, key: &str) -> Option<(&str, &str, Rights)> {
         let name = principal.name();
-        let mut cuts: Vec<usize> = key
+        let cuts = key
             .char_indices()
             .map(|(at, _)| at)
-            .chain(std::iter::once(key.len()))
-            .collect();
-        cuts.reverse();
+            .chain(std::iter::once(key.len()));
+        let mut found = None;
+        // The shortest first: the longest that has a rule for the
+        // principal, or for anyone, is the last found.
         for cut in cuts {
-            let prefix = &key[..cut];
-            let mine = name.map(|name| (prefix.to_string(), name.to_string()));
-            let anyone = (prefix.to_string(), ANYONE.to_string());
-            for rule in mine.iter().chain(std::iter::once(&anyone)) {
-                if let Some((rule, rights)) = self.rules.get_key_value(rule) {
-                    return Some((rule, *rights));
-                }
+            let Some((prefix, by_principal)) = self.rules.get_key_value(&key[..cut]) else {
+                continue;
+            };
+            let rule = name
+                .and_then(|name| by_principal.get_key_value(name))
+                .or_else(|| by_principal.get_key_value(ANYONE));
+            if let Some((who, rights)) = rule {
+                found = Some((prefix.as_str(), who.as_str(), *rights));
             }
         }
-        None
+        found
+    }
+
+    /// Sets the rule of `prefix` and `principal`; whether it is a new one.
+    pub(crate) fn set_rule(&mut self, prefix: String, principal: String, rights: Rights) -> bool {
+        self.rules
+            .entry(prefix)
+            .or_default()
+            .insert(principal, rights)
+            .is_none()
+    }
+
+    /// Removes the rule of `prefix` and `principal`; whether there was one.
+    pub(crate) fn remove_rule(&mut self, prefix: &str, principal: &str) -> bool {
+        let Some(by_principal) = self.rules.get_mut(prefix) else {
+            return false;
+        };
+        let removed = by_principal.remove(principal).is_some();
+        if by_principal.is_empty() {
+            self.rules.remove(prefix);
+        }
+        removed
+    }
+
+    /// How many rules there are.
+    pub(crate) fn rule_count(&self) -> usize {
+        self.rules.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether `prefix` and `principal` have a rule.
+    pub(crate) fn has_rule(&self, prefix: &str, principal: &str) -> bool {
+        self.rules
+            .get(prefix)
+            .is_some_and(|by_principal| by_principal.contains_key(principal))
     }
 
     /// Whether `principal` has every right in `needed` on `key`.
@@ -111,10 +147,12 @@ impl Access {
     pub fn rules(&self) -> Vec<Rule> {
         self.rules
             .iter()
-            .map(|((prefix, principal), rights)| Rule {
-                prefix: prefix.clone(),
-                principal: principal.clone(),
-                rights: *rights,
+            .flat_map(|(prefix, by_principal)| {
+                by_principal.iter().map(move |(principal, rights)| Rule {
+                    prefix: prefix.clone(),
+                    principal: principal.clone(),
+                    rights: *rights,
+                })
             })
             .collect()
     }
@@ -171,9 +209,7 @@ mod tests {
             ..Access::default()
         };
         for (prefix, principal, rights) in rules {
-            access
-                .rules
-                .insert((prefix.to_string(), principal.to_string()), *rights);
+            access.set_rule(prefix.to_string(), principal.to_string(), *rights);
         }
         access
     }

@@ -115,7 +115,7 @@ impl Engine {
             return Ok(());
         }
         let why = match access.decide(principal, key) {
-            Some(((prefix, who), granted)) => format!(
+            Some((prefix, who, granted)) => format!(
                 "the rule for prefix {} and {} grants {granted}",
                 excerpt(prefix, SHOWN_CHARS),
                 excerpt(who, SHOWN_CHARS)

@@ -46,15 +46,14 @@ impl Kind for SetRule {
     ) -> Result<u64, Error> {
         let rule = self.rule;
         check_rule(&rule.prefix, &rule.principal)?;
-        let key = (rule.prefix, rule.principal);
-        let rules = &mut state.access.rules;
-        if !rules.contains_key(&key) && rules.len() >= MAX_RULES {
+        let access = &mut state.access;
+        if !access.has_rule(&rule.prefix, &rule.principal) && access.rule_count() >= MAX_RULES {
             return Err(Error::new(
                 ErrorCode::LimitReached,
                 format!("there are {MAX_RULES} rules already, the most a cell keeps"),
             ));
         }
-        rules.insert(key, rule.rights);
+        access.set_rule(rule.prefix, rule.principal, rule.rights);
         Ok(index)
     }
     fn applied(index: u64) -> Applied {
@@ -71,9 +70,9 @@ impl Kind for RemoveRule {
         _: Millis,
         _: &mut Vec<StateEvent>,
     ) -> Result<u64, Error> {
-        match state.access.rules.remove(&(self.prefix, self.principal)) {
-            Some(_) => Ok(index),
-            None => Err(invalid(
+        match state.access.remove_rule(&self.prefix, &self.principal) {
+            true => Ok(index),
+            false => Err(invalid(
                 "no rule has that prefix and principal: `acl list` shows the rules".into(),
             )),
         }
