@@ -214,9 +214,11 @@ fn cell_status_against_a_tls_master_says_it_is_no_member() {
     let _ = child.wait();
 }
 
-// CELL-11: three members speaking mutual TLS, each with the certificate
-// that names it: clients and `cell status` reach them with the TLS flags,
-// and `cell status` without them says no member answered as one.
+// CELL-11, ACL-7: three members speaking mutual TLS, each with the
+// certificate that names it: clients and `cell status` reach them with the
+// TLS flags, and `cell status` without them says no member answered as
+// one. Rules and a token made on the master hold once it is killed and
+// another member serves.
 #[test]
 fn a_cell_speaking_mutual_tls_serves_clients_and_status_over_tls() {
     let d = dir("tls-cell");
@@ -299,6 +301,43 @@ fn a_cell_speaking_mutual_tls_serves_clients_and_status_over_tls() {
     );
     let plain = leasehold(&every, &["cell", "status"]);
     assert!(!plain.status.success());
+
+    for rule in [["", "cell-client", "all"], ["jobs/", "ci", "read"]] {
+        let set = with_tls(&["acl", "set", rule[0], rule[1], rule[2]]);
+        assert!(set.status.success(), "{}", stderr(&set));
+    }
+    let token = with_tls(&["token", "create", "ci"]);
+    assert!(token.status.success(), "{}", stderr(&token));
+    let token_file = d.join("ci.token");
+    std::fs::write(&token_file, &token.stdout).unwrap();
+    assert!(with_tls(&["acl", "enable"]).status.success());
+    assert!(with_tls(&["put", "jobs/a", "1"]).status.success());
+    // SIGKILL the member serving as master.
+    let master = String::from_utf8_lossy(&with_tls(&["cell", "status"]).stdout)
+        .lines()
+        .find(|l| l.contains(" yes "))
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .expect("a master");
+    let master: usize = master.parse().unwrap();
+    let mut killed = children.remove(master - 1);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let as_ci = |args: &[&str]| {
+        let mut all = vec!["--token-file", token_file.to_str().unwrap()];
+        all.extend_from_slice(args);
+        with_tls(&all)
+    };
+    let mut read = as_ci(&["get", "jobs/a"]);
+    for _ in 0..100 {
+        if read.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        read = as_ci(&["get", "jobs/a"]);
+    }
+    assert!(read.status.success(), "{}", stderr(&read));
+    let refused = as_ci(&["get", "svc/db"]);
+    assert_eq!(refused.status.code(), Some(77), "{}", stderr(&refused));
     for mut child in children {
         let _ = child.kill();
         let _ = child.wait();
