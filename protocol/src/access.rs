@@ -125,8 +125,14 @@ impl FromStr for Rights {
     /// Rights are a comma-separated list of `read`, `write`, `lock` and
     /// `admin`, or `all`, or `none`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let words: Vec<&str> = text.split(',').map(str::trim).collect();
+        if words.len() > 1 && words.contains(&"none") {
+            return Err(AccessParseError(
+                "none stands alone: it is a rule that grants nothing".into(),
+            ));
+        }
         let mut rights = Rights::NONE;
-        for word in text.split(',').map(str::trim) {
+        for word in words {
             rights = rights.with(match word {
                 "all" => Rights::ALL,
                 "none" => Rights::NONE,
@@ -181,13 +187,23 @@ pub struct Rule {
 }
 
 impl fmt::Display for Rule {
+    /// A prefix or principal that is empty or holds blanks is quoted, so
+    /// the three words stay apart.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let prefix = if self.prefix.is_empty() {
-            "\"\""
-        } else {
-            &self.prefix
+        let word = |text: &str| {
+            if text.is_empty() || text.contains(char::is_whitespace) {
+                format!("{text:?}")
+            } else {
+                text.to_string()
+            }
         };
-        write!(f, "{prefix} {} {}", self.principal, self.rights)
+        write!(
+            f,
+            "{} {} {}",
+            word(&self.prefix),
+            word(&self.principal),
+            self.rights
+        )
     }
 }
 
@@ -343,6 +359,22 @@ mod tests {
         assert!(error.contains("\"rite\""), "{error}");
         let long = "x".repeat(10_000);
         assert!(long.parse::<Rights>().unwrap_err().to_string().len() < 300);
+    }
+
+    #[test]
+    fn none_does_not_combine_with_other_rights() {
+        assert!("lock,none".parse::<Rights>().is_err());
+        assert_eq!("none".parse::<Rights>(), Ok(Rights::NONE));
+    }
+
+    #[test]
+    fn a_principal_with_blanks_is_quoted_in_a_rules_text() {
+        let rule = Rule {
+            prefix: "tmp/".into(),
+            principal: "c i".into(),
+            rights: Rights::READ,
+        };
+        assert_eq!(rule.to_string(), "tmp/ \"c i\" read");
     }
 
     #[test]

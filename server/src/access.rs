@@ -32,6 +32,53 @@ impl Principal {
     }
 }
 
+/// Whose a session or a check is, when a principal or the operator made it
+/// (`ID-5`, `CHK-6`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Owner {
+    Principal(String),
+    Operator,
+}
+
+impl Owner {
+    /// The owner a request from `principal` makes, if it has one.
+    pub fn of(principal: &Principal) -> Option<Owner> {
+        match principal {
+            Principal::Named(name) => Some(Owner::Principal(name.to_string())),
+            Principal::Operator => Some(Owner::Operator),
+            Principal::Anonymous => None,
+        }
+    }
+
+    /// Whether `principal` is this owner; the operator is every owner.
+    pub fn is(&self, principal: &Principal) -> bool {
+        match (self, principal) {
+            (_, Principal::Operator) => true,
+            (Owner::Principal(name), Principal::Named(other)) => **name == **other,
+            _ => false,
+        }
+    }
+
+    /// Who the owner acts as, for what it may hear (`ACL-4`).
+    pub fn principal(&self) -> Principal {
+        match self {
+            Owner::Principal(name) => Principal::Named(name.as_str().into()),
+            Owner::Operator => Principal::Operator,
+        }
+    }
+
+    /// How a refusal names it.
+    pub fn described(&self) -> String {
+        match self {
+            Owner::Principal(name) => format!(
+                "principal {}",
+                leasehold_protocol::excerpt(name, crate::config::SHOWN_CHARS)
+            ),
+            Owner::Operator => "the operator".into(),
+        }
+    }
+}
+
 /// A bearer token as the state keeps it: the SHA-256 hash of its secret,
 /// never the secret (`TOK-1`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,12 +102,12 @@ pub struct Access {
     /// The id the next token gets: ids are never used twice, so a revoked
     /// token's id never comes back to life.
     pub(crate) next_token: u64,
-    /// The principal that created each live session, if it had a name
+    /// Who created each live session, if a principal or the operator did
     /// (`ID-5`).
-    pub(crate) owners: BTreeMap<SessionId, String>,
-    /// The principal that created each health check, if it had a name
+    pub(crate) owners: BTreeMap<SessionId, Owner>,
+    /// Who created each health check, if a principal or the operator did
     /// (`CHK-6`).
-    pub(crate) check_owners: BTreeMap<String, String>,
+    pub(crate) check_owners: BTreeMap<String, Owner>,
 }
 
 impl Access {
@@ -179,13 +226,13 @@ impl Access {
     }
 
     /// The principal that created check `name`, if it had a name.
-    pub fn check_owner(&self, name: &str) -> Option<&str> {
-        self.check_owners.get(name).map(String::as_str)
+    pub fn check_owner(&self, name: &str) -> Option<&Owner> {
+        self.check_owners.get(name)
     }
 
     /// The principal that created `session`, if it had a name.
-    pub fn owner(&self, session: SessionId) -> Option<&str> {
-        self.owners.get(&session).map(String::as_str)
+    pub fn owner(&self, session: SessionId) -> Option<&Owner> {
+        self.owners.get(&session)
     }
 }
 

@@ -628,3 +628,77 @@ async fn with_access_control_on_changing_a_check_needs_write_on_its_name() {
     let other = master.client_as("other").await;
     refused(other.delete_check("disk:/var").await);
 }
+
+// ACL-5: while access control is on, an admin cannot take admin on every
+// key from itself, by a rule or by removing one; another admin can.
+#[tokio::test]
+async fn an_admin_cannot_take_its_own_admin_away() {
+    let master =
+        Master::with_rules(&[("", "boss", Rights::ALL), ("", "deputy", Rights::ALL)]).await;
+    let boss = master.client_as("boss").await;
+    let demote = |who: &str| Rule {
+        prefix: String::new(),
+        principal: who.into(),
+        rights: Rights::READ,
+    };
+    let demoted = boss.set_rule(demote("boss")).await.unwrap_err();
+    assert_eq!(demoted.code(), Some(ErrorCode::InvalidArgument));
+    let removed = boss.remove_rule("", "boss").await.unwrap_err();
+    assert_eq!(removed.code(), Some(ErrorCode::InvalidArgument));
+    assert!(boss.rules().await.is_ok(), "boss is still an admin");
+    let deputy = master.client_as("deputy").await;
+    deputy.set_rule(demote("boss")).await.unwrap();
+    refused(boss.rules().await);
+}
+
+// ACL-4, ID-5: a session the operator made is the operator's, and hears
+// of every change.
+#[tokio::test]
+async fn the_operators_session_hears_of_every_change() {
+    let master = Master::with_rules(&[("", "writer", Rights::WRITE)]).await;
+    let session = master
+        .operator
+        .create_session(SessionOptions::new("operator"))
+        .await
+        .unwrap();
+    let mut events = session
+        .subscribe("jobs", SubscribeOptions::prefix())
+        .await
+        .unwrap();
+    let writer = master.client_as("writer").await;
+    writer.put("jobs/a", "1", PutOptions::new()).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&heard, SubscriptionEvent::Changed { key, .. } if key == "jobs/a"),
+        "{heard:?}"
+    );
+}
+
+// ACL-4: with access control on, a principal sees its own sessions, and
+// others' only with read on every key: a session's name is its creator's
+// words, often a key it locks.
+#[tokio::test]
+async fn others_sessions_are_seen_only_with_read_on_every_key() {
+    let master = Master::with_rules(&[
+        ("", "a", Rights::LOCK),
+        ("", "b", Rights::LOCK),
+        ("", "auditor", Rights::READ),
+    ])
+    .await;
+    let a = master.client_as("a").await;
+    let session = a
+        .create_session(SessionOptions::new("lock jobs/secret by host:1"))
+        .await
+        .unwrap();
+    assert_eq!(a.list_sessions().await.unwrap().len(), 1);
+    let b = master.client_as("b").await;
+    assert!(b.list_sessions().await.unwrap().is_empty());
+    refused(b.session_info(session.id()).await);
+    refused(b.session_locks(session.id()).await);
+    let auditor = master.client_as("auditor").await;
+    let seen = auditor.session_info(session.id()).await.unwrap();
+    assert_eq!(&*seen.name, "lock jobs/secret by host:1");
+}

@@ -110,6 +110,10 @@ pub struct Member {
     /// The last leader that sent this member entries or a heartbeat, and
     /// when (`CELL-9`).
     pub(crate) led_by: Arc<std::sync::Mutex<Option<(NodeId, tokio::time::Instant)>>>,
+    /// When a refusal of each peer was last logged: a peer refused keeps
+    /// retrying, and its refusals are logged once a minute, not each time.
+    pub(crate) refusals_logged:
+        Arc<std::sync::Mutex<std::collections::HashMap<NodeId, tokio::time::Instant>>>,
     /// A data directory's lock, held while the member runs: one member
     /// per directory.
     _lock: Option<Arc<std::fs::File>>,
@@ -193,6 +197,7 @@ impl Member {
             lease,
             log,
             led_by: Arc::default(),
+            refusals_logged: Arc::default(),
             _lock: lock.map(|taken| Arc::new(taken.lock)),
         })
     }

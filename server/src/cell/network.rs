@@ -55,7 +55,10 @@ pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<Box<dyn PeerStream>
 /// Opens connections to other members: TCP in a real cell, a simulated
 /// network in a simulation.
 pub trait Dialer: Send + Sync + 'static {
-    fn dial(&self, addr: &str) -> DialFuture;
+    /// A connection to member `to`, which the configuration says is at
+    /// `addr`. A dialer that can tell who answered (TLS, `CELL-11`) must
+    /// fail unless it is `to`.
+    fn dial(&self, addr: &str, to: NodeId) -> DialFuture;
 }
 
 /// Dials over TCP.
@@ -63,7 +66,7 @@ pub trait Dialer: Send + Sync + 'static {
 pub struct TcpDialer;
 
 impl Dialer for TcpDialer {
-    fn dial(&self, addr: &str) -> DialFuture {
+    fn dial(&self, addr: &str, _to: NodeId) -> DialFuture {
         let addr = addr.to_string();
         Box::pin(async move {
             let stream = tokio::net::TcpStream::connect(addr).await?;
@@ -268,7 +271,7 @@ impl PeerClient {
         if self.conn.is_none() {
             let stream = self
                 .dialer
-                .dial(&self.addr)
+                .dial(&self.addr, target)
                 .await
                 .map_err(|e| CallError::Unreachable(target, e))?;
             let mut framed = Framed::new(stream, codec());

@@ -59,6 +59,30 @@ pub enum FirstFrame<S> {
     Membership(Framed<S, FrameCodec>),
 }
 
+/// How often a refusal of one peer is logged at warning level.
+const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(60);
+/// Peers whose refusals are remembered; past it they are logged at debug
+/// level alone, so that made-up ids cannot fill memory.
+const MAX_REFUSALS_REMEMBERED: usize = 1024;
+
+/// Whether a refusal of peer `from` is to be logged at warning level now,
+/// and if so, notes that it is.
+fn refusal_due(member: &Member, from: NodeId) -> bool {
+    let now = tokio::time::Instant::now();
+    let mut logged = member
+        .refusals_logged
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let due = logged
+        .get(&from)
+        .is_none_or(|at| now.duration_since(*at) >= REFUSALS_LOGGED_EVERY);
+    let room = logged.contains_key(&from) || logged.len() < MAX_REFUSALS_REMEMBERED;
+    if due && room {
+        logged.insert(from, now);
+    }
+    due && room
+}
+
 /// What proves who a peer is, besides the cell's secret in its hello.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Proof {
@@ -128,7 +152,11 @@ pub async fn serve<S: Served>(
         None
     };
     if let Some(reason) = refusal {
-        tracing::warn!(from = hello.from, %reason, "peer refused");
+        if refusal_due(member, hello.from) {
+            tracing::warn!(from = hello.from, %reason, "peer refused (said at most once a minute)");
+        } else {
+            tracing::debug!(from = hello.from, %reason, "peer refused");
+        }
         let _ = framed
             .send(Bytes::from(encode(&PeerResponse::Refused(reason))))
             .await;

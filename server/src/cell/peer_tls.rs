@@ -1,9 +1,11 @@
 //! Peer links with mutual TLS (`CELL-11`). When a cell's members speak
 //! TLS, each dials its peers with its own certificate, trusting the cell's
-//! CA (the client CA) alone, and a member serves a peer only if the
-//! peer's certificate names the member it says it is: its subject's
-//! common name is `leasehold-member-<id>`. The cell's secret is then not
-//! needed, though still checked when given.
+//! CA (the client CA) alone, and goes on only if the member that answers
+//! presents the certificate of the member it dialed; a member serves a
+//! peer only if the peer's certificate names the member it says it is.
+//! A member's certificate names it by its subject's common name,
+//! `leasehold-member-<id>`. The cell's secret is then not needed, though
+//! still checked when given.
 
 use std::sync::Arc;
 
@@ -48,9 +50,9 @@ fn refused(why: String) -> std::io::Error {
 }
 
 impl Dialer for TlsDialer {
-    fn dial(&self, addr: &str) -> DialFuture {
+    fn dial(&self, addr: &str, to: NodeId) -> DialFuture {
         let addr = addr.to_string();
-        let dialing = self.inner.dial(&addr);
+        let dialing = self.inner.dial(&addr, to);
         let connector = self.tls.peer_connector();
         Box::pin(async move {
             let Some(connector) = connector else {
@@ -69,21 +71,24 @@ impl Dialer for TlsDialer {
             })?;
             let stream = dialing.await?;
             let tls = connector.connect(name, stream).await?;
-            // A certificate the cell's CA signed for something other than a
-            // member (a client's) does not make its holder a peer.
+            // Only member `to`'s certificate makes the answerer `to`: a
+            // client's, or another member's at `to`'s address, would be
+            // sent the log.
             let named = tls
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|certs| certs.first())
                 .and_then(|cert| cert_name::common_name(cert.as_ref()));
+            let wanted = member_name(to);
             match named {
-                Some(name) if name.starts_with(MEMBER_PREFIX) => {
-                    Ok(Box::new(tls) as Box<dyn PeerStream>)
-                }
+                Some(name) if name == wanted => Ok(Box::new(tls) as Box<dyn PeerStream>),
                 other => Err(refused(format!(
-                    "the member at {addr} presented a certificate named {other:?}, not \
-                     {MEMBER_PREFIX}<id>"
+                    "the member at {addr} presented a certificate named {}, not {wanted}",
+                    other.map_or_else(
+                        || "nothing".into(),
+                        |n| leasehold_protocol::excerpt(&n, crate::config::SHOWN_CHARS)
+                    )
                 ))),
             }
         })

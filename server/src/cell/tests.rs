@@ -824,4 +824,21 @@ async fn with_mutual_tls_a_peer_is_served_only_with_its_members_certificate() {
     }
     let term = cell.members[&target].raft.metrics().borrow().current_term;
     assert!(term < 99, "a refused vote request reached the engine");
+
+    // The other way: a member dialing member 2 at member 1's address is
+    // answered with member 1's certificate, and gives up.
+    let tls = crate::ServerTls::load(pki.issue(&member_name(3))).unwrap();
+    let dialer = TlsDialer::new(Arc::new(TcpDialer), tls);
+    let wrong = dialer
+        .dial(&cell.addrs[&1], 2)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        wrong
+            .to_string()
+            .contains("\"leasehold-member-1\", not leasehold-member-2"),
+        "{wrong}"
+    );
+    assert!(dialer.dial(&cell.addrs[&1], 1).await.is_ok());
 }

@@ -7,7 +7,7 @@ use leasehold_protocol::{Error, ErrorCode, Response};
 
 use super::rights::described;
 use super::Engine;
-use crate::access::{hash_secret, Principal};
+use crate::access::{hash_secret, Access, Principal};
 use crate::state::command::{
     CreateToken, RemoveRule, RevokeToken, SetAccessControl, SetRule, TokenCreated,
 };
@@ -23,7 +23,16 @@ impl Engine {
         }
     }
 
-    pub(crate) fn set_rule(&mut self, rule: Rule, now: Millis) -> Result<Response, Error> {
+    pub(crate) fn set_rule(
+        &mut self,
+        rule: Rule,
+        by: &Principal,
+        now: Millis,
+    ) -> Result<Response, Error> {
+        let (prefix, who, rights) = (rule.prefix.clone(), rule.principal.clone(), rule.rights);
+        self.keeps_admin(by, |after| {
+            after.set_rule(prefix, who, rights);
+        })?;
         self.fan_out_all();
         self.apply(SetRule { rule }, now)
             .map(|index| Response::AccessChanged { index })
@@ -33,11 +42,40 @@ impl Engine {
         &mut self,
         prefix: String,
         principal: String,
+        by: &Principal,
         now: Millis,
     ) -> Result<Response, Error> {
+        self.keeps_admin(by, |after| {
+            after.remove_rule(&prefix, &principal);
+        })?;
         self.fan_out_all();
         self.apply(RemoveRule { prefix, principal }, now)
             .map(|index| Response::AccessChanged { index })
+    }
+
+    /// Refuses a rule change that would take `admin` on every key from the
+    /// one who makes it, while access control is on: as turning it on, it
+    /// would leave nobody but the operator able to change the rules again
+    /// (`ACL-5`).
+    fn keeps_admin(&self, by: &Principal, change: impl FnOnce(&mut Access)) -> Result<(), Error> {
+        let access = &self.state.access;
+        if !access.enabled || !access.allows(by, "", Rights::ADMIN) {
+            return Ok(());
+        }
+        let mut after = access.clone();
+        change(&mut after);
+        if after.allows(by, "", Rights::ADMIN) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "that change would leave {} without admin on every key, and perhaps nobody but \
+                 the operator able to change the rules again: have another admin make it, or \
+                 make it with the operator token",
+                described(by)
+            ),
+        ))
     }
 
     pub(crate) fn list_rules(&self) -> Response {

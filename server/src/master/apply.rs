@@ -165,10 +165,11 @@ impl Engine {
     /// `record` about `session`: its owner, and the address that created
     /// it.
     fn audited(&self, record: Audit, session: SessionId) -> Audit {
-        let owner = match self.state.access.owner(session) {
-            Some(name) => Principal::Named(name.into()),
-            None => Principal::Anonymous,
-        };
+        let owner = self
+            .state
+            .access
+            .owner(session)
+            .map_or(Principal::Anonymous, |owner| owner.principal());
         record
             .session(session)
             .by(&owner)

@@ -11,12 +11,11 @@
 
 use leasehold_protocol::access::Rights;
 use leasehold_protocol::auth::same_bytes;
-use leasehold_protocol::{excerpt, Authority, Error, ErrorCode, Request, SessionId, SessionToken};
+use leasehold_protocol::{Authority, Error, ErrorCode, Request, SessionId, SessionToken};
 
 use super::rights::described;
 use super::Engine;
 use crate::access::Principal;
-use crate::config::SHOWN_CHARS;
 use crate::state::LockedNodes;
 
 fn denied(message: String) -> Error {
@@ -64,16 +63,12 @@ impl Engine {
                 token.id
             ))),
             Some(_) => match self.state.access.owner(token.id) {
-                Some(owner)
-                    if *principal != Principal::Operator && principal.name() != Some(owner) =>
-                {
-                    Err(denied(format!(
-                        "session {} belongs to principal {}: only a connection that acts as it \
-                         may act for the session, whoever holds its secret",
-                        token.id,
-                        excerpt(owner, SHOWN_CHARS)
-                    )))
-                }
+                Some(owner) if !owner.is(principal) => Err(denied(format!(
+                    "session {} belongs to {}: only a connection that acts as it may act for \
+                     the session, whoever holds its secret",
+                    token.id,
+                    owner.described()
+                ))),
                 _ => Ok(()),
             },
             None => Ok(()),

@@ -232,10 +232,9 @@ impl Engine {
             if !access.enabled || unfiltered {
                 return true;
             }
-            let principal = match access.owner(session) {
-                Some(owner) => Principal::Named(owner.into()),
-                None => Principal::Anonymous,
-            };
+            let principal = access
+                .owner(session)
+                .map_or(Principal::Anonymous, |owner| owner.principal());
             event_keys(kind)
                 .iter()
                 .all(|key| access.allows(&principal, key, Rights::READ))

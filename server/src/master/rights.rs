@@ -144,7 +144,7 @@ impl Engine {
             return Err(Error::new(
                 ErrorCode::PermissionDenied,
                 "while access control is off, only the operator (the master's operator token, \
-                 given with --operator-token-file) may change rules and tokens",
+                 given with --operator-token-file) may change or list rules and tokens",
             ));
         }
         self.may(principal, prefix, Rights::ADMIN)
@@ -160,16 +160,14 @@ impl Engine {
             return Ok(());
         }
         match access.check_owner(name) {
-            Some(owner) if *principal != Principal::Operator && principal.name() != Some(owner) => {
-                Err(Error::new(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "check {} belongs to principal {}: only it or the operator may change it",
-                        excerpt(name, SHOWN_CHARS),
-                        excerpt(owner, SHOWN_CHARS)
-                    ),
-                ))
-            }
+            Some(owner) if !owner.is(principal) => Err(Error::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "check {} belongs to {}: only it or the operator may change it",
+                    excerpt(name, SHOWN_CHARS),
+                    owner.described()
+                ),
+            )),
             _ => Ok(()),
         }
     }

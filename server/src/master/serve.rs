@@ -7,6 +7,7 @@ use leasehold_protocol::{Error, ErrorCode, LeaseGrant, Request, Response, Sequen
 
 use super::views::page;
 use super::{Call, Engine};
+use crate::access::Owner;
 use crate::config::{MAX_LIST_PAGE, MAX_LIST_SCAN};
 use crate::namespace::Put;
 use crate::node::check_key;
@@ -198,13 +199,10 @@ impl Engine {
             Request::CreateSession(c) => {
                 let (id, secret) = (self.ids.next_id(), self.ids.next_secret());
                 let session = NewSession::requested(c, id, secret);
-                let created = match principal.name() {
+                let created = match Owner::of(&principal) {
                     // ID-5: the session is its creator's as well as its
                     // secret's.
-                    Some(owner) => {
-                        let owner = owner.to_string();
-                        self.apply(OwnedSession { session, owner }, now)
-                    }
+                    Some(owner) => self.apply(OwnedSession { session, owner }, now),
                     None => self.apply(session, now),
                 };
                 created.map(|s| Response::SessionCreated {
@@ -226,15 +224,22 @@ impl Engine {
                     )
                 })
                 .map(|_| Response::Destroyed),
-            Request::SessionInfo { session } => self
-                .info(session, now)
-                .map(Response::SessionInfo)
-                .ok_or_else(|| self.state.missing_session(session)),
+            Request::SessionInfo { session } => {
+                self.may_see_session(session, &principal).and_then(|()| {
+                    self.info(session, now)
+                        .map(Response::SessionInfo)
+                        .ok_or_else(|| self.state.missing_session(session))
+                })
+            }
             Request::LockInfo { key } => Ok(Response::LockInfo(self.lock_info(&key, now))),
-            Request::SessionLocks { session } => self.session_locks(session, &principal),
+            Request::SessionLocks { session } => self
+                .may_see_session(session, &principal)
+                .and_then(|()| self.session_locks(session, &principal)),
             Request::ListSessions { after, limit } => {
                 let (sessions, more) = page(
-                    self.state.sessions_after(after),
+                    self.state
+                        .sessions_after(after)
+                        .filter(|s| self.sees_session(s.id, &principal)),
                     limit,
                     self.config.max_frame / 2,
                     |s| {
@@ -259,12 +264,9 @@ impl Engine {
                     status,
                     note,
                 };
-                match principal.name().filter(|_| creating) {
+                match Owner::of(&principal).filter(|_| creating) {
                     // CHK-6: a check a principal creates is its own.
-                    Some(owner) => {
-                        let owner = owner.to_string();
-                        self.apply(OwnedCheck { check, owner }, now)
-                    }
+                    Some(owner) => self.apply(OwnedCheck { check, owner }, now),
                     None => self.apply(check, now),
                 }
                 .map(|CheckChanged { index, invalidated }| {
@@ -306,8 +308,11 @@ impl Engine {
                 self.authenticate(&token, call.caller.as_deref(), now)
             }
             Request::WhoAmI => Ok(Response::Identity(self.identity(call.caller.as_deref()))),
-            Request::SetRule(rule) => self.set_rule(rule, now),
-            Request::RemoveRule { prefix, principal } => self.remove_rule(prefix, principal, now),
+            Request::SetRule(rule) => self.set_rule(rule, &principal, now),
+            Request::RemoveRule {
+                prefix,
+                principal: whose,
+            } => self.remove_rule(prefix, whose, &principal, now),
             Request::ListRules => Ok(self.list_rules()),
             Request::SetAccessControl { enabled } => {
                 self.set_access_control(enabled, &principal, now)
@@ -378,6 +383,39 @@ impl Engine {
                 return Ok((keys, true));
             }
         }
+    }
+
+    /// Whether `principal` may see `session`'s record: with access control
+    /// on, its own sessions alone, unless it may read every key (`ACL-4`):
+    /// a session's name is its creator's words, often a key it locks.
+    fn sees_session(&self, session: SessionId, principal: &crate::access::Principal) -> bool {
+        let access = &self.state.access;
+        if !access.enabled || access.allows(principal, "", leasehold_protocol::access::Rights::READ)
+        {
+            return true;
+        }
+        match access.owner(session) {
+            Some(owner) => owner.is(principal),
+            None => *principal == crate::access::Principal::Anonymous,
+        }
+    }
+
+    fn may_see_session(
+        &self,
+        session: SessionId,
+        principal: &crate::access::Principal,
+    ) -> Result<(), Error> {
+        if self.state.session(session).is_none() || self.sees_session(session, principal) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "session {session} is another's: {} sees others' sessions only with read on \
+                 every key",
+                super::rights::described(principal)
+            ),
+        ))
     }
 
     /// Refuses a recursive delete unless `principal` may write every key

@@ -11,7 +11,7 @@ use super::command::{
 };
 use super::CheckChanged;
 use super::{State, StateEvent};
-use crate::access::StoredToken;
+use crate::access::{Owner, StoredToken};
 use crate::config::{MAX_KEY_LEN, MAX_RULES, MAX_TOKENS};
 use crate::session::Session;
 use crate::time::Millis;
@@ -33,6 +33,13 @@ pub(crate) fn check_rule(prefix: &str, principal: &str) -> Result<(), Error> {
         check_principal(principal).map_err(invalid)?;
     }
     Ok(())
+}
+
+fn check_owner(owner: &Owner) -> Result<(), Error> {
+    match owner {
+        Owner::Principal(name) => check_principal(name).map_err(invalid),
+        Owner::Operator => Ok(()),
+    }
 }
 
 impl Kind for SetRule {
@@ -171,7 +178,7 @@ impl Kind for OwnedCheck {
         now: Millis,
         events: &mut Vec<StateEvent>,
     ) -> Result<CheckChanged, Error> {
-        check_principal(&self.owner).map_err(invalid)?;
+        check_owner(&self.owner)?;
         let name = self.check.name.clone();
         let created = state.checks.get(&name).is_none();
         let changed = self.check.apply_to(state, index, now, events)?;
@@ -194,7 +201,7 @@ impl Kind for OwnedSession {
         now: Millis,
         events: &mut Vec<StateEvent>,
     ) -> Result<Session, Error> {
-        check_principal(&self.owner).map_err(invalid)?;
+        check_owner(&self.owner)?;
         let id = self.session.id;
         let session = self.session.apply_to(state, index, now, events)?;
         state.access.owners.insert(id, self.owner);

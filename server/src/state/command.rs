@@ -12,6 +12,8 @@
 use std::time::Duration;
 
 use leasehold_protocol::access::Rule;
+
+use crate::access::Owner;
 use leasehold_protocol::{
     Behavior, CheckStatus, Error, LockMode, Sequencer, SessionId, SessionSecret,
 };
@@ -368,14 +370,14 @@ pub struct RevokeToken {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OwnedSession {
     pub session: NewSession,
-    pub owner: String,
+    pub owner: Owner,
 }
 
 /// Create health check `check`, owned by principal `owner` (`CHK-6`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OwnedCheck {
     pub check: SetCheck,
-    pub owner: String,
+    pub owner: Owner,
 }
 
 /// The id a new token got, and the index it was created at.

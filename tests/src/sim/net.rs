@@ -99,7 +99,7 @@ impl Connector for SimCellConnector {
 pub struct SimDialer;
 
 impl leasehold_server::cell::Dialer for SimDialer {
-    fn dial(&self, addr: &str) -> leasehold_server::cell::DialFuture {
+    fn dial(&self, addr: &str, _to: u64) -> leasehold_server::cell::DialFuture {
         let addr = addr.to_string();
         Box::pin(async move {
             let (host, port) = addr
