@@ -1004,9 +1004,9 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     config.tls = server_tls(&args)?;
     if let Some(path) = &args.audit_log {
         let audit = leasehold_server::AuditConfig {
-            path: path.clone(),
             max_bytes: args.audit_log_max_bytes,
             keep: args.audit_log_keep,
+            ..leasehold_server::AuditConfig::at(path)
         };
         let log = leasehold_server::AuditLog::open(&audit)
             .with_context(|| format!("cannot open the audit log {}", path.display()))?;

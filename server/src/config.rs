@@ -506,6 +506,18 @@ pub const DEFAULT_AUDIT_KEEP: u32 = 4;
 /// counted and dropped (`AUDIT-3`).
 pub(crate) const AUDIT_QUEUE: usize = 65_536;
 
+impl crate::audit::AuditConfig {
+    /// The audit log at `path`, with the default size, rotation and queue.
+    pub fn at(path: impl Into<std::path::PathBuf>) -> crate::audit::AuditConfig {
+        crate::audit::AuditConfig {
+            path: path.into(),
+            max_bytes: DEFAULT_AUDIT_MAX_BYTES,
+            keep: DEFAULT_AUDIT_KEEP,
+            queue: AUDIT_QUEUE,
+        }
+    }
+}
+
 /// The most access rules a state holds (`ACL-1`).
 pub const MAX_RULES: usize = 10_000;
 /// The most live bearer tokens a state holds (`TOK-1`).

@@ -170,9 +170,8 @@ impl Engine {
             .access
             .owner(session)
             .map_or(Principal::Anonymous, |owner| owner.principal());
-        record
+        super::auditing::by(record, &owner)
             .session(session)
-            .by(&owner)
             .peer(self.quotas.sessions.holder(&session))
     }
 
@@ -209,9 +208,9 @@ impl Engine {
                 if self.auditing() {
                     let record = self
                         .audited(Audit::new("lock-released", Outcome::Done), session)
-                        .key(&key)
+                        .key(super::auditing::cut(&key))
                         .index(self.state.index())
-                        .detail(&format!("{why:?}, lock generation {generation}"));
+                        .detail(format!("{why:?}, lock generation {generation}"));
                     self.audit(record);
                 }
                 self.told.remove(&(session, key));
@@ -227,9 +226,9 @@ impl Engine {
                 if self.auditing() {
                     let record = self
                         .audited(Audit::new("lock-granted", Outcome::Done), session)
-                        .key(&key)
+                        .key(super::auditing::cut(&key))
                         .index(index)
-                        .detail(&format!("lock generation {generation}"));
+                        .detail(format!("lock generation {generation}"));
                     self.audit(record);
                 }
                 self.observe(|| MasterEvent::LockGranted {

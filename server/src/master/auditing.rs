@@ -7,6 +7,7 @@ use leasehold_protocol::{Error, Request, Response, Sequencer};
 use super::{Call, Engine};
 use crate::access::Principal;
 use crate::audit::{Audit, Outcome};
+use crate::config::SHOWN_CHARS;
 
 /// A request's name in the audit log.
 pub(crate) fn request_name(request: &Request) -> &'static str {
@@ -90,18 +91,50 @@ fn request_session(request: &Request) -> Option<leasehold_protocol::SessionId> {
     }
 }
 
+/// `text`, cut to [`SHOWN_CHARS`] characters: a client's string never
+/// fills the audit log (`AUDIT-2`).
+pub(crate) fn cut(text: &str) -> String {
+    cut_to(text, SHOWN_CHARS)
+}
+
+/// A refusal's message: the master's words, with what they quote already
+/// cut; bounded all the same.
+fn cut_long(text: &str) -> String {
+    cut_to(text, 4 * SHOWN_CHARS)
+}
+
+fn cut_to(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        None => text.to_string(),
+        Some((at, _)) => format!("{}...", &text[..at]),
+    }
+}
+
+/// `record` saying who asked: a principal's name (cut), the operator, or
+/// nobody.
+pub(crate) fn by(mut record: Audit, principal: &Principal) -> Audit {
+    match principal {
+        Principal::Operator => record.operator = Some(true),
+        Principal::Named(name) => record.principal = Some(cut(name)),
+        Principal::Anonymous => {}
+    }
+    record
+}
+
 impl Engine {
     /// Records a request refused for want of authority or a right.
     pub(crate) fn audit_refusal(&mut self, call: &Call, principal: &Principal, refused: &Error) {
         if !self.auditing() {
             return;
         }
-        let mut record = Audit::new(request_name(&call.request), Outcome::Refused)
-            .by(principal)
-            .peer(call.peer)
-            .detail(&refused.message);
+        let mut record = by(
+            Audit::new(request_name(&call.request), Outcome::Refused),
+            principal,
+        )
+        .peer(call.peer)
+        .detail(cut_long(&refused.message));
         if let Some(key) = request_key(&call.request) {
-            record = record.key(&key);
+            record = record.key(cut(&key));
         }
         if let Some(session) = request_session(&call.request) {
             record = record.session(session);
@@ -148,14 +181,12 @@ impl Engine {
             Err(e) if detail.is_empty() => (Outcome::Refused, e.message.clone()),
             Err(e) => (Outcome::Refused, format!("{detail}: {}", e.message)),
         };
-        let mut record = Audit::new(request_name(request), outcome)
-            .by(principal)
-            .peer(peer);
+        let mut record = by(Audit::new(request_name(request), outcome), principal).peer(peer);
         if !detail.is_empty() {
-            record = record.detail(&detail);
+            record = record.detail(cut_long(&detail));
         }
         if let Some(key) = request_key(request) {
-            record = record.key(&key);
+            record = record.key(cut(&key));
         }
         if let Some(session) = request_session(request) {
             record = record.session(session);
@@ -165,5 +196,18 @@ impl Engine {
             record = record.index(*index);
         }
         self.audit(record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // AUDIT-2: a client's long string does not fill the log.
+    #[test]
+    fn a_long_key_is_cut() {
+        let cut = cut(&"k".repeat(100_000));
+        assert!(cut.len() < 100, "{} bytes", cut.len());
+        assert!(cut.ends_with("..."));
     }
 }
