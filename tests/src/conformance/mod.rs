@@ -379,6 +379,13 @@ mod tests {
         }
     }
 
+    // What CI's `--coverage` checks, in the default test run as well.
+    #[test]
+    fn every_spec_rule_has_a_case_or_a_reason() {
+        let uncovered = coverage(SPEC, &cases());
+        assert!(uncovered.is_empty(), "without a case: {uncovered:?}");
+    }
+
     #[test]
     fn unobservable_rules_exist_in_the_spec() {
         let rules = spec_rules(SPEC);

@@ -20,7 +20,7 @@ use crate::raw::RawConnection;
 pub(super) fn cases() -> Vec<Case> {
     vec![
         case!(
-            &["ID-2", "ID-3", "TOK-1"],
+            &["ID-1", "ID-2", "ID-3", "TOK-1"],
             a_token_makes_a_connection_its_principal
         ),
         case!(&["ID-4"], a_token_for_no_valid_principal_is_refused),
