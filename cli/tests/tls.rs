@@ -223,18 +223,7 @@ fn cell_status_against_a_tls_master_says_it_is_no_member() {
 fn a_cell_speaking_mutual_tls_serves_clients_and_status_over_tls() {
     let d = dir("tls-cell");
     let pki = Pki::new(&d, "cell");
-    let addrs: Vec<String> = (0..3)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        })
-        .collect();
-    let cell = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (addrs, cell) = common::cell::three_members();
     let ca = pki.ca.to_str().unwrap();
     let mut children = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {

@@ -7,6 +7,25 @@ use std::time::Duration;
 use leasehold_server::cell::query_status;
 use tokio::time::Instant;
 
+/// Three free loopback addresses, and the `--cell` list naming them
+/// `1=..,2=..,3=..`. Ports are chosen by binding and letting go: the
+/// members must know each other's addresses before any of them listens.
+pub fn three_members() -> (Vec<String>, String) {
+    let addrs: Vec<String> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
+        .collect();
+    let cell = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    (addrs, cell)
+}
+
 /// Three members on free loopback ports, each with its own data directory.
 pub struct Cell {
     pub members: BTreeMap<u64, (Child, String)>,
@@ -29,20 +48,7 @@ impl Cell {
     pub fn start_logging(name: &str, listen: bool, logs: bool) -> Cell {
         let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        // Ports chosen by binding and letting go: the members must know
-        // each other's addresses before any of them listens.
-        let addrs: Vec<String> = (0..3)
-            .map(|_| {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                l.local_addr().unwrap().to_string()
-            })
-            .collect();
-        let cell = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
+        let (addrs, cell) = three_members();
         let mut members = BTreeMap::new();
         let every = addrs.join(",");
         // As README's cell has it: a secret the members share, which is
