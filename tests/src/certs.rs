@@ -26,6 +26,11 @@ pub struct Pki {
     /// Members 1 to 3 of a cell: named `leasehold-member-<id>`, for
     /// 127.0.0.1, for both ends of a link.
     pub members: Vec<Pair>,
+    dir: PathBuf,
+    name: String,
+    /// The CA's own parameters and key (PEM), to sign more later.
+    ca_params: CertificateParams,
+    ca_key: String,
 }
 
 impl Pki {
@@ -43,7 +48,8 @@ impl Pki {
         let ca_cert = ca_params.self_signed(&ca_key).unwrap();
         let ca = dir.join(format!("{name}-ca.pem"));
         std::fs::write(&ca, ca_cert.pem()).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
+        let ca_key_pem = ca_key.serialize_pem();
+        let issuer = Issuer::new(ca_params.clone(), ca_key);
         let server = signed(
             dir,
             &format!("{name}-server"),
@@ -80,7 +86,30 @@ impl Pki {
             server,
             client,
             members,
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
+            ca_params,
+            ca_key: ca_key_pem,
         }
+    }
+
+    /// A client certificate this CA signed whose common name, and so
+    /// whose principal (`ID-1`), is `principal`.
+    pub fn client_named(&self, principal: &str) -> Pair {
+        let key = KeyPair::from_pem(&self.ca_key).expect("the CA's own key");
+        let issuer = Issuer::new(self.ca_params.clone(), key);
+        let file: String = principal
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        signed_as(
+            &self.dir,
+            &format!("{}-principal-{file}", self.name),
+            principal,
+            vec!["client.leasehold.test".into()],
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+            &issuer,
+        )
     }
 }
 
