@@ -539,11 +539,13 @@ impl ChangeRight {
         }
         match &self.cell_secret_file {
             Some(path) => read_secret(path, "cell secret"),
-            None => anyhow::bail!(
+            None => Err(ConfigError(
                 "changing the cell's members needs the operator's right: \
                  --operator-token-file (LEASEHOLD_OPERATOR_TOKEN_FILE) if the members have an \
                  operator token, otherwise --cell-secret-file (LEASEHOLD_CELL_SECRET_FILE)"
-            ),
+                    .into(),
+            )
+            .into()),
         }
     }
 }
@@ -613,6 +615,10 @@ pub(crate) const UNREACHABLE: u8 = 69;
 /// Exit status for "the lock is held by others; try again later" (as
 /// sysexits' EX_TEMPFAIL): `lock --try`, or a `--timeout` that ran out.
 pub(crate) const BUSY: u8 = 75;
+/// This client's own configuration does not work (EX_CONFIG): a token or
+/// TLS file cannot be read or holds no secret or certificate, or the
+/// master does not accept this client's TLS settings. Nothing was sent.
+pub(crate) const CONFIG: u8 = 78;
 
 /// `text` with its control characters escaped: an error may quote what a
 /// user or another client typed, which must not rewrite the terminal.
@@ -719,13 +725,30 @@ fn read_operator_token(path: &std::path::Path) -> anyhow::Result<String> {
     read_secret(path, "operator token")
 }
 
+/// A local file or setting this client needs does not work: exit status
+/// [`CONFIG`].
+#[derive(Debug)]
+pub(crate) struct ConfigError(String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
 /// The secret in the file at `path`, trimmed; `what` names it in errors.
 fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the {what} file {}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "cannot read the {what} file {}: {e}",
+            path.display()
+        ))
+    })?;
     let secret = text.trim().to_string();
     if secret.is_empty() {
-        anyhow::bail!("the {what} file {} is empty", path.display());
+        return Err(ConfigError(format!("the {what} file {} is empty", path.display())).into());
     }
     Ok(secret)
 }
@@ -810,7 +833,7 @@ fn main() -> ExitCode {
         Some(Ok(token)) => Some(token),
         Some(Err(e)) => {
             eprintln!("leasehold: {}", printable(&format!("{e:#}")));
-            return ExitCode::FAILURE;
+            return ExitCode::from(CONFIG);
         }
     };
     let _ = OPERATOR_TOKEN.set(token);
@@ -819,7 +842,7 @@ fn main() -> ExitCode {
         Some(Ok(token)) => Some(token),
         Some(Err(e)) => {
             eprintln!("leasehold: {}", printable(&format!("{e:#}")));
-            return ExitCode::FAILURE;
+            return ExitCode::from(CONFIG);
         }
     };
     let _ = BEARER_TOKEN.set(bearer);
@@ -934,7 +957,9 @@ fn main() -> ExitCode {
             Err(e) => {
                 let client = e.downcast_ref::<ClientError>();
                 let code = match client {
+                    None if e.downcast_ref::<ConfigError>().is_some() => CONFIG,
                     Some(ClientError::Connect { .. }) => UNREACHABLE,
+                    Some(ClientError::Tls(_)) => CONFIG,
                     Some(e) if e.code() == Some(leasehold::ErrorCode::PermissionDenied) => {
                         NO_PERMISSION
                     }

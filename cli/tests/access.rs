@@ -101,15 +101,35 @@ fn a_mistyped_right_is_a_usage_error_naming_the_rights() {
     assert!(said.contains("read, write, lock, admin"), "{said}");
 }
 
+// EX_CONFIG: the client's own file, not the master's answer.
 #[test]
-fn a_missing_token_file_is_named() {
+fn a_missing_token_file_is_named_and_exit_status_78() {
     let serve = Serve::start();
     let missing = serve.run(&["--token-file", "/nonexistent/ci.token", "whoami"]);
-    assert!(!missing.status.success());
+    assert_eq!(missing.status.code(), Some(78), "{missing:?}");
     assert!(
         stderr(&missing).contains("cannot read the token file /nonexistent/ci.token"),
         "{missing:?}"
     );
+}
+
+#[test]
+fn an_empty_operator_token_file_is_exit_status_78() {
+    let serve = Serve::start();
+    let dir =
+        std::env::temp_dir().join(format!("leasehold-cli-empty-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("operator.token");
+    std::fs::write(&empty, "\n").unwrap();
+    let out = serve.run(&[
+        "--operator-token-file",
+        empty.to_str().unwrap(),
+        "acl",
+        "list",
+    ]);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(stderr(&out).contains("is empty"), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -78,6 +78,27 @@ fn the_cli_speaks_tls_with_the_masters_ca_and_is_told_when_it_does_not() {
     let _ = child.wait();
 }
 
+// TLS-2: the client's own TLS settings failing is EX_CONFIG, apart from
+// a master that cannot be reached (69) or that refused (1, 77).
+#[test]
+fn a_ca_file_that_cannot_be_read_or_a_certificate_it_does_not_trust_is_exit_status_78() {
+    let d = dir("config");
+    let pki = Pki::new(&d, "cell");
+    let stranger = Pki::new(&d, "stranger");
+    let (mut child, addr) = tls_master(&pki);
+    let missing = leasehold(&addr, &["--tls-ca", "/nonexistent/ca.pem", "get", "k"]);
+    assert_eq!(missing.status.code(), Some(78), "{missing:?}");
+    assert!(
+        stderr(&missing).contains("/nonexistent/ca.pem"),
+        "{missing:?}"
+    );
+    let other_ca = stranger.ca.to_str().unwrap();
+    let untrusted = leasehold(&addr, &["--tls-ca", other_ca, "get", "k"]);
+    assert_eq!(untrusted.status.code(), Some(78), "{untrusted:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 // TLS-4: on SIGHUP the master reads its files again; new connections get
 // the new certificate.
 #[cfg(unix)]
