@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs the peers the benchmarks compare Leasehold with, on loopback only:
 #   etcd 3.4      on 127.0.0.1:2379 (WAL fsynced on every commit, its default)
+#                 and a second over TLS on 127.0.0.1:2479 (`--peer etcd-tls`),
+#                 its certificate signed by a CA made here with openssl,
+#                 $STATE/tls/ca.pem
 #   ZooKeeper 3.8 on 127.0.0.1:2181 (forceSync=yes, its default)
 # each with its data in a fresh temporary directory; or, for the cell
 # benchmarks (`leasehold-bench --cell`), their clusters:
@@ -28,6 +31,8 @@ set -euo pipefail
 STATE=${LEASEHOLD_PEERS_DIR:-/tmp/leasehold-peers}
 ETCD_PORT=2379
 ETCD_PEER_PORT=2380
+ETCD_TLS_PORT=2479
+ETCD_TLS_PEER_PORT=2480
 ZK_PORT=2181
 
 CLUSTER=${LEASEHOLD_PEERS_CLUSTER_DIR:-/tmp/leasehold-peers-cluster}
@@ -44,6 +49,7 @@ install() {
     [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
     command -v java >/dev/null || missing+=(default-jre-headless)
     command -v protoc >/dev/null || missing+=(protobuf-compiler)
+    command -v openssl >/dev/null || missing+=(openssl)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing ${missing[*]}"
         apt-get update -qq
@@ -117,14 +123,14 @@ stop_by() {
 
 start() {
     install
-    for port in $ETCD_PORT $ZK_PORT; do
+    for port in $ETCD_PORT $ETCD_TLS_PORT $ZK_PORT; do
         if [ -n "$(listener $port)" ]; then
             echo "port $port is already in use: run '$0 stop' first" >&2
             exit 1
         fi
     done
     rm -rf "$STATE"
-    mkdir -p "$STATE/etcd" "$STATE/zookeeper/data"
+    mkdir -p "$STATE/etcd" "$STATE/etcd-tls" "$STATE/zookeeper/data" "$STATE/tls"
 
     nohup etcd --name bench --data-dir "$STATE/etcd" \
         --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -135,6 +141,26 @@ start() {
         --log-level warn \
         >"$STATE/etcd.log" 2>&1 &
     echo $! >"$STATE/etcd.pid"
+
+    # The same etcd over TLS, with a P-256 certificate as the benchmark's
+    # Leasehold master has: what TLS costs etcd.
+    local tls=$STATE/tls ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+    openssl req -x509 "${ec[@]}" -days 30 -subj /CN=bench-ca \
+        -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+    openssl req "${ec[@]}" -subj /CN=etcd -keyout "$tls/etcd.key" -out "$tls/etcd.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$tls/etcd.ext"
+    openssl x509 -req -in "$tls/etcd.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+        -days 30 -extfile "$tls/etcd.ext" -out "$tls/etcd.pem" 2>/dev/null
+    nohup etcd --name bench-tls --data-dir "$STATE/etcd-tls" \
+        --listen-client-urls "https://127.0.0.1:$ETCD_TLS_PORT" \
+        --advertise-client-urls "https://127.0.0.1:$ETCD_TLS_PORT" \
+        --cert-file "$tls/etcd.pem" --key-file "$tls/etcd.key" \
+        --listen-peer-urls "http://127.0.0.1:$ETCD_TLS_PEER_PORT" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_TLS_PEER_PORT" \
+        --initial-cluster "bench-tls=http://127.0.0.1:$ETCD_TLS_PEER_PORT" \
+        --log-level warn \
+        >"$STATE/etcd-tls.log" 2>&1 &
+    echo $! >"$STATE/etcd-tls.pid"
 
     cat >"$STATE/zookeeper/zoo.cfg" <<CFG
 tickTime=2000
@@ -152,12 +178,15 @@ CFG
     echo $! >"$STATE/zookeeper.pid"
 
     wait_for_port $ETCD_PORT etcd
+    wait_for_port $ETCD_TLS_PORT etcd-tls
     wait_for_port $ZK_PORT zookeeper
 }
 
 stop() {
     stop_by "$STATE/etcd.pid" $ETCD_PORT
     echo "etcd stopped"
+    stop_by "$STATE/etcd-tls.pid" $ETCD_TLS_PORT
+    echo "etcd-tls stopped"
     stop_by "$STATE/zookeeper.pid" $ZK_PORT
     echo "zookeeper stopped"
     rm -rf "$STATE"
@@ -262,7 +291,7 @@ stop_cluster() {
 
 status() {
     local port pid role
-    for port in $ETCD_PORT $ZK_PORT "${ETCD_CLUSTER_PORTS[@]}" "${ZK_CLUSTER_PORTS[@]}"; do
+    for port in $ETCD_PORT $ETCD_TLS_PORT $ZK_PORT "${ETCD_CLUSTER_PORTS[@]}" "${ZK_CLUSTER_PORTS[@]}"; do
         pid=$(listener "$port")
         if [ -z "$pid" ]; then
             echo "127.0.0.1:$port not serving"

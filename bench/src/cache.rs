@@ -140,7 +140,7 @@ async fn reader(system: &System, fast: bool) -> anyhow::Result<Reader> {
         }
         #[cfg(feature = "etcd")]
         Kind::Etcd => Ok(Reader::Etcd {
-            client: Box::new(crate::etcd::connect(&system.addr).await?),
+            client: Box::new(crate::etcd::connect(&system.addr, None).await?),
             serializable: fast,
         }),
         #[cfg(feature = "zookeeper")]

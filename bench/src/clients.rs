@@ -36,6 +36,12 @@ pub async fn leasehold_client(system: &System) -> anyhow::Result<Client> {
     Ok(Client::connect_with(system.addr.clone(), config).await?)
 }
 
+/// The CA etcd's certificate is checked against, when it speaks TLS.
+#[cfg(feature = "etcd")]
+fn etcd_ca(system: &System) -> Option<&std::path::Path> {
+    system.tls.as_ref().map(|tls| tls.ca.as_path())
+}
+
 impl Locker {
     /// A new connection to `system` with a session of `lease`, ready to
     /// lock.
@@ -53,8 +59,8 @@ impl Locker {
                 Ok(Locker::Leasehold(session))
             }
             #[cfg(feature = "etcd")]
-            Kind::Etcd => Ok(Locker::Etcd(Box::new(
-                crate::etcd::Locker::new(&system.addr, lease).await?,
+            Kind::Etcd | Kind::EtcdTls => Ok(Locker::Etcd(Box::new(
+                crate::etcd::Locker::new(&system.addr, etcd_ca(system), lease).await?,
             ))),
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => Ok(Locker::Zookeeper(
@@ -103,8 +109,8 @@ impl Kv {
                 Ok(Kv::Leasehold(leasehold_client(system).await?))
             }
             #[cfg(feature = "etcd")]
-            Kind::Etcd => Ok(Kv::Etcd(Box::new(
-                crate::etcd::connect(&system.addr).await?,
+            Kind::Etcd | Kind::EtcdTls => Ok(Kv::Etcd(Box::new(
+                crate::etcd::connect(&system.addr, etcd_ca(system)).await?,
             ))),
             #[cfg(feature = "zookeeper")]
             Kind::Zookeeper => Ok(Kv::Zookeeper(

@@ -4,12 +4,13 @@
 //! and a subscriber is a watch.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use etcd_client::{Client, LockOptions};
+use etcd_client::{Client, ConnectOptions, LockOptions};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::{watch, Barrier};
 use tokio::task::JoinHandle;
@@ -20,13 +21,29 @@ use crate::sessions_tally::{Phase, Tally};
 
 /// A new client with its own HTTP/2 connection to the server at `addr`,
 /// or to each member of the cluster it lists (`HOST:PORT,HOST:PORT,...`),
-/// among which the client balances its requests.
-pub async fn connect(addr: &str) -> anyhow::Result<Client> {
+/// among which the client balances its requests; over TLS to a server
+/// whose certificate `ca` (PEM) signed, when given.
+pub async fn connect(addr: &str, ca: Option<&Path>) -> anyhow::Result<Client> {
+    let scheme = if ca.is_some() { "https" } else { "http" };
     let endpoints: Vec<String> = crate::system::members(addr)
         .iter()
-        .map(|member| format!("http://{member}"))
+        .map(|member| format!("{scheme}://{member}"))
         .collect();
-    Ok(Client::connect(endpoints, None).await?)
+    let options = match ca {
+        None => None,
+        Some(ca) => {
+            let pem = std::fs::read(ca).with_context(|| {
+                format!(
+                    "reading etcd's CA {}: `bench/peers/start.sh start` writes it",
+                    ca.display()
+                )
+            })?;
+            let tls = etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(pem));
+            Some(ConnectOptions::new().with_tls(tls))
+        }
+    };
+    Ok(Client::connect(endpoints, options).await?)
 }
 
 fn ttl(lease: Duration) -> i64 {
@@ -101,8 +118,8 @@ pub struct Locker {
 }
 
 impl Locker {
-    pub async fn new(addr: &str, lease: Duration) -> anyhow::Result<Locker> {
-        let mut client = connect(addr).await?;
+    pub async fn new(addr: &str, ca: Option<&Path>, lease: Duration) -> anyhow::Result<Locker> {
+        let mut client = connect(addr, ca).await?;
         let grant = client.lease_grant(ttl(lease), None).await?;
         let keeper = tokio::spawn(keep_alive(client.clone(), grant.id(), grant.ttl(), |_| {}));
         Ok(Locker {
@@ -136,7 +153,7 @@ pub async fn hold_sessions(
     tally: Arc<Tally>,
     phase: watch::Receiver<Phase>,
 ) -> anyhow::Result<()> {
-    let client = connect(addr).await?;
+    let client = connect(addr, None).await?;
     let ids: Vec<i64> = stream::iter(0..n)
         .map(|_| grant(client.clone(), ttl(lease)))
         .buffer_unordered(4)
@@ -200,7 +217,7 @@ pub async fn fanout(
         );
         tasks.push(tokio::spawn(async move {
             let setup = async {
-                let mut client = connect(&addr).await?;
+                let mut client = connect(&addr, None).await?;
                 let mut watches = client.watch(key.as_str(), None).await?;
                 for _ in 1..n {
                     watches.watch(key.as_str(), None).await?;
@@ -235,7 +252,7 @@ pub async fn fanout(
         }));
     }
     ready.wait().await;
-    let mut writer = connect(addr).await?;
+    let mut writer = connect(addr, None).await?;
     let meters = Meters::start(pids);
     start_tx.send_replace(Some(Instant::now()));
     writer.put(key, "x", None).await?;
@@ -274,7 +291,7 @@ impl failover_peer::Peer for Failover {
     async fn preload(&self, nodes: u64) -> anyhow::Result<()> {
         use etcd_client::{Txn, TxnOp};
         // 128 puts per transaction: etcd's default limit of operations.
-        let client = connect(&self.addr).await?;
+        let client = connect(&self.addr, None).await?;
         let run = uuid::Uuid::new_v4().simple().to_string();
         let batches = nodes.div_ceil(128);
         let bar = crate::progress::bar(batches, "writing nodes");
@@ -309,7 +326,7 @@ impl failover_peer::Peer for Failover {
         tally: Arc<failover_peer::Tally>,
     ) -> anyhow::Result<Self::Sessions> {
         let clients: Vec<Client> = stream::iter(0..shape.connections)
-            .map(|_| connect(&self.addr))
+            .map(|_| connect(&self.addr, None))
             .buffered(64)
             .try_collect()
             .await?;
@@ -346,7 +363,7 @@ impl failover_peer::Peer for Failover {
     }
 
     async fn lock_once(&self) -> anyhow::Result<()> {
-        let locker = Locker::new(&self.addr, Duration::from_secs(12)).await?;
+        let locker = Locker::new(&self.addr, None, Duration::from_secs(12)).await?;
         let result = locker.cycle("bench-failover-lock").await;
         locker.close().await;
         result
@@ -361,7 +378,7 @@ impl failover_peer::Peer for Failover {
                 match members.get(member) {
                     Some(client) => client.clone(),
                     None => {
-                        let client = connect(member).await?;
+                        let client = connect(member, None).await?;
                         members.insert(member.to_string(), client.clone());
                         client
                     }

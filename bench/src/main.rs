@@ -99,6 +99,14 @@ struct Common {
     /// 127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379].
     #[arg(long, global = true)]
     etcd_addr: Option<String>,
+    /// Where etcd serves clients over TLS, for `--peer etcd-tls`.
+    #[arg(long, global = true, default_value = ETCD_TLS)]
+    etcd_tls_addr: String,
+    /// The CA that signed that etcd's certificate [default: the one
+    /// `bench/peers/start.sh start` writes, under $LEASEHOLD_PEERS_DIR or
+    /// /tmp/leasehold-peers: tls/ca.pem].
+    #[arg(long, global = true)]
+    etcd_tls_ca: Option<PathBuf>,
     /// Where ZooKeeper serves clients: one server, or an ensemble's servers
     /// separated by commas [default: 127.0.0.1:2181; with --cell,
     /// 127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183].
@@ -109,6 +117,7 @@ struct Common {
 /// Where `bench/peers/start.sh start` runs the peers...
 const ETCD: &str = "127.0.0.1:2379";
 const ZOOKEEPER: &str = "127.0.0.1:2181";
+const ETCD_TLS: &str = "127.0.0.1:2479";
 /// ... and where `bench/peers/start.sh start-cluster` runs their clusters.
 const ETCD_CLUSTER: &str = "127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379";
 const ZOOKEEPER_CLUSTER: &str = "127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183";
@@ -260,9 +269,19 @@ impl Running {
 }
 
 impl Common {
+    fn etcd_tls_ca(&self) -> PathBuf {
+        self.etcd_tls_ca.clone().unwrap_or_else(|| {
+            std::env::var_os("LEASEHOLD_PEERS_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/tmp/leasehold-peers"))
+                .join("tls/ca.pem")
+        })
+    }
+
     fn peer_addr(&self, kind: Kind) -> &str {
         let (given, single, cluster) = match kind {
             Kind::Etcd => (&self.etcd_addr, ETCD, ETCD_CLUSTER),
+            Kind::EtcdTls => return &self.etcd_tls_addr,
             Kind::Zookeeper => (&self.zookeeper_addr, ZOOKEEPER, ZOOKEEPER_CLUSTER),
             Kind::Leasehold | Kind::LeaseholdTls => {
                 return self.addr.as_deref().unwrap_or_default()
@@ -321,6 +340,14 @@ impl Common {
             };
             return Ok((system, Some(Running::Master(Box::new(master)))));
         }
+        let tls = match kind {
+            Kind::EtcdTls if self.cell => anyhow::bail!(
+                "etcd-tls is measured on the single etcd `bench/peers/start.sh start` runs, \
+                 not with --cell"
+            ),
+            Kind::EtcdTls => Some(leasehold::TlsOptions::new(self.etcd_tls_ca())),
+            _ => None,
+        };
         let addr = self.peer_addr(kind).to_string();
         // Each member's process, where it runs on this machine.
         let pids = system::members(&addr)
@@ -331,7 +358,7 @@ impl Common {
             System {
                 kind,
                 addr,
-                tls: None,
+                tls,
                 pids,
             },
             None,

@@ -9,6 +9,9 @@ pub enum Kind {
     /// Leasehold over TLS, beside Leasehold without it: what TLS costs.
     LeaseholdTls,
     Etcd,
+    /// etcd over TLS (`bench/peers/start.sh start` runs it), beside
+    /// Leasehold over TLS.
+    EtcdTls,
     Zookeeper,
 }
 
@@ -27,6 +30,7 @@ impl Kind {
             Kind::Leasehold => "leasehold",
             Kind::LeaseholdTls => "leasehold-tls",
             Kind::Etcd => "etcd",
+            Kind::EtcdTls => "etcd-tls",
             Kind::Zookeeper => "zookeeper",
         }
     }
@@ -38,7 +42,8 @@ impl Kind {
 pub struct System {
     pub kind: Kind,
     pub addr: String,
-    /// How Leasehold's clients speak TLS to it, for `LeaseholdTls`.
+    /// How clients speak TLS to it, for `LeaseholdTls` and `EtcdTls`
+    /// (which reads only the CA).
     pub tls: Option<leasehold::TlsOptions>,
     /// The serving processes that run on this machine (one, or one per
     /// member), for CPU and memory figures: their sum.
@@ -61,10 +66,27 @@ pub fn port(addr: &str) -> Option<u16> {
 }
 
 impl System {
-    /// What a scenario reports for a peer whose client this build left out.
+    /// What a scenario reports for a system it cannot measure: a peer
+    /// whose client this build left out, or a TLS variant outside the
+    /// scenarios that measure what TLS costs.
     pub fn missing(&self) -> anyhow::Error {
+        let feature = match self.kind {
+            Kind::Leasehold => return anyhow::anyhow!("leasehold is measured by every scenario"),
+            Kind::Etcd => "etcd",
+            Kind::Zookeeper => "zookeeper",
+            Kind::LeaseholdTls | Kind::EtcdTls if cfg!(feature = "etcd") => {
+                return anyhow::anyhow!(
+                    "{} is measured by `lock` and `kv` only: what TLS costs",
+                    self.kind.name()
+                )
+            }
+            Kind::LeaseholdTls => {
+                return anyhow::anyhow!("leasehold-tls is measured by `lock` and `kv` only")
+            }
+            Kind::EtcdTls => "etcd",
+        };
         anyhow::anyhow!(
-            "this build has no {0} client: build with `--features {0}` (see bench/peers/start.sh)",
+            "this build has no {} client: build with `--features {feature}` (see bench/peers/start.sh)",
             self.kind.name()
         )
     }
