@@ -15,7 +15,7 @@ use crate::config::ClientConfig;
 use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::tls::ClientTls;
-use crate::transport::{CellConnector, Connector, TcpConnector};
+use crate::transport::{CellConnector, Connector};
 
 /// A connection to a Leasehold master, reopened as needed. Cheap to clone.
 ///
@@ -78,11 +78,11 @@ impl Client {
             None => None,
             Some(options) => Some(ClientTls::load(options).map_err(ClientError::Tls)?),
         };
-        if addr.contains(',') {
-            let cell = CellConnector::parse(&addr).with_tls(tls);
-            return Client::with_connector(cell, config).await;
-        }
-        Client::with_connector(TcpConnector::new(addr).with_tls(tls), config).await
+        // One address too: a cell's member that is not the master names
+        // it, and the client goes there (`CELL-7`); a single master never
+        // does, and is simply connected to again.
+        let members = CellConnector::parse(&addr).with_tls(tls);
+        Client::with_connector(members, config).await
     }
 
     /// Connects through any [`Connector`], such as a simulated network's.

@@ -252,6 +252,24 @@ async fn a_client_goes_past_a_member_it_cannot_reach() {
     client.put("svc/k", "v", PutOptions::new()).await.unwrap();
 }
 
+// CELL-7: given one member's address, and that member not the master, a
+// client goes where its redirect names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_given_only_a_followers_address_finds_the_master() {
+    let cell = cell("one-follower").await;
+    let client = Client::connect(cell.addr_list()).await.unwrap();
+    client.put("svc/k", "v", PutOptions::new()).await.unwrap();
+    let master = cell.master().await;
+    let follower = cell.addrs.keys().find(|id| **id != master).unwrap();
+    let client = Client::connect(cell.addrs[follower].clone())
+        .await
+        .expect("redirected to the master");
+    assert_eq!(
+        client.get("svc/k").await.unwrap().unwrap().contents,
+        Some(b"v".to_vec())
+    );
+}
+
 // ACL-7: rules, tokens and access control made on one master hold after
 // it is stopped and another member takes over: they are in the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
