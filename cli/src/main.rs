@@ -539,12 +539,13 @@ impl ChangeRight {
         }
         match &self.cell_secret_file {
             Some(path) => read_secret(path, "cell secret"),
-            None => Err(ConfigError(
-                "changing the cell's members needs the operator's right: \
-                 --operator-token-file (LEASEHOLD_OPERATOR_TOKEN_FILE) if the members have an \
-                 operator token, otherwise --cell-secret-file (LEASEHOLD_CELL_SECRET_FILE)"
+            None => Err(ConfigError {
+                status: USAGE,
+                why: "changing the cell's members needs the operator's right: \
+                      --operator-token-file (LEASEHOLD_OPERATOR_TOKEN_FILE) if the members have \
+                      an operator token, otherwise --cell-secret-file (LEASEHOLD_CELL_SECRET_FILE)"
                     .into(),
-            )
+            }
             .into()),
         }
     }
@@ -725,14 +726,27 @@ fn read_operator_token(path: &std::path::Path) -> anyhow::Result<String> {
     read_secret(path, "operator token")
 }
 
-/// A local file or setting this client needs does not work: exit status
-/// [`CONFIG`].
+/// A local file or setting this client needs is missing or does not
+/// work: found before anything is sent, with the exit status it gets
+/// ([`CONFIG`], or [`USAGE`] for a flag the command needs).
 #[derive(Debug)]
-pub(crate) struct ConfigError(String);
+pub(crate) struct ConfigError {
+    status: u8,
+    why: String,
+}
+
+impl ConfigError {
+    fn config(why: String) -> ConfigError {
+        ConfigError {
+            status: CONFIG,
+            why,
+        }
+    }
+}
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.why)
     }
 }
 
@@ -741,14 +755,15 @@ impl std::error::Error for ConfigError {}
 /// The secret in the file at `path`, trimmed; `what` names it in errors.
 fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError(format!(
+        ConfigError::config(format!(
             "cannot read the {what} file {}: {e}",
             path.display()
         ))
     })?;
     let secret = text.trim().to_string();
     if secret.is_empty() {
-        return Err(ConfigError(format!("the {what} file {} is empty", path.display())).into());
+        let why = format!("the {what} file {} is empty", path.display());
+        return Err(ConfigError::config(why).into());
     }
     Ok(secret)
 }
@@ -957,7 +972,7 @@ fn main() -> ExitCode {
             Err(e) => {
                 let client = e.downcast_ref::<ClientError>();
                 let code = match client {
-                    None if e.downcast_ref::<ConfigError>().is_some() => CONFIG,
+                    None => e.downcast_ref::<ConfigError>().map_or(1, |e| e.status),
                     Some(ClientError::Connect { .. }) => UNREACHABLE,
                     Some(ClientError::Tls(_)) => CONFIG,
                     Some(e) if e.code() == Some(leasehold::ErrorCode::PermissionDenied) => {

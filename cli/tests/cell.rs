@@ -247,7 +247,8 @@ async fn a_membership_change_without_the_operators_right_is_refused() {
         .env_remove("LEASEHOLD_OPERATOR_TOKEN_FILE")
         .output()
         .unwrap();
-    assert_eq!(cli.status.code(), Some(1), "{cli:?}");
+    // EX_USAGE: the command needs a flag it was not given.
+    assert_eq!(cli.status.code(), Some(64), "{cli:?}");
     let stderr = String::from_utf8_lossy(&cli.stderr);
     assert!(stderr.contains("--cell-secret-file"), "{stderr}");
     let out = cell_status(&cell.addrs());
