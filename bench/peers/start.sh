@@ -121,6 +121,23 @@ stop_by() {
     done
 }
 
+# Starts a one-member etcd named $1 whose client URL speaks $2 (http or
+# https) on port $3, peers on port $4, with the flags after them; its data,
+# log and pid under $STATE, named after it.
+launch_etcd() {
+    local name=$1 scheme=$2 port=$3 peer=$4
+    shift 4
+    nohup etcd --name "$name" --data-dir "$STATE/${name/bench/etcd}" \
+        --listen-client-urls "$scheme://127.0.0.1:$port" \
+        --advertise-client-urls "$scheme://127.0.0.1:$port" \
+        --listen-peer-urls "http://127.0.0.1:$peer" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+        --initial-cluster "$name=http://127.0.0.1:$peer" \
+        --log-level warn "$@" \
+        >"$STATE/${name/bench/etcd}.log" 2>&1 &
+    echo $! >"$STATE/${name/bench/etcd}.pid"
+}
+
 start() {
     install
     for port in $ETCD_PORT $ETCD_TLS_PORT $ZK_PORT; do
@@ -132,15 +149,7 @@ start() {
     rm -rf "$STATE"
     mkdir -p "$STATE/etcd" "$STATE/etcd-tls" "$STATE/zookeeper/data" "$STATE/tls"
 
-    nohup etcd --name bench --data-dir "$STATE/etcd" \
-        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
-        --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-        --initial-cluster "bench=http://127.0.0.1:$ETCD_PEER_PORT" \
-        --log-level warn \
-        >"$STATE/etcd.log" 2>&1 &
-    echo $! >"$STATE/etcd.pid"
+    launch_etcd bench http $ETCD_PORT $ETCD_PEER_PORT
 
     # The same etcd over TLS, with a P-256 certificate as the benchmark's
     # Leasehold master has: what TLS costs etcd.
@@ -151,16 +160,8 @@ start() {
     printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$tls/etcd.ext"
     openssl x509 -req -in "$tls/etcd.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
         -days 30 -extfile "$tls/etcd.ext" -out "$tls/etcd.pem" 2>/dev/null
-    nohup etcd --name bench-tls --data-dir "$STATE/etcd-tls" \
-        --listen-client-urls "https://127.0.0.1:$ETCD_TLS_PORT" \
-        --advertise-client-urls "https://127.0.0.1:$ETCD_TLS_PORT" \
-        --cert-file "$tls/etcd.pem" --key-file "$tls/etcd.key" \
-        --listen-peer-urls "http://127.0.0.1:$ETCD_TLS_PEER_PORT" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_TLS_PEER_PORT" \
-        --initial-cluster "bench-tls=http://127.0.0.1:$ETCD_TLS_PEER_PORT" \
-        --log-level warn \
-        >"$STATE/etcd-tls.log" 2>&1 &
-    echo $! >"$STATE/etcd-tls.pid"
+    launch_etcd bench-tls https $ETCD_TLS_PORT $ETCD_TLS_PEER_PORT \
+        --cert-file "$tls/etcd.pem" --key-file "$tls/etcd.key"
 
     cat >"$STATE/zookeeper/zoo.cfg" <<CFG
 tickTime=2000
