@@ -381,6 +381,10 @@ struct ServeArgs {
     /// forgets every session, node and lock.
     #[arg(long, conflicts_with = "data_dir")]
     in_memory: bool,
+    /// Serve Prometheus metrics at /metrics, and /health and /ready for
+    /// probes, over HTTP at ADDR (e.g. 127.0.0.1:7180). Off unless given.
+    #[arg(long, env = "LEASEHOLD_HTTP_LISTEN", value_name = "ADDR")]
+    http_listen: Option<String>,
     /// Write an audit log to FILE: a JSON line for every lock granted or
     /// released, rule or token changed, operator action, authentication
     /// and refused request.
@@ -1053,9 +1057,24 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         tracing::info!(path = %path.display(), "writing the audit log");
         config.audit = Some(log);
     }
+    if args.http_listen.is_some() && (args.cell.is_some() || config.tls.is_some()) {
+        anyhow::bail!(
+            "--http-listen is served by a single master without TLS in this version; \
+             a cell's members and TLS masters do not serve it yet"
+        );
+    }
     if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
         return serve_member(args, config, members, node, (listen, from), json).await;
     }
+    // Bound before anything is announced, as the client port is.
+    let http = match &args.http_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--http-listen)"))?,
+        ),
+        None => None,
+    };
     let data_dir = (!args.in_memory).then_some(&args.data_dir);
     let server = match data_dir {
         Some(dir) => {
@@ -1078,7 +1097,34 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         );
         reload_on_hangup(tls)?;
     }
-    server.serve(listener, stop).await?;
+    let http = match http {
+        Some(http) => {
+            let at = http.local_addr()?;
+            if json {
+                println!("{}", serde_json::json!({ "http": at.to_string() }));
+            } else {
+                println!("metrics and health on http://{at}");
+            }
+            // A single master serves from the moment it listens.
+            let (_, health) =
+                tokio::sync::watch::channel(leasehold_server::http::Health::serving());
+            let port = leasehold_server::http::HttpPort {
+                metrics: config.metrics.clone(),
+                health,
+            };
+            Some(tokio::spawn(leasehold_server::http::serve_http(
+                http,
+                port,
+                std::future::pending(),
+            )))
+        }
+        None => None,
+    };
+    let served = server.serve(listener, stop).await;
+    if let Some(http) = http {
+        http.abort();
+    }
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

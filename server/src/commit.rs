@@ -311,6 +311,8 @@ struct Writing {
     /// Records appended since the last fsync, to append again if the disk
     /// fills half way through them.
     batch: Vec<Record>,
+    /// Where each fsync's time and batch are counted (`OPS-1`).
+    metrics: crate::metrics::Metrics,
 }
 
 impl Writing {
@@ -424,6 +426,7 @@ impl Writing {
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
+        let began = std::time::Instant::now();
         match self.store.sync() {
             Err(e) if is_disk_full(&e) => {
                 self.make_room(e)?;
@@ -431,6 +434,8 @@ impl Writing {
             }
             other => other?,
         }
+        let records = usize::try_from(self.appended - self.synced).unwrap_or(usize::MAX);
+        self.metrics.synced(records, began.elapsed());
         self.synced = self.appended;
         self.unsealed = true;
         self.batch.clear();
@@ -480,7 +485,12 @@ impl Committer {
     /// Starts writing to `store`, whose next record is at `next_seq`: from
     /// a writer thread if it blocks, else from a task on the master's
     /// runtime.
-    pub(crate) fn start(store: Box<dyn Store>, next_seq: u64, compaction: Compaction) -> Committer {
+    pub(crate) fn start(
+        store: Box<dyn Store>,
+        next_seq: u64,
+        compaction: Compaction,
+        metrics: crate::metrics::Metrics,
+    ) -> Committer {
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
         let sizes = Arc::new(Sizes::default());
         sizes.publish(store.sizes());
@@ -493,6 +503,7 @@ impl Committer {
             synced: 0,
             unsealed: false,
             batch: Vec::new(),
+            metrics,
         };
         let (jobs, rx) = mpsc::unbounded_channel::<Job>();
         let writer = if blocking {
@@ -786,7 +797,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("leasehold-seal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = crate::file_store::FileStore::open(&dir).unwrap();
-        let mut commit = Committer::start(Box::new(store), 0, NEVER);
+        let mut commit =
+            Committer::start(Box::new(store), 0, NEVER, crate::metrics::Metrics::new());
         commit.append(Record::Epoch(7));
         let (reply, _replies) = crate::reply::channel(1);
         commit.reply(reply, Ok(Response::Destroyed), None);
@@ -882,7 +894,12 @@ mod tests {
     #[tokio::test]
     async fn a_record_no_reply_waits_for_is_not_fsynced_on_its_own() {
         let store = Noting::default();
-        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER);
+        let mut commit = Committer::start(
+            Box::new(store.clone()),
+            0,
+            NEVER,
+            crate::metrics::Metrics::new(),
+        );
         commit.append(Record::Epoch(7));
         let appended = async {
             while store.calls().is_empty() {
@@ -901,7 +918,12 @@ mod tests {
     #[tokio::test]
     async fn a_reply_waits_for_an_fsync_of_every_record_before_it() {
         let store = Noting::default();
-        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER);
+        let mut commit = Committer::start(
+            Box::new(store.clone()),
+            0,
+            NEVER,
+            crate::metrics::Metrics::new(),
+        );
         commit.append(Record::Epoch(7));
         commit.append(Record::Epoch(8));
         let (reply, mut replies) = crate::reply::channel(1);
@@ -919,7 +941,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reply_waits_out_the_sync_latency_of_a_store_that_never_blocks() {
         let store = Noting::slow(Duration::from_millis(5));
-        let mut commit = Committer::start(Box::new(store.clone()), 0, NEVER);
+        let mut commit = Committer::start(
+            Box::new(store.clone()),
+            0,
+            NEVER,
+            crate::metrics::Metrics::new(),
+        );
         let began = tokio::time::Instant::now();
         commit.append(Record::Epoch(7));
         let (reply, mut replies) = crate::reply::channel(1);

@@ -343,6 +343,9 @@ pub struct Config {
     pub tls: Option<crate::tls::ServerTls>,
     /// The audit log, opened (`AUDIT-1`); `None` keeps none.
     pub audit: Option<crate::audit::AuditLog>,
+    /// What the master counts for operators (`OPS-1`): every clone of a
+    /// config counts into the same figures.
+    pub metrics: crate::metrics::Metrics,
     /// How fast this master's clock runs against true time: 1.0 on a real
     /// machine, whose clock's error clients' drift allowance covers
     /// (`LEASE-4`). Simulations give each host a rate of its own. Between
@@ -407,6 +410,7 @@ impl Default for Config {
             operator_token: None,
             tls: None,
             audit: None,
+            metrics: crate::metrics::Metrics::new(),
             clock_rate: 1.0,
             observer: None,
             unsafe_unheld_cache_writes: false,
@@ -533,6 +537,15 @@ pub(crate) const AUTH_FAILURES_REMEMBERED: usize = 4096;
 /// The most keys one `List` looks at past those its principal may not
 /// read, looking for ones it may (`ACL-4`).
 pub(crate) const MAX_LIST_SCAN: usize = 100_000;
+
+/// Connections the operator's HTTP port serves at once (`OPS-2`); more are
+/// closed unanswered: scrapers and probes need few.
+pub(crate) const HTTP_MAX_CONNECTIONS: usize = 64;
+/// How long an HTTP client may take to send its request's headers.
+pub(crate) const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes an HTTP connection may buffer: a request to this port is a line
+/// and a few headers.
+pub(crate) const HTTP_MAX_BUFFER: usize = 16 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -28,7 +28,7 @@ use crate::config::{
     CONNECTION_BUFFER, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE, LINGER, LINGER_BYTES,
     SHUTDOWN_LINGER,
 };
-use crate::master::MasterHandle;
+use crate::master::{request_name, MasterHandle};
 use crate::reply::{Flow, Reply, ReplyTx};
 
 type Codec = FrameCodec<ClientFrame, ServerFrame>;
@@ -48,6 +48,8 @@ pub(crate) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    config.metrics.connection_opened();
+    let _counted = OpenConnection(&config.metrics);
     let (read, write) = tokio::io::split(stream);
     // Small buffers that grow when frames need it: a master holds
     // thousands of mostly idle connections (tokio-util starts at 8 KiB).
@@ -124,6 +126,15 @@ pub(crate) async fn serve<S>(
             false => LINGER,
         };
         close_lingering(writer, reader.into_inner(), error, &config, linger).await;
+    }
+}
+
+/// Counts a connection as closed when dropped, however its task ends.
+struct OpenConnection<'a>(&'a crate::metrics::Metrics);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.connection_closed();
     }
 }
 
@@ -336,6 +347,9 @@ async fn requests<S: AsyncRead>(
         // one is held per session, so sessions bound them, and a
         // KeepAliveAll is answered at once (`CONN-3`).
         let counted = !matches!(request, Request::KeepAlive(_) | Request::KeepAliveAll(_));
+        let kind = request_name(&request);
+        // A held KeepAlive waits for its lease, not for the master.
+        let timed = !matches!(request, Request::KeepAlive(_));
         if counted && flow.limited.load(Ordering::Acquire) >= config.max_in_flight {
             let refusal = Err(Error::new(
                 ErrorCode::LimitReached,
@@ -346,6 +360,7 @@ async fn requests<S: AsyncRead>(
             ));
             flow.unanswered.fetch_add(1, Ordering::AcqRel);
             ReplyTx::new(replies.clone(), flow.clone(), id, false)
+                .metered(&config.metrics, kind, timed)
                 .send(refusal)
                 .ok()?;
             continue;
@@ -354,7 +369,11 @@ async fn requests<S: AsyncRead>(
         if counted {
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
-        let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted);
+        let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted).metered(
+            &config.metrics,
+            kind,
+            timed,
+        );
         master.call(request, reply, caller).await;
     }
 }

@@ -37,6 +37,8 @@ pub struct Leases<H = ()> {
     leases: BTreeMap<SessionId, Lease<H>>,
     /// Every armed timer, earliest first.
     timers: BTreeSet<(Millis, SessionId)>,
+    /// How many leases hold a KeepAlive.
+    holding: usize,
 }
 
 impl<H> Default for Leases<H> {
@@ -44,6 +46,7 @@ impl<H> Default for Leases<H> {
         Leases {
             leases: BTreeMap::new(),
             timers: BTreeSet::new(),
+            holding: 0,
         }
     }
 }
@@ -61,6 +64,7 @@ impl<H> Leases<H> {
         };
         if let Some(previous) = self.leases.insert(id, lease) {
             self.timers.remove(&(previous.timer, id));
+            self.holding -= usize::from(previous.held.is_some());
         }
         expires_at
     }
@@ -112,13 +116,16 @@ impl<H> Leases<H> {
     pub fn remove(&mut self, id: SessionId) -> Option<H> {
         let lease = self.leases.remove(&id)?;
         self.timers.remove(&(lease.timer, id));
+        self.holding -= usize::from(lease.held.is_some());
         lease.held
     }
 
     /// Holds `held` for `id`; a session without a lease holds nothing.
     /// Returns what was held before.
     pub fn hold(&mut self, id: SessionId, held: H) -> Option<H> {
-        self.leases.get_mut(&id)?.held.replace(held)
+        let before = self.leases.get_mut(&id)?.held.replace(held);
+        self.holding += usize::from(before.is_none());
+        before
     }
 
     /// The KeepAlive held for `id`.
@@ -128,7 +135,14 @@ impl<H> Leases<H> {
 
     /// Takes the KeepAlive held for `id` out of its lease.
     pub fn take_held(&mut self, id: SessionId) -> Option<H> {
-        self.leases.get_mut(&id)?.held.take()
+        let held = self.leases.get_mut(&id)?.held.take();
+        self.holding -= usize::from(held.is_some());
+        held
+    }
+
+    /// How many KeepAlives are held.
+    pub fn holding(&self) -> usize {
+        self.holding
     }
 
     /// Sets the timer of `id` for `due`, replacing the one it had.

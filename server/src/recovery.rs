@@ -94,6 +94,7 @@ pub(crate) fn open(
                 every: config.compact_every,
                 min_log_bytes: config.compact_min_log_bytes,
             },
+            config.metrics.clone(),
         )),
         recovered: true,
         lease: None,

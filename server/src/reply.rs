@@ -134,6 +134,17 @@ pub(crate) struct ReplyTx {
     flow: Arc<Flow>,
     id: u64,
     limited: bool,
+    meter: Option<Box<Meter>>,
+}
+
+/// What a reply is counted as once it is sent (`OPS-1`).
+#[derive(Debug)]
+struct Meter {
+    metrics: crate::metrics::Metrics,
+    kind: &'static str,
+    /// When the request arrived; `None` for a KeepAlive, whose wait is its
+    /// lease's, not the master's.
+    since: Option<tokio::time::Instant>,
 }
 
 impl ReplyTx {
@@ -148,7 +159,24 @@ impl ReplyTx {
             flow,
             id,
             limited,
+            meter: None,
         }
+    }
+
+    /// Counts the reply, when sent, into `metrics` as an answer to a
+    /// request of `kind`, timed from now unless `timed` is false.
+    pub(crate) fn metered(
+        mut self,
+        metrics: &crate::metrics::Metrics,
+        kind: &'static str,
+        timed: bool,
+    ) -> ReplyTx {
+        self.meter = Some(Box::new(Meter {
+            metrics: metrics.clone(),
+            kind,
+            since: timed.then(tokio::time::Instant::now),
+        }));
+        self
     }
 
     /// Queues the reply; fails if the connection is gone.
@@ -162,6 +190,11 @@ impl ReplyTx {
         to: &mpsc::UnboundedSender<Reply>,
         body: Result<Response, Error>,
     ) -> Result<(), Undelivered> {
+        if let Some(meter) = &self.meter {
+            let outcome = body.as_ref().map(|_| ()).map_err(|e| e.code);
+            let took = meter.since.map(|since| since.elapsed());
+            meter.metrics.answered(meter.kind, outcome, took);
+        }
         let bytes = approx_len(&body);
         self.flow.queued.fetch_add(1, Ordering::AcqRel);
         self.flow.queued_bytes.fetch_add(bytes, Ordering::AcqRel);

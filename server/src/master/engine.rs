@@ -216,6 +216,21 @@ impl Engine {
     }
 
     /// Whether fan-out is owed (`Input::DeliverEvents`).
+    /// What the gauges show of the engine (`OPS-1`): each figure read in
+    /// constant time, as it is after every turn.
+    pub(crate) fn figures(&self) -> crate::metrics::EngineFigures {
+        let count = |n: usize| n as u64;
+        crate::metrics::EngineFigures {
+            sessions: count(self.state.sessions.len()),
+            lock_holders: count(self.state.locks.held_by.len()),
+            lock_waiters: count(self.acquires.waiting.len()),
+            keepalives_held: count(self.leases.holding()),
+            subscriptions: count(self.events.subscriptions.len()),
+            epoch: self.config.epoch,
+            index: self.state.index,
+        }
+    }
+
     pub(crate) fn owes_events(&self) -> bool {
         self.events.owes()
     }

@@ -52,6 +52,7 @@ mod acquire;
 mod admission;
 mod apply;
 mod auditing;
+pub(crate) use auditing::request_name;
 mod auth;
 mod cache;
 mod engine;
@@ -151,6 +152,7 @@ impl Master {
         self.engine.disk_full = self.commit.as_ref().is_some_and(|c| c.disk_full());
         self.engine.step(input, now);
         self.carry_out();
+        self.engine.config.metrics.engine(self.engine.figures());
     }
 
     /// Carries out the engine's effects in order. A reply granting a lock

@@ -1,0 +1,201 @@
+//! The operator's HTTP port (SPEC `OPS-1`..`OPS-3`): after a scripted
+//! workload, `/metrics` shows each figure where it should be; `/health`
+//! and `/ready` answer as probes expect; anything else is refused. Read
+//! over plain HTTP/1.1 from a TCP socket, as a scraper would.
+
+use std::time::Duration;
+
+use leasehold::{Client, ErrorCode, LockOptions, PutOptions, SessionOptions};
+use leasehold_server::http::{serve_http, Health, HttpPort};
+use leasehold_server::{Config, Metrics};
+use leasehold_tests::server::{start, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A master, and its HTTP port on another loopback port.
+async fn master_with_port(config: Config) -> (TestServer, std::net::SocketAddr) {
+    let metrics = config.metrics.clone();
+    let server = start(config).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_, health) = tokio::sync::watch::channel(Health::serving());
+    tokio::spawn(serve_http(
+        listener,
+        HttpPort { metrics, health },
+        std::future::pending(),
+    ));
+    (server, addr)
+}
+
+/// The status line and body of `METHOD path`.
+async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (String, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: leasehold\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("headers and a body");
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (format!("{status}\n{head}"), body.to_string())
+}
+
+/// The value of the sample `name` (with its labels, as written) in `text`.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+// OPS-1: requests by kind and outcome, sessions, lock holders and
+// waiters, KeepAlives held, connections and the epoch, after a workload.
+#[tokio::test]
+async fn metrics_show_a_workloads_requests_sessions_locks_and_refusals() {
+    let config = Config {
+        min_lease: Duration::from_millis(100),
+        max_sessions_per_peer: 2,
+        ..Config::default()
+    };
+    let (server, port) = master_with_port(config).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    client.put("svc/a", "1", PutOptions::new()).await.unwrap();
+    client.get("svc/a").await.unwrap();
+    let holder = client
+        .create_session(SessionOptions::new("holder"))
+        .await
+        .unwrap();
+    let waiter = client
+        .create_session(SessionOptions::new("waiter"))
+        .await
+        .unwrap();
+    // The third session from one address is over the quota.
+    let refused = client
+        .create_session(SessionOptions::new("third"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::LimitReached));
+    let guard = holder
+        .lock("jobs/x", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let waiting =
+        tokio::spawn(async move { waiter.lock("jobs/x", LockOptions::exclusive()).await });
+    // The waiter is in line once the master counts it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = http(port, "GET", "/metrics").await;
+        if sample(&text, "leasehold_lock_waiters") == Some(1.0) {
+            assert_eq!(sample(&text, "leasehold_sessions"), Some(2.0), "{text}");
+            assert_eq!(sample(&text, "leasehold_lock_holders"), Some(1.0), "{text}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no waiter counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    guard.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    handed.release().await.unwrap();
+
+    let (status, text) = http(port, "GET", "/metrics").await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        status.contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{status}"
+    );
+    let count = |labels: &str| sample(&text, &format!("leasehold_requests_total{{{labels}}}"));
+    assert_eq!(count("kind=\"put\",outcome=\"ok\""), Some(1.0), "{text}");
+    assert_eq!(count("kind=\"get\",outcome=\"ok\""), Some(1.0), "{text}");
+    assert_eq!(
+        count("kind=\"create-session\",outcome=\"ok\""),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        count("kind=\"create-session\",outcome=\"limit_reached\""),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        count("kind=\"acquire\",outcome=\"ok\""),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        count("kind=\"release\",outcome=\"ok\""),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "leasehold_request_duration_seconds_count{kind=\"acquire\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "leasehold_lock_waiters"), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "leasehold_connections"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "leasehold_epoch"), Some(1.0), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+// OPS-1: a session's held KeepAlive is counted while the master holds it.
+#[tokio::test]
+async fn a_held_keepalive_is_counted_while_held() {
+    let (server, port) = master_with_port(Config::default()).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let _session = client
+        .create_session(SessionOptions::new("kept"))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = http(port, "GET", "/metrics").await;
+        if sample(&text, "leasehold_keepalives_held") == Some(1.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no KeepAlive held:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// OPS-3: health and readiness, as etcd's and Kubernetes' probes read them.
+#[tokio::test]
+async fn health_and_ready_say_true_while_serving_and_false_with_a_reason() {
+    let metrics = Metrics::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap();
+    let (set, health) = tokio::sync::watch::channel(Health::serving());
+    tokio::spawn(serve_http(
+        listener,
+        HttpPort { metrics, health },
+        std::future::pending(),
+    ));
+    for path in ["/health", "/ready"] {
+        let (status, body) = http(port, "GET", path).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert_eq!(body, "{\"health\":\"true\",\"reason\":\"\"}\n");
+    }
+    set.send(Health::not_serving("no master")).unwrap();
+    let (status, body) = http(port, "GET", "/health").await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert_eq!(body, "{\"health\":\"false\",\"reason\":\"no master\"}\n");
+}
+
+// OPS-2: GET (or HEAD) only, on three paths.
+#[tokio::test]
+async fn other_methods_and_paths_are_refused() {
+    let (_server, port) = master_with_port(Config::default()).await;
+    let (status, _) = http(port, "POST", "/metrics").await;
+    assert!(status.starts_with("HTTP/1.1 405"), "{status}");
+    assert!(status.contains("allow: GET, HEAD"), "{status}");
+    let (status, _) = http(port, "GET", "/admin").await;
+    assert!(status.starts_with("HTTP/1.1 404"), "{status}");
+}
