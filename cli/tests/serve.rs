@@ -196,3 +196,81 @@ fn a_refused_configuration_leaves_the_data_directory_untouched() {
     assert_eq!(first_line(&mut serve), "", "announced an address");
     assert!(!dir.exists(), "the data directory was created");
 }
+
+/// The answer to `GET path` from the HTTP server at `addr`.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: leasehold\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    answer
+}
+
+// OPS-2, OPS-3: `serve --http-listen` says where its HTTP port is, and
+// serves health and metrics there.
+#[test]
+fn serve_http_listen_says_where_and_serves_health_and_metrics() {
+    let mut child = start(
+        &[
+            "serve",
+            "--in-memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on "), "{line:?}");
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    let http = line
+        .trim()
+        .strip_prefix("metrics and health on http://")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+        .to_string();
+    let health = http_get(&http, "/health");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(
+        health.ends_with("{\"health\":\"true\",\"reason\":\"\"}\n"),
+        "{health}"
+    );
+    let metrics = http_get(&http, "/metrics");
+    assert!(metrics.contains("leasehold_epoch 1\n"), "{metrics}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+// OPS-2: an HTTP port that cannot be had stops `serve` before it says it
+// listens.
+#[test]
+fn serve_refuses_an_http_port_it_cannot_listen_on() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut child = start(
+        &[
+            "serve",
+            "--in-memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            &addr,
+        ],
+        &[],
+    );
+    assert_eq!(first_line(&mut child), "");
+    assert!(!exit_within(&mut child, Duration::from_secs(10)).success());
+    let said = stderr_of(&mut child);
+    assert!(said.contains("--http-listen"), "{said}");
+}

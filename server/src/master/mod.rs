@@ -143,7 +143,13 @@ impl Master {
             spare: Default::default(),
         };
         master.carry_out();
+        master.show_figures();
         master
+    }
+
+    /// Sets the gauges from the engine (`OPS-1`).
+    fn show_figures(&self) {
+        self.engine.config.metrics.engine(self.engine.figures());
     }
 
     /// Feeds the engine `input`, happening at `now`, and carries out what
@@ -152,7 +158,7 @@ impl Master {
         self.engine.disk_full = self.commit.as_ref().is_some_and(|c| c.disk_full());
         self.engine.step(input, now);
         self.carry_out();
-        self.engine.config.metrics.engine(self.engine.figures());
+        self.show_figures();
     }
 
     /// Carries out the engine's effects in order. A reply granting a lock
