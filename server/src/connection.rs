@@ -80,6 +80,7 @@ pub(crate) async fn serve<S>(
             }
             let flow = Arc::new(Flow {
                 all_queued_bytes: all_queued_bytes.clone(),
+                metrics: config.metrics.clone(),
                 ..Flow::default()
             });
             let (replies, queue) = mpsc::unbounded_channel();
@@ -360,7 +361,7 @@ async fn requests<S: AsyncRead>(
             ));
             flow.unanswered.fetch_add(1, Ordering::AcqRel);
             ReplyTx::new(replies.clone(), flow.clone(), id, false)
-                .metered(&config.metrics, kind, timed)
+                .metered(kind, timed)
                 .send(refusal)
                 .ok()?;
             continue;
@@ -369,11 +370,7 @@ async fn requests<S: AsyncRead>(
         if counted {
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
-        let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted).metered(
-            &config.metrics,
-            kind,
-            timed,
-        );
+        let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted).metered(kind, timed);
         master.call(request, reply, caller).await;
     }
 }

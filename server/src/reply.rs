@@ -119,6 +119,9 @@ pub(crate) struct Flow {
     pub(crate) unanswered: AtomicUsize,
     /// Signalled each time the writer takes a reply off the queue.
     pub(crate) drained: Notify,
+    /// Where replies are counted (`OPS-1`): held here, once per
+    /// connection, so that a request clones no shared handle.
+    pub(crate) metrics: crate::metrics::Metrics,
 }
 
 /// A reply that could not be queued: its connection is gone.
@@ -134,13 +137,13 @@ pub(crate) struct ReplyTx {
     flow: Arc<Flow>,
     id: u64,
     limited: bool,
-    meter: Option<Box<Meter>>,
+    meter: Option<Meter>,
 }
 
-/// What a reply is counted as once it is sent (`OPS-1`).
+/// What a reply is counted as once it is sent (`OPS-1`), into its
+/// connection's metrics.
 #[derive(Debug)]
 struct Meter {
-    metrics: crate::metrics::Metrics,
     kind: &'static str,
     /// When the request arrived; `None` for a KeepAlive, whose wait is its
     /// lease's, not the master's.
@@ -163,19 +166,13 @@ impl ReplyTx {
         }
     }
 
-    /// Counts the reply, when sent, into `metrics` as an answer to a
-    /// request of `kind`, timed from now unless `timed` is false.
-    pub(crate) fn metered(
-        mut self,
-        metrics: &crate::metrics::Metrics,
-        kind: &'static str,
-        timed: bool,
-    ) -> ReplyTx {
-        self.meter = Some(Box::new(Meter {
-            metrics: metrics.clone(),
+    /// Counts the reply, when sent, as an answer to a request of `kind`,
+    /// timed from now unless `timed` is false.
+    pub(crate) fn metered(mut self, kind: &'static str, timed: bool) -> ReplyTx {
+        self.meter = Some(Meter {
             kind,
             since: timed.then(tokio::time::Instant::now),
-        }));
+        });
         self
     }
 
@@ -193,7 +190,7 @@ impl ReplyTx {
         if let Some(meter) = &self.meter {
             let outcome = body.as_ref().map(|_| ()).map_err(|e| e.code);
             let took = meter.since.map(|since| since.elapsed());
-            meter.metrics.answered(meter.kind, outcome, took);
+            self.flow.metrics.answered(meter.kind, outcome, took);
         }
         let bytes = approx_len(&body);
         self.flow.queued.fetch_add(1, Ordering::AcqRel);
