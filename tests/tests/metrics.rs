@@ -11,19 +11,28 @@ use leasehold_server::{Config, Metrics};
 use leasehold_tests::server::{start, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A master, and its HTTP port on another loopback port.
-async fn master_with_port(config: Config) -> (TestServer, std::net::SocketAddr) {
-    let metrics = config.metrics.clone();
-    let server = start(config).await;
+/// An HTTP port on a free loopback port serving `metrics` and the health
+/// `health` watches.
+async fn http_port(
+    metrics: Metrics,
+    health: tokio::sync::watch::Receiver<Health>,
+) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (_, health) = tokio::sync::watch::channel(Health::serving());
     tokio::spawn(serve_http(
         listener,
         HttpPort { metrics, health },
         std::future::pending(),
     ));
-    (server, addr)
+    addr
+}
+
+/// A master, and its HTTP port on another loopback port.
+async fn master_with_port(config: Config) -> (TestServer, std::net::SocketAddr) {
+    let metrics = config.metrics.clone();
+    let server = start(config).await;
+    let (_, health) = tokio::sync::watch::channel(Health::serving());
+    (server, http_port(metrics, health).await)
 }
 
 /// The status line and body of `METHOD path`.
@@ -169,15 +178,8 @@ async fn a_held_keepalive_is_counted_while_held() {
 // OPS-3: health and readiness, as etcd's and Kubernetes' probes read them.
 #[tokio::test]
 async fn health_and_ready_say_true_while_serving_and_false_with_a_reason() {
-    let metrics = Metrics::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap();
     let (set, health) = tokio::sync::watch::channel(Health::serving());
-    tokio::spawn(serve_http(
-        listener,
-        HttpPort { metrics, health },
-        std::future::pending(),
-    ));
+    let port = http_port(Metrics::new(), health).await;
     for path in ["/health", "/ready"] {
         let (status, body) = http(port, "GET", path).await;
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
