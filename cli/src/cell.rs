@@ -51,6 +51,18 @@ async fn ask(addr: &str) -> Answer {
     }
 }
 
+/// Whether the first address of `addrs` is a cell's member: it answers a
+/// member's status query.
+pub(crate) async fn is_member(addrs: &str) -> bool {
+    let Some(first) = addrs.split(',').map(str::trim).find(|a| !a.is_empty()) else {
+        return false;
+    };
+    match dial(first).await {
+        Ok(stream) => query_status_on(stream).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
 /// Asks every member `addrs` names (separated by commas), learns the
 /// cell's configuration from the members that answer, and asks the
 /// members it names that `addrs` did not; prints one line per member

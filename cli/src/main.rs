@@ -5,6 +5,7 @@ mod cell;
 mod check;
 mod duration;
 mod kv;
+mod ops;
 mod recipes;
 mod run;
 mod session;
@@ -213,6 +214,17 @@ enum Command {
     /// Print who this client acts as: its certificate's name, its token's
     /// principal, the operator, or anonymous.
     Whoami,
+    /// Print who holds each lock at or below PREFIX (every lock when
+    /// omitted) and for how long, who waits, and lock-delay left.
+    Locks {
+        /// A key or a prefix; empty or `/` is every key, and a leading `/`
+        /// is dropped.
+        #[arg(default_value = "", value_parser = key_arg)]
+        prefix: String,
+    },
+    /// Print what the master serves: epoch, sessions, nodes, locks,
+    /// waiters, what it stores; in a cell, then each member.
+    Status,
     /// Print one line per change at or below KEY (a key or a prefix; the
     /// root when omitted) until interrupted.
     Watch {
@@ -905,6 +917,8 @@ fn main() -> ExitCode {
             Command::Acl(command) => access::acl(&addr, cli.json, command).await,
             Command::Token(command) => access::token(&addr, cli.json, command).await,
             Command::Whoami => access::whoami(&addr, cli.json).await,
+            Command::Locks { prefix } => ops::locks(&addr, cli.json, &prefix).await,
+            Command::Status => ops::status(&addr, cli.json).await,
             Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
             Command::Cell(CellCommand::Add {
                 member: (id, member),

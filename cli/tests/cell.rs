@@ -219,6 +219,34 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
     assert!(line.contains("removed"), "{line}");
 }
 
+// OPS-4, CELL-8: `status` given one member prints the master's figures,
+// then every member as `cell status` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_prints_the_masters_figures_then_every_member() {
+    let cell = Cell::start("status-figures");
+    let (master, _) = cell.master().await;
+    let other = if master == 1 { 2 } else { 1 };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--addr", &cell.members[&other].1, "status"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(printed.starts_with("version "), "{printed}");
+    assert!(printed.contains("\nsessions  "), "{printed}");
+    assert!(
+        printed.contains("stored    - "),
+        "a cell's members say their own: {printed}"
+    );
+    assert!(printed.contains("\nID  ADDRESS"), "{printed}");
+    for (_, addr) in cell.members.values() {
+        assert!(
+            printed.contains(addr.as_str()),
+            "{addr} missing:\n{printed}"
+        );
+    }
+}
+
 // CELL-10: in a cell with a secret and no operator token, a change of
 // members that does not present the secret is refused by the leader, and
 // the member stays; the CLI asks for the right before it connects.

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Authority, ErrorCode, LockInfo, Request, Response, SessionId, SessionInfo, SessionLocks,
-    SessionToken,
+    Authority, ErrorCode, LockInfo, LockListing, MasterStatus, Request, Response, SessionId,
+    SessionInfo, SessionLocks, SessionToken,
 };
 
 use crate::clock::Clock;
@@ -437,6 +437,61 @@ impl Client {
         };
         match self.call(request).await? {
             Response::LockInfo(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every lock at or below `prefix` that is held, awaited or in
+    /// lock-delay, in key order, fetched a page at a time (`LOCK-16`): who
+    /// holds each and for how long, who waits first, and how long its
+    /// lock-delay lasts. With access control on, only keys this client
+    /// may read.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// for lock in client.list_locks("jobs/").await? {
+    ///     for holder in &lock.holders {
+    ///         println!("{} held by {} for {:?} ms", lock.key, holder.name, holder.held_ms);
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn list_locks(&self, prefix: &str) -> Result<Vec<LockListing>, ClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let request = Request::ListLocks {
+                prefix: prefix.to_string(),
+                after: after.take(),
+                limit: 0,
+            };
+            match self.call(request).await? {
+                Response::Locks { locks, more } => {
+                    after = locks.last().map(|l| l.key.clone());
+                    all.extend(locks);
+                    if !more || after.is_none() {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    /// What the master serves, in figures (`OPS-4`): its epoch and index,
+    /// sessions, nodes, locks, waiters and what its data directory holds.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold::Client) -> Result<(), leasehold::ClientError> {
+    /// let status = client.status().await?;
+    /// println!("epoch {}: {} sessions, {} locks held", status.epoch, status.sessions, status.locks_held);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn status(&self) -> Result<MasterStatus, ClientError> {
+        match self.call(Request::Status).await? {
+            Response::Status(status) => Ok(status),
             other => Err(unexpected(other)),
         }
     }

@@ -100,6 +100,7 @@ pub use leasehold_protocol::{
 pub use leasehold_protocol::{
     Behavior, ErrorCode, LockInfo, NodeStat, NodeView, Remedy, SessionId, SessionInfo, SessionLocks,
 };
+pub use leasehold_protocol::{LockHolder, LockListing, LockWaiter, MasterStatus};
 pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};
 pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};

@@ -13,7 +13,7 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"LEASEHLD";
 
 /// The protocol version this crate speaks (`HS-2`).
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The oldest protocol version a server still serves (`HS-2`): protocol 7
 /// differs only in its release, which names no acquire
@@ -365,6 +365,20 @@ pub enum Request {
     },
     /// Every bearer token, without secrets (`TOK-4`).
     ListTokens,
+    /// From protocol 10: one page of the locks at or below `prefix` that
+    /// are held, awaited or in lock-delay, in key order, starting after
+    /// `after`, each with its holders, the first of its waiters and its
+    /// lock-delay (`LOCK-16`). `limit` 0 means the server's page size.
+    ListLocks {
+        /// Where to look; empty: every key.
+        prefix: String,
+        /// Start after this key; `None`: from the first.
+        after: Option<String>,
+        /// At most this many; 0: the server's page size.
+        limit: u32,
+    },
+    /// From protocol 10: what the master serves, in figures (`OPS-4`).
+    Status,
 }
 
 /// A read for a session's cache (`CACHE-2`).
@@ -618,6 +632,96 @@ pub enum Response {
     },
     /// The answer to [`Request::ListTokens`].
     Tokens(Vec<TokenInfo>),
+    /// The answer to [`Request::ListLocks`].
+    Locks {
+        /// The locks, in key order.
+        locks: Vec<LockListing>,
+        /// Whether more follow the last one.
+        more: bool,
+    },
+    /// The answer to [`Request::Status`].
+    Status(MasterStatus),
+}
+
+/// A lock as [`Request::ListLocks`] lists it (`LOCK-16`): who holds it and
+/// since when, who waits, and how long its lock-delay lasts still.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockListing {
+    /// The locked key.
+    pub key: String,
+    /// The node's lock generation (`NS-2`); 0 if the node is gone.
+    pub lock_generation: u64,
+    /// Its holders, in session order.
+    pub holders: Vec<LockHolder>,
+    /// Its first waiters, first in line first.
+    pub waiters: Vec<LockWaiter>,
+    /// How many wait in all.
+    pub waiters_total: u64,
+    /// How long its lock-delay lasts still (`LOCK-6`); `None`: it is in
+    /// none.
+    pub delay_remaining_ms: Option<u64>,
+}
+
+/// A holder of a lock, as [`LockListing`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolder {
+    /// The holding session.
+    pub session: SessionId,
+    /// Its name, as it was created with.
+    pub name: String,
+    /// How it holds the lock.
+    pub mode: LockMode,
+    /// For how long, on the master's clock; `None` for a holding from a
+    /// data directory that did not keep the time (`STORE-6`).
+    pub held_ms: Option<u64>,
+}
+
+/// A waiter for a lock, as [`LockListing`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockWaiter {
+    /// The waiting session.
+    pub session: SessionId,
+    /// Its name.
+    pub name: String,
+    /// The mode it asked for.
+    pub mode: LockMode,
+}
+
+/// What a master serves, in figures (`OPS-4`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MasterStatus {
+    /// The server's version, e.g. `0.1.0`.
+    pub version: String,
+    /// The master's epoch (`FO-1`).
+    pub epoch: u64,
+    /// The state's global index (`NS-2`).
+    pub index: u64,
+    /// Live sessions.
+    pub sessions: u64,
+    /// Live sessions whose KeepAlive the master holds: their clients are
+    /// connected and keeping them.
+    pub keepalives_held: u64,
+    /// Of the ended sessions the master remembers (`SES-7`), how many
+    /// ended for each cause, by cause: `destroyed`, `expired`,
+    /// `check-failed`.
+    pub recently_ended: Vec<(String, u64)>,
+    /// Nodes in the namespace.
+    pub nodes: u64,
+    /// Keys whose lock is held.
+    pub locks_held: u64,
+    /// Holdings: a shared lock counts once per holder.
+    pub holdings: u64,
+    /// Sessions waiting in line for a lock.
+    pub waiters: u64,
+    /// Keys in lock-delay (`LOCK-6`).
+    pub locks_in_delay: u64,
+    /// Health checks (`CHK-1`).
+    pub checks: u64,
+    /// Whether access control is on (`ACL-5`).
+    pub access_control: bool,
+    /// Bytes the data directory's log and snapshot hold; `None` for a
+    /// master in memory, or a cell's (its members say their own).
+    pub stored_bytes: Option<u64>,
 }
 
 /// The locks a session holds and waits for (`SES-11`).

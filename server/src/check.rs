@@ -47,6 +47,16 @@ pub fn check_name(name: &str) -> Result<(), String> {
 }
 
 impl Checks {
+    /// How many checks there are.
+    pub fn len(&self) -> usize {
+        self.checks.len()
+    }
+
+    /// Whether there is no check.
+    pub fn is_empty(&self) -> bool {
+        self.checks.is_empty()
+    }
+
     /// The check called `name`.
     pub fn get(&self, name: &str) -> Option<&Check> {
         self.checks.get(name)

@@ -624,6 +624,16 @@ impl Committer {
         self.sizes.disk_full.load(Ordering::Acquire)
     }
 
+    /// What the store holds, log and snapshot, as the writer last said;
+    /// `None` for a cell's log, whose members keep their own.
+    pub(crate) fn stored_bytes(&self) -> Option<u64> {
+        if matches!(self.writer, Writer::Replicated { .. }) {
+            return None;
+        }
+        let log = self.sizes.log_bytes.load(Ordering::Acquire);
+        Some(log + self.sizes.snapshot_bytes.load(Ordering::Acquire))
+    }
+
     /// Whether to snapshot now: after `every` records, or once the log
     /// outgrows both its minimum and four times the snapshot, so the disk
     /// holds a bounded multiple of the live state however large the

@@ -70,6 +70,9 @@ pub const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest session name, in bytes (`SES-1`).
 pub const MAX_NAME_LEN: usize = 256;
+/// Waiters `ListLocks` shows of each lock, first in line first; it says
+/// how many wait in all (`LOCK-16`).
+pub const LISTED_WAITERS: usize = 8;
 /// Sessions per `ListSessions` page, at most (`SES-10`).
 pub const MAX_LIST_PAGE: u32 = 1000;
 /// Shortest KeepAlive margin a server accepts (`KA-2`).

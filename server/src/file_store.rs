@@ -21,16 +21,20 @@ use crate::store::{
     StoreSizes, SyncCount,
 };
 
-const FORMAT: &str = "leasehold-data 6\n";
-/// Formats 4 and 5, whose directories this master reads and carries
+const FORMAT: &str = "leasehold-data 7\n";
+/// Formats 4 to 6, whose directories this master reads and carries
 /// forward.
 const FORMAT_4: &str = "leasehold-data 4\n";
 const FORMAT_5: &str = "leasehold-data 5\n";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP03";
+const FORMAT_6: &str = "leasehold-data 6\n";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHSNAP04";
 /// A snapshot in format 4's shape (`upgrade.rs`).
 const SNAPSHOT_MAGIC_4: &[u8; 8] = b"LHSNAP01";
 /// A snapshot in format 5's shape, without access control (`upgrade.rs`).
 const SNAPSHOT_MAGIC_5: &[u8; 8] = b"LHSNAP02";
+/// A snapshot in format 6's shape, with no time kept with a lock's
+/// holders (`upgrade.rs`).
+const SNAPSHOT_MAGIC_6: &[u8; 8] = b"LHSNAP03";
 
 /// The store in a data directory.
 #[derive(Debug)]
@@ -77,17 +81,19 @@ impl FileStore {
         let mut upgrade = None;
         match fs::read_to_string(&format) {
             Ok(text) if text == FORMAT => {}
-            // Formats 4 and 5 differ only in their snapshots, which are
+            // Formats 4 to 6 differ only in their snapshots, which are
             // read by their magic; their logs hold commands this master
             // applies alike.
-            Ok(text) if text == FORMAT_4 || text == FORMAT_5 => upgrade = Some(text),
+            Ok(text) if [FORMAT_4, FORMAT_5, FORMAT_6].contains(&text.as_str()) => {
+                upgrade = Some(text)
+            }
             // Format 1 kept sessions without secrets (`AUTH-1`): no owner
             // could prove itself, so such a directory is not taken over.
             Ok(text) if text == "leasehold-data 1\n" => {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 1, whose sessions have no \
-                     secret); this master reads formats 4 to 6: start it on a new directory",
+                     secret); this master reads formats 4 to 7: start it on a new directory",
                 ))
             }
             // Format 2 encoded nodes and acquires without the transient
@@ -96,7 +102,7 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 2, whose nodes have no \
-                     transient mark); this master reads formats 4 to 6: start it on a new directory",
+                     transient mark); this master reads formats 4 to 7: start it on a new directory",
                 ))
             }
             // Format 3's state has no record of which sessions may cache
@@ -105,15 +111,19 @@ impl FileStore {
                 return Err(corrupt(
                     dir,
                     "it was written by an earlier Leasehold (format 3, whose state does not \
-                     say which sessions may cache); this master reads formats 4 to 6: start \
+                     say which sessions may cache); this master reads formats 4 to 7: start \
                      it on a new directory",
                 ))
             }
             Ok(text) => {
-                return Err(corrupt(
-                    dir,
-                    format!("FORMAT says {:?}, expected {FORMAT:?}", text.trim()),
-                ))
+                let why = match newer_format(&text) {
+                    Some(n) => format!(
+                        "it was written by a newer Leasehold (format {n}); this master reads \
+                         formats 4 to 7: run the newer binary on it"
+                    ),
+                    None => format!("FORMAT says {:?}, expected {FORMAT:?}", text.trim()),
+                };
+                return Err(corrupt(dir, why));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let foreign = fs::read_dir(dir).map_err(io_error(dir))?.next().is_some();
@@ -149,9 +159,9 @@ impl FileStore {
             // earlier format does not know, so an earlier master must
             // refuse the directory rather than misread it. (Had it not
             // read, the directory would still be the earlier format's,
-            // untouched.) The snapshot is rewritten in format 6's shape
+            // untouched.) The snapshot is rewritten in format 7's shape
             // once recovery is done (`STORE-2`).
-            tracing::info!(dir = %dir.display(), from = was.trim(), "carrying a data directory forward to format 6");
+            tracing::info!(dir = %dir.display(), from = was.trim(), "carrying a data directory forward to format 7");
             write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
         }
         let log = match valid_len {
@@ -343,8 +353,19 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
         let old: crate::upgrade::SnapshotV5 = decode(&body).map_err(undecodable)?;
         return Ok(Some(old.into()));
     }
+    if bytes.starts_with(SNAPSHOT_MAGIC_6) {
+        let body = unseal(bytes, path, SNAPSHOT_MAGIC_6, "snapshot")?;
+        let old: crate::upgrade::SnapshotV6 = decode(&body).map_err(undecodable)?;
+        return Ok(Some(old.into()));
+    }
     let body = unseal(bytes, path, SNAPSHOT_MAGIC, "snapshot")?;
     decode(&body).map(Some).map_err(undecodable)
+}
+
+/// The format a `FORMAT` file of a later Leasehold names.
+fn newer_format(text: &str) -> Option<u32> {
+    let n: u32 = text.strip_prefix("leasehold-data ")?.trim().parse().ok()?;
+    (n > 7).then_some(n)
 }
 
 /// The log in the file at `path`, if there is one.
@@ -600,6 +621,19 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    // STORE-6: a directory a newer Leasehold wrote is refused, naming
+    // both formats.
+    #[test]
+    fn a_directory_of_a_newer_format_is_refused_naming_both() {
+        let dir = dir("format-8");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("FORMAT"), "leasehold-data 8\n").unwrap();
+        let err = FileStore::open(&dir).unwrap_err().to_string();
+        assert!(err.contains("newer Leasehold (format 8)"), "{err}");
+        assert!(err.contains("reads formats 4 to 7"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     // STORE-2, LOCK-12
     #[test]
     fn a_directory_of_format_2_is_refused_with_the_reason() {
@@ -608,7 +642,7 @@ mod tests {
         fs::write(dir.join("FORMAT"), "leasehold-data 2\n").unwrap();
         let err = FileStore::open(&dir).unwrap_err();
         assert!(err.to_string().contains("format 2"), "{err}");
-        assert!(err.to_string().contains("reads formats 4 to 6"), "{err}");
+        assert!(err.to_string().contains("reads formats 4 to 7"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -14,6 +14,10 @@ pub struct Holding {
     /// changes nothing (`LOCK-4`). 0 for a holding recovered from a format
     /// that did not keep it: any release names it.
     pub acquired: u64,
+    /// The master time the session began to hold it, kept through its
+    /// asking again (`LOCK-15`). `None` for a holding recovered from a
+    /// format that did not keep it (format 6 and earlier).
+    pub since: Option<crate::time::Millis>,
 }
 
 /// How a session came to hold a lock (for observers: the trace of a

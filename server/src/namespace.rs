@@ -56,6 +56,16 @@ pub struct Namespace {
 }
 
 impl Namespace {
+    /// How many nodes there are.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there is no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
     /// The node at `key`.
     pub fn get(&self, key: &str) -> Option<&Node> {
         self.nodes.get(key)

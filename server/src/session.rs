@@ -26,6 +26,15 @@ impl EndCause {
             EndCause::CheckFailed => "a health check it is bound to failed",
         }
     }
+
+    /// The cause as one word, for figures (`OPS-4`).
+    pub fn label(self) -> &'static str {
+        match self {
+            EndCause::Expired => "expired",
+            EndCause::Destroyed => "destroyed",
+            EndCause::CheckFailed => "check-failed",
+        }
+    }
 }
 
 /// The durable part of a session.

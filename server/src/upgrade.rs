@@ -1,9 +1,11 @@
 //! Reading the state as earlier formats stored it (SPEC `STORE-6`).
 //!
-//! Data directories of formats 5 and 4 (a single master) and cell formats
-//! 3 and 2 are read and carried forward: their logs hold commands this
-//! master applies alike, and their snapshots differ from today's in what
-//! the state holds. Format 5 (cell format 3) had no access control: its
+//! Data directories of formats 6, 5 and 4 (a single master) and cell
+//! formats 4, 3 and 2 are read and carried forward: their logs hold
+//! commands this master applies alike, and their snapshots differ from
+//! today's in what the state holds. Format 6 (cell format 4) kept no time
+//! with a lock's holders: a holding it recovers is held since a time
+//! unknown (`LOCK-15`). Format 5 (cell format 3) had no access control: its
 //! state is today's without rules, tokens or session owners, which it is
 //! read with none of, access control off (`ACL-5`).
 //!
@@ -28,7 +30,8 @@ use serde::Deserialize;
 use crate::access::Access;
 use crate::check::Checks;
 use crate::holding::Holding;
-use crate::lock::{LockState, Locks, Waiter};
+use crate::lock::LockState as Lock;
+use crate::lock::{Locks, Waiter};
 use crate::namespace::Namespace;
 use crate::session::{EndCause, Session};
 use crate::state::{Bounds, State};
@@ -55,8 +58,118 @@ impl From<SnapshotV5> for Snapshot {
     }
 }
 
-/// The state as format 5 (and cell format 3) stored it: today's, without
-/// access control.
+/// A format 6 snapshot: epoch, master time, sequence number, state.
+#[derive(Deserialize)]
+pub(crate) struct SnapshotV6 {
+    epoch: u64,
+    now: Millis,
+    next_seq: u64,
+    state: StateV6,
+}
+
+impl From<SnapshotV6> for Snapshot {
+    fn from(old: SnapshotV6) -> Snapshot {
+        Snapshot {
+            epoch: old.epoch,
+            now: old.now,
+            next_seq: old.next_seq,
+            state: old.state.into(),
+        }
+    }
+}
+
+/// The state as format 6 (and cell format 4) stored it: today's, with no
+/// time kept with a lock's holders.
+#[derive(Deserialize)]
+pub(crate) struct StateV6 {
+    bounds: Bounds,
+    sessions: BTreeMap<SessionId, Session>,
+    ended: BTreeMap<SessionId, EndCause>,
+    ended_order: VecDeque<SessionId>,
+    namespace: Namespace,
+    locks: LocksV5,
+    checks: Checks,
+    index: u64,
+    may_cache: BTreeSet<SessionId>,
+    acquires_kept: bool,
+    access: Access,
+}
+
+impl From<StateV6> for State {
+    fn from(old: StateV6) -> State {
+        State {
+            bounds: old.bounds,
+            sessions: old.sessions,
+            ended: old.ended,
+            ended_order: old.ended_order,
+            namespace: old.namespace,
+            locks: old.locks.into(),
+            checks: old.checks,
+            index: old.index,
+            may_cache: old.may_cache,
+            acquires_kept: old.acquires_kept,
+            access: old.access,
+        }
+    }
+}
+
+/// Locks as formats 5 and 6 (cell formats 3 and 4) kept them.
+#[derive(Deserialize)]
+struct LocksV5 {
+    locks: BTreeMap<String, LockStateV5>,
+    held_by: BTreeMap<SessionId, BTreeSet<String>>,
+    waiting_by: BTreeMap<SessionId, BTreeSet<(String, u64)>>,
+}
+
+#[derive(Deserialize)]
+struct LockStateV5 {
+    holders: BTreeMap<SessionId, HoldingV5>,
+    waiters: VecDeque<Waiter>,
+    delay_until: Option<Millis>,
+}
+
+#[derive(Deserialize)]
+struct HoldingV5 {
+    mode: LockMode,
+    acquired: u64,
+}
+
+impl From<LocksV5> for Locks {
+    fn from(old: LocksV5) -> Locks {
+        let locks = old
+            .locks
+            .into_iter()
+            .map(|(key, lock)| {
+                let holders = lock
+                    .holders
+                    .into_iter()
+                    .map(|(session, h)| {
+                        let holding = Holding {
+                            mode: h.mode,
+                            acquired: h.acquired,
+                            since: None,
+                        };
+                        (session, holding)
+                    })
+                    .collect();
+                let lock = Lock {
+                    holders,
+                    waiters: lock.waiters,
+                    delay_until: lock.delay_until,
+                };
+                (key, lock)
+            })
+            .collect();
+        Locks {
+            locks,
+            held_by: old.held_by,
+            waiting_by: old.waiting_by,
+        }
+    }
+}
+
+/// The state as format 5 (and cell format 3) stored it: format 6's,
+/// without access control.
 #[derive(Deserialize)]
 pub(crate) struct StateV5 {
     bounds: Bounds,
@@ -64,7 +177,7 @@ pub(crate) struct StateV5 {
     ended: BTreeMap<SessionId, EndCause>,
     ended_order: VecDeque<SessionId>,
     namespace: Namespace,
-    locks: Locks,
+    locks: LocksV5,
     checks: Checks,
     index: u64,
     may_cache: BTreeSet<SessionId>,
@@ -79,7 +192,7 @@ impl From<StateV5> for State {
             ended: old.ended,
             ended_order: old.ended_order,
             namespace: old.namespace,
-            locks: old.locks,
+            locks: old.locks.into(),
             checks: old.checks,
             index: old.index,
             may_cache: old.may_cache,
@@ -147,9 +260,16 @@ impl From<StateV4> for State {
                 let holders = lock
                     .holders
                     .into_iter()
-                    .map(|(session, mode)| (session, Holding { mode, acquired: 0 }))
+                    .map(|(session, mode)| {
+                        let holding = Holding {
+                            mode,
+                            acquired: 0,
+                            since: None,
+                        };
+                        (session, holding)
+                    })
                     .collect();
-                let lock = LockState {
+                let lock = Lock {
                     holders,
                     waiters: lock.waiters,
                     delay_until: lock.delay_until,

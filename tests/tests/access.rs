@@ -641,6 +641,53 @@ async fn lock_information_and_sequencer_checks_need_read(way: Way) {
     reader.lock_info("jobs/x").await.unwrap();
 }
 
+// LOCK-16, ACL-4: a principal's lock listing shows only locks on keys it
+// may read, and names only its own sessions.
+async fn a_lock_listing_shows_only_readable_keys_and_own_session_names(way: Way) {
+    let master = Master::with_rules(
+        way,
+        &[
+            ("", "a", Rights::LOCK),
+            ("pub/", "a", Rights::LOCK.with(Rights::READ)),
+            ("", "b", Rights::LOCK),
+        ],
+    )
+    .await;
+    let a = master.client_as("a").await;
+    let b = master.client_as("b").await;
+    let mine = a.create_session(SessionOptions::new("mine")).await.unwrap();
+    let theirs = b
+        .create_session(SessionOptions::new("theirs"))
+        .await
+        .unwrap();
+    let _guards = [
+        mine.try_lock("pub/x", LockOptions::exclusive())
+            .await
+            .unwrap(),
+        theirs
+            .try_lock("pub/y", LockOptions::exclusive())
+            .await
+            .unwrap(),
+        theirs
+            .try_lock("secret/z", LockOptions::exclusive())
+            .await
+            .unwrap(),
+    ];
+    let listed = a.list_locks("").await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(keys, ["pub/x", "pub/y"]);
+    assert_eq!(listed[0].holders[0].name, "mine");
+    assert_eq!(listed[1].holders[0].session, theirs.id());
+    assert_eq!(
+        listed[1].holders[0].name, "",
+        "another's session is not named"
+    );
+    assert!(
+        b.list_locks("").await.unwrap().is_empty(),
+        "b may read nothing"
+    );
+}
+
 // ACL-3: subscribing to a key needs read on it.
 async fn subscribing_to_a_key_needs_read(way: Way) {
     let master = Master::with_rules(
@@ -945,6 +992,7 @@ both_ways!(
     a_watch_needs_read,
     a_cached_read_needs_read,
     lock_information_and_sequencer_checks_need_read,
+    a_lock_listing_shows_only_readable_keys_and_own_session_names,
     subscribing_to_a_key_needs_read,
     a_prefix_subscriber_hears_only_of_keys_it_may_read,
     rules_and_tokens_hold_after_a_restart,

@@ -503,3 +503,134 @@ async fn a_release_refused_as_stale_goes_again_when_nothing_here_awaits_the_late
     guard.release().await.unwrap();
     b.try_lock("k", LockOptions::exclusive()).await.unwrap();
 }
+
+/// The locks at or below `prefix`, one page of at most `limit`, after
+/// `after`, as the master lists them (`LOCK-16`).
+async fn locks_page(
+    server: &TestServer,
+    prefix: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> (Vec<leasehold::LockListing>, bool) {
+    let (mut conn, _) = leasehold_tests::raw::RawConnection::open(server.addr).await;
+    let list = leasehold_protocol::Request::ListLocks {
+        prefix: prefix.into(),
+        after: after.map(String::from),
+        limit,
+    };
+    match conn.call(list).await {
+        Ok(Response::Locks { locks, more }) => (locks, more),
+        other => panic!("expected a page of locks, got {other:?}"),
+    }
+}
+
+// LOCK-16: a listed lock shows its holder by session and name, how long
+// it has held it, and its waiters first in line first.
+#[tokio::test]
+async fn a_listed_lock_shows_its_holder_time_held_and_waiters_in_line() {
+    let (_server, client) = setup().await;
+    let named = |name: &str| SessionOptions::new(name).lock_delay(Duration::ZERO);
+    let alpha = client.create_session(named("alpha")).await.unwrap();
+    let _held = alpha
+        .try_lock("jobs/a", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    for name in ["beta", "gamma"] {
+        let session = client.create_session(named(name)).await.unwrap();
+        waiting.push(tokio::spawn(async move {
+            let _ = session.lock("jobs/a", LockOptions::exclusive()).await;
+            session
+        }));
+        while client.lock_info("jobs/a").await.unwrap().waiters_total < waiting.len() as u64 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let locks = client.list_locks("jobs/").await.unwrap();
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    let lock = &locks[0];
+    assert_eq!(lock.key, "jobs/a");
+    assert_eq!(lock.holders.len(), 1);
+    assert_eq!(lock.holders[0].session, alpha.id());
+    assert_eq!(lock.holders[0].name, "alpha");
+    assert_eq!(lock.holders[0].mode, LockMode::Exclusive);
+    assert!(lock.holders[0].held_ms.is_some());
+    let names: Vec<&str> = lock.waiters.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(names, ["beta", "gamma"]);
+    assert_eq!(lock.waiters_total, 2);
+    assert_eq!(lock.delay_remaining_ms, None);
+    let stat = client.stat("jobs/a").await.unwrap().unwrap();
+    assert_eq!(lock.lock_generation, stat.lock_generation);
+}
+
+// LOCK-16, LOCK-2: asking again for a lock one holds does not restart the
+// time it has held it.
+#[tokio::test]
+async fn asking_again_does_not_restart_the_time_held() {
+    let (_server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let first = a
+        .try_lock("jobs/t", LockOptions::exclusive())
+        .await
+        .unwrap();
+    // The master's clock moves at least as far as ours between the grant's
+    // answer and the listing's arrival.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = a
+        .try_lock("jobs/t", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let locks = client.list_locks("jobs/t").await.unwrap();
+    let held = locks[0].holders[0].held_ms.expect("a time held");
+    assert!(held >= 200, "held {held} ms");
+    drop((first, again));
+}
+
+// LOCK-16, LOCK-6: a lock in lock-delay is listed though nobody holds it
+// or waits, with the lock-delay left.
+#[tokio::test]
+async fn a_lock_in_lock_delay_is_listed_with_no_holder() {
+    let (_server, client) = setup().await;
+    let options = SessionOptions::new("delayed")
+        .lease(Duration::from_millis(500))
+        .lock_delay(Duration::from_secs(60));
+    let holder = client.create_session(options).await.unwrap();
+    let guard = holder
+        .try_lock("jobs/d", LockOptions::exclusive())
+        .await
+        .unwrap();
+    std::mem::forget(guard);
+    // Ended by its lease, which lock-delay follows (a destroy would not).
+    holder.detach().await;
+    let lock = loop {
+        let locks = client.list_locks("jobs/d").await.unwrap();
+        if locks.first().is_some_and(|l| l.holders.is_empty()) {
+            break locks[0].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let left = lock.delay_remaining_ms.expect("in lock-delay");
+    assert!(left > 0 && left <= 60_000, "{lock:?}");
+    assert!(lock.waiters.is_empty());
+}
+
+// LOCK-16: a page lists the locks after its cursor in key order, at most
+// `limit`, and says whether more follow; the prefix is compared as a
+// string.
+#[tokio::test]
+async fn locks_are_listed_a_page_at_a_time_in_key_order() {
+    let (server, client) = setup().await;
+    let a = session(&client, Duration::ZERO).await;
+    let mut guards = Vec::new();
+    for key in ["jobs/c", "jobs/a", "jobs/b", "jobsx", "other"] {
+        guards.push(a.try_lock(key, LockOptions::exclusive()).await.unwrap());
+    }
+    let (first, more) = locks_page(&server, "jobs/", None, 2).await;
+    let keys: Vec<&str> = first.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!((keys, more), (vec!["jobs/a", "jobs/b"], true));
+    let (rest, more) = locks_page(&server, "jobs/", Some("jobs/b"), 2).await;
+    let keys: Vec<&str> = rest.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!((keys, more), (vec!["jobs/c"], false));
+    let all = client.list_locks("").await.unwrap();
+    assert_eq!(all.len(), 5);
+}

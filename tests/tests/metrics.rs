@@ -1,4 +1,4 @@
-//! The operator's HTTP port (SPEC `OPS-1`..`OPS-3`): after a scripted
+//! The operator's figures (SPEC `OPS-1`..`OPS-4`): after a scripted
 //! workload, `/metrics` shows each figure where it should be; `/health`
 //! and `/ready` answer as probes expect; anything else is refused. Read
 //! over plain HTTP/1.1 from a TCP socket, as a scraper would.
@@ -200,4 +200,62 @@ async fn other_methods_and_paths_are_refused() {
     assert!(status.contains("allow: GET, HEAD"), "{status}");
     let (status, _) = http(port, "GET", "/admin").await;
     assert!(status.starts_with("HTTP/1.1 404"), "{status}");
+}
+
+// OPS-4: `Status` counts what the master serves: sessions and those kept
+// alive, ended sessions by cause, nodes, locks held and holdings, waiters,
+// checks, and what its data directory holds.
+#[tokio::test]
+async fn status_counts_sessions_locks_waiters_and_what_is_stored() {
+    let dir = leasehold_tests::fixture::TempDir::new("status");
+    let server = start(leasehold_tests::server::Setup::durable(
+        dir.path(),
+        Config::default(),
+    ))
+    .await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let before = client.status().await.unwrap();
+    assert_eq!((before.sessions, before.locks_held), (0, 0));
+    let options = |name: &str| SessionOptions::new(name).lock_delay(Duration::ZERO);
+    let a = client.create_session(options("a")).await.unwrap();
+    let b = client.create_session(options("b")).await.unwrap();
+    let c = client.create_session(options("c")).await.unwrap();
+    let gone = client.create_session(options("gone")).await.unwrap();
+    gone.close().await.unwrap();
+    let _shared = [
+        a.try_lock("s", LockOptions::shared()).await.unwrap(),
+        b.try_lock("s", LockOptions::shared()).await.unwrap(),
+    ];
+    let _held = a.try_lock("x", LockOptions::exclusive()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let _ = c.lock("x", LockOptions::exclusive()).await;
+        c
+    });
+    while client.lock_info("x").await.unwrap().waiters_total == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    client
+        .set_check("db", leasehold::CheckStatus::Passing, "")
+        .await
+        .unwrap();
+    client
+        .put("svc/db", b"10.0.0.5".to_vec(), PutOptions::new())
+        .await
+        .unwrap();
+    let status = client.status().await.unwrap();
+    assert_eq!(status.sessions, 3);
+    assert!(status.keepalives_held <= 3);
+    let destroyed = status
+        .recently_ended
+        .iter()
+        .find(|(cause, _)| cause == "destroyed");
+    assert_eq!(destroyed, Some(&("destroyed".to_string(), 1)));
+    assert_eq!(status.nodes, 3, "s, x and svc/db");
+    assert_eq!((status.locks_held, status.holdings), (2, 3));
+    assert_eq!((status.waiters, status.locks_in_delay), (1, 0));
+    assert_eq!(status.checks, 1);
+    assert!(!status.access_control);
+    assert!(status.index > before.index);
+    assert!(status.stored_bytes.is_some_and(|n| n > 0), "{status:?}");
+    waiter.abort();
 }

@@ -1,12 +1,13 @@
-//! What an earlier Leasehold left is read and served: format 4 and 5 data
-//! directories are carried forward (SPEC `STORE-6`), and protocol 7 and 8
-//! clients are served (`HS-2`). The fixtures, in `tests/fixtures/`, were written by
+//! What an earlier Leasehold left is read and served: format 4, 5 and 6
+//! data directories are carried forward (SPEC `STORE-6`), and protocol 7,
+//! 8 and 9 clients are served (`HS-2`). The fixtures, in `tests/fixtures/`, were written by
 //! that Leasehold; their README says what each holds.
 
 use std::path::Path;
 
 use leasehold_protocol::{
-    ClientFrame, ErrorCode, KeepAlive, Request, Response, ServerFrame, SessionToken, Welcome,
+    ClientFrame, ErrorCode, KeepAlive, LockListing, Request, Response, ServerFrame, SessionToken,
+    Welcome,
 };
 use leasehold_server::Config;
 use leasehold_tests::fixture::TempDir;
@@ -29,6 +30,18 @@ const B_LOCKS_S: &str = "01076c6f636b732f7301070610023ead52d511420fa6421e853e88b
 const A5: &str = "0e3204e9-90b0-42c4-acc3-4f3f715ceb7e:2eb631ec7b693aa4f1a5413e7f4467ec";
 const A5_LOCKS_X: &str = "01076c6f636b732f78000605100e3204e990b042c4acc34f3f715ceb7e";
 const B5_LOCKS_S: &str = "01076c6f636b732f7301070610f33d6da7210b4f6b96b6e0d269d84746";
+
+/// Sessions of `data-format-6`: `a` holds `locks/x`, `b` `locks/s`
+/// shared; a token for `reader`, who may read `svc/`.
+const A6: &str = "c720d0f9-383d-4daa-81b0-17763520a33d:a1ba4de7069575ba5f9dfaf03cd656b2";
+const A6_LOCKS_X: &str = "01076c6f636b732f7800060510c720d0f9383d4daa81b017763520a33d";
+const B6_LOCKS_S: &str = "01076c6f636b732f7301070610c6a81c016966457f83c0a3d3a8760670";
+const READER_6: &str = "lht1_1_5c4b22bb04da65c6a1e06e370d177d9ddd85bf97f5e7ec1f45f451d1073f01fb";
+
+/// A protocol 9 client's `Hello`, and its `LockInfo { key: "locks/x" }`
+/// as request 9, as it sent them (the frames' bodies).
+const HELLO_9: &str = "004c45415345484c4409";
+const LOCK_INFO_9: &str = "010916076c6f636b732f78";
 
 /// A protocol 8 client's `Hello`, and its `Get { key: "svc/db" }` as
 /// request 8, as it sent them (the frames' bodies).
@@ -119,14 +132,14 @@ async fn serves_svc_db_and_svc_after(conn: &mut RawConnection) {
     assert_eq!(after.contents.as_deref(), Some(&b"log"[..]));
 }
 
-/// The directory says format 6 and recovery's snapshot is in its shape.
-fn is_format_6(dir: &TempDir) {
+/// The directory says format 7 and recovery's snapshot is in its shape.
+fn is_format_7(dir: &TempDir) {
     assert_eq!(
         std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
-        "leasehold-data 6\n"
+        "leasehold-data 7\n"
     );
     let snapshot = std::fs::read(dir.join("snapshot")).unwrap();
-    assert_eq!(&snapshot[..8], b"LHSNAP03");
+    assert_eq!(&snapshot[..8], b"LHSNAP04");
 }
 
 async fn valid(conn: &mut RawConnection, sequencer: &str) -> bool {
@@ -140,8 +153,8 @@ async fn valid(conn: &mut RawConnection, sequencer: &str) -> bool {
 }
 
 // STORE-6: the directory is taken, its nodes, sessions and locks are
-// there, and from then on it says format 6, with recovery's snapshot in
-// format 6's shape.
+// there, and from then on it says format 7, with recovery's snapshot in
+// format 7's shape.
 #[tokio::test]
 async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_locks() {
     let (dir, server) = started_on_format_4().await;
@@ -150,10 +163,10 @@ async fn a_format_4_directory_is_carried_forward_with_its_nodes_sessions_and_loc
     for sequencer in [A_LOCKS_X, A_LOCKS_Y, B_LOCKS_S] {
         assert!(valid(&mut conn, sequencer).await, "{sequencer} is held");
     }
-    is_format_6(&dir);
+    is_format_7(&dir);
     server.shutdown().await.unwrap();
 
-    // And it is read again as format 6.
+    // And it is read again as format 7.
     let server = start(Setup::durable(dir.path(), Config::default())).await;
     let (mut conn, _) = RawConnection::open(server.addr).await;
     assert!(valid(&mut conn, A_LOCKS_X).await);
@@ -249,14 +262,18 @@ async fn a_protocol_7_client_is_served_as_before() {
     let mut future = RawConnection::connect(server.addr).await;
     future
         .send(ClientFrame::Hello(leasehold_protocol::Hello {
-            version: 10,
+            version: leasehold_protocol::PROTOCOL_VERSION + 1,
             ..leasehold_protocol::Hello::current()
         }))
         .await;
+    let closed = future.closed_with().await.expect("a Close frame");
     assert_eq!(
-        future.closed_with().await.expect("a Close frame").code,
-        ErrorCode::VersionMismatch { supported: 9 }
+        closed.code,
+        ErrorCode::VersionMismatch {
+            supported: leasehold_protocol::PROTOCOL_VERSION
+        }
     );
+    assert!(closed.message.contains("speaks 7 to 10"), "{closed:?}");
     server.shutdown().await.unwrap();
 }
 
@@ -278,7 +295,7 @@ async fn a_format_5_directory_is_carried_forward_with_access_control_off() {
         panic!("WhoAmI is answered");
     };
     assert!(!identity.access_control);
-    is_format_6(&dir);
+    is_format_7(&dir);
     server.shutdown().await.unwrap();
 
     let server = start(Setup::durable(dir.path(), Config::default())).await;
@@ -307,6 +324,104 @@ async fn a_protocol_8_client_is_served_as_before() {
             assert_eq!(db.contents.as_deref(), Some(&b"10.0.0.5"[..]))
         }
         other => panic!("expected svc/db, got {other:?}"),
+    }
+    server.shutdown().await.unwrap();
+}
+
+/// The locks `ListLocks` lists at or below `prefix`.
+async fn locks_below(conn: &mut RawConnection, prefix: &str) -> Vec<LockListing> {
+    let list = Request::ListLocks {
+        prefix: prefix.into(),
+        after: None,
+        limit: 0,
+    };
+    match conn.call(list).await {
+        Ok(Response::Locks { locks, more: false }) => locks,
+        other => panic!("expected a page of locks, got {other:?}"),
+    }
+}
+
+// STORE-6, LOCK-16: a format 6 directory, from before holdings kept their
+// time, is carried forward with its nodes, sessions, locks, rules and
+// tokens; its holdings are held since a time unknown, and one taken from
+// then on since it was taken.
+#[tokio::test]
+async fn a_format_6_directory_is_carried_forward_with_its_rules_and_tokens() {
+    let dir = copied("data-format-6");
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let (mut conn, welcome) = RawConnection::open(server.addr).await;
+    serves_svc_db_and_svc_after(&mut conn).await;
+    for sequencer in [A6_LOCKS_X, B6_LOCKS_S] {
+        assert!(valid(&mut conn, sequencer).await, "{sequencer} is held");
+    }
+    let Ok(Response::Rules { rules, enabled }) = conn.call(Request::ListRules).await else {
+        panic!("the rules are listed");
+    };
+    assert!(!enabled);
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        (rules[0].prefix.as_str(), rules[0].principal.as_str()),
+        ("svc/", "reader")
+    );
+    let locks = locks_below(&mut conn, "locks/").await;
+    let x = locks.iter().find(|l| l.key == "locks/x").expect("locks/x");
+    assert_eq!(x.holders.len(), 1);
+    assert_eq!(x.holders[0].name, "a");
+    assert_eq!(x.holders[0].held_ms, None, "format 6 kept no time");
+    past_failover(&mut conn, &welcome, token(A6)).await;
+    let take = Request::Acquire(leasehold_protocol::Acquire {
+        key: "locks/new".into(),
+        session: token(A6),
+        mode: leasehold_protocol::LockMode::Exclusive,
+        contents: None,
+        wait_ms: None,
+        transient: false,
+    });
+    assert!(matches!(
+        conn.call(take).await,
+        Ok(Response::Acquired { .. })
+    ));
+    let new = locks_below(&mut conn, "locks/new").await;
+    assert!(new[0].holders[0].held_ms.is_some(), "{new:?}");
+    is_format_7(&dir);
+    server.shutdown().await.unwrap();
+
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let (mut conn, _) = RawConnection::open(server.addr).await;
+    assert!(valid(&mut conn, A6_LOCKS_X).await);
+    let new = locks_below(&mut conn, "locks/new").await;
+    assert!(
+        new[0].holders[0].held_ms.is_some(),
+        "its time survives a restart"
+    );
+    let authenticate = Request::Authenticate {
+        token: READER_6.into(),
+    };
+    let Ok(Response::Identity(reader)) = conn.call(authenticate).await else {
+        panic!("the token still authenticates");
+    };
+    assert_eq!(reader.principal.as_deref(), Some("reader"));
+    server.shutdown().await.unwrap();
+}
+
+// HS-2: a protocol 9 client, speaking the bytes it always sent, is
+// welcomed in its version and served.
+#[tokio::test]
+async fn a_protocol_9_client_is_served_as_before() {
+    let dir = copied("data-format-6");
+    let server = start(Setup::durable(dir.path(), Config::default())).await;
+    let mut old = RawConnection::connect(server.addr).await;
+    old.send_bytes(&framed(&unhex(HELLO_9))).await;
+    let Some(ServerFrame::Welcome(welcome)) = old.recv().await else {
+        panic!("a protocol 9 client is welcomed");
+    };
+    assert_eq!(welcome.version, 9);
+    old.send_bytes(&framed(&unhex(LOCK_INFO_9))).await;
+    let (id, got) = old.reply().await;
+    assert_eq!(id, 9);
+    match got {
+        Ok(Response::LockInfo(info)) => assert_eq!(info.holders.len(), 1, "{info:?}"),
+        other => panic!("expected the lock of locks/x, got {other:?}"),
     }
     server.shutdown().await.unwrap();
 }

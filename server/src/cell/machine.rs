@@ -29,12 +29,15 @@ use crate::disk::{corrupt, io_error, sealed, unseal, StoreError};
 use crate::state::{Bounds, State};
 use crate::time::Millis;
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP03";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"LHRSNP04";
 /// A snapshot whose replica is in cell format 2's shape (`upgrade.rs`).
 const SNAPSHOT_MAGIC_2: &[u8; 8] = b"LHRSNP01";
 /// A snapshot whose replica is in cell format 3's shape, without access
 /// control (`upgrade.rs`).
 const SNAPSHOT_MAGIC_3: &[u8; 8] = b"LHRSNP02";
+/// A snapshot whose replica is in cell format 4's shape, with no time kept
+/// with a lock's holders (`upgrade.rs`).
+const SNAPSHOT_MAGIC_4: &[u8; 8] = b"LHRSNP03";
 const FILE: &str = "raft-snapshot";
 
 /// One member's copy of what the log has made of the state.
@@ -68,6 +71,28 @@ struct ReplicaV3 {
     now: Millis,
     applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
+}
+
+/// A replica as cell format 4 stored it: its state in format 6's shape.
+#[derive(Deserialize)]
+struct ReplicaV4 {
+    state: crate::upgrade::StateV6,
+    epoch: u64,
+    now: Millis,
+    applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+}
+
+impl From<ReplicaV4> for Replica {
+    fn from(old: ReplicaV4) -> Replica {
+        Replica {
+            state: old.state.into(),
+            epoch: old.epoch,
+            now: old.now,
+            applied: old.applied,
+            membership: old.membership,
+        }
+    }
 }
 
 impl From<ReplicaV3> for Replica {
@@ -177,7 +202,7 @@ fn read_snapshot(volume: &dyn Volume) -> Result<Option<Stored>, StoreError> {
     let Some(bytes) = volume.read(FILE).map_err(io_error(&path))? else {
         return Ok(None);
     };
-    let magic = [SNAPSHOT_MAGIC_2, SNAPSHOT_MAGIC_3]
+    let magic = [SNAPSHOT_MAGIC_2, SNAPSHOT_MAGIC_3, SNAPSHOT_MAGIC_4]
         .into_iter()
         .find(|magic| bytes.starts_with(*magic))
         .unwrap_or(SNAPSHOT_MAGIC);
@@ -197,6 +222,9 @@ fn read_snapshot(volume: &dyn Volume) -> Result<Option<Stored>, StoreError> {
         data = encode(&Replica::from(replica));
     } else if magic == SNAPSHOT_MAGIC_3 {
         let replica: ReplicaV3 = decode(&data).map_err(undecodable(3))?;
+        data = encode(&Replica::from(replica));
+    } else if magic == SNAPSHOT_MAGIC_4 {
+        let replica: ReplicaV4 = decode(&data).map_err(undecodable(4))?;
         data = encode(&Replica::from(replica));
     }
     Ok(Some(Stored { meta, data }))

@@ -236,13 +236,13 @@ pub(super) struct TakenDir {
 }
 
 impl TakenDir {
-    /// Marks the directory cell format 4's, once its log and snapshot were
+    /// Marks the directory cell format 5's, once its log and snapshot were
     /// read: from now on the log may hold commands earlier formats do not
     /// know, and an earlier member must refuse the directory rather than
     /// misread it (`STORE-6`).
     pub(super) fn carried_forward(&self, dir: &std::path::Path) -> Result<(), StoreError> {
         if self.upgrade {
-            tracing::info!(dir = %dir.display(), "carrying a cell directory forward to cell format 4");
+            tracing::info!(dir = %dir.display(), "carrying a cell directory forward to cell format 5");
             crate::disk::write_atomically(dir, "FORMAT", FORMAT.as_bytes())?;
         }
         Ok(())
@@ -250,12 +250,19 @@ impl TakenDir {
 }
 
 /// What a member's data directory says it is.
-const FORMAT: &str = "leasehold-cell 4\n";
-/// Cell formats 2 and 3, whose directories a member reads and carries
+const FORMAT: &str = "leasehold-cell 5\n";
+/// Cell formats 2 to 4, whose directories a member reads and carries
 /// forward: their logs hold commands it applies alike, and their
 /// snapshots are read by their magic (`upgrade.rs`).
 const FORMAT_2: &str = "leasehold-cell 2\n";
 const FORMAT_3: &str = "leasehold-cell 3\n";
+const FORMAT_4: &str = "leasehold-cell 4\n";
+
+/// The cell format a `FORMAT` file of a later Leasehold names.
+fn newer_cell_format(text: &str) -> Option<u32> {
+    let n: u32 = text.strip_prefix("leasehold-cell ")?.trim().parse().ok()?;
+    (n > 5).then_some(n)
+}
 
 /// Takes a member's data directory: creates it, or checks that it is a
 /// cell member's, and locks it. A single master's directory is refused, not
@@ -267,15 +274,25 @@ pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
     let mut upgrade = false;
     match std::fs::read_to_string(&format) {
         Ok(text) if text == FORMAT => {}
-        Ok(text) if text == FORMAT_2 || text == FORMAT_3 => upgrade = true,
+        Ok(text) if [FORMAT_2, FORMAT_3, FORMAT_4].contains(&text.as_str()) => upgrade = true,
         // Format 1's snapshots hold a state that does not say which
         // sessions may cache (`CACHE-7`).
         Ok(text) if text == "leasehold-cell 1\n" => {
             return Err(corrupt(
                 dir,
                 "it was written by an earlier Leasehold (cell format 1, whose state does not \
-                 say which sessions may cache); this member reads cell formats 2 to 4: start it \
+                 say which sessions may cache); this member reads cell formats 2 to 5: start it \
                  on a new directory",
+            ))
+        }
+        Ok(text) if newer_cell_format(&text).is_some() => {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "it was written by a newer Leasehold (cell format {}); this member reads \
+                     cell formats 2 to 5: run the newer binary on it",
+                    newer_cell_format(&text).unwrap_or_default()
+                ),
             ))
         }
         Ok(text) => {

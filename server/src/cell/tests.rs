@@ -577,7 +577,7 @@ fn a_cell_format_2_directory_is_carried_forward() {
     taken.carried_forward(&dir).unwrap();
     assert_eq!(
         std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
-        "leasehold-cell 4\n"
+        "leasehold-cell 5\n"
     );
     let state = machine.replica().state;
     assert!(
@@ -597,14 +597,16 @@ fn a_cell_format_2_directory_is_carried_forward() {
         holder("locks/x", a),
         Some(Holding {
             mode: LockMode::Exclusive,
-            acquired: 0
+            acquired: 0,
+            since: None,
         })
     );
     assert_eq!(
         holder("locks/s", b),
         Some(Holding {
             mode: LockMode::Shared,
-            acquired: 0
+            acquired: 0,
+            since: None,
         })
     );
     assert!(state.namespace().get("svc/db").is_some());
@@ -634,12 +636,70 @@ fn a_cell_format_3_directory_is_carried_forward() {
     taken.carried_forward(&dir).unwrap();
     assert_eq!(
         std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
-        "leasehold-cell 4\n"
+        "leasehold-cell 5\n"
     );
     let state = machine.replica().state;
     assert!(state.namespace().get("svc/db").is_some());
     assert!(!state.access().enabled);
     assert!(state.access().rules().is_empty());
+}
+
+// STORE-6, LOCK-16: a member's cell format 4 directory, as the Leasehold
+// of protocol 9 left it (tests/fixtures/README.md), is carried forward:
+// its log and snapshot decode, with its rules and tokens, and its
+// holdings are held since a time unknown; its FORMAT says cell format 5
+// from then on.
+#[test]
+fn a_cell_format_4_directory_is_carried_forward() {
+    use leasehold_protocol::{LockMode, SessionId};
+
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cell-format-4");
+    let dir = member_dir("format-4", 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = PathGuard(dir.clone());
+    for file in ["FORMAT", "raft-log", "raft-snapshot"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
+    }
+    let taken = member::take_dir(&dir).expect("a cell format 4 directory is taken");
+    let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
+    let log = CellLog::open(volume.clone()).expect("its log decodes");
+    assert!(!log.is_empty());
+    let machine = CellMachine::open(volume, Bounds::from(&crate::Config::default()))
+        .expect("its snapshot decodes");
+    taken.carried_forward(&dir).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("FORMAT")).unwrap(),
+        "leasehold-cell 5\n"
+    );
+    let state = machine.replica().state;
+    let a: SessionId = "d1e37d29-ceb5-41b2-9335-377136f1f7cf".parse().unwrap();
+    let held = state.locks().get("locks/x").and_then(|l| l.holders.get(&a));
+    let held = held.expect("a holds locks/x, in the snapshot");
+    assert_eq!(held.mode, LockMode::Exclusive);
+    assert!(held.acquired > 0, "acquires were kept in cell format 4");
+    assert_eq!(held.since, None, "cell format 4 kept no time");
+    assert!(state.namespace().get("svc/db").is_some());
+    assert!(!state.access().enabled);
+    assert_eq!(state.access().rules().len(), 1, "svc/ reader read");
+}
+
+// A directory a newer Leasehold wrote is refused, naming both formats.
+#[test]
+fn a_cell_directory_of_a_newer_format_is_refused_naming_both() {
+    let dir = member_dir("format-9", 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = PathGuard(dir.clone());
+    std::fs::write(dir.join("FORMAT"), "leasehold-cell 9\n").unwrap();
+    let refused = member::take_dir(&dir).err().expect("refused");
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("newer Leasehold (cell format 9)"),
+        "{refused}"
+    );
+    assert!(refused.contains("cell formats 2 to 5"), "{refused}");
 }
 
 // CELL-11: a member asked to speak TLS without a client CA is refused at

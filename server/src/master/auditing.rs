@@ -45,6 +45,8 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         R::CreateToken { .. } => "create-token",
         R::RevokeToken { .. } => "revoke-token",
         R::ListTokens => "list-tokens",
+        R::ListLocks { .. } => "list-locks",
+        R::Status => "status",
     }
 }
 
@@ -60,7 +62,9 @@ fn request_key(request: &Request) -> Option<String> {
         | R::GetSequencer { key, .. }
         | R::Subscribe { key, .. }
         | R::LockInfo { key } => Some(key.clone()),
-        R::List { prefix, .. } | R::RemoveRule { prefix, .. } => Some(prefix.clone()),
+        R::List { prefix, .. } | R::RemoveRule { prefix, .. } | R::ListLocks { prefix, .. } => {
+            Some(prefix.clone())
+        }
         R::Put(put) => Some(put.key.clone()),
         R::Acquire(a) => Some(a.key.clone()),
         R::GetCached(get) => Some(get.key.clone()),

@@ -75,6 +75,10 @@ pub(crate) struct Engine {
     /// The disk is full: writes are refused (`STORE-5`). The loop sets it
     /// before each input.
     pub(crate) disk_full: bool,
+    /// What the store holds, in bytes, for `Status` (`OPS-4`); `None`
+    /// without a data directory of the master's own. The loop sets it
+    /// before each input.
+    pub(crate) stored_bytes: Option<u64>,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
     /// Recovered sessions that have not yet acknowledged the fail-over
@@ -131,6 +135,7 @@ impl Engine {
             now,
             logging,
             disk_full: false,
+            stored_bytes: None,
             quotas: Default::default(),
             failover_pending: Default::default(),
             unheard: Default::default(),

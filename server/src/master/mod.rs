@@ -156,6 +156,7 @@ impl Master {
     /// it decides.
     pub(crate) fn turn(&mut self, input: Input, now: Millis) {
         self.engine.disk_full = self.commit.as_ref().is_some_and(|c| c.disk_full());
+        self.engine.stored_bytes = self.commit.as_ref().and_then(|c| c.stored_bytes());
         self.engine.step(input, now);
         self.carry_out();
         self.show_figures();

@@ -320,6 +320,12 @@ impl Engine {
             Request::CreateToken { principal, note } => self.create_token(principal, note, now),
             Request::RevokeToken { id } => self.revoke_token(id, now),
             Request::ListTokens => Ok(self.list_tokens()),
+            Request::ListLocks {
+                prefix,
+                after,
+                limit,
+            } => self.list_locks(&prefix, after, limit, &principal, now),
+            Request::Status => Ok(Response::Status(self.status(now))),
         };
         if let Some(request) = audited {
             // Who asked, as the request found it: an Authenticate changes
@@ -388,7 +394,11 @@ impl Engine {
     /// Whether `principal` may see `session`'s record: with access control
     /// on, its own sessions alone, unless it may read every key (`ACL-4`):
     /// a session's name is its creator's words, often a key it locks.
-    fn sees_session(&self, session: SessionId, principal: &crate::access::Principal) -> bool {
+    pub(super) fn sees_session(
+        &self,
+        session: SessionId,
+        principal: &crate::access::Principal,
+    ) -> bool {
         let access = &self.state.access;
         if !access.enabled || access.allows(principal, "", leasehold_protocol::access::Rights::READ)
         {

@@ -2,11 +2,14 @@
 //! waiters, a session, a session's locks, each bounded to fit a frame.
 
 use leasehold_protocol::{
-    Error, LockInfo, NodeView, Response, SessionId, SessionInfo, SessionLocks,
+    Error, ErrorCode, LockHolder, LockInfo, LockListing, LockWaiter, MasterStatus, NodeView,
+    Response, SessionId, SessionInfo, SessionLocks,
 };
 
 use super::Engine;
-use crate::config::MAX_LIST_PAGE;
+use crate::access::Principal;
+use crate::config::{LISTED_WAITERS, MAX_LIST_PAGE, MAX_LIST_SCAN, SHOWN_CHARS};
+use crate::session::EndCause;
 use crate::time::{whole_millis, Millis};
 
 /// One page of `items`: at most `limit` (0: the server's page size), and
@@ -32,6 +35,13 @@ pub(super) fn page<T>(
         taken.push(item);
     }
     (taken, items.peek().is_some())
+}
+
+/// About how many bytes a listing takes in a reply.
+fn listing_size(l: &LockListing) -> usize {
+    let holders: usize = l.holders.iter().map(|h| 40 + h.name.len()).sum();
+    let waiters: usize = l.waiters.iter().map(|w| 32 + w.name.len()).sum();
+    l.key.len() + 40 + holders + waiters
 }
 
 impl Engine {
@@ -73,10 +83,147 @@ impl Engine {
         }
     }
 
-    /// The locks `session` holds and waits for (`SES-11`), as many as fit
-    /// half a frame.
+    /// One page of the locks at or below `prefix` after `after`, those on
+    /// keys `principal` may read, as many as fit half a frame (`LOCK-16`,
+    /// `ACL-4`). A holder's or waiter's name is shown to whom may see its
+    /// session. As `List` does, unreadable locks are skipped, not counted,
+    /// for at most [`MAX_LIST_SCAN`] of them.
+    pub(super) fn list_locks(
+        &self,
+        prefix: &str,
+        after: Option<String>,
+        limit: u32,
+        principal: &Principal,
+        now: Millis,
+    ) -> Result<Response, Error> {
+        use std::ops::Bound;
+        let start = match &after {
+            Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str()),
+            _ => Bound::Included(prefix),
+        };
+        let name = |session: SessionId| match self.sees_session(session, principal) {
+            true => self
+                .state
+                .session(session)
+                .map_or_else(String::new, |s| s.name.to_string()),
+            false => String::new(),
+        };
+        let unreadable = std::cell::Cell::new(0);
+        let cut_short = std::cell::Cell::new(false);
+        let listings = self
+            .state
+            .locks
+            .locks
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map_while(|entry| {
+                if unreadable.get() >= MAX_LIST_SCAN {
+                    cut_short.set(true);
+                    return None;
+                }
+                let readable = self.may_read(principal, entry.0);
+                unreadable.set(unreadable.get() + usize::from(!readable));
+                Some(readable.then_some(entry))
+            })
+            .flatten()
+            // A line emptied and a delay ended leave an entry until the
+            // lock is next tidied: it is not shown.
+            .filter(|(_, lock)| !lock.is_idle(now))
+            .map(|(key, lock)| LockListing {
+                key: key.clone(),
+                lock_generation: self
+                    .state
+                    .namespace()
+                    .get(key)
+                    .map_or(0, |n| n.stat().lock_generation),
+                holders: lock
+                    .holders
+                    .iter()
+                    .map(|(session, holding)| LockHolder {
+                        session: *session,
+                        name: name(*session),
+                        mode: holding.mode,
+                        held_ms: holding.since.map(|since| whole_millis(now.since(since))),
+                    })
+                    .collect(),
+                waiters: lock
+                    .waiters
+                    .iter()
+                    .take(LISTED_WAITERS)
+                    .map(|w| LockWaiter {
+                        session: w.session,
+                        name: name(w.session),
+                        mode: w.mode,
+                    })
+                    .collect(),
+                waiters_total: lock.waiters.len() as u64,
+                delay_remaining_ms: lock.delay_remaining(now).map(whole_millis),
+            });
+        let (locks, more) = page(listings, limit, self.config.max_frame / 2, listing_size);
+        let cut_short = cut_short.get();
+        if cut_short && locks.is_empty() {
+            return Err(Error::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "{} may read none of the next {MAX_LIST_SCAN} locked keys below {}: \
+                     list a prefix it may read",
+                    super::rights::described(principal),
+                    leasehold_protocol::excerpt(prefix, SHOWN_CHARS)
+                ),
+            ));
+        }
+        Ok(Response::Locks {
+            locks,
+            more: more || cut_short,
+        })
+    }
+
+    /// What the master serves, in figures (`OPS-4`). Counting the locks in
+    /// lock-delay walks every lock: an operator's question, not a
+    /// client's.
+    pub(super) fn status(&self, now: Millis) -> MasterStatus {
+        let locks = &self.state.locks;
+        let mut ended = [
+            (EndCause::Destroyed, 0),
+            (EndCause::Expired, 0),
+            (EndCause::CheckFailed, 0),
+        ];
+        for cause in self.state.ended.values() {
+            if let Some((_, n)) = ended.iter_mut().find(|(c, _)| c == cause) {
+                *n += 1;
+            }
+        }
+        MasterStatus {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            epoch: self.config.epoch,
+            index: self.state.index,
+            sessions: self.state.sessions.len() as u64,
+            keepalives_held: self.leases.holding() as u64,
+            recently_ended: ended
+                .into_iter()
+                .map(|(cause, n)| (cause.label().to_string(), n))
+                .collect(),
+            nodes: self.state.namespace().len() as u64,
+            locks_held: locks
+                .locks
+                .values()
+                .filter(|l| !l.holders.is_empty())
+                .count() as u64,
+            holdings: locks.held_by.values().map(|keys| keys.len() as u64).sum(),
+            waiters: locks.locks.values().map(|l| l.waiters.len() as u64).sum(),
+            locks_in_delay: locks
+                .locks
+                .values()
+                .filter(|l| l.delay_remaining(now).is_some())
+                .count() as u64,
+            checks: self.state.checks.len() as u64,
+            access_control: self.state.access.enabled,
+            stored_bytes: self.stored_bytes,
+        }
+    }
+
     /// The locks `session` holds and waits for, those on keys `principal`
-    /// may read (`SES-11`, `ACL-4`).
+    /// may read (`SES-11`, `ACL-4`), as many as fit half a frame.
     pub(super) fn session_locks(
         &self,
         session: SessionId,

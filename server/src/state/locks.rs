@@ -39,8 +39,9 @@ impl State {
             // Re-acquiring what one holds succeeds and leaves the generation.
             Some(held) if held == mode => {
                 let how = HowGranted::Again;
-                let sequencer =
-                    self.grant(&key, session, mode, contents, transient, index, how, events);
+                let sequencer = self.grant(
+                    &key, session, mode, contents, transient, index, now, how, events,
+                );
                 return Ok(Acquisition::Acquired { index, sequencer });
             }
             Some(held) => {
@@ -63,8 +64,9 @@ impl State {
         // A newcomer never overtakes a waiter (`LOCK-5`).
         if delayed.is_none() && lock.waiters.is_empty() && lock.admits(mode) {
             let how = HowGranted::AtOnce;
-            let sequencer =
-                self.grant(&key, session, mode, contents, transient, index, how, events);
+            let sequencer = self.grant(
+                &key, session, mode, contents, transient, index, now, how, events,
+            );
             return Ok(Acquisition::Acquired { index, sequencer });
         }
         if wait {
@@ -259,6 +261,7 @@ impl State {
                 waiter.contents,
                 waiter.transient,
                 index,
+                now,
                 HowGranted::FromLine,
                 events,
             );
@@ -282,13 +285,26 @@ impl State {
         contents: Option<Vec<u8>>,
         transient: bool,
         index: u64,
+        now: Millis,
         how: HowGranted,
         events: &mut Vec<StateEvent>,
     ) -> Sequencer {
         let lock = self.locks.locks.entry(key.to_string()).or_default();
         let was_free = lock.holders.is_empty();
         let acquired = if self.acquires_kept { index } else { 0 };
-        lock.holders.insert(session, Holding { mode, acquired });
+        // Asking again renews the acquire, not the time held (`LOCK-15`).
+        let since = match lock.holders.get(&session) {
+            Some(held) => held.since,
+            None => Some(now),
+        };
+        lock.holders.insert(
+            session,
+            Holding {
+                mode,
+                acquired,
+                since,
+            },
+        );
         self.locks
             .held_by
             .entry(session)

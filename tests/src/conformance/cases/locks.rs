@@ -63,6 +63,10 @@ pub(super) fn cases() -> Vec<Case> {
             session_locks_lists_what_a_session_holds_and_waits_for
         ),
         case!(
+            &["LOCK-16"],
+            list_locks_pages_through_holders_their_time_and_waiters
+        ),
+        case!(
             &["LOCK-12", "NS-2"],
             a_transient_lock_node_goes_when_its_lock_is_free
         ),
@@ -624,6 +628,69 @@ async fn a_transient_lock_node_goes_when_its_lock_is_free(ctx: Ctx) -> Check {
     ensure!(
         after.as_ref().is_some_and(|s| !s.transient),
         "a node written by Put went with the lock: {after:?}"
+    );
+    Ok(())
+}
+
+async fn list_locks_pages_through_holders_their_time_and_waiters(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let a = session(&mut conn, &w).await?;
+    let b = session(&mut conn, &w).await?;
+    let base = key("listed");
+    let (first, second) = (format!("{base}/a"), format!("{base}/b"));
+    let list = |after: Option<&String>, limit| Request::ListLocks {
+        prefix: format!("{base}/"),
+        after: after.cloned(),
+        limit,
+    };
+    let empty = expect_reply!(conn.call(list(None, 0)).await, Response::Locks { locks, more } => (locks, more))?;
+    ensure!(empty == (vec![], false), "nothing locked yet: {empty:?}");
+    for k in [&first, &second] {
+        generation(&conn.call(acquire(k, a, LockMode::Exclusive, None)).await)?;
+    }
+    let (mut line, _) = open(&ctx).await;
+    line.request(acquire(&first, b, LockMode::Shared, Some(30_000)))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (page, more) = loop {
+        let (page, more) = expect_reply!(
+            conn.call(list(None, 1)).await,
+            Response::Locks { locks, more } => (locks, more)
+        )?;
+        if page.first().is_some_and(|l| l.waiters_total > 0) || Instant::now() > deadline {
+            break (page, more);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    ensure!(
+        page.len() == 1 && more,
+        "a page of one, more to come: {page:?}"
+    );
+    let lock = &page[0];
+    ensure!(lock.key == first, "key order: {page:?}");
+    ensure!(
+        lock.holders.len() == 1
+            && lock.holders[0].session == a.id
+            && lock.holders[0].mode == LockMode::Exclusive
+            && lock.holders[0].name == "conformance"
+            && lock.holders[0].held_ms.is_some(),
+        "its holder, named, with a time held: {lock:?}"
+    );
+    ensure!(
+        lock.waiters.len() == 1
+            && lock.waiters[0].session == b.id
+            && lock.waiters[0].mode == LockMode::Shared
+            && lock.waiters_total == 1,
+        "its waiter: {lock:?}"
+    );
+    ensure!(lock.delay_remaining_ms.is_none(), "no lock-delay: {lock:?}");
+    let (rest, more) = expect_reply!(
+        conn.call(list(Some(&first), 0)).await,
+        Response::Locks { locks, more } => (locks, more)
+    )?;
+    ensure!(
+        rest.len() == 1 && rest[0].key == second && !more,
+        "the page after {first}: {rest:?}"
     );
     Ok(())
 }

@@ -17,13 +17,14 @@ mod handshake;
 mod keepalive;
 mod locks;
 mod namespace;
+mod operating;
 mod ownership;
 mod sessions;
 mod storage;
 mod wire;
 
 /// Every case, section by section in SPEC order: wire format, handshake,
-/// connections, sessions, ownership, access control, KeepAlive, namespace, locks, health
+/// connections, sessions, ownership, access control, operating, KeepAlive, namespace, locks, health
 /// checks, storage, epochs and failover, events, cache.
 pub(super) fn all() -> Vec<Case> {
     [
@@ -33,6 +34,7 @@ pub(super) fn all() -> Vec<Case> {
         sessions::cases(),
         ownership::cases(),
         access::cases(),
+        operating::cases(),
         keepalive::cases(),
         namespace::cases(),
         locks::cases(),

@@ -1,0 +1,160 @@
+//! `leasehold locks` and `leasehold status`, run as an operator runs them
+//! (SPEC `LOCK-16`, `OPS-4`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stdout, Running, Serve};
+
+const SOON: Duration = Duration::from_secs(10);
+
+/// Runs `leasehold ARGS` until its stdout satisfies `done`, within a
+/// deadline far beyond what a loaded machine needs.
+fn until(serve: &Serve, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + SOON;
+    loop {
+        let out = serve.run(args);
+        assert!(out.status.success(), "{out:?}");
+        let text = stdout(&out);
+        if done(&text) {
+            return text;
+        }
+        assert!(std::time::Instant::now() < deadline, "never: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// LOCK-16: `locks` prints each holder with its session's name and time
+// held, and how many wait behind it, the first by name.
+#[test]
+fn locks_prints_the_holder_time_held_and_who_waits_first() {
+    let serve = Serve::start();
+    let holder = Running::start(&serve.addr, &["lock", "jobs/a", "--", "sleep", "30"]);
+    holder.stderr_until("holding jobs/a", SOON);
+    let _waiter = Running::start(
+        &serve.addr,
+        &["lock", "--name", "second", "jobs/a", "--", "true"],
+    );
+    let table = until(&serve, &["locks", "jobs/"], |t| t.contains("first: second"));
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["KEY", "MODE", "SESSION", "NAME", "GEN", "HELD", "WAITERS", "DELAY"]
+    );
+    let row = lines.next().expect("a row for jobs/a");
+    assert!(row.starts_with("jobs/a  exclusive  "), "{row}");
+    assert!(
+        row.contains("lock jobs/a by ") && row.contains(&format!(":{}", holder.id())),
+        "the holder's session name: {row}"
+    );
+    assert!(row.contains("1 (first: second)"), "{row}");
+    assert!(row.trim_end().ends_with('-'), "no lock-delay: {row}");
+    assert_eq!(lines.next(), None);
+
+    let json = until(&serve, &["--json", "locks", "jobs/"], |t| !t.is_empty());
+    let lock: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(lock["key"], "jobs/a");
+    assert_eq!(lock["holders"][0]["mode"], "exclusive");
+    assert!(lock["holders"][0]["held_ms"].as_u64().is_some(), "{lock}");
+    assert_eq!(lock["waiters"][0]["name"], "second");
+    assert_eq!(lock["waiters_total"], 1);
+}
+
+// LOCK-16, LOCK-6: a lock whose holder's session ended with lock-delay is
+// listed with no holder and the lock-delay left (Consul #2767).
+#[test]
+fn locks_shows_a_lock_in_lock_delay_with_no_holder() {
+    let serve = Serve::start();
+    let mut holder = Running::start(
+        &serve.addr,
+        &[
+            "lock",
+            "jobs/d",
+            "--lease",
+            "1s",
+            "--lock-delay",
+            "20s",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    holder.stderr_until("holding jobs/d", SOON);
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &holder.id().to_string()])
+        .status();
+    holder.wait(SOON);
+    let json = until(&serve, &["--json", "locks"], |t| {
+        t.contains("\"holders\":[]")
+    });
+    let lock: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let left = lock["delay_remaining_ms"].as_u64().expect("lock-delay");
+    assert!(left > 0 && left <= 20_000, "{lock}");
+    let table = stdout(&serve.run(&["locks"]));
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .expect("a row")
+        .split_whitespace()
+        .collect();
+    // Its transient node went with its holder: generation 0.
+    assert_eq!(
+        row[..7],
+        ["jobs/d", "-", "-", "-", "0", "-", "0"],
+        "{table}"
+    );
+    assert!(row[7].ends_with('s'), "the lock-delay left: {table}");
+}
+
+// LOCK-16: nothing locked below a prefix is said on stderr, and is no
+// error.
+#[test]
+fn locks_below_a_prefix_nobody_locks_says_so() {
+    let serve = Serve::start();
+    let out = serve.run(&["locks", "nothing/"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no lock at or below 'nothing/'"), "{said}");
+}
+
+// OPS-4: `status` prints what the master serves, as text and as JSON.
+#[test]
+fn status_prints_sessions_locks_and_waiters() {
+    let serve = Serve::start();
+    let holder = Running::start(&serve.addr, &["lock", "jobs/a", "--", "sleep", "30"]);
+    holder.stderr_until("holding jobs/a", SOON);
+    let _waiter = Running::start(&serve.addr, &["lock", "jobs/a", "--", "true"]);
+    let text = until(&serve, &["status"], |t| t.contains("1 waiting"));
+    assert!(text.contains("sessions  2 ("), "{text}");
+    assert!(
+        text.contains("locks     1 held (1 holdings), 1 waiting, 0 in lock-delay"),
+        "{text}"
+    );
+    assert!(text.contains("epoch     "), "{text}");
+    let json = stdout(&serve.run(&["--json", "status"]));
+    let status: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(status["sessions"], 2);
+    assert_eq!(status["locks_held"], 1);
+    assert_eq!(status["waiters"], 1);
+    assert_eq!(status["recently_ended"]["expired"], 0);
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+}
+
+// `locks` and `status` at an address nobody serves exit 69, as every
+// client command does.
+#[test]
+fn locks_and_status_with_no_master_exit_69() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    for command in ["locks", "status"] {
+        let out = std::process::Command::new(common::BIN)
+            .args(["--addr", &addr, "--request-timeout", "2s", command])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(69), "{command}: {out:?}");
+    }
+}
