@@ -1111,34 +1111,19 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         );
         reload_on_hangup(tls)?;
     }
-    let http = match http {
+    let server = match http {
         Some(http) => {
             let at = http.local_addr()?;
             if json {
                 println!("{}", serde_json::json!({ "http": at.to_string() }));
             } else {
-                println!("metrics and health on http://{at}");
+                println!("status page, metrics and health on http://{at}");
             }
-            // A single master serves from the moment it listens.
-            let (_, health) =
-                tokio::sync::watch::channel(leasehold_server::http::Health::serving());
-            let port = leasehold_server::http::HttpPort {
-                metrics: config.metrics.clone(),
-                health,
-            };
-            Some(tokio::spawn(leasehold_server::http::serve_http(
-                http,
-                port,
-                std::future::pending(),
-            )))
+            server.with_http(http)
         }
-        None => None,
+        None => server,
     };
-    let served = server.serve(listener, stop).await;
-    if let Some(http) = http {
-        http.abort();
-    }
-    served?;
+    server.serve(listener, stop).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -237,7 +237,7 @@ fn serve_http_listen_says_where_and_serves_health_and_metrics() {
     stdout.read_line(&mut line).unwrap();
     let http = line
         .trim()
-        .strip_prefix("metrics and health on http://")
+        .strip_prefix("status page, metrics and health on http://")
         .unwrap_or_else(|| panic!("unexpected line {line:?}"))
         .to_string();
     let health = http_get(&http, "/health");

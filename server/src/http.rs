@@ -1,6 +1,7 @@
-//! The operator's HTTP port (SPEC `OPS-2`, `OPS-3`): `/metrics` in
-//! Prometheus' OpenMetrics text, and `/health` and `/ready` with the JSON
-//! bodies etcd's and Kubernetes' probes read. HTTP/1.1, `GET` only; each
+//! The operator's HTTP port (SPEC `OPS-2`, `OPS-3`, `OPS-5`): `/metrics`
+//! in Prometheus' OpenMetrics text, `/health` and `/ready` with the JSON
+//! bodies etcd's and Kubernetes' probes read, and the status page at `/`
+//! with the data it polls at `/api/status`. HTTP/1.1, `GET` only; each
 //! connection is a task of its own, their number is bounded, and a
 //! client that does not finish its headers in time is cut off.
 
@@ -11,7 +12,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -22,6 +26,7 @@ use tracing::debug;
 
 use crate::config::{HTTP_HEADER_TIMEOUT, HTTP_MAX_BUFFER, HTTP_MAX_CONNECTIONS};
 use crate::metrics::{Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+use crate::status_page::{Asker, Refused, PAGE_CSS, PAGE_HTML, PAGE_JS};
 
 /// What the port says of the master's health (`OPS-3`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,12 +56,32 @@ impl Health {
     }
 }
 
-/// What the port serves: the master's metrics, and its health as the
-/// master's tasks keep it.
+/// What the port serves: the master's metrics, its health as the
+/// master's tasks keep it, and, given the master, the status page.
 #[derive(Debug, Clone)]
 pub struct HttpPort {
-    pub metrics: Metrics,
-    pub health: watch::Receiver<Health>,
+    metrics: Metrics,
+    health: watch::Receiver<Health>,
+    /// The master the page asks; `None`: no page, and `/metrics` open.
+    asker: Option<Asker>,
+}
+
+impl HttpPort {
+    /// A port serving `metrics` and the health `health` watches, without
+    /// the status page (`Server::with_http` serves one with it).
+    pub fn new(metrics: Metrics, health: watch::Receiver<Health>) -> HttpPort {
+        HttpPort {
+            metrics,
+            health,
+            asker: None,
+        }
+    }
+
+    /// The same port, with the status page of the master `master`.
+    pub(crate) fn with_master(mut self, master: crate::master::MasterHandle) -> HttpPort {
+        self.asker = Some(Asker::new(master));
+        self
+    }
 }
 
 /// Serves `port` on `listener` until `shutdown` resolves.
@@ -67,7 +92,7 @@ pub struct HttpPort {
 /// use leasehold_server::Metrics;
 ///
 /// let (_health, watched) = tokio::sync::watch::channel(Health::serving());
-/// let port = HttpPort { metrics: Metrics::new(), health: watched };
+/// let port = HttpPort::new(Metrics::new(), watched);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:7180").await?;
 /// serve_http(listener, port, async {
 ///     let _ = tokio::signal::ctrl_c().await;
@@ -107,7 +132,7 @@ pub async fn serve_http(
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let port = port.clone();
-                async move { Ok::<_, Infallible>(answer(&port, &request)) }
+                async move { Ok::<_, Infallible>(answer(&port, &request, peer.ip()).await) }
             });
             let served = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -124,13 +149,22 @@ pub async fn serve_http(
     }
 }
 
-/// The answer to `request`.
-fn answer(port: &HttpPort, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// The answer to `request`, from `peer`.
+async fn answer(
+    port: &HttpPort,
+    request: &Request<Incoming>,
+    peer: std::net::IpAddr,
+) -> Response<Full<Bytes>> {
     let path = request.uri().path();
-    if !matches!(path, "/metrics" | "/health" | "/ready") {
+    let page =
+        port.asker.is_some() && matches!(path, "/" | "/status.css" | "/status.js" | "/api/status");
+    if !page && !matches!(path, "/metrics" | "/health" | "/ready") {
         return text(
             StatusCode::NOT_FOUND,
-            "not found: /metrics, /health or /ready\n",
+            match port.asker {
+                Some(_) => "not found: /, /api/status, /metrics, /health or /ready\n",
+                None => "not found: /metrics, /health or /ready\n",
+            },
         );
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
@@ -140,8 +174,41 @@ fn answer(port: &HttpPort, request: &Request<Incoming>) -> Response<Full<Bytes>>
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
     }
+    let bearer = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
     match path {
+        "/" => asset(PAGE_HTML, "text/html; charset=utf-8"),
+        "/status.css" => asset(PAGE_CSS, "text/css; charset=utf-8"),
+        "/status.js" => asset(PAGE_JS, "text/javascript; charset=utf-8"),
+        "/api/status" => {
+            let Some(asker) = &port.asker else {
+                return text(StatusCode::NOT_FOUND, "not found\n");
+            };
+            let status = match asker.caller(peer, bearer).await {
+                Ok((caller, identity)) => asker.status(&caller, &identity).await,
+                Err(refused) => Err(refused),
+            };
+            match status {
+                Ok(body) => {
+                    let mut response = Response::new(Full::new(Bytes::from(format!("{body}\n"))));
+                    let headers = response.headers_mut();
+                    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    response
+                }
+                Err(refused) => refusal(refused),
+            }
+        }
         "/metrics" => {
+            if let Some(asker) = &port.asker {
+                if let Err(refused) = asker.may_read_metrics(peer, bearer).await {
+                    return refusal(refused);
+                }
+            }
             let mut response = Response::new(Full::new(Bytes::from(port.metrics.encode())));
             response
                 .headers_mut()
@@ -169,6 +236,46 @@ fn answer(port: &HttpPort, request: &Request<Incoming>) -> Response<Full<Bytes>>
             response
         }
     }
+}
+
+/// A file of the status page. Its policy lets it load nothing but itself,
+/// so that no key or name a client chose can run as script.
+fn asset(body: &'static str, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             form-action 'none'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// A request the master's data is not shown to: why, in a line that
+/// repeats nothing the request sent.
+fn refusal(refused: Refused) -> Response<Full<Bytes>> {
+    let (status, why) = match refused {
+        Refused::Unauthenticated(why) => (StatusCode::UNAUTHORIZED, why),
+        Refused::Unavailable(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(format!("{why}\n"))));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"leasehold\""),
+        );
+    }
+    response
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {

@@ -128,6 +128,7 @@ mod reply;
 mod server;
 mod session;
 mod state;
+mod status_page;
 mod store;
 mod time;
 mod timers;

@@ -79,6 +79,8 @@ pub async fn run<L: Listener>(
 pub struct Server {
     config: Config,
     start: recovery::Start,
+    /// The operator's HTTP port, if it has one (`OPS-2`).
+    http: Option<tokio::net::TcpListener>,
 }
 
 impl std::fmt::Debug for Server {
@@ -113,17 +115,29 @@ impl Server {
         config.validate()?;
         let mut config = config;
         let start = recovery::open(&mut config, store)?;
-        Ok(Server { config, start })
+        Ok(Server {
+            config,
+            start,
+            http: None,
+        })
     }
 
     /// Serves connections from `listener` until `shutdown` resolves, then
     /// closes every connection.
+    /// Serves the operator's HTTP port on `listener` too, while the
+    /// master serves: `/metrics`, `/health`, `/ready` and the status page
+    /// (`OPS-2`, `OPS-5`).
+    pub fn with_http(mut self, listener: tokio::net::TcpListener) -> Server {
+        self.http = Some(listener);
+        self
+    }
+
     pub async fn serve<L: Listener>(
         self,
         listener: L,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServerError> {
-        serve(listener, self.config, self.start, shutdown).await
+        serve(listener, self.config, self.start, self.http, shutdown).await
     }
 }
 
@@ -131,6 +145,7 @@ async fn serve<L: Listener>(
     listener: L,
     config: Config,
     start: recovery::Start,
+    http: Option<tokio::net::TcpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (stop_master, master_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -138,6 +153,16 @@ async fn serve<L: Listener>(
         let _ = master_stopped.await;
     });
     let connections = CancellationToken::new();
+    if let Some(http) = http {
+        // A single master serves from the moment it listens (`OPS-3`).
+        let (_, health) = tokio::sync::watch::channel(crate::http::Health::serving());
+        let port =
+            crate::http::HttpPort::new(config.metrics.clone(), health).with_master(master.clone());
+        let stop = connections.clone();
+        tokio::spawn(crate::http::serve_http(http, port, async move {
+            stop.cancelled().await
+        }));
+    }
     let all_queued_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // The master stops by itself only when its store failed.
     let master_ended = async {

@@ -61,17 +61,39 @@ pub async fn start(setup: impl Into<Setup>) -> TestServer {
 /// restart on the address a client already knows. A data directory that
 /// cannot be taken fails the master's task, as it fails `serve`.
 pub async fn start_on(addr: SocketAddr, setup: impl Into<Setup>) -> TestServer {
-    let Setup { config, data_dir } = setup.into();
+    start_serving(addr, setup.into(), None).await
+}
+
+/// Starts a master on 127.0.0.1 with its operator's HTTP port, on
+/// another ephemeral port, whose address comes second (`OPS-2`).
+pub async fn start_with_http(setup: impl Into<Setup>) -> (TestServer, SocketAddr) {
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let at = http.local_addr().expect("local address");
+    let server = start_serving("127.0.0.1:0".parse().unwrap(), setup.into(), Some(http)).await;
+    (server, at)
+}
+
+async fn start_serving(
+    addr: SocketAddr,
+    setup: Setup,
+    http: Option<tokio::net::TcpListener>,
+) -> TestServer {
+    let Setup { config, data_dir } = setup;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .expect("bind a loopback port");
     let addr = listener.local_addr().expect("local address");
     let (stop, stopped) = oneshot::channel();
     let task = tokio::spawn(async move {
-        let server = match data_dir {
+        let mut server = match data_dir {
             Some(dir) => Server::open(config, FileStore::open(&dir)?)?,
             None => Server::volatile(config)?,
         };
+        if let Some(http) = http {
+            server = server.with_http(http);
+        }
         server
             .serve(listener, async {
                 let _ = stopped.await;

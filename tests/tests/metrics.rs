@@ -21,7 +21,7 @@ async fn http_port(
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve_http(
         listener,
-        HttpPort { metrics, health },
+        HttpPort::new(metrics, health),
         std::future::pending(),
     ));
     addr

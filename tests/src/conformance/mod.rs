@@ -148,6 +148,10 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("OPS-1", "figures read from the HTTP port; tests/tests/metrics.rs"),
     ("OPS-2", "the HTTP port; tests/tests/metrics.rs"),
     ("OPS-3", "the HTTP port's probes; tests/tests/metrics.rs"),
+    (
+        "OPS-5",
+        "the HTTP port's status page, in a browser; tests/tests/status_page.rs",
+    ),
     // The audit log is a file on the master's machine.
     ("AUDIT-1", "a file the master writes; tests/tests/audit.rs"),
     ("AUDIT-2", "a file the master writes; tests/tests/audit.rs"),

@@ -1,0 +1,248 @@
+//! The status page's data (SPEC `OPS-5`): what `/api/status` on the HTTP
+//! port answers, gathered by asking the master the protocol's own
+//! questions (`Status`, `ListSessions`, `ListLocks`, `ListChecks`) as the
+//! principal the HTTP request proves, so the page shows exactly what that
+//! principal could learn from a client, and nothing of keys it may not
+//! read. The page itself (`status_page/`) is static: HTML, CSS and a
+//! script that polls this.
+
+use std::sync::Arc;
+
+use leasehold_protocol::access::{Identity, Via};
+use leasehold_protocol::{
+    CheckInfo, CheckStatus, Error, ErrorCode, LockListing, LockMode, MasterStatus, Request,
+    Response, SessionInfo,
+};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::caller::Caller;
+use crate::config::STATUS_PAGE_ASK_TIMEOUT;
+use crate::master::MasterHandle;
+use crate::reply::{Flow, ReplyTx};
+
+/// The page, its style and its script, served as they are.
+pub(crate) const PAGE_HTML: &str = include_str!("status_page/index.html");
+pub(crate) const PAGE_CSS: &str = include_str!("status_page/status.css");
+pub(crate) const PAGE_JS: &str = include_str!("status_page/status.js");
+
+/// Why an HTTP request is not answered with the master's data.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// It proved no principal, and access control is on; or its token
+    /// was refused: `401` with the reason.
+    Unauthenticated(String),
+    /// The master did not answer: `503` with the reason.
+    Unavailable(String),
+}
+
+/// The master, asked as the HTTP port's callers.
+#[derive(Debug, Clone)]
+pub(crate) struct Asker {
+    master: MasterHandle,
+}
+
+impl Asker {
+    pub(crate) fn new(master: MasterHandle) -> Asker {
+        Asker { master }
+    }
+
+    /// Sends `request` as `caller` and waits for the answer, at most
+    /// [`STATUS_PAGE_ASK_TIMEOUT`].
+    async fn ask(&self, caller: &Arc<Caller>, request: Request) -> Result<Response, Error> {
+        let (to, mut replies) = mpsc::unbounded_channel();
+        let reply = ReplyTx::new(to, Arc::new(Flow::default()), 0, false);
+        self.master.call(request, reply, caller).await;
+        match tokio::time::timeout(STATUS_PAGE_ASK_TIMEOUT, replies.recv()).await {
+            Ok(Some(reply)) => *reply.body,
+            Ok(None) => Err(Error::new(ErrorCode::Internal, "the master stopped")),
+            Err(_) => Err(Error::new(
+                ErrorCode::Internal,
+                format!("the master did not answer within {STATUS_PAGE_ASK_TIMEOUT:?}"),
+            )),
+        }
+    }
+
+    /// The caller an HTTP request from `peer` acts as: the principal of
+    /// its bearer token, if it gave one (`ID-2`, throttled as `ID-6`
+    /// says), else anonymous. Refused when its token is, or when access
+    /// control is on and it proved nobody.
+    pub(crate) async fn caller(
+        &self,
+        peer: std::net::IpAddr,
+        bearer: Option<&str>,
+    ) -> Result<(Arc<Caller>, Identity), Refused> {
+        let caller = Arc::new(Caller::new(peer, None));
+        let request = match bearer {
+            Some(token) => Request::Authenticate {
+                token: token.to_string(),
+            },
+            None => Request::WhoAmI,
+        };
+        let identity = match self.ask(&caller, request).await {
+            Ok(Response::Identity(identity)) => identity,
+            Ok(other) => return Err(Refused::Unavailable(format!("unexpected {other:?}"))),
+            Err(e) if e.code == ErrorCode::Internal => return Err(Refused::Unavailable(e.message)),
+            Err(e) => return Err(Refused::Unauthenticated(e.message)),
+        };
+        if identity.access_control && identity.via == Via::Anonymous {
+            return Err(Refused::Unauthenticated(
+                "access control is on: present a bearer token (Authorization: Bearer ...)".into(),
+            ));
+        }
+        Ok((caller, identity))
+    }
+
+    /// What `/api/status` answers for `caller`: the master's figures, and
+    /// a page each of the sessions, locks and checks it may see.
+    pub(crate) async fn status(
+        &self,
+        caller: &Arc<Caller>,
+        identity: &Identity,
+    ) -> Result<Value, Refused> {
+        let unavailable = |e: Error| Refused::Unavailable(e.message);
+        let master = match self.ask(caller, Request::Status).await {
+            Ok(Response::Status(status)) => status,
+            Ok(other) => return Err(Refused::Unavailable(format!("unexpected {other:?}"))),
+            Err(e) => return Err(unavailable(e)),
+        };
+        let sessions = Request::ListSessions {
+            after: None,
+            limit: 0,
+        };
+        let (sessions, more_sessions) = match self.ask(caller, sessions).await {
+            Ok(Response::Sessions { sessions, more }) => (sessions, more),
+            Ok(_) => (Vec::new(), false),
+            Err(e) => return Err(unavailable(e)),
+        };
+        let locks = Request::ListLocks {
+            prefix: String::new(),
+            after: None,
+            limit: 0,
+        };
+        let (locks, more_locks) = match self.ask(caller, locks).await {
+            Ok(Response::Locks { locks, more }) => (locks, more),
+            // A principal that may read none of the first keys locked.
+            Ok(_) | Err(_) => (Vec::new(), false),
+        };
+        let checks = Request::ListChecks {
+            after: None,
+            limit: 0,
+        };
+        let (checks, more_checks) = match self.ask(caller, checks).await {
+            Ok(Response::Checks { checks, more }) => (checks, more),
+            Ok(_) | Err(_) => (Vec::new(), false),
+        };
+        Ok(json!({
+            "identity": identity_json(identity),
+            "master": master_json(&master),
+            "sessions": sessions.iter().map(session_json).collect::<Vec<_>>(),
+            "more_sessions": more_sessions,
+            "locks": locks.iter().map(lock_json).collect::<Vec<_>>(),
+            "more_locks": more_locks,
+            "checks": checks.iter().map(check_json).collect::<Vec<_>>(),
+            "more_checks": more_checks,
+        }))
+    }
+
+    /// Whether `/metrics` may be read by a request from `peer` with
+    /// `bearer`: as `/api/status` may.
+    pub(crate) async fn may_read_metrics(
+        &self,
+        peer: std::net::IpAddr,
+        bearer: Option<&str>,
+    ) -> Result<(), Refused> {
+        self.caller(peer, bearer).await.map(|_| ())
+    }
+}
+
+fn mode(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Exclusive => "exclusive",
+        LockMode::Shared => "shared",
+    }
+}
+
+fn identity_json(identity: &Identity) -> Value {
+    let via = match identity.via {
+        Via::Anonymous => "anonymous",
+        Via::Certificate => "certificate",
+        Via::Token { .. } => "token",
+        Via::Operator => "operator",
+    };
+    json!({
+        "principal": identity.principal,
+        "via": via,
+        "access_control": identity.access_control,
+    })
+}
+
+fn master_json(s: &MasterStatus) -> Value {
+    let ended: serde_json::Map<String, Value> = s
+        .recently_ended
+        .iter()
+        .map(|(cause, n)| (cause.clone(), (*n).into()))
+        .collect();
+    json!({
+        "version": s.version,
+        "epoch": s.epoch,
+        "index": s.index,
+        "sessions": s.sessions,
+        "keepalives_held": s.keepalives_held,
+        "recently_ended": ended,
+        "nodes": s.nodes,
+        "locks_held": s.locks_held,
+        "holdings": s.holdings,
+        "waiters": s.waiters,
+        "locks_in_delay": s.locks_in_delay,
+        "checks": s.checks,
+        "access_control": s.access_control,
+        "stored_bytes": s.stored_bytes,
+    })
+}
+
+fn session_json(s: &SessionInfo) -> Value {
+    json!({
+        "session": s.session,
+        "name": s.name,
+        "lease_ms": s.lease_ms,
+        "lease_remaining_ms": s.lease_remaining_ms,
+        "lock_delay_ms": s.lock_delay_ms,
+        "keepalive_held": s.keepalive_held,
+        "checks": s.checks,
+    })
+}
+
+fn lock_json(l: &LockListing) -> Value {
+    json!({
+        "key": l.key,
+        "lock_generation": l.lock_generation,
+        "holders": l.holders.iter().map(|h| json!({
+            "session": h.session,
+            "name": h.name,
+            "mode": mode(h.mode),
+            "held_ms": h.held_ms,
+        })).collect::<Vec<_>>(),
+        "waiters": l.waiters.iter().map(|w| json!({
+            "session": w.session,
+            "name": w.name,
+            "mode": mode(w.mode),
+        })).collect::<Vec<_>>(),
+        "waiters_total": l.waiters_total,
+        "delay_remaining_ms": l.delay_remaining_ms,
+    })
+}
+
+fn check_json(c: &CheckInfo) -> Value {
+    let status = match c.status {
+        CheckStatus::Passing => "passing",
+        CheckStatus::Warning => "warning",
+        CheckStatus::Critical => "critical",
+    };
+    json!({
+        "name": c.name,
+        "status": status,
+        "note": c.note,
+        "sessions": c.sessions,
+    })
+}
