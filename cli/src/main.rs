@@ -10,6 +10,7 @@ mod recipes;
 mod run;
 mod session;
 mod signals;
+mod snapshot;
 
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -225,6 +226,10 @@ enum Command {
     /// Print what the master serves: epoch, sessions, nodes, locks,
     /// waiters, what it stores; in a cell, then each member.
     Status,
+    /// Save a live master's state to a file, check a saved one, or make a
+    /// data directory of one.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// Print one line per change at or below KEY (a key or a prefix; the
     /// root when omitted) until interrupted.
     Watch {
@@ -321,6 +326,29 @@ enum Command {
     /// Print a completion script for SHELL, e.g.
     /// `leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold`.
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SnapshotCommand {
+    /// Save a consistent snapshot of the master's whole state (a cell's
+    /// too) to FILE, without stopping it; prints its index and epoch. It
+    /// holds every session's secret: keep it as you keep the master's
+    /// data directory.
+    Save {
+        /// Where to write it; written beside it first, then renamed.
+        file: std::path::PathBuf,
+    },
+    /// Verify FILE (its checksum, and that it decodes) and print its
+    /// index, epoch and counts; exit 65 if it is damaged.
+    Status { file: std::path::PathBuf },
+    /// Make a new data directory of FILE for `serve --data-dir DIR`; DIR
+    /// must not exist or be empty.
+    Restore {
+        file: std::path::PathBuf,
+        /// The data directory to make.
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -637,6 +665,14 @@ pub(crate) const BUSY: u8 = 75;
 /// master does not accept this client's TLS settings. Nothing was sent.
 pub(crate) const CONFIG: u8 = 78;
 
+/// An input file cannot be read (EX_NOINPUT): `snapshot status` or
+/// `restore` of a file that is not there.
+pub(crate) const NO_INPUT: u8 = 66;
+
+/// An output file or directory cannot be made (EX_CANTCREAT): `snapshot
+/// restore` into a directory that is not empty.
+pub(crate) const CANT_CREATE: u8 = 73;
+
 /// `text` with its control characters escaped: an error may quote what a
 /// user or another client typed, which must not rewrite the terminal.
 pub(crate) fn printable(text: &str) -> String {
@@ -919,6 +955,7 @@ fn main() -> ExitCode {
             Command::Whoami => access::whoami(&addr, cli.json).await,
             Command::Locks { prefix } => ops::locks(&addr, cli.json, &prefix).await,
             Command::Status => ops::status(&addr, cli.json).await,
+            Command::Snapshot(command) => snapshot::snapshot(&addr, cli.json, command).await,
             Command::Cell(CellCommand::Status) => cell::status(&addr, cli.json).await,
             Command::Cell(CellCommand::Add {
                 member: (id, member),

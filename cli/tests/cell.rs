@@ -247,6 +247,42 @@ async fn status_prints_the_masters_figures_then_every_member() {
     }
 }
 
+// OPS-6: `snapshot save` given one member saves the cell's master's state,
+// and it restores into a single master's directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cells_snapshot_is_saved_from_any_member_and_restores() {
+    let cell = Cell::start("snapshot");
+    let (master, _) = cell.master().await;
+    let other = if master == 1 { 2 } else { 1 };
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["--addr", &cell.members[&other].1])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let put = run(&["put", "svc/db", "10.0.0.5"]);
+    assert!(put.status.success(), "{put:?}");
+    let dir = std::env::temp_dir().join(format!("leasehold-cell-snap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cell.snap");
+    let saved = run(&["snapshot", "save", file.to_str().unwrap()]);
+    assert!(saved.status.success(), "{saved:?}");
+    let data = dir.join("single");
+    let restored = run(&[
+        "snapshot",
+        "restore",
+        file.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(restored.status.success(), "{restored:?}");
+    let store = leasehold_server::Backup::read(&file).unwrap().summary();
+    assert_eq!(store.nodes, 1, "{store:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // CELL-10: in a cell with a secret and no operator token, a change of
 // members that does not present the secret is refused by the leader, and
 // the member stays; the CLI asks for the right before it connects.

@@ -158,3 +158,57 @@ fn locks_and_status_with_no_master_exit_69() {
         assert_eq!(out.status.code(), Some(69), "{command}: {out:?}");
     }
 }
+
+// OPS-6: `snapshot save` writes a whole snapshot and says its index;
+// `snapshot status` verifies it; `snapshot restore` makes a data
+// directory a master serves it from; damage, a missing file and a
+// directory in use are refused with their own exit statuses.
+#[test]
+fn snapshot_save_status_and_restore_round_trip() {
+    let serve = Serve::start();
+    let dir = std::env::temp_dir().join(format!("leasehold-cli-snapshot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let put = serve.run(&["put", "svc/db", "10.0.0.5"]);
+    assert!(put.status.success(), "{put:?}");
+    let file = dir.join("backup.snap");
+    let file = file.to_str().unwrap();
+    let saved = serve.run(&["snapshot", "save", file]);
+    assert!(saved.status.success(), "{saved:?}");
+    assert!(
+        stdout(&saved).starts_with(&format!("saved {file} (")),
+        "{saved:?}"
+    );
+    assert!(!dir.join(".backup.snap.partial").exists());
+
+    let status = serve.run(&["--json", "snapshot", "status", file]);
+    assert!(status.status.success(), "{status:?}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(summary["nodes"], 1);
+
+    let data = dir.join("restored");
+    let data = data.to_str().unwrap();
+    let restored = serve.run(&["snapshot", "restore", file, "--data-dir", data]);
+    assert!(restored.status.success(), "{restored:?}");
+    let again = serve.run(&["snapshot", "restore", file, "--data-dir", data]);
+    assert_eq!(again.status.code(), Some(73), "{again:?}");
+    let (mut child, addr) = common::spawn_serve(&["--listen", "127.0.0.1:0", "--data-dir", data]);
+    let got = std::process::Command::new(common::BIN)
+        .args(["--addr", &addr, "get", "svc/db"])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(stdout(&got), "10.0.0.5", "{got:?}");
+
+    let whole = std::fs::read(file).unwrap();
+    let cut = dir.join("cut.snap");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let damaged = serve.run(&["snapshot", "status", cut.to_str().unwrap()]);
+    assert_eq!(damaged.status.code(), Some(65), "{damaged:?}");
+    let said = String::from_utf8_lossy(&damaged.stderr);
+    assert!(said.contains("not a whole Leasehold snapshot"), "{said}");
+    let missing = serve.run(&["snapshot", "status", "no/such/file"]);
+    assert_eq!(missing.status.code(), Some(66), "{missing:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

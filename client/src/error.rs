@@ -57,6 +57,15 @@ pub enum ClientError {
     /// semaphore's limit), or the state is not the recipe's.
     #[error("{0}")]
     Conflict(String),
+    /// What the master sent could not be written where the caller said
+    /// (a snapshot to a full disk).
+    #[error("writing {what}: {source}")]
+    Write {
+        /// What was being written.
+        what: &'static str,
+        /// Why it failed.
+        source: io::Error,
+    },
 }
 
 impl ClientError {
@@ -88,6 +97,8 @@ impl ClientError {
             ClientError::Protocol(_) | ClientError::Conflict(_) | ClientError::Tls(_) => {
                 Remedy::GiveUp
             }
+            // Nothing changed on the master: try again once there is room.
+            ClientError::Write { .. } => Remedy::RetryLater,
         }
     }
 

@@ -83,7 +83,7 @@ mod tls;
 mod transport;
 
 pub use cache::CacheStats;
-pub use client::Client;
+pub use client::{Client, SavedSnapshot};
 pub use config::{
     ClientConfig, SessionOptions, CONNECT_TIMEOUT, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_KEYS,
     DEFAULT_GRACE, REQUEST_TIMEOUT,

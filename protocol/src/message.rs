@@ -379,6 +379,19 @@ pub enum Request {
     },
     /// From protocol 10: what the master serves, in figures (`OPS-4`).
     Status,
+    /// From protocol 10: take a consistent snapshot of the whole state for
+    /// a backup (`OPS-6`); its bytes are then read with
+    /// [`Request::ReadSnapshot`]. Answered once the state it holds is
+    /// durable.
+    SaveSnapshot,
+    /// From protocol 10: bytes of the snapshot `SaveSnapshot` took, from
+    /// `offset` (`OPS-6`).
+    ReadSnapshot {
+        /// The snapshot's id, as `SnapshotSaved` gave it.
+        id: u64,
+        /// Where to read from.
+        offset: u64,
+    },
 }
 
 /// A read for a session's cache (`CACHE-2`).
@@ -641,6 +654,25 @@ pub enum Response {
     },
     /// The answer to [`Request::Status`].
     Status(MasterStatus),
+    /// The answer to [`Request::SaveSnapshot`].
+    SnapshotSaved {
+        /// What [`Request::ReadSnapshot`] names it by.
+        id: u64,
+        /// Its length in bytes.
+        bytes: u64,
+        /// The state's global index it holds (`NS-2`).
+        index: u64,
+        /// The master's epoch.
+        epoch: u64,
+    },
+    /// The answer to [`Request::ReadSnapshot`]: the bytes from `offset`,
+    /// at most half a frame of them; none past the end.
+    SnapshotBytes {
+        /// Where they start.
+        offset: u64,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
 }
 
 /// A lock as [`Request::ListLocks`] lists it (`LOCK-16`): who holds it and

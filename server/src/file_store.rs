@@ -228,7 +228,7 @@ impl Store for FileStore {
     /// reads one file instead of the whole history.
     fn compact(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.sync()?;
-        let bytes = sealed(SNAPSHOT_MAGIC, &encode(snapshot));
+        let bytes = snapshot_file(snapshot);
         write_atomically(&self.dir, "snapshot", &bytes)?;
         // The snapshot is durable; a crash from here on finds it and skips
         // the log records it includes.
@@ -360,6 +360,71 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
     }
     let body = unseal(bytes, path, SNAPSHOT_MAGIC, "snapshot")?;
     decode(&body).map(Some).map_err(undecodable)
+}
+
+/// `snapshot` as the file `snapshot` of a data directory holds it: what a
+/// backup is too (`OPS-6`).
+pub(crate) fn snapshot_file(snapshot: &Snapshot) -> Vec<u8> {
+    sealed(SNAPSHOT_MAGIC, &encode(snapshot))
+}
+
+/// The snapshot in the file at `path`, of this format or an earlier one,
+/// verified; `None` if there is no such file.
+pub(crate) fn snapshot_at(path: &Path) -> Result<Option<Snapshot>, StoreError> {
+    read_snapshot(path)
+}
+
+/// Makes `dir`, which must not exist or be empty, a data directory whose
+/// state is `snapshot` and whose log is empty (`OPS-6`). It is built
+/// beside `dir` and renamed into place once whole and durable, so a
+/// failure leaves nothing half-made under `dir`.
+pub(crate) fn restore_dir(snapshot: &Snapshot, dir: &Path) -> Result<(), StoreError> {
+    match fs::read_dir(dir).map(|mut entries| entries.next().is_some()) {
+        Ok(true) => {
+            return Err(corrupt(
+                dir,
+                "it is not empty: restore into a new directory, so that nothing is overwritten",
+            ))
+        }
+        Ok(false) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(dir)(e)),
+    }
+    let name = dir
+        .file_name()
+        .map_or_else(|| "data".into(), |n| n.to_string_lossy().to_string());
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let building = parent.join(format!(".{name}.restoring-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&building);
+    fs::create_dir_all(&building).map_err(io_error(&building))?;
+    let built = (|| {
+        write_atomically(&building, "FORMAT", FORMAT.as_bytes())?;
+        write_atomically(&building, "snapshot", &snapshot_file(snapshot))?;
+        new_log(&building, snapshot.next_seq)?
+            .sync_all()
+            .map_err(io_error(&building.join("log")))?;
+        // Taking it as a master would is the check that it reads.
+        let mut store = FileStore::open(&building)?;
+        store.recover()?;
+        Ok::<_, StoreError>(())
+    })();
+    if let Err(e) = built {
+        let _ = fs::remove_dir_all(&building);
+        return Err(e);
+    }
+    let _ = fs::remove_file(building.join("LOCK"));
+    let _ = fs::remove_file(building.join("reserve"));
+    if dir.exists() {
+        fs::remove_dir(dir).map_err(io_error(dir))?;
+    }
+    fs::rename(&building, dir).map_err(io_error(dir))?;
+    File::open(&parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(&parent))?;
+    Ok(())
 }
 
 /// The format a `FORMAT` file of a later Leasehold names.

@@ -93,6 +93,7 @@ mod accept;
 pub mod access;
 mod acquire;
 mod audit;
+mod backup;
 mod cache;
 mod call;
 mod caller;
@@ -138,6 +139,7 @@ mod watch;
 
 pub use accept::Listener;
 pub use audit::{AuditConfig, AuditLog};
+pub use backup::{Backup, BackupError, BackupSummary};
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
 pub use config::*;
 pub use disk::StoreError;

@@ -97,6 +97,22 @@ pub(crate) fn approx_len(body: &Result<Response, Error>) -> usize {
             Ok(Response::Acquired { sequencer, .. }) | Ok(Response::Sequencer { sequencer }) => {
                 sequencer.len()
             }
+            Ok(Response::SnapshotBytes { bytes, .. }) => bytes.len(),
+            Ok(Response::Locks { locks, .. }) => locks
+                .iter()
+                .map(|l| {
+                    FIXED
+                        + l.key.len()
+                        + l.holders
+                            .iter()
+                            .map(|h| FIXED + h.name.len())
+                            .sum::<usize>()
+                        + l.waiters
+                            .iter()
+                            .map(|w| FIXED + w.name.len())
+                            .sum::<usize>()
+                })
+                .sum(),
             Ok(_) => 0,
         }
 }

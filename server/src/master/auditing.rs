@@ -47,6 +47,8 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         R::ListTokens => "list-tokens",
         R::ListLocks { .. } => "list-locks",
         R::Status => "status",
+        R::SaveSnapshot => "save-snapshot",
+        R::ReadSnapshot { .. } => "read-snapshot",
     }
 }
 

@@ -79,6 +79,8 @@ pub(crate) struct Engine {
     /// without a data directory of the master's own. The loop sets it
     /// before each input.
     pub(crate) stored_bytes: Option<u64>,
+    /// The snapshot taken for a backup, until it is read (`OPS-6`).
+    pub(super) export: Option<super::backup::Export>,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
     /// Recovered sessions that have not yet acknowledged the fail-over
@@ -136,6 +138,7 @@ impl Engine {
             logging,
             disk_full: false,
             stored_bytes: None,
+            export: None,
             quotas: Default::default(),
             failover_pending: Default::default(),
             unheard: Default::default(),

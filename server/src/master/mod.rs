@@ -54,6 +54,7 @@ mod apply;
 mod auditing;
 pub(crate) use auditing::request_name;
 mod auth;
+mod backup;
 mod cache;
 mod engine;
 #[cfg(test)]

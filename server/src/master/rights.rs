@@ -23,6 +23,10 @@ enum Needs<'a> {
     AdminOn(&'a str),
     /// `admin` on every key: tokens, access control, listing rules.
     Admin,
+    /// Everything the state holds, session secrets included: `admin` on
+    /// every key, or while access control is off the operator, if there
+    /// is an operator token (`OPS-6`).
+    Everything,
 }
 
 fn on(key: &str, rights: Rights) -> Needs<'_> {
@@ -54,11 +58,12 @@ fn needs(request: &Request) -> Needs<'_> {
         | R::CreateToken { .. }
         | R::RevokeToken { .. }
         | R::ListTokens => Needs::Admin,
+        R::SaveSnapshot | R::ReadSnapshot { .. } => Needs::Everything,
         _ => Needs::Nothing,
     }
 }
 
-/// Whether `request` changes or shows rules or tokens.
+/// Whether `request` changes or shows rules or tokens, or the whole state.
 fn administers(request: &Request) -> bool {
     matches!(
         request,
@@ -69,6 +74,8 @@ fn administers(request: &Request) -> bool {
             | Request::CreateToken { .. }
             | Request::RevokeToken { .. }
             | Request::ListTokens
+            | Request::SaveSnapshot
+            | Request::ReadSnapshot { .. }
     )
 }
 
@@ -98,6 +105,7 @@ impl Engine {
             Needs::On(key, needed) => self.may(principal, &key, needed),
             Needs::AdminOn(prefix) => self.may_administer(principal, prefix),
             Needs::Admin => self.may_administer(principal, ""),
+            Needs::Everything => self.may_take_everything(principal),
         }
     }
 
@@ -148,6 +156,23 @@ impl Engine {
             ));
         }
         self.may(principal, prefix, Rights::ADMIN)
+    }
+
+    /// Refuses a snapshot of the whole state to all but a principal with
+    /// `admin` on every key, or while access control is off, to all but
+    /// the operator on a master with an operator token (`OPS-6`): it holds
+    /// every key and every session's secret.
+    fn may_take_everything(&self, principal: &Principal) -> Result<(), Error> {
+        let guarded = self.config.operator_token.is_some();
+        if !self.state.access.enabled && guarded && *principal != Principal::Operator {
+            return Err(Error::new(
+                ErrorCode::PermissionDenied,
+                "a snapshot holds every key and every session's secret: while access control \
+                 is off, only the operator (the master's operator token, given with \
+                 --operator-token-file) may take one",
+            ));
+        }
+        self.may(principal, "", Rights::ADMIN)
     }
 
     /// Refuses a change to a check another principal created, on a master

@@ -35,6 +35,7 @@ fn audited_once_served(request: &Request) -> bool {
             | Request::RevokeToken { .. }
             | Request::DestroySession { .. }
             | Request::Authenticate { .. }
+            | Request::SaveSnapshot
     )
 }
 
@@ -326,6 +327,8 @@ impl Engine {
                 limit,
             } => self.list_locks(&prefix, after, limit, &principal, now),
             Request::Status => Ok(Response::Status(self.status(now))),
+            Request::SaveSnapshot => Ok(self.save_snapshot(now)),
+            Request::ReadSnapshot { id, offset } => self.read_snapshot(id, offset),
         };
         if let Some(request) = audited {
             // Who asked, as the request found it: an Authenticate changes

@@ -1,18 +1,24 @@
 //! SPEC.md, "Operating": what the master says of itself over the protocol
 //! (its HTTP port is another port, tested in tests/tests/metrics.rs).
 
-use leasehold_protocol::{LockMode, Request, Response};
+use leasehold_protocol::{ErrorCode, LockMode, Request, Response};
 
 use crate::conformance::common::{
-    acquire, case, ensure, expect_reply, generation, key, open, put, session, written,
+    acquire, case, ensure, expect_error, expect_reply, generation, key, open, put, session, written,
 };
 use crate::conformance::{Case, Check, Ctx};
 
 pub(super) fn cases() -> Vec<Case> {
-    vec![case!(
-        &["OPS-4"],
-        status_counts_what_the_master_serves_as_it_changes
-    )]
+    vec![
+        case!(
+            &["OPS-4"],
+            status_counts_what_the_master_serves_as_it_changes
+        ),
+        case!(
+            &["OPS-6"],
+            a_saved_snapshot_is_read_in_pieces_to_its_end_then_let_go
+        ),
+    ]
 }
 
 async fn status_counts_what_the_master_serves_as_it_changes(ctx: Ctx) -> Check {
@@ -46,5 +52,57 @@ async fn status_counts_what_the_master_serves_as_it_changes(ctx: Ctx) -> Check {
         causes == ["destroyed", "expired", "check-failed"],
         "every cause, zeros included: {after:?}"
     );
+    Ok(())
+}
+
+async fn a_saved_snapshot_is_read_in_pieces_to_its_end_then_let_go(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let k = key("snapshot");
+    let index = written(&mut conn, put(&k, b"v", None, None), "a put").await?;
+    let saved = conn.call(Request::SaveSnapshot).await;
+    if let Err(e) = &saved {
+        if e.code == ErrorCode::PermissionDenied {
+            return Err(format!(
+                "{}the server takes snapshots for its operator alone: {e}",
+                crate::conformance::SKIPPED
+            ));
+        }
+    }
+    let (id, total, at, epoch) = expect_reply!(
+        saved,
+        Response::SnapshotSaved { id, bytes, index, epoch } => (id, bytes, index, epoch)
+    )?;
+    ensure!(at >= index, "it holds the put at {index}: index {at}");
+    ensure!(epoch == w.epoch, "the master's epoch: {epoch}");
+    let mut bytes = Vec::new();
+    while (bytes.len() as u64) < total {
+        let read = Request::ReadSnapshot {
+            id,
+            offset: bytes.len() as u64,
+        };
+        let piece = expect_reply!(
+            conn.call(read).await,
+            Response::SnapshotBytes { bytes, .. } => bytes
+        )?;
+        ensure!(!piece.is_empty(), "a piece before the end");
+        ensure!(
+            piece.len() <= w.limits.max_frame as usize / 2,
+            "a piece fits half a frame: {}",
+            piece.len()
+        );
+        bytes.extend(piece);
+    }
+    ensure!(
+        bytes.len() as u64 == total,
+        "{} bytes of {total}",
+        bytes.len()
+    );
+    ensure!(
+        bytes.starts_with(b"LHSNAP"),
+        "a data directory's snapshot file"
+    );
+    let again = conn.call(Request::ReadSnapshot { id, offset: 0 }).await;
+    expect_error!(again, ErrorCode::InvalidArgument)
+        .map_err(|e| format!("read to its end, it is let go: {e}"))?;
     Ok(())
 }

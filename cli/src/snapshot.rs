@@ -1,0 +1,171 @@
+//! `leasehold snapshot save|status|restore`: backups of a live master
+//! (SPEC `OPS-6`).
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use leasehold_server::{Backup, BackupSummary};
+use serde_json::json;
+
+use crate::SnapshotCommand;
+
+pub(crate) async fn snapshot(
+    addr: &str,
+    json: bool,
+    command: SnapshotCommand,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        SnapshotCommand::Save { file } => save(addr, json, &file).await,
+        SnapshotCommand::Status { file } => status(json, &file),
+        SnapshotCommand::Restore { file, data_dir } => restore(json, &file, &data_dir),
+    }
+}
+
+/// Saves the master's snapshot to `file`: written to a file beside it,
+/// synced, then renamed, so `file` is whole or absent.
+async fn save(addr: &str, json: bool, file: &Path) -> anyhow::Result<ExitCode> {
+    let name = file
+        .file_name()
+        .with_context(|| format!("{} names no file", file.display()))?;
+    let partial = file.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    let client = crate::connect(addr).await?;
+    let mut out = match std::fs::File::create(&partial) {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("leasehold: cannot create {}: {e}", partial.display());
+            return Ok(ExitCode::from(crate::CANT_CREATE));
+        }
+    };
+    let terminal = std::io::stderr().is_terminal();
+    let saved = client
+        .save_snapshot(&mut out, |done, total| {
+            if terminal {
+                eprint!("\r{}", progress_bar(done, total));
+            }
+        })
+        .await;
+    if terminal {
+        eprintln!();
+    }
+    let saved = match saved {
+        Ok(saved) => saved,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            if let leasehold::ClientError::Write { .. } = e {
+                eprintln!("leasehold: {e}");
+                return Ok(ExitCode::from(crate::CANT_CREATE));
+            }
+            return Err(e.into());
+        }
+    };
+    let synced = out
+        .sync_all()
+        .and_then(|()| std::fs::rename(&partial, file));
+    if let Err(e) = synced {
+        let _ = std::fs::remove_file(&partial);
+        eprintln!("leasehold: cannot write {}: {e}", file.display());
+        return Ok(ExitCode::from(crate::CANT_CREATE));
+    }
+    if json {
+        println!(
+            "{}",
+            json!({ "file": file, "index": saved.index, "epoch": saved.epoch, "bytes": saved.bytes })
+        );
+    } else {
+        println!(
+            "saved {} ({} bytes): index {}, epoch {}",
+            file.display(),
+            saved.bytes,
+            saved.index,
+            saved.epoch
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `[=====>    ] 12.0 of 40.0 MiB`
+fn progress_bar(done: u64, total: u64) -> String {
+    const WIDTH: u64 = 30;
+    let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
+    let mib = |n: u64| n as f64 / (1024.0 * 1024.0);
+    format!(
+        "[{}{}] {:.1} of {:.1} MiB",
+        "=".repeat(filled as usize),
+        " ".repeat((WIDTH - filled) as usize),
+        mib(done),
+        mib(total)
+    )
+}
+
+/// A backup that cannot be read is exit 66, one that is damaged 65, with
+/// the reason.
+fn read(file: &Path) -> Result<Backup, ExitCode> {
+    Backup::read(file).map_err(|e| {
+        eprintln!("leasehold: {}", crate::printable(&e.to_string()));
+        match e {
+            leasehold_server::BackupError::Unreadable { .. } => ExitCode::from(crate::NO_INPUT),
+            _ => ExitCode::from(crate::MALFORMED),
+        }
+    })
+}
+
+fn status(json: bool, file: &Path) -> anyhow::Result<ExitCode> {
+    let backup = match read(file) {
+        Ok(backup) => backup,
+        Err(code) => return Ok(code),
+    };
+    let s = backup.summary();
+    if json {
+        println!("{}", serde_json::to_value(&s)?);
+    } else {
+        print_summary(file, &s);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(file: &Path, s: &BackupSummary) {
+    println!("{}: a whole snapshot, its checksum holds", file.display());
+    println!("index     {}", s.index);
+    println!("epoch     {}", s.epoch);
+    println!("sessions  {}", s.sessions);
+    println!("nodes     {}", s.nodes);
+    println!("locks     {} held, {} waiting", s.locks_held, s.waiters);
+    println!("checks    {}", s.checks);
+    println!(
+        "access    {} rules, {} tokens, access control {}",
+        s.rules,
+        s.tokens,
+        if s.access_control { "on" } else { "off" }
+    );
+    println!("bytes     {}", s.bytes);
+}
+
+fn restore(json: bool, file: &Path, dir: &Path) -> anyhow::Result<ExitCode> {
+    let backup = match read(file) {
+        Ok(backup) => backup,
+        Err(code) => return Ok(code),
+    };
+    if let Err(e) = backup.restore(dir) {
+        eprintln!("leasehold: {}", crate::printable(&e.to_string()));
+        return Ok(ExitCode::from(crate::CANT_CREATE));
+    }
+    let s = backup.summary();
+    if json {
+        println!(
+            "{}",
+            json!({ "data_dir": dir, "index": s.index, "epoch": s.epoch })
+        );
+    } else {
+        println!(
+            "restored index {} of epoch {} into {}: start a master with \
+             `leasehold serve --data-dir {}`",
+            s.index,
+            s.epoch,
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
