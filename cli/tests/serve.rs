@@ -274,3 +274,83 @@ fn serve_refuses_an_http_port_it_cannot_listen_on() {
     let said = stderr_of(&mut child);
     assert!(said.contains("--http-listen"), "{said}");
 }
+
+/// The systemd unit that ships in `dist/`.
+const UNIT: &str = include_str!("../../dist/leasehold.service");
+
+// The systemd unit passes `systemd-analyze verify` without a word (where
+// the machine has it), with ExecStart pointing at this build.
+#[test]
+fn the_systemd_unit_verifies() {
+    let Ok(probe) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("no systemd-analyze on this machine: the unit was not verified");
+        return;
+    };
+    assert!(probe.status.success());
+    let dir = std::env::temp_dir().join(format!("leasehold-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unit = dir.join("leasehold.service");
+    std::fs::write(&unit, UNIT.replace("/usr/local/bin/leasehold", BIN)).unwrap();
+    let verified = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(verified.status.success(), "{verified:?}");
+    let said = String::from_utf8_lossy(&verified.stderr);
+    assert!(said.trim().is_empty(), "systemd-analyze: {said}");
+}
+
+// The unit's ExecStart and Environment, run as systemd would run them
+// (its state directory and operator token file made here), start a
+// master: every flag and variable it names exists.
+#[test]
+fn the_systemd_units_command_starts_a_master() {
+    let value = |key: &str| {
+        UNIT.lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .collect::<Vec<_>>()
+    };
+    let dir = std::env::temp_dir().join(format!("leasehold-unit-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("operator-token");
+    std::fs::write(&token, "a token for the unit's test\n").unwrap();
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let exec = value("ExecStart=");
+    assert_eq!(exec.len(), 1, "{exec:?}");
+    let exec = exec[0].replace("${STATE_DIRECTORY}", state.to_str().unwrap());
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some("/usr/local/bin/leasehold"));
+    let mut env = Vec::new();
+    for assignment in value("Environment=") {
+        let (name, value) = assignment.split_once('=').expect("NAME=VALUE");
+        assert!(name.starts_with("LEASEHOLD_"), "{assignment}");
+        let value = match name {
+            "LEASEHOLD_OPERATOR_TOKEN_FILE" => token.to_str().unwrap(),
+            _ => value,
+        };
+        env.push((name.to_string(), value.to_string()));
+    }
+    let mut child = Command::new(BIN)
+        .args(words)
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("LEASEHOLD_ADDR")
+        .envs(env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = first_line(&mut child);
+    let _ = child.kill();
+    let stderr = stderr_of(&mut child);
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(line.starts_with("listening on "), "{line:?}: {stderr}");
+    assert!(
+        !stderr.contains("no --operator-token-file"),
+        "the unit gives the master its operator token: {stderr}"
+    );
+}
