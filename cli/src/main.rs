@@ -3,6 +3,7 @@
 mod access;
 mod cell;
 mod check;
+mod config_file;
 mod duration;
 mod kv;
 mod ops;
@@ -410,6 +411,20 @@ enum TokenCommand {
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// Read settings from a TOML FILE: any flag of serve (and --tls-cert,
+    /// --tls-key, --operator-token-file) under its own name, e.g.
+    /// `http-listen = "127.0.0.1:7180"`. Flags and LEASEHOLD_* variables
+    /// override it.
+    #[arg(long, env = "LEASEHOLD_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print the settings in force, each with where it comes from, as a
+    /// config file would hold them, and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// How log lines are written on stderr: `text` for people, `json` (one
+    /// object a line) for log shippers.
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// Address to listen on [default: --addr or LEASEHOLD_ADDR if given,
     /// else 127.0.0.1:7171].
     #[arg(long)]
@@ -843,11 +858,36 @@ pub(crate) async fn connect(addr: &str) -> Result<Client, ClientError> {
     Client::connect_with(addr, config).await
 }
 
+/// How `serve` writes its log.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The arguments as parsed, with what the config file added to them.
+static ARGUMENTS: OnceLock<(Vec<std::ffi::OsString>, config_file::FromFile)> = OnceLock::new();
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let (argv, from_file) = match config_file::with_config(std::env::args_os().collect()) {
+        Ok(configured) => configured,
+        Err(why) => {
+            eprintln!("leasehold: {why}");
+            return ExitCode::from(CONFIG);
+        }
+    };
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
+            if let (Some(file), false) = (&from_file.file, from_file.keys.is_empty()) {
+                let keys: Vec<&str> = from_file.keys.iter().map(String::as_str).collect();
+                eprintln!(
+                    "leasehold: the config file {} gave {} as flags",
+                    file.display(),
+                    keys.join(", ")
+                );
+            }
             // Help and version are what was asked for, not errors.
             return if e.use_stderr() {
                 ExitCode::from(USAGE)
@@ -877,17 +917,32 @@ fn main() -> ExitCode {
     ) {
         end_quietly_when_the_reader_exits();
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // The replication engine's own account (state dumps, a line per
-            // retry to a member that is down) only when RUST_LOG asks for
-            // it: the cell logs a member's reach changing once.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=off")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if matches!(&cli.command, Command::Serve(args) if args.print_config) {
+        #[cfg(unix)]
+        end_quietly_when_the_reader_exits();
+        config_file::print(&argv, &from_file);
+        return ExitCode::SUCCESS;
+    }
+    let json_log =
+        matches!(&cli.command, Command::Serve(args) if args.log_format == LogFormat::Json);
+    let _ = ARGUMENTS.set((argv, from_file));
+    // The replication engine's own account (state dumps, a line per retry
+    // to a member that is down) only when RUST_LOG asks for it: the cell
+    // logs a member's reach changing once.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=off"));
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json_log {
+        log.json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init();
+    } else {
+        log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -1051,6 +1106,11 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    if let Some((_, from_file)) = ARGUMENTS.get() {
+        if let Some(file) = &from_file.file {
+            tracing::info!(config = %file.display(), keys = ?from_file.keys, "settings from a config file, under flags and LEASEHOLD_* variables");
+        }
+    }
     // `--listen` says where to listen; without it, the address clients are
     // given (`--addr`, `LEASEHOLD_ADDR`) is where they will look for it. A
     // cell's member listens where `--cell` says others reach it: clients'

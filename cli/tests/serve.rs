@@ -354,3 +354,153 @@ fn the_systemd_units_command_starts_a_master() {
         "the unit gives the master its operator token: {stderr}"
     );
 }
+
+/// `leasehold serve ARGS --print-config` with `env`, and what it printed.
+fn printed_config(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String, String) {
+    let out = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .arg("--print-config")
+        .env_remove("LEASEHOLD_ADDR")
+        .env_remove("LEASEHOLD_HTTP_LISTEN")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// A file of `text` in a directory of its own, removed with it.
+struct ConfigFile(std::path::PathBuf);
+
+impl ConfigFile {
+    fn new(name: &str, text: &str) -> ConfigFile {
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("leasehold.toml");
+        std::fs::write(&file, text).unwrap();
+        ConfigFile(file)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
+// `serve --config` sets any of serve's flags; a flag on the command line
+// and a LEASEHOLD_* variable override it; `--print-config` says where
+// each setting comes from.
+#[test]
+fn a_config_file_sets_flags_and_flags_and_variables_override_it() {
+    let file = ConfigFile::new(
+        "layers",
+        "http-listen = \"127.0.0.1:7180\"\nmax-connections = 100\nmin-lease = \"100ms\"\n",
+    );
+    let (status, printed, stderr) = printed_config(
+        &["--config", file.path(), "--max-connections", "7"],
+        &[("LEASEHOLD_HTTP_LISTEN", "127.0.0.1:7999")],
+    );
+    assert!(status.success(), "{stderr}");
+    let line = |flag: &str| {
+        printed
+            .lines()
+            .find(|l| l.starts_with(&format!("{flag} = ")))
+            .unwrap_or_else(|| panic!("no {flag} in:\n{printed}"))
+            .to_string()
+    };
+    assert_eq!(line("min-lease"), "min-lease = \"100ms\"  # config file");
+    assert_eq!(
+        line("max-connections"),
+        "max-connections = \"7\"  # command line"
+    );
+    assert_eq!(
+        line("http-listen"),
+        "http-listen = \"127.0.0.1:7999\"  # LEASEHOLD_HTTP_LISTEN"
+    );
+    assert!(
+        printed.contains("# max-lease = \"60s\"  # default"),
+        "{printed}"
+    );
+}
+
+// What `--print-config` prints, read back as a config file, sets the same.
+#[test]
+fn printed_settings_read_back_set_the_same() {
+    let file = ConfigFile::new("first", "idle-timeout = \"90s\"\nin-memory = true\n");
+    let (_, printed, _) = printed_config(&["--config", file.path()], &[]);
+    let again = ConfigFile::new("again", &printed);
+    let (status, reprinted, stderr) = printed_config(&["--config", again.path()], &[]);
+    assert!(status.success(), "{stderr}");
+    let settings = |text: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(settings(&reprinted), settings(&printed));
+    assert!(printed.contains("idle-timeout = \"90s\"  # config file"));
+}
+
+// A key that is not a setting is refused with its name (and the flag it
+// was likely meant as), exit 78; so is a file that is not TOML, with its
+// line; a value the flag does not take is refused as the flag's would be.
+#[test]
+fn a_config_file_with_an_unknown_key_or_bad_toml_is_refused() {
+    let unknown = ConfigFile::new("unknown", "data_dir = \"/var/lib/leasehold\"\n");
+    let (status, _, stderr) = printed_config(&["--config", unknown.path()], &[]);
+    assert_eq!(status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("unknown key \"data_dir\""), "{stderr}");
+    assert!(stderr.contains("did you mean data-dir?"), "{stderr}");
+    let broken = ConfigFile::new("broken", "listen = \n");
+    let (status, _, stderr) = printed_config(&["--config", broken.path()], &[]);
+    assert_eq!(status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("is not TOML") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+    let wrong = ConfigFile::new("wrong", "max-connections = \"lots\"\n");
+    let (status, _, stderr) = printed_config(&["--config", wrong.path()], &[]);
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("'lots' for '--max-connections"), "{stderr}");
+    assert!(stderr.contains("gave max-connections as flags"), "{stderr}");
+    let (status, _, stderr) = printed_config(&["--config", "/no/such/leasehold.toml"], &[]);
+    assert_eq!(status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("cannot read the config file"), "{stderr}");
+}
+
+// `--log-format json` writes each log line as one JSON object, for log
+// shippers; a master configured from a file says so in its log.
+#[test]
+fn log_format_json_writes_one_object_a_line() {
+    let file = ConfigFile::new("json", "in-memory = true\nlog-format = \"json\"\n");
+    let mut child = start(
+        &["serve", "--listen", "127.0.0.1:0", "--config", file.path()],
+        &[],
+    );
+    assert!(first_line(&mut child).starts_with("listening on "));
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
+    assert_eq!(line["level"], "INFO", "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("config file")),
+        "{line}"
+    );
+}

@@ -152,6 +152,10 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
         "OPS-5",
         "the HTTP port's status page, in a browser; tests/tests/status_page.rs",
     ),
+    (
+        "OPS-7",
+        "how serve reads its settings; cli/tests/serve.rs",
+    ),
     // The audit log is a file on the master's machine.
     ("AUDIT-1", "a file the master writes; tests/tests/audit.rs"),
     ("AUDIT-2", "a file the master writes; tests/tests/audit.rs"),
