@@ -36,13 +36,23 @@ pub(crate) struct FromFile {
 /// sets added as flags. Arguments that do not parse are returned as they
 /// are, for clap to report.
 pub(crate) fn with_config(argv: Vec<OsString>) -> Result<(Vec<OsString>, FromFile), String> {
-    let Ok(matches) = Cli::command().try_get_matches_from(&argv) else {
+    // Not yet checked: a flag may need another that only the file gives
+    // (`--node` on the command line, `cell` in the file).
+    let Ok(matches) = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(&argv)
+    else {
         return Ok((argv, FromFile::default()));
     };
     let Some(("serve", serve)) = matches.subcommand() else {
         return Ok((argv, FromFile::default()));
     };
-    let Some(file) = serve.get_one::<PathBuf>("config").cloned() else {
+    let Some(file) = serve
+        .try_get_one::<PathBuf>("config")
+        .ok()
+        .flatten()
+        .cloned()
+    else {
         return Ok((argv, FromFile::default()));
     };
     let text = std::fs::read_to_string(&file)

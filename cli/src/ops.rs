@@ -56,7 +56,9 @@ fn rows(lock: &LockListing) -> Vec<[String; 8]> {
             delay,
         ]];
     }
-    lock.holders
+    let more = lock.holders_total.saturating_sub(lock.holders.len() as u64);
+    let mut rows: Vec<[String; 8]> = lock
+        .holders
         .iter()
         .map(|h| {
             [
@@ -70,7 +72,21 @@ fn rows(lock: &LockListing) -> Vec<[String; 8]> {
                 delay.clone(),
             ]
         })
-        .collect()
+        .collect();
+    if more > 0 {
+        let shown = format!("and {more} more holders");
+        rows.push([
+            key,
+            "shared".into(),
+            shown,
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
+    }
+    rows
 }
 
 fn lock_json(lock: &LockListing) -> serde_json::Value {
@@ -83,6 +99,7 @@ fn lock_json(lock: &LockListing) -> serde_json::Value {
             "mode": mode_name(h.mode),
             "held_ms": h.held_ms,
         })).collect::<Vec<_>>(),
+        "holders_total": lock.holders_total,
         "waiters": lock.waiters.iter().map(|w| json!({
             "session": w.session,
             "name": w.name,

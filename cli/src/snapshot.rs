@@ -31,7 +31,7 @@ async fn save(addr: &str, json: bool, file: &Path) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{} names no file", file.display()))?;
     let partial = file.with_file_name(format!(".{}.partial", name.to_string_lossy()));
     let client = crate::connect(addr).await?;
-    let mut out = match std::fs::File::create(&partial) {
+    let mut out = match private_file(&partial) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("leasehold: cannot create {}: {e}", partial.display());
@@ -60,9 +60,21 @@ async fn save(addr: &str, json: bool, file: &Path) -> anyhow::Result<ExitCode> {
             return Err(e.into());
         }
     };
-    let synced = out
-        .sync_all()
-        .and_then(|()| std::fs::rename(&partial, file));
+    if let Err(e) = out.sync_all() {
+        let _ = std::fs::remove_file(&partial);
+        eprintln!("leasehold: cannot write {}: {e}", file.display());
+        return Ok(ExitCode::from(crate::CANT_CREATE));
+    }
+    // What arrived is checked whole before it takes the name.
+    if let Err(e) = Backup::read(&partial) {
+        let _ = std::fs::remove_file(&partial);
+        eprintln!(
+            "leasehold: the snapshot received does not verify, nothing was saved: {}",
+            crate::printable(&e.to_string())
+        );
+        return Ok(ExitCode::from(crate::MALFORMED));
+    }
+    let synced = std::fs::rename(&partial, file);
     if let Err(e) = synced {
         let _ = std::fs::remove_file(&partial);
         eprintln!("leasehold: cannot write {}: {e}", file.display());
@@ -83,6 +95,24 @@ async fn save(addr: &str, json: bool, file: &Path) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A file for the snapshot only its owner may read: it holds every
+/// session's secret. A link in its place is not followed.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        let file = options.open(path)?;
+        // A file left by an earlier save keeps its mode: set it anew.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        Ok(file)
+    }
+    #[cfg(not(unix))]
+    options.open(path)
 }
 
 /// `[=====>    ] 12.0 of 40.0 MiB`

@@ -180,6 +180,10 @@ fn snapshot_save_status_and_restore_round_trip() {
         "{saved:?}"
     );
     assert!(!dir.join(".backup.snap.partial").exists());
+    // It holds every session's secret: its owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 
     let status = serve.run(&["--json", "snapshot", "status", file]);
     assert!(status.status.success(), "{status:?}");
@@ -190,6 +194,8 @@ fn snapshot_save_status_and_restore_round_trip() {
     let data = data.to_str().unwrap();
     let restored = serve.run(&["snapshot", "restore", file, "--data-dir", data]);
     assert!(restored.status.success(), "{restored:?}");
+    let mode = std::fs::metadata(data).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
     let again = serve.run(&["snapshot", "restore", file, "--data-dir", data]);
     assert_eq!(again.status.code(), Some(73), "{again:?}");
     let (mut child, addr) = common::spawn_serve(&["--listen", "127.0.0.1:0", "--data-dir", data]);

@@ -504,3 +504,20 @@ fn log_format_json_writes_one_object_a_line() {
         "{line}"
     );
 }
+
+// A flag that needs another may be given where the other is not: `--node`
+// on the command line and `cell` in the config file.
+#[test]
+fn a_flag_and_the_flag_it_needs_may_come_one_from_the_file() {
+    let file = ConfigFile::new(
+        "split",
+        "cell = \"1=127.0.0.1:7501,2=127.0.0.1:7502,3=127.0.0.1:7503\"\n",
+    );
+    let (status, printed, stderr) = printed_config(&["--node", "2", "--config", file.path()], &[]);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        printed.contains("node = \"2\"  # command line"),
+        "{printed}"
+    );
+    assert!(printed.contains("  # config file"), "{printed}");
+}

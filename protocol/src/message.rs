@@ -683,8 +683,11 @@ pub struct LockListing {
     pub key: String,
     /// The node's lock generation (`NS-2`); 0 if the node is gone.
     pub lock_generation: u64,
-    /// Its holders, in session order.
+    /// Its first holders, in session order.
     pub holders: Vec<LockHolder>,
+    /// How many hold it in all: more than `holders` lists when a shared
+    /// lock has many holders.
+    pub holders_total: u64,
     /// Its first waiters, first in line first.
     pub waiters: Vec<LockWaiter>,
     /// How many wait in all.

@@ -190,6 +190,19 @@ impl Access {
         self.rights(principal, key).contains(needed)
     }
 
+    /// Whether `principal` has every right in `needed` on every key: a
+    /// longer prefix's rule can take away what the root's grants
+    /// (`ACL-2`), and each key is decided by the root's rule or by some
+    /// rule's prefix, so it is enough to ask at the root and at each
+    /// prefix a rule names.
+    pub fn allows_everywhere(&self, principal: &Principal, needed: Rights) -> bool {
+        self.allows(principal, "", needed)
+            && self
+                .rules
+                .keys()
+                .all(|prefix| self.allows(principal, prefix, needed))
+    }
+
     /// Every rule, by prefix then principal.
     pub fn rules(&self) -> Vec<Rule> {
         self.rules

@@ -73,6 +73,9 @@ pub const MAX_NAME_LEN: usize = 256;
 /// How long the status page waits for each answer of the master
 /// (`OPS-5`).
 pub const STATUS_PAGE_ASK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Holders `ListLocks` shows of each lock, in session order; it says how
+/// many hold it in all (`LOCK-16`).
+pub const LISTED_HOLDERS: usize = 64;
 /// Waiters `ListLocks` shows of each lock, first in line first; it says
 /// how many wait in all (`LOCK-16`).
 pub const LISTED_WAITERS: usize = 8;

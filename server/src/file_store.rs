@@ -400,6 +400,13 @@ pub(crate) fn restore_dir(snapshot: &Snapshot, dir: &Path) -> Result<(), StoreEr
     let building = parent.join(format!(".{name}.restoring-{}", std::process::id()));
     let _ = fs::remove_dir_all(&building);
     fs::create_dir_all(&building).map_err(io_error(&building))?;
+    // It holds every session's secret, as the master's own does.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&building, fs::Permissions::from_mode(0o700))
+            .map_err(io_error(&building))?;
+    }
     let built = (|| {
         write_atomically(&building, "FORMAT", FORMAT.as_bytes())?;
         write_atomically(&building, "snapshot", &snapshot_file(snapshot))?;

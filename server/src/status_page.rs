@@ -120,18 +120,21 @@ impl Asker {
             after: None,
             limit: 0,
         };
-        let (locks, more_locks) = match self.ask(caller, locks).await {
-            Ok(Response::Locks { locks, more }) => (locks, more),
-            // A principal that may read none of the first keys locked.
-            Ok(_) | Err(_) => (Vec::new(), false),
+        // A list the master refuses (a principal that may read none of
+        // the first keys locked) is said so, not shown as empty.
+        let (locks, more_locks, locks_error) = match self.ask(caller, locks).await {
+            Ok(Response::Locks { locks, more }) => (locks, more, None),
+            Ok(other) => (Vec::new(), false, Some(format!("unexpected {other:?}"))),
+            Err(e) => (Vec::new(), false, Some(e.message)),
         };
         let checks = Request::ListChecks {
             after: None,
             limit: 0,
         };
-        let (checks, more_checks) = match self.ask(caller, checks).await {
-            Ok(Response::Checks { checks, more }) => (checks, more),
-            Ok(_) | Err(_) => (Vec::new(), false),
+        let (checks, more_checks, checks_error) = match self.ask(caller, checks).await {
+            Ok(Response::Checks { checks, more }) => (checks, more, None),
+            Ok(other) => (Vec::new(), false, Some(format!("unexpected {other:?}"))),
+            Err(e) => (Vec::new(), false, Some(e.message)),
         };
         Ok(json!({
             "identity": identity_json(identity),
@@ -140,8 +143,10 @@ impl Asker {
             "more_sessions": more_sessions,
             "locks": locks.iter().map(lock_json).collect::<Vec<_>>(),
             "more_locks": more_locks,
+            "locks_error": locks_error,
             "checks": checks.iter().map(check_json).collect::<Vec<_>>(),
             "more_checks": more_checks,
+            "checks_error": checks_error,
         }))
     }
 
@@ -223,6 +228,7 @@ fn lock_json(l: &LockListing) -> Value {
             "mode": mode(h.mode),
             "held_ms": h.held_ms,
         })).collect::<Vec<_>>(),
+        "holders_total": l.holders_total,
         "waiters": l.waiters.iter().map(|w| json!({
             "session": w.session,
             "name": w.name,

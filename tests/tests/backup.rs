@@ -313,4 +313,25 @@ async fn a_snapshot_is_only_the_operators_or_an_administrators() {
     let admin = client(&server, Some(&admin.to_string())).await;
     save(&admin, &file).await;
     Backup::read(&file).unwrap();
+
+    // Admin at the root is not admin on every key: a longer prefix's rule
+    // can take it away (ACL-2), and then the snapshot is refused.
+    operator
+        .set_rule(Rule {
+            prefix: "hr/".into(),
+            principal: "admin".into(),
+            rights: Rights::NONE,
+        })
+        .await
+        .unwrap();
+    let refused = admin.save_snapshot(&mut out, |_, _| {}).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::PermissionDenied),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("lacks admin on some key"),
+        "{refused}"
+    );
 }

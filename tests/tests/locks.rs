@@ -634,3 +634,26 @@ async fn locks_are_listed_a_page_at_a_time_in_key_order() {
     let all = client.list_locks("").await.unwrap();
     assert_eq!(all.len(), 5);
 }
+
+// LOCK-16: a shared lock with more holders than a listing shows lists the
+// first 64 and says how many hold it, so that one listing always fits its
+// page.
+#[tokio::test]
+async fn a_listing_shows_the_first_holders_of_a_crowded_shared_lock_and_counts_all() {
+    let (_server, client) = setup().await;
+    let mut held = Vec::new();
+    for n in 0..70 {
+        let session = client
+            .create_session(SessionOptions::new(format!("reader {n}")))
+            .await
+            .unwrap();
+        let guard = session
+            .try_lock("jobs/shared", LockOptions::shared())
+            .await
+            .unwrap();
+        held.push((session, guard));
+    }
+    let locks = client.list_locks("jobs/shared").await.unwrap();
+    assert_eq!(locks[0].holders.len(), 64);
+    assert_eq!(locks[0].holders_total, 70);
+}

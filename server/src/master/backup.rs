@@ -33,7 +33,11 @@ impl Engine {
             state: self.state.clone(),
         };
         let bytes = crate::file_store::snapshot_file(&snapshot);
-        let id = self.export.as_ref().map_or(1, |e| e.id + 1);
+        // Never the same twice: not on this master, whose count only
+        // rises, and not on the next, whose epoch is higher. A reader of
+        // an earlier one is refused rather than handed another's bytes.
+        self.exports_taken += 1;
+        let id = (self.config.epoch << 32) | (self.exports_taken & 0xffff_ffff);
         let saved = Response::SnapshotSaved {
             id,
             bytes: bytes.len() as u64,

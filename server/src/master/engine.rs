@@ -81,6 +81,10 @@ pub(crate) struct Engine {
     pub(crate) stored_bytes: Option<u64>,
     /// The snapshot taken for a backup, until it is read (`OPS-6`).
     pub(super) export: Option<super::backup::Export>,
+    /// Snapshots taken for backups by this master: their ids.
+    pub(super) exports_taken: u64,
+    /// The counts of `Status` last taken (`OPS-4`).
+    pub(super) counted: Option<super::views::Counted>,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
     /// Recovered sessions that have not yet acknowledged the fail-over
@@ -139,6 +143,8 @@ impl Engine {
             disk_full: false,
             stored_bytes: None,
             export: None,
+            exports_taken: 0,
+            counted: None,
             quotas: Default::default(),
             failover_pending: Default::default(),
             unheard: Default::default(),

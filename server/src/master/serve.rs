@@ -403,7 +403,8 @@ impl Engine {
         principal: &crate::access::Principal,
     ) -> bool {
         let access = &self.state.access;
-        if !access.enabled || access.allows(principal, "", leasehold_protocol::access::Rights::READ)
+        if !access.enabled
+            || access.allows_everywhere(principal, leasehold_protocol::access::Rights::READ)
         {
             return true;
         }

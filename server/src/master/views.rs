@@ -8,7 +8,7 @@ use leasehold_protocol::{
 
 use super::Engine;
 use crate::access::Principal;
-use crate::config::{LISTED_WAITERS, MAX_LIST_PAGE, MAX_LIST_SCAN, SHOWN_CHARS};
+use crate::config::{LISTED_HOLDERS, LISTED_WAITERS, MAX_LIST_PAGE, MAX_LIST_SCAN, SHOWN_CHARS};
 use crate::session::EndCause;
 use crate::time::{whole_millis, Millis};
 
@@ -35,6 +35,22 @@ pub(super) fn page<T>(
         taken.push(item);
     }
     (taken, items.peek().is_some())
+}
+
+/// How long the counts of `Status` that walk the state are reused while
+/// the state does not change (`OPS-4`).
+const STATUS_COUNTS_LAST: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The counts of `Status` that walk the state, as of `index` and `at`.
+#[derive(Debug)]
+pub(crate) struct Counted {
+    index: u64,
+    at: Millis,
+    recently_ended: Vec<(String, u64)>,
+    locks_held: u64,
+    holdings: u64,
+    waiters: u64,
+    locks_in_delay: u64,
 }
 
 /// About how many bytes a listing takes in a reply.
@@ -139,6 +155,7 @@ impl Engine {
                 holders: lock
                     .holders
                     .iter()
+                    .take(LISTED_HOLDERS)
                     .map(|(session, holding)| LockHolder {
                         session: *session,
                         name: name(*session),
@@ -146,6 +163,7 @@ impl Engine {
                         held_ms: holding.since.map(|since| whole_millis(now.since(since))),
                     })
                     .collect(),
+                holders_total: lock.holders.len() as u64,
                 waiters: lock
                     .waiters
                     .iter()
@@ -178,10 +196,40 @@ impl Engine {
         })
     }
 
-    /// What the master serves, in figures (`OPS-4`). Counting the locks in
-    /// lock-delay walks every lock: an operator's question, not a
-    /// client's.
-    pub(super) fn status(&self, now: Millis) -> MasterStatus {
+    /// What the master serves, in figures (`OPS-4`). The counts that walk
+    /// every lock, every session's holdings and the ended sessions are
+    /// taken again only when the state changed or a second passed, so
+    /// asking often costs the master little.
+    pub(super) fn status(&mut self, now: Millis) -> MasterStatus {
+        let fresh = self
+            .counted
+            .as_ref()
+            .filter(|c| c.index == self.state.index && now < c.at + STATUS_COUNTS_LAST)
+            .is_some();
+        if !fresh {
+            self.counted = Some(self.count(now));
+        }
+        let counted = self.counted.as_ref().expect("counted just now");
+        MasterStatus {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            epoch: self.config.epoch,
+            index: self.state.index,
+            sessions: self.state.sessions.len() as u64,
+            keepalives_held: self.leases.holding() as u64,
+            recently_ended: counted.recently_ended.clone(),
+            nodes: self.state.namespace().len() as u64,
+            locks_held: counted.locks_held,
+            holdings: counted.holdings,
+            waiters: counted.waiters,
+            locks_in_delay: counted.locks_in_delay,
+            checks: self.state.checks.len() as u64,
+            access_control: self.state.access.enabled,
+            stored_bytes: self.stored_bytes,
+        }
+    }
+
+    /// The counts of `Status` that walk the state.
+    fn count(&self, now: Millis) -> Counted {
         let locks = &self.state.locks;
         let mut ended = [
             (EndCause::Destroyed, 0),
@@ -193,32 +241,23 @@ impl Engine {
                 *n += 1;
             }
         }
-        MasterStatus {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            epoch: self.config.epoch,
+        let (mut locks_held, mut waiters, mut locks_in_delay) = (0, 0, 0);
+        for lock in locks.locks.values() {
+            locks_held += u64::from(!lock.holders.is_empty());
+            waiters += lock.waiters.len() as u64;
+            locks_in_delay += u64::from(lock.delay_remaining(now).is_some());
+        }
+        Counted {
             index: self.state.index,
-            sessions: self.state.sessions.len() as u64,
-            keepalives_held: self.leases.holding() as u64,
+            at: now,
             recently_ended: ended
                 .into_iter()
                 .map(|(cause, n)| (cause.label().to_string(), n))
                 .collect(),
-            nodes: self.state.namespace().len() as u64,
-            locks_held: locks
-                .locks
-                .values()
-                .filter(|l| !l.holders.is_empty())
-                .count() as u64,
+            locks_held,
             holdings: locks.held_by.values().map(|keys| keys.len() as u64).sum(),
-            waiters: locks.locks.values().map(|l| l.waiters.len() as u64).sum(),
-            locks_in_delay: locks
-                .locks
-                .values()
-                .filter(|l| l.delay_remaining(now).is_some())
-                .count() as u64,
-            checks: self.state.checks.len() as u64,
-            access_control: self.state.access.enabled,
-            stored_bytes: self.stored_bytes,
+            waiters,
+            locks_in_delay,
         }
     }
 

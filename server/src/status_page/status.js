@@ -45,10 +45,13 @@ function named(who) {
   return who.name ? who.name : who.session;
 }
 
-function fillTable(id, rows, makeRow) {
+function fillTable(id, rows, makeRow, error) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren(...rows.flatMap(makeRow));
-  document.getElementById(id + "-empty").hidden = rows.length > 0;
+  const empty = document.getElementById(id + "-empty");
+  if (!empty.dataset.text) empty.dataset.text = empty.textContent;
+  empty.textContent = error ? "Not shown: " + error : empty.dataset.text;
+  empty.hidden = rows.length > 0 && !error;
   document.getElementById(id).hidden = rows.length === 0;
 }
 
@@ -75,7 +78,7 @@ function showMaster(m) {
     ...items.flatMap(([term, value]) => [el("dt", term), el("dd", value)]));
 }
 
-function showLocks(locks, more, total) {
+function showLocks(locks, more, total, error) {
   document.getElementById("locks-count").textContent =
     total + " held" + (more ? "; the first " + locks.length + " listed" : "");
   fillTable("locks", locks, (lock) => {
@@ -85,12 +88,15 @@ function showLocks(locks, more, total) {
     if (lock.holders.length === 0) {
       return [row([lock.key, "-", "nobody", lock.lock_generation, "-", waiters || "-", delay])];
     }
-    return lock.holders.map((h) => {
+    const rows = lock.holders.map((h) => {
       const holder = el("td");
       holder.append(el("div", h.name || "(not yours to see)"), el("div", h.session, "id"));
       return row([lock.key, h.mode, holder, lock.lock_generation, forPeople(h.held_ms), waiters || "-", delay.cloneNode(true)]);
     });
-  });
+    const more = lock.holders_total - lock.holders.length;
+    if (more > 0) rows.push(row([lock.key, "shared", "and " + more + " more holders", "", "", "", ""]));
+    return rows;
+  }, error);
 }
 
 function showSessions(sessions, more, total) {
@@ -107,10 +113,10 @@ function showSessions(sessions, more, total) {
   ])]);
 }
 
-function showChecks(checks, more) {
+function showChecks(checks, more, error) {
   document.getElementById("checks-count").textContent =
     checks.length + (more ? "+" : "");
-  fillTable("checks", checks, (c) => [row([c.name, el("td", c.status, c.status), c.note, c.sessions])]);
+  fillTable("checks", checks, (c) => [row([c.name, el("td", c.status, c.status), c.note, c.sessions])], error);
 }
 
 function problem(text) {
@@ -140,9 +146,9 @@ async function refresh() {
     document.getElementById("who").textContent =
       who.principal ? "as " + who.principal : (who.via === "operator" ? "as the operator" : "");
     showMaster(status.master);
-    showLocks(status.locks, status.more_locks, status.master.locks_held);
+    showLocks(status.locks, status.more_locks, status.master.locks_held, status.locks_error);
     showSessions(status.sessions, status.more_sessions, status.master.sessions);
-    showChecks(status.checks, status.more_checks);
+    showChecks(status.checks, status.more_checks, status.checks_error);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (error) {
     problem("Cannot reach the master: " + error);
