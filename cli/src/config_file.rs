@@ -95,6 +95,12 @@ pub(crate) fn with_config(argv: Vec<OsString>) -> Result<(Vec<OsString>, FromFil
             toml::Value::String(s) => argv.push(format!("{flag}={s}").into()),
             toml::Value::Integer(n) => argv.push(format!("{flag}={n}").into()),
             toml::Value::Float(x) => argv.push(format!("{flag}={x}").into()),
+            // A flag given more than once (http-host = ["a", "b"]).
+            toml::Value::Array(items) if items.iter().all(toml::Value::is_str) => {
+                for item in items.iter().filter_map(toml::Value::as_str) {
+                    argv.push(format!("{flag}={item}").into());
+                }
+            }
             other => {
                 return Err(format!(
                     "the config file {} sets {key} to {}: give a string, a number or \

@@ -126,7 +126,7 @@ impl Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a master.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Kills the process group it leads when its standard input closes:
     /// `lock`, `elect` and `semaphore` run it beside CMD, so that CMD dies
     /// with them.
@@ -440,6 +440,16 @@ struct ServeArgs {
     /// probes, over HTTP at ADDR (e.g. 127.0.0.1:7180). Off unless given.
     #[arg(long, env = "LEASEHOLD_HTTP_LISTEN", value_name = "ADDR")]
     http_listen: Option<String>,
+    /// A host name the HTTP port answers its data (/api/status, /metrics)
+    /// for, besides IP addresses and localhost: the name operators and
+    /// scrapers reach it by. May be given more than once.
+    #[arg(
+        long,
+        env = "LEASEHOLD_HTTP_HOST",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    http_host: Vec<String>,
     /// Write an audit log to FILE: a JSON line for every lock granted or
     /// released, rule or token changed, operator action, authentication
     /// and refused request.
@@ -1002,7 +1012,7 @@ fn main() -> ExitCode {
     let addr = cli.addr.unwrap_or_else(|| DEFAULT_ADDR.to_string());
     runtime.block_on(async {
         let result = match cli.command {
-            Command::Serve(args) => serve(args, given_addr, cli.json).await,
+            Command::Serve(args) => serve(*args, given_addr, cli.json).await,
             Command::Session(command) => session::session(&addr, cli.json, command).await,
             Command::Check(command) => check::check(&addr, cli.json, command).await,
             Command::Acl(command) => access::acl(&addr, cli.json, command).await,
@@ -1142,6 +1152,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         max_connections_per_peer: args.max_connections_per_peer,
         reply_budget: args.reply_budget,
         idle_timeout: args.idle_timeout,
+        http_hosts: args.http_host.clone(),
         disk_reserve: args.disk_reserve,
         max_checks_per_peer: args.max_checks_per_peer,
         max_sessions_per_peer: args.max_sessions_per_peer,

@@ -206,7 +206,7 @@ fn http_get(addr: &str, path: &str) -> String {
         .unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: leasehold\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut answer = String::new();
@@ -407,7 +407,8 @@ impl Drop for ConfigFile {
 fn a_config_file_sets_flags_and_flags_and_variables_override_it() {
     let file = ConfigFile::new(
         "layers",
-        "http-listen = \"127.0.0.1:7180\"\nmax-connections = 100\nmin-lease = \"100ms\"\n",
+        "http-listen = \"127.0.0.1:7180\"\nmax-connections = 100\nmin-lease = \"100ms\"\n\
+         http-host = [\"a.example\", \"b.example\"]\n",
     );
     let (status, printed, stderr) = printed_config(
         &["--config", file.path(), "--max-connections", "7"],
@@ -433,6 +434,10 @@ fn a_config_file_sets_flags_and_flags_and_variables_override_it() {
     assert!(
         printed.contains("# max-lease = \"60s\"  # default"),
         "{printed}"
+    );
+    assert_eq!(
+        line("http-host"),
+        "http-host = [\"a.example\", \"b.example\"]  # config file"
     );
 }
 

@@ -355,6 +355,10 @@ pub struct Config {
     /// What the master counts for operators (`OPS-1`): every clone of a
     /// config counts into the same figures.
     pub metrics: crate::metrics::Metrics,
+    /// Host names the HTTP port answers its data to, besides IP addresses
+    /// and `localhost` (`OPS-5`): a page another site's script reaches
+    /// through a name it made resolve to this machine is refused.
+    pub http_hosts: Vec<String>,
     /// How fast this master's clock runs against true time: 1.0 on a real
     /// machine, whose clock's error clients' drift allowance covers
     /// (`LEASE-4`). Simulations give each host a rate of its own. Between
@@ -420,6 +424,7 @@ impl Default for Config {
             tls: None,
             audit: None,
             metrics: crate::metrics::Metrics::new(),
+            http_hosts: Vec::new(),
             clock_rate: 1.0,
             observer: None,
             unsafe_unheld_cache_writes: false,

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{
-    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
+    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST,
     WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::server::conn::http1;
@@ -64,6 +64,8 @@ pub struct HttpPort {
     health: watch::Receiver<Health>,
     /// The master the page asks; `None`: no page, and `/metrics` open.
     asker: Option<Asker>,
+    /// Host names answered besides IP addresses and `localhost`.
+    hosts: Vec<String>,
 }
 
 impl HttpPort {
@@ -74,13 +76,38 @@ impl HttpPort {
             metrics,
             health,
             asker: None,
+            hosts: Vec::new(),
         }
     }
 
-    /// The same port, with the status page of the master `master`.
-    pub(crate) fn with_master(mut self, master: crate::master::MasterHandle) -> HttpPort {
+    /// The same port, with the status page of the master `master`,
+    /// answering its data to requests for `hosts` too.
+    pub(crate) fn with_master(
+        mut self,
+        master: crate::master::MasterHandle,
+        hosts: &[String],
+    ) -> HttpPort {
         self.asker = Some(Asker::new(master));
+        self.hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
         self
+    }
+
+    /// Whether a request for `host` (its Host header) is for this port: an
+    /// IP address, `localhost`, or a name it was given. A browser sends the
+    /// name in its address bar, so another site's script that made its own
+    /// name resolve to this machine (DNS rebinding) names that, and is
+    /// refused. No header (a program, not a browser) is answered.
+    fn answers_host(&self, host: Option<&str>) -> bool {
+        let Some(host) = host else {
+            return true;
+        };
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+        };
+        name.parse::<std::net::IpAddr>().is_ok()
+            || name.eq_ignore_ascii_case("localhost")
+            || self.hosts.iter().any(|h| name.eq_ignore_ascii_case(h))
     }
 }
 
@@ -173,6 +200,18 @@ async fn answer(
             .headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
+    }
+    let data = matches!(path, "/api/status" | "/metrics");
+    let host = request
+        .headers()
+        .get(HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    if data && port.asker.is_some() && !port.answers_host(host) {
+        return text(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this port answers its data for an IP address or localhost; give serve \
+             --http-host NAME to answer for NAME too\n",
+        );
     }
     let bearer = request
         .headers()

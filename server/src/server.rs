@@ -156,8 +156,8 @@ async fn serve<L: Listener>(
     if let Some(http) = http {
         // A single master serves from the moment it listens (`OPS-3`).
         let (_, health) = tokio::sync::watch::channel(crate::http::Health::serving());
-        let port =
-            crate::http::HttpPort::new(config.metrics.clone(), health).with_master(master.clone());
+        let port = crate::http::HttpPort::new(config.metrics.clone(), health)
+            .with_master(master.clone(), &config.http_hosts);
         let stop = connections.clone();
         tokio::spawn(crate::http::serve_http(http, port, async move {
             stop.cancelled().await

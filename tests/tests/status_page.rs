@@ -24,9 +24,14 @@ struct Answer {
 
 /// `GET path`, with `bearer` as its bearer token if given.
 async fn get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> Answer {
+    get_for(addr, &addr.to_string(), path, bearer).await
+}
+
+/// `GET path` naming `host` in its Host header.
+async fn get_for(addr: SocketAddr, host: &str, path: &str, bearer: Option<&str>) -> Answer {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await.unwrap();
@@ -216,6 +221,35 @@ async fn with_access_control_on_the_data_and_metrics_need_a_token() {
     );
     assert_eq!(status["identity"]["principal"], "reader");
     assert!(status["sessions"].as_array().unwrap().is_empty());
+}
+
+// OPS-5: the data is answered only for requests that name an IP address,
+// localhost, or a name serve was given: another site's script that made
+// its own name resolve to this machine (DNS rebinding) is refused.
+#[tokio::test]
+async fn data_is_refused_to_a_request_for_a_name_the_port_was_not_given() {
+    let config = Config {
+        http_hosts: vec!["Leasehold.Internal".into()],
+        ..Config::default()
+    };
+    let (_server, http) = start_with_http(config).await;
+    for path in ["/api/status", "/metrics"] {
+        let refused = get_for(http, "attacker.example:7180", path, None).await;
+        assert_eq!(refused.status, 421, "{path}");
+        assert!(!refused.body.contains("attacker"), "{}", refused.body);
+        for host in ["localhost:7180", "[::1]:7180", "leasehold.internal:7180"] {
+            assert_eq!(
+                get_for(http, host, path, None).await.status,
+                200,
+                "{host}{path}"
+            );
+        }
+    }
+    assert_eq!(
+        get_for(http, "attacker.example", "/", None).await.status,
+        200,
+        "the page alone holds nothing"
+    );
 }
 
 /// The Chromium this machine has, if any.
