@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use leasehold::{LockListing, LockMode, MasterStatus};
-use serde_json::json;
 
 /// Prints every lock at or below `prefix` that is held, awaited or in
 /// lock-delay (`LOCK-16`): one line per holder (a lock nobody holds, one
@@ -14,7 +13,7 @@ pub(crate) async fn locks(addr: &str, json: bool, prefix: &str) -> anyhow::Resul
     let locks = client.list_locks(prefix).await?;
     if json {
         for lock in &locks {
-            println!("{}", lock_json(lock));
+            println!("{}", leasehold_server::lock_json(lock));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -89,27 +88,6 @@ fn rows(lock: &LockListing) -> Vec<[String; 8]> {
     rows
 }
 
-fn lock_json(lock: &LockListing) -> serde_json::Value {
-    json!({
-        "key": lock.key,
-        "lock_generation": lock.lock_generation,
-        "holders": lock.holders.iter().map(|h| json!({
-            "session": h.session,
-            "name": h.name,
-            "mode": mode_name(h.mode),
-            "held_ms": h.held_ms,
-        })).collect::<Vec<_>>(),
-        "holders_total": lock.holders_total,
-        "waiters": lock.waiters.iter().map(|w| json!({
-            "session": w.session,
-            "name": w.name,
-            "mode": mode_name(w.mode),
-        })).collect::<Vec<_>>(),
-        "waiters_total": lock.waiters_total,
-        "delay_remaining_ms": lock.delay_remaining_ms,
-    })
-}
-
 /// Prints what the master serves (`OPS-4`); when `addr` names a cell's
 /// members, then each member as `cell status` does. Exit status as
 /// `cell status`'s in a cell: 69 when no member serves as master.
@@ -117,7 +95,7 @@ pub(crate) async fn status(addr: &str, json: bool) -> anyhow::Result<ExitCode> {
     let client = crate::connect(addr).await?;
     let status = client.status().await?;
     if json {
-        println!("{}", status_json(&status));
+        println!("{}", leasehold_server::master_json(&status));
     } else {
         print_status(&status);
     }
@@ -166,30 +144,6 @@ fn print_status(s: &MasterStatus) {
         ],
         ["stored".into(), stored],
     ]);
-}
-
-fn status_json(s: &MasterStatus) -> serde_json::Value {
-    let ended: serde_json::Map<String, serde_json::Value> = s
-        .recently_ended
-        .iter()
-        .map(|(cause, n)| (cause.clone(), (*n).into()))
-        .collect();
-    json!({
-        "version": s.version,
-        "epoch": s.epoch,
-        "index": s.index,
-        "sessions": s.sessions,
-        "keepalives_held": s.keepalives_held,
-        "recently_ended": ended,
-        "nodes": s.nodes,
-        "locks_held": s.locks_held,
-        "holdings": s.holdings,
-        "waiters": s.waiters,
-        "locks_in_delay": s.locks_in_delay,
-        "checks": s.checks,
-        "access_control": s.access_control,
-        "stored_bytes": s.stored_bytes,
-    })
 }
 
 fn mode_name(mode: LockMode) -> &'static str {

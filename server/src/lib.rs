@@ -159,6 +159,7 @@ pub use state::{
     Acquisition, Applied, Bounds, CheckChanged, Command, Deleted, Kind, LockedNodes, NewSession,
     State, StateEvent, WaitCancelled,
 };
+pub use status_page::{lock_json, master_json};
 pub use store::{Record, Recovered, Snapshot, Store, StoreSizes, SyncCount};
 pub use time::Millis;
 pub use tls::{ServerTls, TlsError, TlsFiles};

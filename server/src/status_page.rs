@@ -182,7 +182,9 @@ fn identity_json(identity: &Identity) -> Value {
     })
 }
 
-fn master_json(s: &MasterStatus) -> Value {
+/// `Status`'s answer as JSON, as `/api/status` and the CLI's `status
+/// --json` print it (`OPS-4`).
+pub fn master_json(s: &MasterStatus) -> Value {
     let ended: serde_json::Map<String, Value> = s
         .recently_ended
         .iter()
@@ -218,7 +220,9 @@ fn session_json(s: &SessionInfo) -> Value {
     })
 }
 
-fn lock_json(l: &LockListing) -> Value {
+/// A lock as `ListLocks` lists it, as JSON, as `/api/status` and the
+/// CLI's `locks --json` print it (`LOCK-16`).
+pub fn lock_json(l: &LockListing) -> Value {
     json!({
         "key": l.key,
         "lock_generation": l.lock_generation,
