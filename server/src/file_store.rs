@@ -345,17 +345,20 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
     let undecodable = |e: String| corrupt(path, format!("the snapshot does not decode: {e}"));
     if bytes.starts_with(SNAPSHOT_MAGIC_4) {
         let body = unseal(bytes, path, SNAPSHOT_MAGIC_4, "snapshot")?;
-        let old: crate::upgrade::SnapshotV4 = decode(&body).map_err(undecodable)?;
+        let old: crate::upgrade::SnapshotOf<crate::upgrade::StateV4> =
+            decode(&body).map_err(undecodable)?;
         return Ok(Some(old.into()));
     }
     if bytes.starts_with(SNAPSHOT_MAGIC_5) {
         let body = unseal(bytes, path, SNAPSHOT_MAGIC_5, "snapshot")?;
-        let old: crate::upgrade::SnapshotV5 = decode(&body).map_err(undecodable)?;
+        let old: crate::upgrade::SnapshotOf<crate::upgrade::StateV5> =
+            decode(&body).map_err(undecodable)?;
         return Ok(Some(old.into()));
     }
     if bytes.starts_with(SNAPSHOT_MAGIC_6) {
         let body = unseal(bytes, path, SNAPSHOT_MAGIC_6, "snapshot")?;
-        let old: crate::upgrade::SnapshotV6 = decode(&body).map_err(undecodable)?;
+        let old: crate::upgrade::SnapshotOf<crate::upgrade::StateV6> =
+            decode(&body).map_err(undecodable)?;
         return Ok(Some(old.into()));
     }
     let body = unseal(bytes, path, SNAPSHOT_MAGIC, "snapshot")?;

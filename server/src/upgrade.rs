@@ -38,37 +38,18 @@ use crate::state::{Bounds, State};
 use crate::store::Snapshot;
 use crate::time::Millis;
 
-/// A format 5 snapshot: epoch, master time, sequence number, state.
+/// A snapshot of an earlier format: epoch, master time, sequence number,
+/// and the state in that format's shape `S`.
 #[derive(Deserialize)]
-pub(crate) struct SnapshotV5 {
+pub(crate) struct SnapshotOf<S> {
     epoch: u64,
     now: Millis,
     next_seq: u64,
-    state: StateV5,
+    state: S,
 }
 
-impl From<SnapshotV5> for Snapshot {
-    fn from(old: SnapshotV5) -> Snapshot {
-        Snapshot {
-            epoch: old.epoch,
-            now: old.now,
-            next_seq: old.next_seq,
-            state: old.state.into(),
-        }
-    }
-}
-
-/// A format 6 snapshot: epoch, master time, sequence number, state.
-#[derive(Deserialize)]
-pub(crate) struct SnapshotV6 {
-    epoch: u64,
-    now: Millis,
-    next_seq: u64,
-    state: StateV6,
-}
-
-impl From<SnapshotV6> for Snapshot {
-    fn from(old: SnapshotV6) -> Snapshot {
+impl<S: Into<State>> From<SnapshotOf<S>> for Snapshot {
+    fn from(old: SnapshotOf<S>) -> Snapshot {
         Snapshot {
             epoch: old.epoch,
             now: old.now,
@@ -185,40 +166,23 @@ pub(crate) struct StateV5 {
 }
 
 impl From<StateV5> for State {
+    /// Format 6's state without rules, tokens or owners, access control
+    /// off (`ACL-5`).
     fn from(old: StateV5) -> State {
-        State {
+        StateV6 {
             bounds: old.bounds,
             sessions: old.sessions,
             ended: old.ended,
             ended_order: old.ended_order,
             namespace: old.namespace,
-            locks: old.locks.into(),
+            locks: old.locks,
             checks: old.checks,
             index: old.index,
             may_cache: old.may_cache,
             acquires_kept: old.acquires_kept,
             access: Access::default(),
         }
-    }
-}
-
-/// A format 4 snapshot: epoch, master time, sequence number, state.
-#[derive(Deserialize)]
-pub(crate) struct SnapshotV4 {
-    epoch: u64,
-    now: Millis,
-    next_seq: u64,
-    state: StateV4,
-}
-
-impl From<SnapshotV4> for Snapshot {
-    fn from(old: SnapshotV4) -> Snapshot {
-        Snapshot {
-            epoch: old.epoch,
-            now: old.now,
-            next_seq: old.next_seq,
-            state: old.state.into(),
-        }
+        .into()
     }
 }
 

@@ -53,62 +53,20 @@ pub struct Replica {
     pub membership: StoredMembership<NodeId, BasicNode>,
 }
 
-/// A replica as cell format 2 stored it: its state in format 4's shape.
+/// A replica as an earlier cell format stored it: today's, with its state
+/// in that format's shape `S` (`upgrade.rs`): format 4's for cell format
+/// 2, 5's for 3, 6's for 4.
 #[derive(Deserialize)]
-struct ReplicaV2 {
-    state: crate::upgrade::StateV4,
+struct ReplicaOf<S> {
+    state: S,
     epoch: u64,
     now: Millis,
     applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
 }
 
-/// A replica as cell format 3 stored it: its state in format 5's shape.
-#[derive(Deserialize)]
-struct ReplicaV3 {
-    state: crate::upgrade::StateV5,
-    epoch: u64,
-    now: Millis,
-    applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, BasicNode>,
-}
-
-/// A replica as cell format 4 stored it: its state in format 6's shape.
-#[derive(Deserialize)]
-struct ReplicaV4 {
-    state: crate::upgrade::StateV6,
-    epoch: u64,
-    now: Millis,
-    applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, BasicNode>,
-}
-
-impl From<ReplicaV4> for Replica {
-    fn from(old: ReplicaV4) -> Replica {
-        Replica {
-            state: old.state.into(),
-            epoch: old.epoch,
-            now: old.now,
-            applied: old.applied,
-            membership: old.membership,
-        }
-    }
-}
-
-impl From<ReplicaV3> for Replica {
-    fn from(old: ReplicaV3) -> Replica {
-        Replica {
-            state: old.state.into(),
-            epoch: old.epoch,
-            now: old.now,
-            applied: old.applied,
-            membership: old.membership,
-        }
-    }
-}
-
-impl From<ReplicaV2> for Replica {
-    fn from(old: ReplicaV2) -> Replica {
+impl<S: Into<State>> From<ReplicaOf<S>> for Replica {
+    fn from(old: ReplicaOf<S>) -> Replica {
         Replica {
             state: old.state.into(),
             epoch: old.epoch,
@@ -218,13 +176,13 @@ fn read_snapshot(volume: &dyn Volume) -> Result<Option<Stored>, StoreError> {
         }
     };
     if magic == SNAPSHOT_MAGIC_2 {
-        let replica: ReplicaV2 = decode(&data).map_err(undecodable(2))?;
+        let replica: ReplicaOf<crate::upgrade::StateV4> = decode(&data).map_err(undecodable(2))?;
         data = encode(&Replica::from(replica));
     } else if magic == SNAPSHOT_MAGIC_3 {
-        let replica: ReplicaV3 = decode(&data).map_err(undecodable(3))?;
+        let replica: ReplicaOf<crate::upgrade::StateV5> = decode(&data).map_err(undecodable(3))?;
         data = encode(&Replica::from(replica));
     } else if magic == SNAPSHOT_MAGIC_4 {
-        let replica: ReplicaV4 = decode(&data).map_err(undecodable(4))?;
+        let replica: ReplicaOf<crate::upgrade::StateV6> = decode(&data).map_err(undecodable(4))?;
         data = encode(&Replica::from(replica));
     }
     Ok(Some(Stored { meta, data }))
