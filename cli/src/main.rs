@@ -1179,14 +1179,11 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         tracing::info!(path = %path.display(), "writing the audit log");
         config.audit = Some(log);
     }
-    if args.http_listen.is_some() && (args.cell.is_some() || config.tls.is_some()) {
+    if args.http_listen.is_some() && config.tls.is_some() {
         anyhow::bail!(
-            "--http-listen is served by a single master without TLS in this version; \
-             a cell's members and TLS masters do not serve it yet"
+            "--http-listen is served without TLS in this version; a master or member speaking \
+             TLS does not serve it yet"
         );
-    }
-    if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
-        return serve_member(args, config, members, node, (listen, from), json).await;
     }
     // Bound before anything is announced, as the client port is.
     let http = match &args.http_listen {
@@ -1197,6 +1194,10 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         ),
         None => None,
     };
+    if let (Some(members), Some(node)) = (args.cell.clone(), args.node) {
+        config.metrics = leasehold_server::Metrics::for_member();
+        return serve_member(args, config, members, node, (listen, from), http, json).await;
+    }
     let data_dir = (!args.in_memory).then_some(&args.data_dir);
     let server = match data_dir {
         Some(dir) => {
@@ -1221,12 +1222,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     }
     let server = match http {
         Some(http) => {
-            let at = http.local_addr()?;
-            if json {
-                println!("{}", serde_json::json!({ "http": at.to_string() }));
-            } else {
-                println!("status page, metrics and health on http://{at}");
-            }
+            announce_http(&http, json, "status page, metrics and health")?;
             server.with_http(http)
         }
         None => server,
@@ -1342,12 +1338,24 @@ fn warn_without_operator_token(config: &leasehold_server::Config) {
 }
 
 /// `serve --cell ... --node ID`: one member of a replicated cell.
+/// Says where the HTTP port listens: a line, or a JSON object.
+fn announce_http(http: &tokio::net::TcpListener, json: bool, what: &str) -> anyhow::Result<()> {
+    let at = http.local_addr()?;
+    if json {
+        println!("{}", serde_json::json!({ "http": at.to_string() }));
+    } else {
+        println!("{what} on http://{at}");
+    }
+    Ok(())
+}
+
 async fn serve_member(
     args: ServeArgs,
     config: leasehold_server::Config,
     members: std::collections::BTreeMap<u64, String>,
     node: u64,
     (listen, from): (String, &str),
+    http: Option<tokio::net::TcpListener>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     if !members.contains_key(&node) {
@@ -1395,11 +1403,15 @@ async fn serve_member(
         );
         reload_on_hangup(tls)?;
     }
-    leasehold_server::cell::serve(
+    if let Some(http) = &http {
+        announce_http(http, json, "metrics and health")?;
+    }
+    leasehold_server::cell::serve_with_http(
         listener,
         config,
         member,
         std::sync::Arc::new(leasehold_server::cell::TcpDialer),
+        http,
         stop,
     )
     .await?;

@@ -57,11 +57,13 @@ impl Admission {
     ) -> Option<String> {
         let from_peer = self.per_peer.get(&ip).copied().unwrap_or(0);
         if served >= config.max_connections {
+            config.metrics.refused_at("connections");
             Some(format!(
                 "the {what} serves its maximum of {} connections",
                 config.max_connections
             ))
         } else if from_peer >= config.max_connections_per_peer {
+            config.metrics.refused_at("connections_per_address");
             Some(format!(
                 "{ip} holds the maximum of {} connections per address",
                 config.max_connections_per_peer

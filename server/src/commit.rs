@@ -468,6 +468,9 @@ impl Writing {
         self.unsealed = false;
         let done = self.store.compact(snapshot);
         self.sizes.compactions.fetch_add(1, Ordering::AcqRel);
+        if done.is_ok() {
+            self.metrics.snapshot_written();
+        }
         match done {
             // A snapshot is an optimisation: without room for one, the log
             // goes on as it is.

@@ -70,6 +70,9 @@ pub const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest session name, in bytes (`SES-1`).
 pub const MAX_NAME_LEN: usize = 256;
+/// How often an idle master shows its figures again once someone reads
+/// its metrics (`OPS-1`): the most a gauge that walks the state lags.
+pub const FIGURES_EVERY: Duration = Duration::from_secs(1);
 /// How long the status page waits for each answer of the master
 /// (`OPS-5`).
 pub const STATUS_PAGE_ASK_TIMEOUT: Duration = Duration::from_secs(5);

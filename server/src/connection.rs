@@ -352,6 +352,7 @@ async fn requests<S: AsyncRead>(
         // A held KeepAlive waits for its lease, not for the master.
         let timed = !matches!(request, Request::KeepAlive(_));
         if counted && flow.limited.load(Ordering::Acquire) >= config.max_in_flight {
+            config.metrics.refused_at("in_flight");
             let refusal = Err(Error::new(
                 ErrorCode::LimitReached,
                 format!(

@@ -131,6 +131,12 @@ pub(crate) struct Events {
     pub(crate) budget: EventBudget,
     /// How many changes have been published.
     pub(crate) changes: u64,
+    /// Events queued, and events dropped for an `EventsLost` (`EV-4`),
+    /// since the master started (`OPS-1`).
+    pub(crate) queued_total: u64,
+    pub(crate) dropped_total: u64,
+    /// Invalidation events queued (`CACHE-3`).
+    pub(crate) invalidations_total: u64,
 }
 
 /// A bound on an event's encoded size: its keys, and a generous allowance
@@ -257,6 +263,7 @@ impl Events {
             let size = key.len() + 2;
             if !chunk.is_empty() && bytes + size > max_bytes {
                 let keys = std::mem::take(&mut chunk);
+                self.invalidations_total += 1;
                 seq = self.tell(session, EventKind::Invalidate { keys }, owner);
                 bytes = 0;
             }
@@ -264,6 +271,7 @@ impl Events {
             chunk.push(key);
         }
         if !chunk.is_empty() {
+            self.invalidations_total += 1;
             seq = self.tell(session, EventKind::Invalidate { keys: chunk }, owner);
         }
         seq
@@ -308,9 +316,11 @@ impl Events {
         let kind = if full {
             // The fail-over event stays: the client must still hear of the
             // new master and acknowledge it (`FO-5`).
+            let before = queue.pending.len() + 1;
             queue
                 .pending
                 .retain(|e| matches!(e.kind, EventKind::Failover { .. }));
+            self.dropped_total += (before - queue.pending.len()) as u64;
             let kept: usize = queue.pending.iter().map(encoded_size).sum();
             let freed = queue.bytes - kept;
             queue.bytes = kept;
@@ -330,6 +340,7 @@ impl Events {
         queue.next_seq += 1;
         queue.bytes += size;
         self.queued_bytes += size;
+        self.queued_total += 1;
         if let Some(peer) = owner {
             *self.queued_by_peer.entry(peer).or_default() += size;
         }

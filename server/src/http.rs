@@ -20,6 +20,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use leasehold_protocol::auth::same_bytes;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tracing::debug;
@@ -66,6 +67,11 @@ pub struct HttpPort {
     asker: Option<Asker>,
     /// Host names answered besides IP addresses and `localhost`.
     hosts: Vec<String>,
+    /// Without a master to ask (a cell's member), the token `/metrics`
+    /// needs, if any: the operator token.
+    operator_token: Option<String>,
+    /// Whether the Host of a data request is checked (`answers_host`).
+    checks_host: bool,
 }
 
 impl HttpPort {
@@ -77,7 +83,25 @@ impl HttpPort {
             health,
             asker: None,
             hosts: Vec::new(),
+            operator_token: None,
+            checks_host: false,
         }
+    }
+
+    /// The same port, answering its data to requests for `hosts` too
+    /// (besides IP addresses and `localhost`), and to no other.
+    pub(crate) fn with_hosts(mut self, hosts: &[String]) -> HttpPort {
+        self.hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        self.checks_host = true;
+        self
+    }
+
+    /// The same port, whose `/metrics` needs `token` as a bearer token, if
+    /// given: a cell's member has no master of its own to ask whose a
+    /// token is.
+    pub(crate) fn with_operator_token(mut self, token: Option<&str>) -> HttpPort {
+        self.operator_token = token.map(str::to_string);
+        self
     }
 
     /// The same port, with the status page of the master `master`,
@@ -88,8 +112,7 @@ impl HttpPort {
         hosts: &[String],
     ) -> HttpPort {
         self.asker = Some(Asker::new(master));
-        self.hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-        self
+        self.with_hosts(hosts)
     }
 
     /// Whether a request for `host` (its Host header) is for this port: an
@@ -206,7 +229,7 @@ async fn answer(
         .headers()
         .get(HOST)
         .map(|v| v.to_str().unwrap_or("\u{fffd}"));
-    if data && port.asker.is_some() && !port.answers_host(host) {
+    if data && port.checks_host && !port.answers_host(host) {
         return text(
             StatusCode::MISDIRECTED_REQUEST,
             "this port answers its data for an IP address or localhost; give serve \
@@ -246,6 +269,13 @@ async fn answer(
             if let Some(asker) = &port.asker {
                 if let Err(refused) = asker.may_read_metrics(peer, bearer).await {
                     return refusal(refused);
+                }
+            } else if let Some(token) = &port.operator_token {
+                let proven = bearer.is_some_and(|b| same_bytes(b.as_bytes(), token.as_bytes()));
+                if !proven {
+                    return refusal(Refused::Unauthenticated(
+                        "a member's metrics need the operator token as a bearer token".into(),
+                    ));
                 }
             }
             let mut response = Response::new(Full::new(Bytes::from(port.metrics.encode())));

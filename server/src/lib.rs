@@ -131,6 +131,7 @@ mod session;
 mod state;
 mod status_page;
 mod store;
+mod tally;
 mod time;
 mod timers;
 mod tls;

@@ -8,6 +8,7 @@
 //! beside what it does, so the engine's decisions stay a function of
 //! its inputs and the time.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+
+use crate::tally::{
+    how_label, let_go_label, Answered, Limit, Tally, END_CAUSES, HOW_GRANTED, LET_GO,
+};
 
 /// The content type a scrape is answered with.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -33,16 +38,168 @@ struct Kind {
     kind: &'static str,
 }
 
-/// The figures of the master's engine after a turn, as gauges show them.
+/// The figures of the master's engine after a turn, as gauges show them,
+/// and the totals it keeps that counters show.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct EngineFigures {
     pub(crate) sessions: u64,
+    /// By `SESSION_STATES`.
+    pub(crate) sessions_by_state: [u64; 4],
     pub(crate) lock_holders: u64,
+    pub(crate) locks_held: u64,
+    pub(crate) locks_in_delay: u64,
     pub(crate) lock_waiters: u64,
     pub(crate) keepalives_held: u64,
     pub(crate) subscriptions: u64,
+    pub(crate) events_queued_bytes: u64,
+    pub(crate) writes_held_now: u64,
     pub(crate) epoch: u64,
     pub(crate) index: u64,
+    pub(crate) stored_bytes: Option<u64>,
+}
+
+/// What a cell's member shows of itself and its cell (`OPS-1`, `CELL-8`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CellFigures {
+    /// Index into `CELL_ROLES`.
+    pub(crate) role: usize,
+    pub(crate) master: bool,
+    pub(crate) term: u64,
+    pub(crate) log_index: u64,
+    pub(crate) commit_index: u64,
+    pub(crate) applied_index: u64,
+    /// On the leader: how many entries each other member is behind.
+    pub(crate) lag: Vec<(u64, u64)>,
+    pub(crate) master_lease_left: Duration,
+    pub(crate) leader: Option<u64>,
+}
+
+/// A member's roles, as Raft names them.
+pub(crate) const CELL_ROLES: [&str; 5] = ["leader", "follower", "candidate", "learner", "shutdown"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Role {
+    role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabel {
+    member: u64,
+}
+
+/// A cell member's gauges and counters.
+#[derive(Debug)]
+struct CellGauges {
+    role: [Gauge; CELL_ROLES.len()],
+    master: Gauge,
+    term: Gauge,
+    log_index: Gauge,
+    commit_index: Gauge,
+    applied_index: Gauge,
+    lag: Family<MemberLabel, Gauge>,
+    master_lease_seconds: Gauge<f64, AtomicU64>,
+    leader_changes: Counter,
+    elections: Counter,
+    /// What the last figures said, to count changes.
+    last: std::sync::Mutex<(Option<u64>, usize)>,
+}
+
+impl CellGauges {
+    fn register(r: &mut Registry) -> CellGauges {
+        let role = {
+            let family = Family::<Role, Gauge>::default();
+            r.register(
+                "cell_role",
+                "1 for this member's Raft role now: leader, follower, candidate, learner or shutdown",
+                family.clone(),
+            );
+            CELL_ROLES.map(|role| family.get_or_create(&Role { role }).clone())
+        };
+        let lag = Family::<MemberLabel, Gauge>::default();
+        r.register(
+            "cell_follower_lag_entries",
+            "On the leader: how many log entries each other member is behind its log",
+            lag.clone(),
+        );
+        let master_lease_seconds = Gauge::<f64, AtomicU64>::default();
+        r.register_with_unit(
+            "cell_master_lease_left",
+            "Time left of the master lease this member holds; 0 when it holds none (CELL-6)",
+            Unit::Seconds,
+            master_lease_seconds.clone(),
+        );
+        CellGauges {
+            role,
+            master: gauge(
+                r,
+                "cell_master",
+                "1 while this member serves clients as the cell's master",
+            ),
+            term: gauge(r, "cell_term", "The Raft term this member is in"),
+            log_index: gauge(r, "cell_log_index", "The last entry of this member's log"),
+            commit_index: gauge(
+                r,
+                "cell_commit_index",
+                "On the leader, the last entry a quorum holds; on the others, the last they applied, \
+                 which a quorum holds",
+            ),
+            applied_index: gauge(
+                r,
+                "cell_applied_index",
+                "The last entry this member applied to its replica",
+            ),
+            lag,
+            master_lease_seconds,
+            leader_changes: counter(
+                r,
+                "cell_leader_changes_seen",
+                "Times this member saw the cell's leader change, to another member or to none",
+            ),
+            elections: counter(
+                r,
+                "cell_elections",
+                "Times this member stood for election (became a candidate)",
+            ),
+            last: std::sync::Mutex::new((None, 1)),
+        }
+    }
+}
+
+/// A live session as the master sees it: its KeepAlive held (its client
+/// is in touch), waiting for its next KeepAlive (between two, or its
+/// client out of touch: in jeopardy, or gone), recovered by this master
+/// and yet to acknowledge the fail-over (`FO-5`), or with its lease over
+/// and its end waiting for caches (`CACHE-5`).
+const SESSION_STATES: [&str; 4] = ["keepalive_held", "waiting", "recovering", "ending"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct State {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct When {
+    when: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Cause {
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct How {
+    how: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Why {
+    why: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: &'static str,
 }
 
 /// A master's metrics: cheap to clone, every clone counting into the
@@ -59,15 +216,55 @@ struct Inner {
     request_seconds: Family<Kind, Histogram>,
     connections: Gauge,
     connections_accepted: Counter,
+    refusals: Family<LimitLabel, Counter>,
+    gauges: Gauges,
+    totals: Totals,
+    fsync_seconds: Histogram,
+    commit_batch_records: Histogram,
+    snapshot_age_seconds: Gauge<f64, AtomicU64>,
+    /// When this master last wrote a snapshot, in milliseconds since the
+    /// Unix epoch; 0 before it wrote one.
+    snapshot_written_ms: AtomicU64,
+    /// Someone read the figures: from then on the master shows them each
+    /// second even when idle.
+    read: AtomicBool,
+    /// A cell member's own figures; `None` on a single master.
+    cell: Option<CellGauges>,
+}
+
+/// What the engine's figures set after each turn.
+#[derive(Debug)]
+struct Gauges {
     sessions: Gauge,
+    sessions_by_state: [Gauge; SESSION_STATES.len()],
     lock_holders: Gauge,
+    locks_held: Gauge,
+    locks_in_delay: Gauge,
     lock_waiters: Gauge,
     keepalives_held: Gauge,
     subscriptions: Gauge,
+    events_queued_bytes: Gauge,
+    writes_held: Gauge,
     epoch: Gauge,
     index: Gauge,
-    fsync_seconds: Histogram,
-    commit_batch_records: Histogram,
+    store_bytes: Gauge,
+}
+
+/// Counters the engine's totals set after each turn: each label's counter
+/// made once, so a turn stores into it without looking it up.
+#[derive(Debug)]
+struct Totals {
+    keepalives: Counter,
+    answered: [Counter; Answered::ALL.len()],
+    ended: [Counter; END_CAUSES.len()],
+    granted: [Counter; HOW_GRANTED.len()],
+    let_go: [Counter; LET_GO.len()],
+    refused: [Counter; Limit::ALL.len()],
+    cache_grants: Counter,
+    writes_held: Counter,
+    events_queued: Counter,
+    events_dropped: Counter,
+    invalidations: Counter,
 }
 
 impl Default for Metrics {
@@ -76,12 +273,52 @@ impl Default for Metrics {
     }
 }
 
+fn gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge {
+    let gauge = Gauge::default();
+    registry.register(name, help, gauge.clone());
+    gauge
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
+    let counter = Counter::default();
+    registry.register(name, help, counter.clone());
+    counter
+}
+
+/// A family of counters by `labels`, registered as `name`, and the
+/// counter of each label, in order.
+fn counters<L, const N: usize>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    labels: [L; N],
+) -> [Counter; N]
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    let family = Family::<L, Counter>::default();
+    registry.register(name, help, family.clone());
+    labels.map(|label| family.get_or_create(&label).clone())
+}
+
 impl Metrics {
     /// A new set of figures, every one at zero.
     pub fn new() -> Metrics {
+        Metrics::build(false)
+    }
+
+    /// A cell member's figures: a master's, as each master it runs counts
+    /// them, and the member's own (role, term, log positions, lag, the
+    /// master lease, leader changes and elections).
+    pub fn for_member() -> Metrics {
+        Metrics::build(true)
+    }
+
+    fn build(member: bool) -> Metrics {
         let mut registry = Registry::with_prefix("leasehold");
+        let r = &mut registry;
         let requests = Family::<Request, Counter>::default();
-        registry.register(
+        r.register(
             "requests",
             "Requests answered, by kind and outcome (ok, or the error code)",
             requests.clone(),
@@ -90,66 +327,163 @@ impl Metrics {
         let request_seconds = Family::<Kind, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 17))
         });
-        registry.register_with_unit(
+        r.register_with_unit(
             "request_duration",
             "Time from a request's arrival to its reply, by kind; held KeepAlives are left out",
             Unit::Seconds,
             request_seconds.clone(),
         );
-        let connections = Gauge::default();
-        registry.register(
-            "connections",
-            "Client connections open",
-            connections.clone(),
+        let connections = gauge(r, "connections", "Client connections open");
+        let connections_accepted =
+            counter(r, "connections_accepted", "Client connections accepted");
+        let refusals = Family::<LimitLabel, Counter>::default();
+        r.register(
+            "refusals",
+            "Requests and connections refused at a limit or quota, by limit",
+            refusals.clone(),
         );
-        let connections_accepted = Counter::default();
-        registry.register(
-            "connections_accepted",
-            "Client connections accepted",
-            connections_accepted.clone(),
-        );
-        let gauge = |registry: &mut Registry, name: &str, help: &str| {
-            let gauge = Gauge::default();
-            registry.register(name, help, gauge.clone());
-            gauge
+        let refused = Limit::ALL.map(|limit| {
+            refusals
+                .get_or_create(&LimitLabel {
+                    limit: limit.label(),
+                })
+                .clone()
+        });
+        let gauges = Gauges {
+            sessions: gauge(r, "sessions", "Live sessions"),
+            sessions_by_state: {
+                let family = Family::<State, Gauge>::default();
+                r.register(
+                    "sessions_by_state",
+                    "Live sessions by what the master sees of them: keepalive_held (a KeepAlive \
+                     is held: in touch), waiting (for the next KeepAlive), recovering (yet to \
+                     acknowledge a fail-over), ending (lease over, end waits for caches)",
+                    family.clone(),
+                );
+                SESSION_STATES.map(|state| family.get_or_create(&State { state }).clone())
+            },
+            lock_holders: gauge(r, "lock_holders", "Sessions holding at least one lock"),
+            locks_held: gauge(r, "locks_held", "Locks held by at least one session"),
+            locks_in_delay: gauge(
+                r,
+                "locks_in_lock_delay",
+                "Locks whose holder's session ended and which nobody may take until its lock-delay ends",
+            ),
+            lock_waiters: gauge(r, "lock_waiters", "Blocking acquires waiting in a lock's line"),
+            keepalives_held: gauge(
+                r,
+                "keepalives_held",
+                "KeepAlives the master holds until their lease is nearly over",
+            ),
+            subscriptions: gauge(r, "subscriptions", "Subscriptions open"),
+            events_queued_bytes: {
+                let g = Gauge::default();
+                r.register_with_unit(
+                    "events_queued",
+                    "Events waiting for their sessions' KeepAlives",
+                    Unit::Bytes,
+                    g.clone(),
+                );
+                g
+            },
+            writes_held: gauge(
+                r,
+                "cache_writes_held",
+                "Writes held until every session caching what they change is told",
+            ),
+            epoch: gauge(r, "epoch", "The master's epoch"),
+            index: gauge(r, "index", "The index of the last change applied"),
+            store_bytes: {
+                let g = Gauge::default();
+                r.register_with_unit(
+                    "store_size",
+                    "Bytes the data directory's log and snapshot take",
+                    Unit::Bytes,
+                    g.clone(),
+                );
+                g
+            },
         };
-        let sessions = gauge(&mut registry, "sessions", "Live sessions");
-        let lock_holders = gauge(
-            &mut registry,
-            "lock_holders",
-            "Sessions holding at least one lock",
-        );
-        let lock_waiters = gauge(
-            &mut registry,
-            "lock_waiters",
-            "Blocking acquires waiting in a lock's line",
-        );
-        let keepalives_held = gauge(
-            &mut registry,
-            "keepalives_held",
-            "KeepAlives the master holds until their lease is nearly over",
-        );
-        let subscriptions = gauge(&mut registry, "subscriptions", "Subscriptions open");
-        let epoch = gauge(&mut registry, "epoch", "The master's epoch");
-        let index = gauge(
-            &mut registry,
-            "index",
-            "The index of the last change applied",
-        );
+        let totals = Totals {
+            keepalives: counter(
+                r,
+                "keepalives_received",
+                "KeepAlives received, a KeepAliveAll counting one per session",
+            ),
+            answered: counters(
+                r,
+                "keepalive_answers",
+                "KeepAlives answered: at_once (not held), early (held, answered for events or \
+                 a newer KeepAlive), due (at their time) or late (after it by more than a \
+                 quarter of the KeepAlive margin)",
+                Answered::ALL.map(|a| When { when: a.label() }),
+            ),
+            ended: counters(
+                r,
+                "sessions_ended",
+                "Sessions ended, by cause",
+                END_CAUSES.map(|c| Cause { cause: c.label() }),
+            ),
+            granted: counters(
+                r,
+                "lock_grants",
+                "Lock holdings begun: at_once (the lock was free), again (asked again by its \
+                 holder) or from_line (a hand-off to a waiter)",
+                HOW_GRANTED.map(|h| How { how: how_label(h) }),
+            ),
+            let_go: counters(
+                r,
+                "lock_releases",
+                "Lock holdings ended, by why",
+                LET_GO.map(|w| Why {
+                    why: let_go_label(w),
+                }),
+            ),
+            refused,
+            cache_grants: counter(
+                r,
+                "cache_grants",
+                "Reads answered as cacheable: each a key a session's cache may serve",
+            ),
+            writes_held: counter(
+                r,
+                "cache_held_writes",
+                "Writes held until the sessions caching what they change were told",
+            ),
+            events_queued: counter(r, "events_queued", "Events queued for sessions"),
+            events_dropped: counter(
+                r,
+                "events_dropped",
+                "Events dropped for an EventsLost, their session's queue or its budget full",
+            ),
+            invalidations: counter(
+                r,
+                "cache_invalidations",
+                "Invalidation events queued for caching sessions",
+            ),
+        };
         // etcd's WAL fsync buckets: 1 ms to about 8 s.
         let fsync_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
-        registry.register_with_unit(
+        r.register_with_unit(
             "fsync_duration",
             "Time one fsync of the log took",
             Unit::Seconds,
             fsync_seconds.clone(),
         );
         let commit_batch_records = Histogram::new(exponential_buckets(1.0, 2.0, 12));
-        registry.register(
+        r.register(
             "commit_batch_records",
             "Records made durable by one fsync (group commit)",
             commit_batch_records.clone(),
         );
+        let snapshot_age_seconds = Gauge::<f64, AtomicU64>::default();
+        r.register_with_unit(
+            "snapshot_age",
+            "Time since this master last wrote a snapshot of its state; absent before it wrote one",
+            Unit::Seconds,
+            snapshot_age_seconds.clone(),
+        );
+        let cell = member.then(|| CellGauges::register(r));
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -157,21 +491,27 @@ impl Metrics {
                 request_seconds,
                 connections,
                 connections_accepted,
-                sessions,
-                lock_holders,
-                lock_waiters,
-                keepalives_held,
-                subscriptions,
-                epoch,
-                index,
+                refusals,
+                gauges,
+                totals,
                 fsync_seconds,
                 commit_batch_records,
+                snapshot_age_seconds,
+                snapshot_written_ms: AtomicU64::new(0),
+                read: AtomicBool::new(false),
+                cell,
             }),
         }
     }
 
     /// Every figure, as OpenMetrics text ending in `# EOF`.
     pub fn encode(&self) -> String {
+        self.inner.read.store(true, Ordering::Relaxed);
+        let written = self.inner.snapshot_written_ms.load(Ordering::Acquire);
+        if written > 0 {
+            let age = unix_ms().saturating_sub(written) as f64 / 1000.0;
+            self.inner.snapshot_age_seconds.set(age);
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.inner.registry)
             .expect("writing to a String cannot fail");
@@ -211,19 +551,151 @@ impl Metrics {
         self.inner.connections.dec();
     }
 
-    /// The engine's figures after a turn.
-    pub(crate) fn engine(&self, figures: EngineFigures) {
+    /// A connection or request refused at `limit`, outside the engine.
+    pub(crate) fn refused_at(&self, limit: &'static str) {
+        self.inner
+            .refusals
+            .get_or_create(&LimitLabel { limit })
+            .inc();
+    }
+
+    /// The engine's figures and totals after a turn; `shown` is what of
+    /// the totals was shown before, and becomes `tally`.
+    pub(crate) fn engine(&self, figures: &EngineFigures, tally: &Tally, shown: &mut Tally) {
         let set = |gauge: &Gauge, value: u64| {
             gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
         };
-        let inner = &self.inner;
-        set(&inner.sessions, figures.sessions);
-        set(&inner.lock_holders, figures.lock_holders);
-        set(&inner.lock_waiters, figures.lock_waiters);
-        set(&inner.keepalives_held, figures.keepalives_held);
-        set(&inner.subscriptions, figures.subscriptions);
-        set(&inner.epoch, figures.epoch);
-        set(&inner.index, figures.index);
+        let g = &self.inner.gauges;
+        set(&g.sessions, figures.sessions);
+        for (gauge, n) in g.sessions_by_state.iter().zip(figures.sessions_by_state) {
+            set(gauge, n);
+        }
+        set(&g.lock_holders, figures.lock_holders);
+        set(&g.locks_held, figures.locks_held);
+        set(&g.locks_in_delay, figures.locks_in_delay);
+        set(&g.lock_waiters, figures.lock_waiters);
+        set(&g.keepalives_held, figures.keepalives_held);
+        set(&g.subscriptions, figures.subscriptions);
+        set(&g.events_queued_bytes, figures.events_queued_bytes);
+        set(&g.writes_held, figures.writes_held_now);
+        set(&g.epoch, figures.epoch);
+        set(&g.index, figures.index);
+        if let Some(bytes) = figures.stored_bytes {
+            set(&g.store_bytes, bytes);
+        }
+        // Each counter grows by what the engine counted since it was last
+        // shown: a member that runs one master after another counts on
+        // from where the last left off.
+        let add = |counter: &Counter, total: u64, shown: &mut u64| {
+            if total > *shown {
+                counter.inc_by(total - *shown);
+                *shown = total;
+            }
+        };
+        let t = &self.inner.totals;
+        add(&t.keepalives, tally.keepalives, &mut shown.keepalives);
+        let arrays: [(&[Counter], &[u64], &mut [u64]); 5] = [
+            (&t.answered, &tally.answered, &mut shown.answered),
+            (&t.ended, &tally.ended, &mut shown.ended),
+            (&t.granted, &tally.granted, &mut shown.granted),
+            (&t.let_go, &tally.let_go, &mut shown.let_go),
+            (&t.refused, &tally.refused, &mut shown.refused),
+        ];
+        for (counters, totals, shown) in arrays {
+            for ((counter, total), shown) in counters.iter().zip(totals).zip(shown) {
+                add(counter, *total, shown);
+            }
+        }
+        add(&t.cache_grants, tally.cache_grants, &mut shown.cache_grants);
+        add(&t.writes_held, tally.writes_held, &mut shown.writes_held);
+        add(
+            &t.events_queued,
+            tally.events_queued,
+            &mut shown.events_queued,
+        );
+        add(
+            &t.events_dropped,
+            tally.events_dropped,
+            &mut shown.events_dropped,
+        );
+        add(
+            &t.invalidations,
+            tally.invalidations,
+            &mut shown.invalidations,
+        );
+    }
+
+    /// A cell member's figures now; nothing on metrics not made
+    /// `for_member`.
+    pub(crate) fn member(&self, figures: &CellFigures) {
+        let Some(cell) = &self.inner.cell else {
+            return;
+        };
+        let set = |gauge: &Gauge, value: u64| {
+            gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        for (i, gauge) in cell.role.iter().enumerate() {
+            gauge.set(i64::from(i == figures.role));
+        }
+        set(&cell.master, u64::from(figures.master));
+        set(&cell.term, figures.term);
+        set(&cell.log_index, figures.log_index);
+        set(&cell.commit_index, figures.commit_index);
+        set(&cell.applied_index, figures.applied_index);
+        cell.lag.clear();
+        for (member, behind) in &figures.lag {
+            set(
+                &cell.lag.get_or_create(&MemberLabel { member: *member }),
+                *behind,
+            );
+        }
+        cell.master_lease_seconds
+            .set(figures.master_lease_left.as_secs_f64());
+        let mut last = cell.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.0 != figures.leader {
+            cell.leader_changes.inc();
+        }
+        let candidate = 2;
+        if figures.role == candidate && last.1 != candidate {
+            cell.elections.inc();
+        }
+        *last = (figures.leader, figures.role);
+    }
+
+    /// No master runs here now (a cell's member that follows): the
+    /// master's gauges say nothing is served; its counters keep what
+    /// they counted.
+    pub(crate) fn no_master(&self) {
+        let g = &self.inner.gauges;
+        let mut gauges = vec![
+            &g.sessions,
+            &g.lock_holders,
+            &g.locks_held,
+            &g.locks_in_delay,
+            &g.lock_waiters,
+            &g.keepalives_held,
+            &g.subscriptions,
+            &g.events_queued_bytes,
+            &g.writes_held,
+            &g.epoch,
+            &g.index,
+        ];
+        gauges.extend(&g.sessions_by_state);
+        for gauge in gauges {
+            gauge.set(0);
+        }
+    }
+
+    /// Whether anyone has read the figures yet.
+    pub(crate) fn read(&self) -> bool {
+        self.inner.read.load(Ordering::Relaxed)
+    }
+
+    /// This master wrote a snapshot of its state now.
+    pub(crate) fn snapshot_written(&self) {
+        self.inner
+            .snapshot_written_ms
+            .store(unix_ms().max(1), Ordering::Release);
     }
 
     /// One fsync of `records` records, which took `took`.
@@ -231,6 +703,14 @@ impl Metrics {
         self.inner.fsync_seconds.observe(took.as_secs_f64());
         self.inner.commit_batch_records.observe(records as f64);
     }
+}
+
+/// Milliseconds since the Unix epoch, by the wall clock: ages shown to
+/// operators are wall-clock ages.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// An error code as a label value: lower case, words joined by `_`.
@@ -286,12 +766,13 @@ mod tests {
     #[test]
     fn the_engines_figures_are_gauges() {
         let metrics = Metrics::new();
-        metrics.engine(EngineFigures {
+        let figures = EngineFigures {
             sessions: 3,
             lock_holders: 2,
             epoch: 7,
             ..EngineFigures::default()
-        });
+        };
+        metrics.engine(&figures, &Tally::default(), &mut Tally::default());
         let text = metrics.encode();
         assert!(text.contains("leasehold_sessions 3\n"), "{text}");
         assert!(text.contains("leasehold_lock_holders 2\n"), "{text}");

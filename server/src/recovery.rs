@@ -76,6 +76,7 @@ pub(crate) fn open(
         state,
     };
     store.compact(&snapshot)?;
+    config.metrics.snapshot_written();
     info!(
         store = %place,
         epoch = config.epoch,

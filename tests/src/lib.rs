@@ -14,12 +14,15 @@
 //! - [`certs`]: a CA and certificates it signed, made at run time for TLS
 //!   tests.
 //! - [`scripted`]: a master whose answers the test writes by hand.
+//! - [`http`]: plain HTTP requests to the operator's port, and figures read
+//!   from its metrics.
 //! - [`conformance`]: the protocol conformance harness (the
 //!   `leasehold-conformance` binary runs it against any server).
 
 pub mod certs;
 pub mod conformance;
 pub mod fixture;
+pub mod http;
 pub mod proxy;
 pub mod raw;
 pub mod relay;

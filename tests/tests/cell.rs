@@ -24,6 +24,8 @@ struct Member {
 struct Cell {
     members: BTreeMap<u64, Member>,
     addrs: BTreeMap<u64, String>,
+    /// Each member's HTTP port (`OPS-2`).
+    http: BTreeMap<u64, std::net::SocketAddr>,
     /// How to speak to the members when they speak TLS.
     tls: Option<leasehold_tests::raw::RawTls>,
     _dirs: Vec<TempDir>,
@@ -53,7 +55,10 @@ async fn cell_speaking(name: &str, pki: Option<&Pki>) -> Cell {
     }
     let mut members = BTreeMap::new();
     let mut dirs = Vec::new();
+    let mut http = BTreeMap::new();
     for (id, listener) in listeners {
+        let port = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        http.insert(id, port.local_addr().unwrap());
         let dir = TempDir::new(&format!("cell-{name}-{id}"));
         let member = MemberConfig {
             cell: format!("test-{name}"),
@@ -79,13 +84,22 @@ async fn cell_speaking(name: &str, pki: Option<&Pki>) -> Cell {
         let config = Config {
             min_lease: Duration::from_millis(100),
             tls,
+            metrics: leasehold_server::Metrics::for_member(),
             ..Config::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            leasehold_server::cell::serve(listener, config, member, Arc::new(TcpDialer), async {
-                let _ = stopped.await;
-            })
+            let dialer = Arc::new(TcpDialer);
+            leasehold_server::cell::serve_with_http(
+                listener,
+                config,
+                member,
+                dialer,
+                Some(port),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
             .unwrap();
         });
@@ -98,6 +112,7 @@ async fn cell_speaking(name: &str, pki: Option<&Pki>) -> Cell {
     Cell {
         members,
         addrs,
+        http,
         tls,
         _dirs: dirs,
     }
@@ -132,6 +147,99 @@ impl Cell {
         let _ = member.stop.send(());
         member.task.await.unwrap();
     }
+}
+
+/// Member `id`'s metrics, once `ready` holds of them (at most 10 s).
+async fn member_metrics(cell: &Cell, id: u64, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = leasehold_tests::http::get(cell.http[&id], "/metrics", None)
+            .await
+            .body;
+        if ready(&text) {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "member {id} never showed it:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// OPS-1, OPS-3: each member's HTTP port shows its role, the term, its log
+// positions and its health; the master shows each follower's lag and the
+// master lease it holds; after the master stops, the next one shows the
+// leader's change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_member_shows_its_role_term_and_lag_on_its_http_port() {
+    use leasehold_tests::http::{get, sample};
+    let mut cell = cell("http").await;
+    let client = Client::connect(cell.addr_list()).await.unwrap();
+    client.put("svc/a", "1", PutOptions::new()).await.unwrap();
+    let master = cell.master().await;
+    let leader = "leasehold_cell_role{role=\"leader\"}";
+    let follower = "leasehold_cell_role{role=\"follower\"}";
+    let text = member_metrics(&cell, master, |t| {
+        sample(t, "leasehold_cell_master") == Some(1.0)
+            && sample(t, "leasehold_cell_applied_index") >= Some(1.0)
+    })
+    .await;
+    assert_eq!(sample(&text, leader), Some(1.0), "{text}");
+    let term = sample(&text, "leasehold_cell_term").expect("a term");
+    assert!(term >= 1.0, "{text}");
+    let commit = sample(&text, "leasehold_cell_commit_index").expect("a commit index");
+    assert!(commit >= sample(&text, "leasehold_cell_applied_index").unwrap_or(0.0));
+    assert!(sample(&text, "leasehold_cell_master_lease_left_seconds") > Some(0.0));
+    assert_eq!(sample(&text, "leasehold_sessions"), Some(0.0), "{text}");
+    for id in cell.members.keys().filter(|id| **id != master) {
+        let lag = format!("leasehold_cell_follower_lag_entries{{member=\"{id}\"}}");
+        assert!(sample(&text, &lag).is_some(), "no lag for {id}:\n{text}");
+        let theirs = member_metrics(&cell, *id, |t| {
+            sample(t, follower) == Some(1.0) && sample(t, "leasehold_cell_term") == Some(term)
+        })
+        .await;
+        assert_eq!(sample(&theirs, "leasehold_cell_master"), Some(0.0));
+        assert_eq!(sample(&theirs, leader), Some(0.0));
+        assert!(sample(&theirs, "leasehold_cell_applied_index") > Some(0.0));
+        assert_eq!(
+            sample(&theirs, "leasehold_cell_master_lease_left_seconds"),
+            Some(0.0)
+        );
+    }
+    for id in cell.members.keys() {
+        let health = get(cell.http[id], "/health", None).await;
+        assert_eq!(health.status, 200, "member {id}: {}", health.body);
+    }
+
+    cell.stop(master).await;
+    // Once the next master serves, a write goes through.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while client.put("svc/a", "2", PutOptions::new()).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a new master serves");
+    let next = cell.master().await;
+    let text = member_metrics(&cell, next, |t| {
+        sample(t, "leasehold_cell_master") == Some(1.0)
+            && sample(t, "leasehold_cell_term") > Some(term)
+    })
+    .await;
+    assert!(
+        sample(&text, "leasehold_cell_leader_changes_seen_total") >= Some(2.0),
+        "from none to the first master, then to this one:\n{text}"
+    );
+    assert!(
+        sample(&text, "leasehold_cell_elections_total") >= Some(1.0),
+        "{text}"
+    );
+    let gone = format!("leasehold_cell_follower_lag_entries{{member=\"{master}\"}}");
+    assert!(
+        sample(&text, &gone).is_some(),
+        "the stopped member lags:\n{text}"
+    );
 }
 
 // CELL-7, FO-1..FO-6: a session with a lock and a write, made through the

@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasehold::{Client, ErrorCode, LockOptions, PutOptions, SessionOptions};
 use leasehold_server::http::{serve_http, Health, HttpPort};
 use leasehold_server::{Config, Metrics};
+use leasehold_tests::http::sample;
 use leasehold_tests::server::{start, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -49,12 +50,6 @@ async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (String, 
     let (head, body) = answer.split_once("\r\n\r\n").expect("headers and a body");
     let status = head.lines().next().unwrap_or_default().to_string();
     (format!("{status}\n{head}"), body.to_string())
-}
-
-/// The value of the sample `name` (with its labels, as written) in `text`.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 // OPS-1: requests by kind and outcome, sessions, lock holders and
@@ -258,4 +253,128 @@ async fn status_counts_sessions_locks_waiters_and_what_is_stored() {
     assert!(status.index > before.index);
     assert!(status.stored_bytes.is_some_and(|n| n > 0), "{status:?}");
     waiter.abort();
+}
+
+/// Polls `/metrics` until `ready` holds of its text, for at most 10 s.
+async fn metrics_when(port: std::net::SocketAddr, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = http(port, "GET", "/metrics").await;
+        if ready(&text) {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not seen in 10 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// OPS-1: after sessions, a hand-off, a session destroyed holding a lock
+// with lock-delay, one expired, a refused quota and a write held for a
+// cacher, each figure is where it should be.
+#[tokio::test]
+async fn metrics_count_hand_offs_ends_lock_delay_quotas_and_held_writes() {
+    let dir = leasehold_tests::fixture::TempDir::new("metrics");
+    let config = Config {
+        min_lease: Duration::from_millis(100),
+        max_sessions_per_peer: 3,
+        ..Config::default()
+    };
+    let metrics = config.metrics.clone();
+    let server = start(leasehold_tests::server::Setup::durable(dir.path(), config)).await;
+    let (_, health) = tokio::sync::watch::channel(Health::serving());
+    let port = http_port(metrics, health).await;
+    let client = Client::connect(server.addr.to_string()).await.unwrap();
+    let options = |name: &str| SessionOptions::new(name).lock_delay(Duration::ZERO);
+
+    // A hand-off: the holder releases to the waiter in line.
+    let holder = client.create_session(options("holder")).await.unwrap();
+    let waiter = client.create_session(options("waiter")).await.unwrap();
+    let guard = holder
+        .lock("jobs/x", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let waiting =
+        tokio::spawn(async move { waiter.lock("jobs/x", LockOptions::exclusive()).await });
+    metrics_when(port, |t| sample(t, "leasehold_lock_waiters") == Some(1.0)).await;
+    guard.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+
+    // A session destroyed while it holds a lock with a long lock-delay.
+    let delayed = client
+        .create_session(SessionOptions::new("delayed").lock_delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let _kept = delayed
+        .lock("jobs/d", LockOptions::exclusive())
+        .await
+        .unwrap();
+    client.destroy_session(delayed.id()).await.unwrap();
+
+    // A write held until a session caching its key is told.
+    client.put("cfg/k", "1", PutOptions::new()).await.unwrap();
+    let cacher = client.create_session(options("cacher")).await.unwrap();
+    cacher.get("cfg/k").await.unwrap();
+    client.put("cfg/k", "2", PutOptions::new()).await.unwrap();
+
+    // A fourth live session from one address is over its quota.
+    let refused = client.create_session(options("fourth")).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::LimitReached));
+
+    // A session from another address that is never kept alive expires.
+    let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let (mut raw, _) = leasehold_tests::raw::RawConnection::open_from(server.addr, other).await;
+    raw.create_session(Duration::from_millis(100)).await;
+
+    // Figures that walk the locks are at most a second old (`OPS-1`).
+    let text = metrics_when(port, |t| {
+        sample(t, "leasehold_sessions_ended_total{cause=\"expired\"}") == Some(1.0)
+            && sample(t, "leasehold_locks_in_lock_delay") == Some(1.0)
+    })
+    .await;
+    let at = |name: &str| sample(&text, name).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    assert_eq!(at("leasehold_lock_grants_total{how=\"at_once\"}"), 2.0);
+    assert_eq!(at("leasehold_lock_grants_total{how=\"from_line\"}"), 1.0);
+    assert_eq!(at("leasehold_lock_releases_total{why=\"released\"}"), 1.0);
+    assert_eq!(
+        at("leasehold_lock_releases_total{why=\"session_ended\"}"),
+        1.0
+    );
+    assert_eq!(
+        at("leasehold_sessions_ended_total{cause=\"destroyed\"}"),
+        1.0
+    );
+    assert_eq!(at("leasehold_locks_in_lock_delay"), 1.0);
+    assert_eq!(at("leasehold_locks_held"), 1.0, "the hand-off's lock");
+    assert_eq!(
+        at("leasehold_refusals_total{limit=\"sessions_per_address\"}"),
+        1.0
+    );
+    assert_eq!(
+        at("leasehold_refusals_total{limit=\"bytes_per_address\"}"),
+        0.0
+    );
+    assert!(at("leasehold_cache_grants_total") >= 1.0);
+    assert!(at("leasehold_cache_held_writes_total") >= 1.0);
+    assert!(at("leasehold_cache_invalidations_total") >= 1.0);
+    assert!(at("leasehold_events_queued_total") >= 1.0);
+    assert_eq!(at("leasehold_events_dropped_total"), 0.0);
+    // The cacher's held KeepAlive was answered early to carry the
+    // invalidation.
+    assert!(at("leasehold_keepalive_answers_total{when=\"early\"}") >= 1.0);
+    assert!(at("leasehold_keepalives_received_total") >= 3.0);
+    assert_eq!(at("leasehold_keepalive_answers_total{when=\"late\"}"), 0.0);
+    let sessions = at("leasehold_sessions");
+    assert_eq!(sessions, 3.0, "holder, waiter and cacher");
+    let by_state: f64 = ["keepalive_held", "waiting", "recovering", "ending"]
+        .iter()
+        .map(|state| at(&format!("leasehold_sessions_by_state{{state=\"{state}\"}}")))
+        .sum();
+    assert_eq!(by_state, sessions);
+    assert!(at("leasehold_store_size_bytes") > 0.0);
+    let age = at("leasehold_snapshot_age_seconds");
+    assert!((0.0..600.0).contains(&age), "{age}");
+    handed.release().await.unwrap();
 }

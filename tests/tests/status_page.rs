@@ -10,44 +10,10 @@ use std::time::Duration;
 use leasehold::{Client, ClientConfig, LockOptions, Rights, Rule, SessionOptions};
 use leasehold_server::Config;
 use leasehold_tests::fixture::TempDir;
+use leasehold_tests::http::{get, get_for};
 use leasehold_tests::server::{start_with_http, TestServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const OPERATOR_TOKEN: &str = "the operator token of the status page tests";
-
-/// An HTTP response: its status code, its headers in lower case, its body.
-struct Answer {
-    status: u16,
-    headers: String,
-    body: String,
-}
-
-/// `GET path`, with `bearer` as its bearer token if given.
-async fn get(addr: SocketAddr, path: &str, bearer: Option<&str>) -> Answer {
-    get_for(addr, &addr.to_string(), path, bearer).await
-}
-
-/// `GET path` naming `host` in its Host header.
-async fn get_for(addr: SocketAddr, host: &str, path: &str, bearer: Option<&str>) -> Answer {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let raw = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Answer {
-        status,
-        headers: head.to_lowercase(),
-        body: body.to_string(),
-    }
-}
 
 /// A master with an operator token and its HTTP port, and the operator's
 /// client.

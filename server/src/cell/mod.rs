@@ -19,6 +19,8 @@
 //! - `lease.rs`: the master lease, kept from the followers' answers.
 //! - `run.rs`: serving as a member: master while leading, else a redirect.
 //! - `status.rs`: what a member says of itself, for `leasehold cell status`.
+//! - `observed.rs`: what a member shows on the HTTP port: its figures and
+//!   health.
 //! - `membership.rs`: adding and removing members, through joint
 //!   consensus.
 //! - `volume.rs`: where a member keeps its files: a directory, or memory.
@@ -42,6 +44,7 @@ mod machine;
 mod member;
 mod membership;
 mod network;
+mod observed;
 mod peer;
 mod peer_tls;
 mod run;
@@ -65,7 +68,7 @@ pub use network::{
 };
 pub use peer::{first_frame, serve as serve_peer, FirstFrame, Proof};
 pub use peer_tls::{member_name, peer_dialer, TlsDialer, MEMBER_PREFIX};
-pub use run::{serve, serve_member};
+pub use run::{serve, serve_member, serve_member_with_http, serve_with_http};
 pub use runtime::{seed_elections, CellRuntime};
 pub use status::{query as query_status, query_on as query_status_on, MemberStatus, STATUS_MAGIC};
 pub use volume::{DirVolume, MemoryVolume, Volume};

@@ -33,6 +33,7 @@ use crate::commit::{Committer, Replicate, ReplicateError, ReplicateFuture};
 use crate::config::Config;
 use crate::config::PROPOSAL_BYTES;
 use crate::connection;
+use crate::http::Health;
 use crate::incoming::Incoming;
 use crate::master::{self, MasterHandle};
 use crate::prefixed::Prefixed;
@@ -68,13 +69,28 @@ pub async fn serve<L: Listener>(
     dialer: Arc<dyn Dialer>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MemberError> {
+    serve_with_http(listener, config, member, dialer, None, shutdown).await
+}
+
+/// As [`serve`], and serves the HTTP port on `http` if given: the
+/// member's metrics (make `config.metrics` with
+/// [`Metrics::for_member`](crate::Metrics::for_member) for its own
+/// figures), and its health (`OPS-1`..`OPS-3`).
+pub async fn serve_with_http<L: Listener>(
+    listener: L,
+    config: Config,
+    member: MemberConfig,
+    dialer: Arc<dyn Dialer>,
+    http: Option<tokio::net::TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), MemberError> {
     config
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
     check_tls(&config)?;
     let dialer = super::peer_tls::peer_dialer(&config, dialer);
     let member = Member::start(member, Bounds::from(&config), dialer).await?;
-    serve_member(listener, config, member, shutdown).await
+    serve_member_with_http(listener, config, member, http, shutdown).await
 }
 
 /// A member that speaks TLS verifies its peers' certificates as they
@@ -99,13 +115,40 @@ pub async fn serve_member<L: Listener>(
     member: Member,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MemberError> {
+    serve_member_with_http(listener, config, member, None, shutdown).await
+}
+
+/// As [`serve_member`], and serves the HTTP port on `http` if given, as
+/// [`serve_with_http`] says.
+pub async fn serve_member_with_http<L: Listener>(
+    listener: L,
+    config: Config,
+    member: Member,
+    http: Option<tokio::net::TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), MemberError> {
     if let Err(refused) = check_tls(&config) {
         member.shutdown().await;
         return Err(refused);
     }
     let (role_tx, role) = watch::channel(Role::Follower { master: None });
+    let (health_tx, health) = watch::channel(Health::not_serving("starting"));
     let stop = CancellationToken::new();
-    let leading = tokio::spawn(lead(member.clone(), config.clone(), role_tx, stop.clone()));
+    if let Some(http) = http {
+        let port = crate::http::HttpPort::new(config.metrics.clone(), health)
+            .with_hosts(&config.http_hosts)
+            .with_operator_token(config.operator_token.as_deref());
+        let stopped = stop.clone();
+        tokio::spawn(crate::http::serve_http(http, port, async move {
+            stopped.cancelled().await
+        }));
+    }
+    let leading = tokio::spawn(lead(
+        member.clone(),
+        config.clone(),
+        (role_tx, health_tx),
+        stop.clone(),
+    ));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stopped = std::future::pending();
     let Accepted {
@@ -244,7 +287,12 @@ fn voters(metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> Vec<V
 
 /// Makes this member the master while it leads and holds the master
 /// lease, and tells connections who the master is.
-async fn lead(member: Member, config: Config, role: watch::Sender<Role>, stop: CancellationToken) {
+async fn lead(
+    member: Member,
+    config: Config,
+    (role, health): (watch::Sender<Role>, watch::Sender<Health>),
+    stop: CancellationToken,
+) {
     let me = member.config.id;
     let heartbeat = member.config.timing.heartbeat;
     let addresses: BTreeMap<NodeId, String> = member.config.members.clone();
@@ -296,7 +344,16 @@ async fn lead(member: Member, config: Config, role: watch::Sender<Role>, stop: C
                 }),
             },
         };
+        let serving = matches!(now, Role::Master { .. });
         role.send_replace(now);
+        let instant = tokio::time::Instant::now();
+        let figures = super::observed::figures(&m, serving, member.lease.deadline(), instant);
+        config.metrics.member(&figures);
+        if !serving {
+            config.metrics.no_master();
+        }
+        let heard = led_by.map(|(_, ago)| ago);
+        health.send_replace(super::observed::health(&m, serving, heard, election_max));
         let ended = async {
             match &mut running {
                 Some(master) => {

@@ -8,6 +8,7 @@ use leasehold_protocol::{Error, ErrorCode, Request, SessionId};
 
 use super::{Call, Engine};
 use crate::config::{CONGESTED_RETRY_MS, FAILOVER_RETRY_MS};
+use crate::tally::Limit;
 
 /// The session a request acts for, when it changes or depends on that
 /// session's locks, nodes or subscriptions: such requests wait for the
@@ -101,6 +102,7 @@ impl Engine {
                 },
                 "the master is behind telling subscribers of earlier writes: nothing was done; retry",
             );
+            self.tally.refused(Limit::FanoutBacklog);
             self.deliver(call.reply, Err(refusal));
             return None; // EV-9
         }
@@ -112,11 +114,13 @@ impl Engine {
             Request::KeepAlive(_) | Request::KeepAliveAll(_)
         );
         if !keepalive && self.congested(&call.reply) {
+            self.tally.refused(Limit::ReplyBudget);
             let refusal = self.congested_refusal();
             self.deliver(call.reply, Err(refusal));
             return None;
         }
-        if let Some(refusal) = self.over_quota(&call.request, call.peer) {
+        if let Some((limit, refusal)) = self.over_quota(&call.request, call.peer) {
+            self.tally.refused(limit);
             self.deliver(call.reply, Err(refusal));
             return None; // QUOTA-1..QUOTA-5
         }

@@ -198,6 +198,7 @@ impl Engine {
                 generation,
                 why,
             } => {
+                self.tally.let_go(why);
                 self.observe(|| MasterEvent::LockLetGo {
                     session,
                     key: key.clone(),
@@ -223,6 +224,7 @@ impl Engine {
                 how,
                 ..
             } => {
+                self.tally.granted(how);
                 if self.auditing() {
                     let record = self
                         .audited(Audit::new("lock-granted", Outcome::Done), session)
@@ -266,6 +268,7 @@ impl Engine {
             }
             StateEvent::SessionEnded { id, cause } => {
                 info!(session = %id, "session ended: {}", cause.as_str());
+                self.tally.ended(cause);
                 self.observe(|| MasterEvent::Ended {
                     session: id,
                     now,

@@ -126,6 +126,7 @@ impl Engine {
     pub(crate) fn gate(&mut self, call: Call) {
         let touches = self.request_touches(&call.request);
         if self.cache.must_hold(&touches, self.now) {
+            self.tally.writes_held += 1;
             self.cache.hold(Work::Request(call), touches);
         } else {
             self.serve(call, self.now);
@@ -143,6 +144,7 @@ impl Engine {
                     return; // its end is held already
                 }
             }
+            self.tally.writes_held += 1;
             self.cache.hold(Work::Command(command), touches);
             return;
         }
@@ -155,6 +157,7 @@ impl Engine {
         let work = Work::Timer(timer);
         let touches = self.work_touches(&work);
         if self.cache.must_hold(&touches, self.now) {
+            self.tally.writes_held += 1;
             self.cache.hold(work, touches);
             return None;
         }
@@ -255,6 +258,7 @@ impl Engine {
             cacheable = !disk_full && self.apply(MayCache { session: id }, now).is_ok();
         }
         if cacheable {
+            self.tally.cache_grants += 1;
             self.cache.grant(id, &get.key);
         }
         Ok(Response::Cached {

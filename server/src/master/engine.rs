@@ -97,6 +97,8 @@ pub(crate) struct Engine {
     /// Give-backs decided and not yet applied, by session, key and lock
     /// generation (`LOCK-9`).
     pub(crate) giving_back: BTreeSet<(SessionId, String, u64)>,
+    /// What it counted (`OPS-1`).
+    pub(crate) tally: crate::tally::Tally,
     /// Commands the engine made while handling an input, applied once
     /// that input is handled.
     pub(crate) made: VecDeque<Command>,
@@ -138,6 +140,7 @@ impl Engine {
             acquires: Acquires::default(),
             events: Events::default(),
             cache: crate::cache::Cache::default(),
+            tally: Default::default(),
             now,
             logging,
             disk_full: false,
@@ -230,21 +233,6 @@ impl Engine {
     }
 
     /// Whether fan-out is owed (`Input::DeliverEvents`).
-    /// What the gauges show of the engine (`OPS-1`): each figure read in
-    /// constant time, as it is after every turn.
-    pub(crate) fn figures(&self) -> crate::metrics::EngineFigures {
-        let count = |n: usize| n as u64;
-        crate::metrics::EngineFigures {
-            sessions: count(self.state.sessions.len()),
-            lock_holders: count(self.state.locks.held_by.len()),
-            lock_waiters: count(self.acquires.waiting.len()),
-            keepalives_held: count(self.leases.holding()),
-            subscriptions: count(self.events.subscriptions.len()),
-            epoch: self.config.epoch,
-            index: self.state.index,
-        }
-    }
-
     pub(crate) fn owes_events(&self) -> bool {
         self.events.owes()
     }

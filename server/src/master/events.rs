@@ -14,6 +14,7 @@ use crate::holding::LetGo;
 use crate::node::NodeChange;
 use crate::node::{check_key, check_prefix};
 use crate::state::StateEvent;
+use crate::tally::Limit;
 use leasehold_protocol::access::Rights;
 
 impl Engine {
@@ -56,12 +57,14 @@ impl Engine {
             return Ok(Response::Subscribed { subscription: id });
         }
         if mine.len() >= SUBSCRIPTIONS_PER_SESSION {
+            self.tally.refused(Limit::SubscriptionsPerSession);
             return Err(Error::new(
                 ErrorCode::LimitReached,
                 format!("a session may have at most {SUBSCRIPTIONS_PER_SESSION} subscriptions"),
             ));
         }
         if events.subscriptions.len() >= self.config.max_subscriptions {
+            self.tally.refused(Limit::Subscriptions);
             return Err(Error::new(
                 ErrorCode::LimitReached,
                 format!(

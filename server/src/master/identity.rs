@@ -13,6 +13,7 @@ use super::Engine;
 use crate::access::Principal;
 use crate::caller::{Caller, Credential};
 use crate::config::{AUTH_FAILURES_ALLOWED, AUTH_FAILURES_REMEMBERED, AUTH_FAILURE_WINDOW};
+use crate::tally::Limit;
 use crate::time::Millis;
 
 /// Failed authentications from one address in the window that began at
@@ -123,6 +124,7 @@ impl Engine {
             ));
         };
         if let Some(wait) = self.guesses.wait(caller.peer, now) {
+            self.tally.refused(Limit::AuthFailures);
             return Err(Error::new(
                 ErrorCode::LimitReached,
                 format!(

@@ -17,12 +17,14 @@ use crate::observe::{Grant, MasterEvent};
 use crate::policy::{self, SessionDue};
 use crate::session::EndCause;
 use crate::state::command::EndSession;
+use crate::tally::Answered;
 use crate::time::{whole_millis, Millis};
 
 impl Engine {
     pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
         let id = ka.session.id;
         let hold = ka.hold;
+        self.tally.keepalives += 1;
         if let Err(refused) = self.admit(ka, now) {
             self.deliver(reply, Err(refused));
             return;
@@ -40,7 +42,7 @@ impl Engine {
                 self.leases.hold(id, held);
                 self.leases.arm(id, at);
             }
-            _ => self.answer(id, held, now), // KA-3
+            _ => self.answer(id, held, now, Answered::AtOnce), // KA-3
         }
     }
 
@@ -81,6 +83,7 @@ impl Engine {
         };
         let mut named = HashSet::with_capacity(all.len());
         let mut answers = Vec::with_capacity(all.len());
+        self.tally.keepalives += all.len() as u64;
         for ka in all {
             let id = ka.session.id;
             let admitted = if named.insert(id) {
@@ -121,7 +124,7 @@ impl Engine {
             self.failover_pending.remove(&id); // FO-5
         }
         if let Some(previous) = self.take_held(id) {
-            self.answer(id, previous, now); // KA-5
+            self.answer(id, previous, now, Answered::Early); // KA-5
         }
         Ok(())
     }
@@ -131,7 +134,7 @@ impl Engine {
         let now = self.now;
         for session in std::mem::take(&mut self.events.woken) {
             if let Some(held) = self.take_held(session) {
-                self.answer(session, held, now);
+                self.answer(session, held, now, Answered::Early);
             }
         }
     }
@@ -143,13 +146,14 @@ impl Engine {
         self.leases.take_held(id)
     }
 
-    /// Extends the lease and answers a KeepAlive.
-    pub(crate) fn answer(&mut self, id: SessionId, held: Held, now: Millis) {
+    /// Extends the lease and answers a KeepAlive, counted as `when`.
+    pub(crate) fn answer(&mut self, id: SessionId, held: Held, now: Millis, when: Answered) {
         // A reply nobody can read would extend the lease without the client
         // knowing; leaving the lease alone keeps master and client closer.
         if held.reply.is_closed() {
             return;
         }
+        self.tally.answered(when);
         // Half a frame, as pages of sessions: the rest of the reply is
         // small and the smallest frame still carries one event. None while
         // the connection's peer leaves its replies unread: the lease is
@@ -221,8 +225,14 @@ impl Engine {
     pub(crate) fn session_timer_fired(&mut self, id: SessionId, backlog: usize) {
         let (now, margin) = (self.now, self.config.keepalive_margin);
         if policy::held_answer_due(&self.leases, id, margin, now) {
+            let due = self.leases.due(id, margin).unwrap_or(now);
+            let when = if now.since(due) > margin / 4 {
+                Answered::Late
+            } else {
+                Answered::Due
+            };
             let held = self.leases.take_held(id).expect("checked");
-            self.answer(id, held, now);
+            self.answer(id, held, now, when);
         }
         if self.state.session(id).is_none() {
             return;

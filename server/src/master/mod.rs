@@ -41,7 +41,7 @@ use tracing::debug;
 
 use crate::commit::Committer;
 use crate::config::Config;
-use crate::config::KEEPALIVE_RUN;
+use crate::config::{FIGURES_EVERY, KEEPALIVE_RUN};
 use crate::recovery::Start;
 use crate::store::Snapshot;
 use crate::time::Millis;
@@ -113,6 +113,8 @@ pub(crate) struct Master {
     /// The queue the engine's effects are carried out from, kept between
     /// inputs (`Engine::swap_effects`).
     spare: std::collections::VecDeque<Effect>,
+    /// The engine's totals as last shown in the metrics.
+    shown: crate::tally::Tally,
 }
 
 /// Starts the master task; it stops when every handle is dropped or
@@ -142,6 +144,7 @@ impl Master {
             lease: start.lease,
             failed: false,
             spare: Default::default(),
+            shown: Default::default(),
         };
         master.carry_out();
         master.show_figures();
@@ -149,8 +152,16 @@ impl Master {
     }
 
     /// Sets the gauges from the engine (`OPS-1`).
-    fn show_figures(&self) {
-        self.engine.config.metrics.engine(self.engine.figures());
+    fn show_figures(&mut self) {
+        self.show_figures_at(self.engine.now);
+    }
+
+    /// Sets the gauges from the engine as of `now`, which may be later
+    /// than its last input.
+    fn show_figures_at(&mut self, now: Millis) {
+        let figures = self.engine.figures(now);
+        let metrics = &self.engine.config.metrics;
+        metrics.engine(&figures, &self.engine.tally, &mut self.shown);
     }
 
     /// Feeds the engine `input`, happening at `now`, and carries out what
@@ -263,6 +274,11 @@ impl Master {
         // KeepAlives taken in a row: past KEEPALIVE_RUN another request
         // gets a turn, so a flood of KeepAlives cannot starve the rest.
         let mut run = 0;
+        // Gauges that walk the state or depend on the time alone (locks in
+        // lock-delay) are shown again each second once someone reads them,
+        // even when no input comes (`OPS-1`).
+        let mut figures = tokio::time::interval(FIGURES_EVERY);
+        figures.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Acknowledgements, deadlines and ended sessions may have let
             // held work go (`CACHE-3`); first, whatever turn comes next.
@@ -338,6 +354,10 @@ impl Master {
                     None => break,
                 },
                 () = &mut shutdown => break,
+                _ = figures.tick(), if self.engine.config.metrics.read() => {
+                    let now = self.read_clock();
+                    self.show_figures_at(now);
+                }
                 // Fan-out left to do: go round again for its next slice,
                 // yielding first, so that the runtime's cooperative budget
                 // is renewed and the channels above are seen again.

@@ -5,6 +5,7 @@
 use leasehold_protocol::{Error, Request, SessionId};
 
 use super::Engine;
+use crate::tally::Limit;
 
 impl Engine {
     /// The refusal of a request that would take `peer` past one of its
@@ -13,7 +14,7 @@ impl Engine {
         &self,
         request: &Request,
         peer: Option<std::net::IpAddr>,
-    ) -> Option<Error> {
+    ) -> Option<(Limit, Error)> {
         use crate::quota::over;
         let (c, q) = (&self.config, &self.quotas);
         let node_bytes = |key: &str, contents: usize| (key.len() + contents) as u64;
@@ -23,13 +24,15 @@ impl Engine {
                 |p| q.sessions.used(p) + 1,
                 c.max_sessions_per_peer,
                 "live sessions",
-            ),
+            )
+            .map(|e| (Limit::SessionsPerAddress, e)),
             Request::SetCheck { name, .. } if self.state.checks.get(name).is_none() => over(
                 peer,
                 |p| q.checks.used(p) + 1,
                 c.max_checks_per_peer,
                 "health checks",
-            ),
+            )
+            .map(|e| (Limit::ChecksPerAddress, e)),
             Request::Subscribe {
                 session,
                 key,
@@ -40,7 +43,8 @@ impl Engine {
                 |p| q.subscriptions.used(p) + 1,
                 c.max_subscriptions_per_peer,
                 "subscriptions",
-            ),
+            )
+            .map(|e| (Limit::SubscriptionsPerAddress, e)),
             Request::Put(put) => over(
                 peer,
                 |p| {
@@ -49,7 +53,8 @@ impl Engine {
                 },
                 c.max_bytes_per_peer,
                 "bytes of nodes",
-            ),
+            )
+            .map(|e| (Limit::BytesPerAddress, e)),
             Request::Acquire(a) => {
                 let waiting = a.wait_ms.is_some().then(|| {
                     over(
@@ -58,6 +63,7 @@ impl Engine {
                         c.max_waiters_per_peer,
                         "acquires waiting",
                     )
+                    .map(|e| (Limit::WaitersPerAddress, e))
                 });
                 let writing = a.contents.as_ref().map(|contents| {
                     over(
@@ -69,6 +75,7 @@ impl Engine {
                         c.max_bytes_per_peer,
                         "bytes of nodes",
                     )
+                    .map(|e| (Limit::BytesPerAddress, e))
                 });
                 waiting.flatten().or(writing.flatten())
             }

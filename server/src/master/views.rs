@@ -9,6 +9,7 @@ use leasehold_protocol::{
 use super::Engine;
 use crate::access::Principal;
 use crate::config::{LISTED_HOLDERS, LISTED_WAITERS, MAX_LIST_PAGE, MAX_LIST_SCAN, SHOWN_CHARS};
+use crate::metrics::EngineFigures;
 use crate::session::EndCause;
 use crate::time::{whole_millis, Millis};
 
@@ -51,6 +52,9 @@ pub(crate) struct Counted {
     holdings: u64,
     waiters: u64,
     locks_in_delay: u64,
+    /// Recovered sessions still to acknowledge the fail-over whose
+    /// KeepAlive is held (`FO-5`).
+    recovering_held: u64,
 }
 
 /// About how many bytes a listing takes in a reply.
@@ -228,6 +232,45 @@ impl Engine {
         }
     }
 
+    /// What the gauges show of the engine (`OPS-1`), as of `now`: the
+    /// figures that walk the state are those of `Status`, taken again
+    /// once they are a second old, so that showing them after every turn
+    /// costs a master with many locks nothing.
+    pub(crate) fn figures(&mut self, now: Millis) -> EngineFigures {
+        self.tally.events_queued = self.events.queued_total;
+        self.tally.events_dropped = self.events.dropped_total;
+        self.tally.invalidations = self.events.invalidations_total;
+        let stale = self
+            .counted
+            .as_ref()
+            .is_none_or(|c| now >= c.at + STATUS_COUNTS_LAST || now < c.at);
+        if stale {
+            self.counted = Some(self.count(now));
+        }
+        let counted = self.counted.as_ref().expect("counted just now");
+        let count = |n: usize| n as u64;
+        let sessions = count(self.state.sessions.len());
+        let recovering = count(self.failover_pending.len());
+        let ending = count(self.cache.ending.len());
+        let held = count(self.leases.holding()).saturating_sub(counted.recovering_held);
+        let waiting = sessions.saturating_sub(recovering + ending + held);
+        EngineFigures {
+            sessions,
+            sessions_by_state: [held, waiting, recovering, ending],
+            lock_holders: count(self.state.locks.held_by.len()),
+            locks_held: counted.locks_held,
+            locks_in_delay: counted.locks_in_delay,
+            lock_waiters: count(self.acquires.waiting.len()),
+            keepalives_held: count(self.leases.holding()),
+            subscriptions: count(self.events.subscriptions.len()),
+            events_queued_bytes: count(self.events.queued_bytes),
+            writes_held_now: count(self.cache.held()),
+            epoch: self.config.epoch,
+            index: self.state.index,
+            stored_bytes: self.stored_bytes,
+        }
+    }
+
     /// The counts of `Status` that walk the state.
     fn count(&self, now: Millis) -> Counted {
         let locks = &self.state.locks;
@@ -247,9 +290,15 @@ impl Engine {
             waiters += lock.waiters.len() as u64;
             locks_in_delay += u64::from(lock.delay_remaining(now).is_some());
         }
+        let recovering_held = self
+            .failover_pending
+            .iter()
+            .filter(|id| self.leases.held(**id).is_some())
+            .count() as u64;
         Counted {
             index: self.state.index,
             at: now,
+            recovering_held,
             recently_ended: ended
                 .into_iter()
                 .map(|(cause, n)| (cause.label().to_string(), n))
