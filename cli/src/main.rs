@@ -1338,14 +1338,19 @@ fn warn_without_operator_token(config: &leasehold_server::Config) {
 }
 
 /// `serve --cell ... --node ID`: one member of a replicated cell.
-/// Says where the HTTP port listens: a line, or a JSON object.
+/// Says where the HTTP port listens: a line, or a JSON object. Whoever
+/// started the server may have stopped reading its output once it said
+/// where it listens: a closed stdout must not stop the server.
 fn announce_http(http: &tokio::net::TcpListener, json: bool, what: &str) -> anyhow::Result<()> {
+    use std::io::Write;
     let at = http.local_addr()?;
-    if json {
-        println!("{}", serde_json::json!({ "http": at.to_string() }));
+    let line = if json {
+        serde_json::json!({ "http": at.to_string() }).to_string()
     } else {
-        println!("{what} on http://{at}");
-    }
+        format!("{what} on http://{at}")
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
     Ok(())
 }
 

@@ -252,6 +252,35 @@ fn serve_http_listen_says_where_and_serves_health_and_metrics() {
     let _ = child.wait();
 }
 
+// OPS-2: a supervisor that stops reading once `serve` says where it
+// listens (a benchmark, a script) does not stop the server when it then
+// says where its HTTP port is.
+#[test]
+fn serve_goes_on_when_its_output_is_no_longer_read() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http = port.local_addr().unwrap().to_string();
+    drop(port);
+    let mut child = start(
+        &[
+            "serve",
+            "--in-memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            &http,
+        ],
+        &[],
+    );
+    // Reads the first line and closes the pipe.
+    assert!(first_line(&mut child).starts_with("listening on "));
+    // The HTTP port is served only after the line about it was written.
+    let health = http_get(&http, "/health");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 // OPS-2: an HTTP port that cannot be had stops `serve` before it says it
 // listens.
 #[test]
