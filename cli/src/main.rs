@@ -343,12 +343,22 @@ pub(crate) enum SnapshotCommand {
     /// index, epoch and counts; exit 65 if it is damaged.
     Status { file: std::path::PathBuf },
     /// Make a new data directory of FILE for `serve --data-dir DIR`; DIR
-    /// must not exist or be empty.
+    /// must not exist or be empty. With --cell and --node, the first member
+    /// of a new cell instead: start it with the same --cell, --node and
+    /// --data-dir, start the others with --join, and add them with `cell
+    /// add`.
     Restore {
         file: std::path::PathBuf,
         /// The data directory to make.
         #[arg(long)]
         data_dir: std::path::PathBuf,
+        /// The new cell's first member, as `ID=ADDR` (serve's --cell, naming
+        /// this member alone).
+        #[arg(long, requires = "node", value_parser = parse_cell)]
+        cell: Option<std::collections::BTreeMap<u64, String>>,
+        /// The id --cell gives the member.
+        #[arg(long, requires = "cell")]
+        node: Option<u64>,
     },
 }
 

@@ -19,7 +19,15 @@ pub(crate) async fn snapshot(
     match command {
         SnapshotCommand::Save { file } => save(addr, json, &file).await,
         SnapshotCommand::Status { file } => status(json, &file),
-        SnapshotCommand::Restore { file, data_dir } => restore(json, &file, &data_dir),
+        SnapshotCommand::Restore {
+            file,
+            data_dir,
+            cell,
+            node,
+        } => match (cell, node) {
+            (Some(cell), Some(node)) => restore_member(json, &file, &data_dir, &cell, node),
+            _ => restore(json, &file, &data_dir),
+        },
     }
 }
 
@@ -170,6 +178,53 @@ fn print_summary(file: &Path, s: &BackupSummary) {
         if s.access_control { "on" } else { "off" }
     );
     println!("bytes     {}", s.bytes);
+}
+
+/// Makes `dir` the first member of a new cell: `cell` must name `node`
+/// alone.
+fn restore_member(
+    json: bool,
+    file: &Path,
+    dir: &Path,
+    cell: &std::collections::BTreeMap<u64, String>,
+    node: u64,
+) -> anyhow::Result<ExitCode> {
+    let addr = match cell.get(&node) {
+        Some(addr) if cell.len() == 1 => addr.clone(),
+        _ => {
+            eprintln!(
+                "leasehold: a backup restores a new cell's first member alone: give --cell \
+                 {node}=ADDR naming member {node} only; start the others with --join and add \
+                 them with `leasehold cell add`"
+            );
+            return Ok(ExitCode::from(crate::USAGE));
+        }
+    };
+    let backup = match read(file) {
+        Ok(backup) => backup,
+        Err(code) => return Ok(code),
+    };
+    if let Err(e) = backup.restore_member(dir, node, &addr) {
+        eprintln!("leasehold: {}", crate::printable(&e.to_string()));
+        return Ok(ExitCode::from(crate::CANT_CREATE));
+    }
+    let s = backup.summary();
+    if json {
+        println!(
+            "{}",
+            json!({ "data_dir": dir, "index": s.index, "epoch": s.epoch, "node": node })
+        );
+    } else {
+        println!(
+            "restored index {} of epoch {} into {} as member {node} of a new cell: start it \
+             with `leasehold serve --cell {node}={addr} --node {node} --data-dir {}`",
+            s.index,
+            s.epoch,
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn restore(json: bool, file: &Path, dir: &Path) -> anyhow::Result<ExitCode> {

@@ -218,3 +218,66 @@ fn snapshot_save_status_and_restore_round_trip() {
     assert_eq!(missing.status.code(), Some(66), "{missing:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// OPS-6: `snapshot restore --cell ID=ADDR --node ID` makes a new cell's
+// first member, which serves the backup as a cell of one; a --cell that
+// names more than that member is refused (exit 64), as founding several
+// members each on a copy would make separate cells.
+#[test]
+fn snapshot_restore_makes_a_new_cells_first_member() {
+    let serve = Serve::start();
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-cli-snapshot-cell-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let put = serve.run(&["put", "svc/db", "10.0.0.5"]);
+    assert!(put.status.success(), "{put:?}");
+    let file = dir.join("backup.snap");
+    let file = file.to_str().unwrap();
+    let saved = serve.run(&["snapshot", "save", file]);
+    assert!(saved.status.success(), "{saved:?}");
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap().to_string();
+    drop(free);
+    let data = dir.join("member-1");
+    let data = data.to_str().unwrap();
+    let one = format!("1={addr}");
+    let two = format!("1={addr},2=127.0.0.1:1");
+    let both = serve.run(&[
+        "snapshot",
+        "restore",
+        file,
+        "--data-dir",
+        data,
+        "--cell",
+        &two,
+        "--node",
+        "1",
+    ]);
+    assert_eq!(both.status.code(), Some(64), "{both:?}");
+    assert!(!std::path::Path::new(data).exists());
+    let restored = serve.run(&[
+        "snapshot",
+        "restore",
+        file,
+        "--data-dir",
+        data,
+        "--cell",
+        &one,
+        "--node",
+        "1",
+    ]);
+    assert!(restored.status.success(), "{restored:?}");
+    assert!(stdout(&restored).contains("--cell 1="), "{restored:?}");
+    let (mut child, _) = common::spawn_serve(&["--cell", &one, "--node", "1", "--data-dir", data]);
+    let got = std::process::Command::new(common::BIN)
+        .args(["--addr", &addr, "get", "svc/db"])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(stdout(&got), "10.0.0.5", "{got:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -126,4 +126,19 @@ impl Backup {
             reason: reason(e),
         })
     }
+
+    /// Makes `dir` (absent or empty) the data directory of member `node`,
+    /// at `addr`, of a new cell of which it is the only member, holding
+    /// this state, for `leasehold serve --cell NODE=ADDR --node NODE
+    /// --data-dir DIR`; the others then join it (`--join`, `cell add`)
+    /// and are sent the state. Built as [`Backup::restore`] builds. Its
+    /// first master takes the epoch after the backup's.
+    pub fn restore_member(&self, dir: &Path, node: u64, addr: &str) -> Result<(), BackupError> {
+        crate::cell::restore_member(&self.snapshot, node, addr, dir).map_err(|e| {
+            BackupError::NotRestored {
+                path: dir.to_path_buf(),
+                reason: reason(e),
+            }
+        })
+    }
 }

@@ -121,7 +121,16 @@ impl FileStore {
                         "it was written by a newer Leasehold (format {n}); this master reads \
                          formats 4 to 7: run the newer binary on it"
                     ),
-                    None => format!("FORMAT says {:?}, expected {FORMAT:?}", text.trim()),
+                    None if text.starts_with("leasehold-cell ") => format!(
+                        "it is a cell member's directory ({}), not a single master's: start \
+                         it with serve --cell ... --node ID",
+                        text.trim()
+                    ),
+                    None => format!(
+                        "FORMAT says {:?}, not a single master's {:?}",
+                        text.trim(),
+                        FORMAT.trim()
+                    ),
                 };
                 return Err(corrupt(dir, why));
             }
@@ -382,6 +391,27 @@ pub(crate) fn snapshot_at(path: &Path) -> Result<Option<Snapshot>, StoreError> {
 /// beside `dir` and renamed into place once whole and durable, so a
 /// failure leaves nothing half-made under `dir`.
 pub(crate) fn restore_dir(snapshot: &Snapshot, dir: &Path) -> Result<(), StoreError> {
+    build_beside(dir, |building| {
+        write_atomically(building, "FORMAT", FORMAT.as_bytes())?;
+        write_atomically(building, "snapshot", &snapshot_file(snapshot))?;
+        new_log(building, snapshot.next_seq)?
+            .sync_all()
+            .map_err(io_error(&building.join("log")))?;
+        // Taking it as a master would is the check that it reads.
+        let mut store = FileStore::open(building)?;
+        store.recover()?;
+        Ok(())
+    })
+}
+
+/// Makes the new directory `dir` by `build` in a private directory beside
+/// it, renamed to `dir` only once `build` succeeded: nothing is left half
+/// made, and nothing already there is overwritten (`dir` must be empty or
+/// absent).
+pub(crate) fn build_beside(
+    dir: &Path,
+    build: impl FnOnce(&Path) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     match fs::read_dir(dir).map(|mut entries| entries.next().is_some()) {
         Ok(true) => {
             return Err(corrupt(
@@ -410,18 +440,7 @@ pub(crate) fn restore_dir(snapshot: &Snapshot, dir: &Path) -> Result<(), StoreEr
         fs::set_permissions(&building, fs::Permissions::from_mode(0o700))
             .map_err(io_error(&building))?;
     }
-    let built = (|| {
-        write_atomically(&building, "FORMAT", FORMAT.as_bytes())?;
-        write_atomically(&building, "snapshot", &snapshot_file(snapshot))?;
-        new_log(&building, snapshot.next_seq)?
-            .sync_all()
-            .map_err(io_error(&building.join("log")))?;
-        // Taking it as a master would is the check that it reads.
-        let mut store = FileStore::open(&building)?;
-        store.recover()?;
-        Ok::<_, StoreError>(())
-    })();
-    if let Err(e) = built {
+    if let Err(e) = build(&building) {
         let _ = fs::remove_dir_all(&building);
         return Err(e);
     }

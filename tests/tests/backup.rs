@@ -222,6 +222,182 @@ async fn a_restored_master_serves_every_node_session_and_lock_of_the_original() 
     assert!(copy.epoch().await.unwrap() > saved.epoch);
 }
 
+/// Starts member `id` of a cell whose members are `members`, on
+/// `listener` and `dir`; `join`: it waits to be added.
+fn member(
+    id: u64,
+    members: &BTreeMap<u64, String>,
+    listener: tokio::net::TcpListener,
+    dir: std::path::PathBuf,
+    join: bool,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    use leasehold_server::cell::{MemberConfig, Storage, TcpDialer, Timing};
+    let member = MemberConfig {
+        cell: "restored".into(),
+        secret: None,
+        id,
+        members: members.clone(),
+        storage: Storage::Dir(dir),
+        timing: Timing {
+            heartbeat: Duration::from_millis(50),
+            election_min: Duration::from_millis(300),
+            election_max: Duration::from_millis(600),
+        },
+        snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
+        unsafe_keep_master_lease: false,
+        join,
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let dialer = Arc::new(TcpDialer);
+        leasehold_server::cell::serve(listener, config(), member, dialer, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    (stop, task)
+}
+
+/// What of a master's state a copy must serve alike: every node, the
+/// sessions, each lock's holders, and checks and rules.
+async fn same_state(copy: &Client, original: &Client) {
+    assert_eq!(nodes(copy).await, nodes(original).await);
+    let ids = |sessions: Vec<leasehold::SessionInfo>| {
+        sessions
+            .into_iter()
+            .map(|s| (s.session, s.name))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(copy.list_sessions().await.unwrap()),
+        ids(original.list_sessions().await.unwrap())
+    );
+    // Each lock's generation and holders; how long each held is not.
+    let locks = |listings: Vec<leasehold::LockListing>| {
+        listings
+            .into_iter()
+            .map(|l| {
+                let holders: Vec<_> = l.holders.iter().map(|h| (h.session, h.mode)).collect();
+                (l.key, l.lock_generation, holders)
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = locks(original.list_locks("").await.unwrap());
+    assert!(!before.is_empty());
+    assert_eq!(locks(copy.list_locks("").await.unwrap()), before);
+    assert_eq!(
+        copy.list_checks().await.unwrap(),
+        original.list_checks().await.unwrap()
+    );
+    assert_eq!(
+        copy.rules().await.unwrap().0,
+        original.rules().await.unwrap().0
+    );
+}
+
+// OPS-6: a backup restores into a new cell's first member, which serves
+// the original's every node, session and lock generation under a later
+// epoch; members that join it are sent the state, and serve it once the
+// first is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restores_into_a_new_cell_that_members_join() {
+    use leasehold_server::cell::{change_members, Change, ChangeReply, ChangeRequest};
+    let dir = TempDir::new("backup-cell");
+    let server = start(Setup::durable(dir.path().join("data"), config())).await;
+    let operator = client(&server, Some(OPERATOR_TOKEN)).await;
+    let a = operator
+        .create_session(SessionOptions::new("a").lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    operator
+        .put("svc/db", b"10.0.0.5".to_vec(), PutOptions::new().flags(3))
+        .await
+        .unwrap();
+    let x = a
+        .try_lock("locks/x", LockOptions::exclusive())
+        .await
+        .unwrap();
+    operator
+        .set_check("disk", leasehold::CheckStatus::Passing, "ok")
+        .await
+        .unwrap();
+    let file = dir.path().join("cell.snap");
+    let saved = save(&operator, &file).await;
+
+    let mut listeners = Vec::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.insert(id, l.local_addr().unwrap().to_string());
+        listeners.push(l);
+    }
+    let first_dir = dir.path().join("member-1");
+    Backup::read(&file)
+        .unwrap()
+        .restore_member(&first_dir, 1, &addrs[&1])
+        .unwrap();
+    let mut listeners = listeners.into_iter();
+    let only_first = BTreeMap::from([(1, addrs[&1].clone())]);
+    let (stop_first, first) = member(1, &only_first, listeners.next().unwrap(), first_dir, false);
+    let copy = Client::connect_with(
+        addrs[&1].clone(),
+        ClientConfig {
+            token: Some(OPERATOR_TOKEN.into()),
+            operator_token: Some(OPERATOR_TOKEN.into()),
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    same_state(&copy, &operator).await;
+    assert!(copy.check_sequencer(x.sequencer_bytes()).await.unwrap());
+    assert!(copy.epoch().await.unwrap() > saved.epoch);
+
+    let mut running = Vec::new();
+    for id in 2..=3u64 {
+        let joiner = member(
+            id,
+            &addrs,
+            listeners.next().unwrap(),
+            dir.path().join(format!("member-{id}")),
+            true,
+        );
+        running.push(joiner);
+        let request = ChangeRequest {
+            change: Change::Add {
+                id,
+                addr: addrs[&id].clone(),
+            },
+            credential: Some(OPERATOR_TOKEN.into()),
+        };
+        let reply = change_members(&addrs[&1], &request).await.unwrap();
+        assert!(matches!(reply, ChangeReply::Done { .. }), "{reply:?}");
+    }
+    let _ = stop_first.send(());
+    first.await.unwrap();
+    let others = format!("{},{}", addrs[&2], addrs[&3]);
+    let after = Client::connect_with(
+        others,
+        ClientConfig {
+            token: Some(OPERATOR_TOKEN.into()),
+            operator_token: Some(OPERATOR_TOKEN.into()),
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    same_state(&after, &operator).await;
+    assert!(after.check_sequencer(x.sequencer_bytes()).await.unwrap());
+    for (stop, task) in running {
+        let _ = stop.send(());
+        task.await.unwrap();
+    }
+}
+
 // OPS-6: a damaged or truncated snapshot is refused with the reason, and
 // nothing is restored.
 #[tokio::test]

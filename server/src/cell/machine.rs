@@ -38,7 +38,7 @@ const SNAPSHOT_MAGIC_3: &[u8; 8] = b"LHRSNP02";
 /// A snapshot whose replica is in cell format 4's shape, with no time kept
 /// with a lock's holders (`upgrade.rs`).
 const SNAPSHOT_MAGIC_4: &[u8; 8] = b"LHRSNP03";
-const FILE: &str = "raft-snapshot";
+pub(super) const FILE: &str = "raft-snapshot";
 
 /// One member's copy of what the log has made of the state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -149,7 +149,7 @@ fn sm_failed(e: impl std::fmt::Display) -> StorageError<NodeId> {
     StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
 }
 
-fn snapshot_file(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Vec<u8> {
+pub(super) fn snapshot_file(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Vec<u8> {
     sealed(SNAPSHOT_MAGIC, &encode(&(meta, data)))
 }
 

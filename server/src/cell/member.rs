@@ -250,7 +250,7 @@ impl TakenDir {
 }
 
 /// What a member's data directory says it is.
-const FORMAT: &str = "leasehold-cell 5\n";
+pub(super) const FORMAT: &str = "leasehold-cell 5\n";
 /// Cell formats 2 to 4, whose directories a member reads and carries
 /// forward: their logs hold commands it applies alike, and their
 /// snapshots are read by their magic (`upgrade.rs`).

@@ -23,6 +23,7 @@
 //!   health.
 //! - `membership.rs`: adding and removing members, through joint
 //!   consensus.
+//! - `restore.rs`: a new cell's first member made from a backup.
 //! - `volume.rs`: where a member keeps its files: a directory, or memory.
 //! - `runtime.rs`: openraft's runtime, with election timeouts a simulation
 //!   can seed.
@@ -47,6 +48,7 @@ mod network;
 mod observed;
 mod peer;
 mod peer_tls;
+mod restore;
 mod run;
 mod runtime;
 mod status;
@@ -68,6 +70,7 @@ pub use network::{
 };
 pub use peer::{first_frame, serve as serve_peer, FirstFrame, Proof};
 pub use peer_tls::{member_name, peer_dialer, TlsDialer, MEMBER_PREFIX};
+pub(crate) use restore::restore_member;
 pub use run::{serve, serve_member, serve_member_with_http, serve_with_http};
 pub use runtime::{seed_elections, CellRuntime};
 pub use status::{query as query_status, query_on as query_status_on, MemberStatus, STATUS_MAGIC};
