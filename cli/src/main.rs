@@ -446,8 +446,10 @@ struct ServeArgs {
     /// forgets every session, node and lock.
     #[arg(long, conflicts_with = "data_dir")]
     in_memory: bool,
-    /// Serve Prometheus metrics at /metrics, and /health and /ready for
-    /// probes, over HTTP at ADDR (e.g. 127.0.0.1:7180). Off unless given.
+    /// Serve the status page at /, Prometheus metrics at /metrics, and
+    /// /health and /ready for probes, over HTTP at ADDR (e.g.
+    /// 127.0.0.1:7180; HTTPS with --tls-cert; a cell's member serves no
+    /// page). Off unless given.
     #[arg(long, env = "LEASEHOLD_HTTP_LISTEN", value_name = "ADDR")]
     http_listen: Option<String>,
     /// A host name the HTTP port answers its data (/api/status, /metrics)
@@ -1189,12 +1191,6 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         tracing::info!(path = %path.display(), "writing the audit log");
         config.audit = Some(log);
     }
-    if args.http_listen.is_some() && config.tls.is_some() {
-        anyhow::bail!(
-            "--http-listen is served without TLS in this version; a master or member speaking \
-             TLS does not serve it yet"
-        );
-    }
     // Bound before anything is announced, as the client port is.
     let http = match &args.http_listen {
         Some(addr) => Some(
@@ -1232,7 +1228,12 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     }
     let server = match http {
         Some(http) => {
-            announce_http(&http, json, "status page, metrics and health")?;
+            let scheme = if config.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            announce_http(&http, json, scheme, "status page, metrics and health")?;
             server.with_http(http)
         }
         None => server,
@@ -1351,13 +1352,18 @@ fn warn_without_operator_token(config: &leasehold_server::Config) {
 /// Says where the HTTP port listens: a line, or a JSON object. Whoever
 /// started the server may have stopped reading its output once it said
 /// where it listens: a closed stdout must not stop the server.
-fn announce_http(http: &tokio::net::TcpListener, json: bool, what: &str) -> anyhow::Result<()> {
+fn announce_http(
+    http: &tokio::net::TcpListener,
+    json: bool,
+    scheme: &str,
+    what: &str,
+) -> anyhow::Result<()> {
     use std::io::Write;
     let at = http.local_addr()?;
     let line = if json {
         serde_json::json!({ "http": at.to_string() }).to_string()
     } else {
-        format!("{what} on http://{at}")
+        format!("{what} on {scheme}://{at}")
     };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
@@ -1419,7 +1425,12 @@ async fn serve_member(
         reload_on_hangup(tls)?;
     }
     if let Some(http) = &http {
-        announce_http(http, json, "metrics and health")?;
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        announce_http(http, json, scheme, "metrics and health")?;
     }
     leasehold_server::cell::serve_with_http(
         listener,

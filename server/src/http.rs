@@ -72,6 +72,8 @@ pub struct HttpPort {
     operator_token: Option<String>,
     /// Whether the Host of a data request is checked (`answers_host`).
     checks_host: bool,
+    /// The master's TLS: the port speaks HTTPS with its certificate.
+    tls: Option<crate::tls::ServerTls>,
 }
 
 impl HttpPort {
@@ -85,7 +87,17 @@ impl HttpPort {
             hosts: Vec::new(),
             operator_token: None,
             checks_host: false,
+            tls: None,
         }
+    }
+
+    /// The same port, speaking HTTPS with `tls`'s certificate (read again
+    /// with it on SIGHUP) if given; a client certificate its client CA
+    /// signed names the request's principal, and none is needed
+    /// (`OPS-2`).
+    pub(crate) fn with_tls(mut self, tls: Option<crate::tls::ServerTls>) -> HttpPort {
+        self.tls = tls;
+        self
     }
 
     /// The same port, answering its data to requests for `hosts` too
@@ -180,30 +192,68 @@ pub async fn serve_http(
         };
         let port = port.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let port = port.clone();
-                async move { Ok::<_, Infallible>(answer(&port, &request, peer.ip()).await) }
-            });
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HTTP_HEADER_TIMEOUT)
-                .max_buf_size(HTTP_MAX_BUFFER)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(error) = served {
-                debug!(%peer, %error, "HTTP connection ended");
+            match port.tls.as_ref().map(crate::tls::ServerTls::http_acceptor) {
+                None => serve_connection(stream, None, port, peer).await,
+                Some(acceptor) => {
+                    // The handshake within the time the headers get.
+                    let shaken = tokio::time::timeout(HTTP_HEADER_TIMEOUT, acceptor.accept(stream));
+                    match shaken.await {
+                        Ok(Ok(stream)) => {
+                            let certified = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|certs| certs.first())
+                                .and_then(|cert| crate::cert_name::common_name(cert.as_ref()));
+                            serve_connection(stream, certified, port, peer).await;
+                        }
+                        Ok(Err(error)) => debug!(%peer, %error, "HTTPS handshake failed"),
+                        Err(_) => debug!(%peer, "HTTPS handshake timed out"),
+                    }
+                }
             }
             drop(permit);
         });
     }
 }
 
-/// The answer to `request`, from `peer`.
+/// Serves HTTP/1.1 on one connection from `peer`, whose client
+/// certificate named `certified`, if any.
+async fn serve_connection<S>(
+    stream: S,
+    certified: Option<String>,
+    port: Arc<HttpPort>,
+    peer: std::net::SocketAddr,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let certified = Arc::new(certified);
+    let service = service_fn(move |request| {
+        let (port, certified) = (port.clone(), certified.clone());
+        async move {
+            let answer = answer(&port, &request, peer.ip(), certified.as_deref()).await;
+            Ok::<_, Infallible>(answer)
+        }
+    });
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HTTP_HEADER_TIMEOUT)
+        .max_buf_size(HTTP_MAX_BUFFER)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(error) = served {
+        debug!(%peer, %error, "HTTP connection ended");
+    }
+}
+
+/// The answer to `request`, from `peer`, whose client certificate named
+/// `certified`, if any.
 async fn answer(
     port: &HttpPort,
     request: &Request<Incoming>,
     peer: std::net::IpAddr,
+    certified: Option<&str>,
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let page =
@@ -250,7 +300,7 @@ async fn answer(
             let Some(asker) = &port.asker else {
                 return text(StatusCode::NOT_FOUND, "not found\n");
             };
-            let status = match asker.caller(peer, bearer).await {
+            let status = match asker.caller(peer, certified, bearer).await {
                 Ok((caller, identity)) => asker.status(&caller, &identity).await,
                 Err(refused) => Err(refused),
             };
@@ -267,7 +317,7 @@ async fn answer(
         }
         "/metrics" => {
             if let Some(asker) = &port.asker {
-                if let Err(refused) = asker.may_read_metrics(peer, bearer).await {
+                if let Err(refused) = asker.may_read_metrics(peer, certified, bearer).await {
                     return refusal(refused);
                 }
             } else if let Some(token) = &port.operator_token {

@@ -157,7 +157,8 @@ async fn serve<L: Listener>(
         // A single master serves from the moment it listens (`OPS-3`).
         let (_, health) = tokio::sync::watch::channel(crate::http::Health::serving());
         let port = crate::http::HttpPort::new(config.metrics.clone(), health)
-            .with_master(master.clone(), &config.http_hosts);
+            .with_master(master.clone(), &config.http_hosts)
+            .with_tls(config.tls.clone());
         let stop = connections.clone();
         tokio::spawn(crate::http::serve_http(http, port, async move {
             stop.cancelled().await

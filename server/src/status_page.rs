@@ -65,14 +65,16 @@ impl Asker {
 
     /// The caller an HTTP request from `peer` acts as: the principal of
     /// its bearer token, if it gave one (`ID-2`, throttled as `ID-6`
-    /// says), else anonymous. Refused when its token is, or when access
+    /// says), else the one its TLS client certificate names (`certified`,
+    /// `ID-1`), else anonymous. Refused when its token is, or when access
     /// control is on and it proved nobody.
     pub(crate) async fn caller(
         &self,
         peer: std::net::IpAddr,
+        certified: Option<&str>,
         bearer: Option<&str>,
     ) -> Result<(Arc<Caller>, Identity), Refused> {
-        let caller = Arc::new(Caller::new(peer, None));
+        let caller = Arc::new(Caller::new(peer, certified.map(str::to_string)));
         let request = match bearer {
             Some(token) => Request::Authenticate {
                 token: token.to_string(),
@@ -87,7 +89,9 @@ impl Asker {
         };
         if identity.access_control && identity.via == Via::Anonymous {
             return Err(Refused::Unauthenticated(
-                "access control is on: present a bearer token (Authorization: Bearer ...)".into(),
+                "access control is on: present a bearer token (Authorization: Bearer ...) or, \
+                 over HTTPS, a client certificate"
+                    .into(),
             ));
         }
         Ok((caller, identity))
@@ -151,13 +155,14 @@ impl Asker {
     }
 
     /// Whether `/metrics` may be read by a request from `peer` with
-    /// `bearer`: as `/api/status` may.
+    /// `certified` and `bearer`: as `/api/status` may.
     pub(crate) async fn may_read_metrics(
         &self,
         peer: std::net::IpAddr,
+        certified: Option<&str>,
         bearer: Option<&str>,
     ) -> Result<(), Refused> {
-        self.caller(peer, bearer).await.map(|_| ())
+        self.caller(peer, certified, bearer).await.map(|_| ())
     }
 }
 

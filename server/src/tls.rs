@@ -70,6 +70,10 @@ pub struct ServerTls {
 /// a cell's member dials its peers with (`CELL-11`).
 struct Configured {
     server: Arc<ServerConfig>,
+    /// The HTTP port's (`OPS-2`): the same certificate, HTTP/1.1 by ALPN,
+    /// and a client certificate asked for but not required, since probes
+    /// and tokens need none.
+    http: Arc<ServerConfig>,
     peer: Option<Arc<ClientConfig>>,
 }
 
@@ -115,6 +119,13 @@ impl ServerTls {
         TlsAcceptor::from(config.server.clone())
     }
 
+    /// An acceptor for the HTTP port with the configuration in force now
+    /// (`OPS-2`).
+    pub(crate) fn http_acceptor(&self) -> TlsAcceptor {
+        let config = self.current.read().unwrap_or_else(|e| e.into_inner());
+        TlsAcceptor::from(config.http.clone())
+    }
+
     /// A connector for dialing a cell's peers with the configuration in
     /// force now: this member's certificate as its client certificate, the
     /// client CA as the only roots. `None` without a client CA.
@@ -125,12 +136,23 @@ impl ServerTls {
 }
 
 fn configure(files: &TlsFiles) -> Result<Configured, TlsError> {
-    let server = configure_server(files)?;
+    let server = configure_server(files, ClientCertificate::Required)?;
+    let http = configure_server(files, ClientCertificate::Optional)?;
     let peer = match &files.client_ca {
         None => None,
         Some(ca) => Some(configure_peer(files, ca)?),
     };
-    Ok(Configured { server, peer })
+    Ok(Configured { server, http, peer })
+}
+
+/// Whether a client of a port with a client CA must present a certificate
+/// it signed, or may present none (a certificate it presents is verified
+/// all the same).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClientCertificate {
+    Required,
+    /// And the port speaks HTTP/1.1 (ALPN `http/1.1`).
+    Optional,
 }
 
 /// The client side of a member's peer links: it trusts the cell's CA
@@ -159,7 +181,10 @@ fn roots(ca: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-fn configure_server(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+fn configure_server(
+    files: &TlsFiles,
+    client: ClientCertificate,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = certificates(&files.cert, "certificate file")?;
     let key = private_key(&files.key)?;
@@ -170,13 +195,18 @@ fn configure_server(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let roots = roots(ca)?;
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match client {
+                ClientCertificate::Required => verifier,
+                ClientCertificate::Optional => verifier.allow_unauthenticated(),
+            };
+            let verifier = verifier
                 .build()
                 .map_err(|e| TlsError::Rejected(format!("{}: {e}", ca.display())))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder.with_single_cert(certs, key).map_err(|e| match e {
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => TlsError::Rejected(format!(
             "the key file {} is not the key of the certificate file {}",
             files.key.display(),
@@ -184,6 +214,9 @@ fn configure_server(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
         )),
         other => TlsError::Rejected(other.to_string()),
     })?;
+    if client == ClientCertificate::Optional {
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    }
     Ok(Arc::new(config))
 }
 

@@ -322,3 +322,96 @@ async fn in_a_browser_the_page_shows_who_holds_what() {
     assert!(dom.contains("&lt;img src=x onerror=alert(1)&gt;"), "{dom}");
     assert!(!dom.contains("<img"), "markup stays text: {dom}");
 }
+
+// OPS-2, OPS-5: a master speaking TLS serves its HTTP port as HTTPS with
+// the same certificate: plaintext HTTP gets no answer, a probe needs no
+// client certificate, a client certificate the client CA signed names the
+// principal of the page's data and of `/metrics` under access control, and
+// one another CA signed is refused in the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_the_port_speaks_https_and_a_client_certificate_names_the_principal() {
+    use leasehold::TlsOptions;
+    use leasehold_server::{ServerTls, TlsFiles};
+    use leasehold_tests::certs::Pki;
+    use leasehold_tests::http::get_tls;
+    use leasehold_tests::raw::RawTls;
+
+    let dir = TempDir::new("status-https");
+    let pki = Pki::new(dir.path(), "https");
+    let tls = ServerTls::load(TlsFiles {
+        cert: pki.server.cert.clone(),
+        key: pki.server.key.clone(),
+        client_ca: Some(pki.ca.clone()),
+    })
+    .unwrap();
+    let config = Config {
+        operator_token: Some(OPERATOR_TOKEN.into()),
+        tls: Some(tls),
+        ..Config::default()
+    };
+    let (server, http) = start_with_http(config).await;
+    let ops = pki.client_named("ops");
+    let operator = Client::connect_with(
+        server.addr.to_string(),
+        ClientConfig {
+            tls: Some(TlsOptions::new(&pki.ca).client_certificate(&ops.cert, &ops.key)),
+            token: Some(OPERATOR_TOKEN.into()),
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    operator
+        .set_rule(Rule {
+            prefix: String::new(),
+            principal: "ops".into(),
+            rights: Rights::READ,
+        })
+        .await
+        .unwrap();
+    operator.set_access_control(true).await.unwrap();
+
+    // Closed unanswered, or with a TLS alert: no HTTP answer either way.
+    let stream = tokio::net::TcpStream::connect(http).await.unwrap();
+    let plain = leasehold_tests::http::get_over(stream, "127.0.0.1", "/health", None).await;
+    assert!(
+        plain.as_ref().map_or(true, |a| a.status == 0),
+        "plaintext got an answer: {plain:?}"
+    );
+    let anonymous = RawTls::load(&pki.ca, None, "127.0.0.1").unwrap();
+    let probe = get_tls(http, &anonymous, "/health", None).await.unwrap();
+    assert_eq!(probe.status, 200, "{}", probe.body);
+    for path in ["/metrics", "/api/status"] {
+        let refused = get_tls(http, &anonymous, path, None).await.unwrap();
+        assert_eq!(refused.status, 401, "{path}: {}", refused.body);
+    }
+
+    let certified = RawTls::load(&pki.ca, Some((&ops.cert, &ops.key)), "127.0.0.1").unwrap();
+    let metrics = get_tls(http, &certified, "/metrics", None).await.unwrap();
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    assert!(
+        metrics.body.contains("leasehold_epoch 1\n"),
+        "{}",
+        metrics.body
+    );
+    let answer = get_tls(http, &certified, "/api/status", None)
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let status: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(status["identity"]["principal"], "ops");
+    assert_eq!(status["identity"]["via"], "certificate");
+
+    let other = Pki::new(&dir.path().join("other"), "forged");
+    let forged = RawTls::load(
+        &pki.ca,
+        Some((&other.client.cert, &other.client.key)),
+        "127.0.0.1",
+    )
+    .unwrap();
+    let refused = get_tls(http, &forged, "/metrics", None).await;
+    assert!(
+        refused.as_ref().map_or(true, |a| a.status == 0),
+        "a certificate another CA signed was served: {refused:?}"
+    );
+}

@@ -137,7 +137,8 @@ pub async fn serve_member_with_http<L: Listener>(
     if let Some(http) = http {
         let port = crate::http::HttpPort::new(config.metrics.clone(), health)
             .with_hosts(&config.http_hosts)
-            .with_operator_token(config.operator_token.as_deref());
+            .with_operator_token(config.operator_token.as_deref())
+            .with_tls(config.tls.clone());
         let stopped = stop.clone();
         tokio::spawn(crate::http::serve_http(http, port, async move {
             stopped.cancelled().await
