@@ -67,9 +67,13 @@ pub struct HttpPort {
     asker: Option<Asker>,
     /// Host names answered besides IP addresses and `localhost`.
     hosts: Vec<String>,
-    /// Without a master to ask (a cell's member), the token `/metrics`
-    /// needs, if any: the operator token.
+    /// On a cell's member, the token `/metrics` needs, if any: the
+    /// operator token. A member that follows has no master to ask whose
+    /// another token is.
     operator_token: Option<String>,
+    /// A cell's member: `/metrics` is open unless it has an operator
+    /// token, whatever the page's data needs.
+    member: bool,
     /// Whether the Host of a data request is checked (`answers_host`).
     checks_host: bool,
     /// The master's TLS: the port speaks HTTPS with its certificate.
@@ -86,6 +90,7 @@ impl HttpPort {
             asker: None,
             hosts: Vec::new(),
             operator_token: None,
+            member: false,
             checks_host: false,
             tls: None,
         }
@@ -108,11 +113,13 @@ impl HttpPort {
         self
     }
 
-    /// The same port, whose `/metrics` needs `token` as a bearer token, if
-    /// given: a cell's member has no master of its own to ask whose a
-    /// token is.
-    pub(crate) fn with_operator_token(mut self, token: Option<&str>) -> HttpPort {
+    /// The same port, as a cell's member's: the page asks the master it
+    /// runs while it is the master and shows what it says of the cell
+    /// (`asker`), and `/metrics` needs `token` as a bearer token, if given.
+    pub(crate) fn for_member(mut self, asker: Asker, token: Option<&str>) -> HttpPort {
+        self.asker = Some(asker);
         self.operator_token = token.map(str::to_string);
+        self.member = true;
         self
     }
 
@@ -300,9 +307,18 @@ async fn answer(
             let Some(asker) = &port.asker else {
                 return text(StatusCode::NOT_FOUND, "not found\n");
             };
-            let status = match asker.caller(peer, certified, bearer).await {
-                Ok((caller, identity)) => asker.status(&caller, &identity).await,
-                Err(refused) => Err(refused),
+            // A member that follows says what `cell status` says, to
+            // anyone, as its client port does (`CELL-8`).
+            let status = match asker.master_now() {
+                None => Ok(serde_json::json!({
+                    "identity": null,
+                    "cell": asker.cell(),
+                    "master": null,
+                })),
+                Some(_) => match asker.caller(peer, certified, bearer).await {
+                    Ok((caller, identity)) => asker.status(&caller, &identity).await,
+                    Err(refused) => Err(refused),
+                },
             };
             match status {
                 Ok(body) => {
@@ -316,16 +332,18 @@ async fn answer(
             }
         }
         "/metrics" => {
-            if let Some(asker) = &port.asker {
+            if port.member {
+                if let Some(token) = &port.operator_token {
+                    let proven = bearer.is_some_and(|b| same_bytes(b.as_bytes(), token.as_bytes()));
+                    if !proven {
+                        return refusal(Refused::Unauthenticated(
+                            "a member's metrics need the operator token as a bearer token".into(),
+                        ));
+                    }
+                }
+            } else if let Some(asker) = &port.asker {
                 if let Err(refused) = asker.may_read_metrics(peer, certified, bearer).await {
                     return refusal(refused);
-                }
-            } else if let Some(token) = &port.operator_token {
-                let proven = bearer.is_some_and(|b| same_bytes(b.as_bytes(), token.as_bytes()));
-                if !proven {
-                    return refusal(Refused::Unauthenticated(
-                        "a member's metrics need the operator token as a bearer token".into(),
-                    ));
                 }
             }
             let mut response = Response::new(Full::new(Bytes::from(port.metrics.encode())));

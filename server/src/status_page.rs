@@ -36,23 +36,78 @@ pub(crate) enum Refused {
     Unavailable(String),
 }
 
+/// What a cell's member says of itself and its cell, as JSON (`CELL-8`).
+pub(crate) type CellView = Arc<dyn Fn() -> Value + Send + Sync>;
+
+/// The master a cell's member runs now, if it is the master.
+pub(crate) type MasterNow = Arc<dyn Fn() -> Option<MasterHandle> + Send + Sync>;
+
+/// Where the page finds the master it asks.
+#[derive(Clone)]
+enum MasterAt {
+    /// This process's single master.
+    Here(MasterHandle),
+    /// A cell's member: the master it runs while it is the master, and
+    /// what it says of the cell.
+    Member { now: MasterNow, cell: CellView },
+}
+
 /// The master, asked as the HTTP port's callers.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Asker {
-    master: MasterHandle,
+    master: MasterAt,
+}
+
+impl std::fmt::Debug for Asker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Asker")
+    }
 }
 
 impl Asker {
     pub(crate) fn new(master: MasterHandle) -> Asker {
-        Asker { master }
+        Asker {
+            master: MasterAt::Here(master),
+        }
+    }
+
+    /// The page of a cell's member: `now` is the master it runs, if any;
+    /// `cell` what it says of the cell.
+    pub(crate) fn member(now: MasterNow, cell: CellView) -> Asker {
+        Asker {
+            master: MasterAt::Member { now, cell },
+        }
+    }
+
+    /// The master to ask now: `None` on a member that does not serve as
+    /// the master.
+    pub(crate) fn master_now(&self) -> Option<MasterHandle> {
+        match &self.master {
+            MasterAt::Here(master) => Some(master.clone()),
+            MasterAt::Member { now, .. } => now(),
+        }
+    }
+
+    /// What the member says of its cell; `None` on a single master.
+    pub(crate) fn cell(&self) -> Option<Value> {
+        match &self.master {
+            MasterAt::Here(_) => None,
+            MasterAt::Member { cell, .. } => Some(cell()),
+        }
     }
 
     /// Sends `request` as `caller` and waits for the answer, at most
     /// [`STATUS_PAGE_ASK_TIMEOUT`].
     async fn ask(&self, caller: &Arc<Caller>, request: Request) -> Result<Response, Error> {
+        let Some(master) = self.master_now() else {
+            return Err(Error::new(
+                ErrorCode::Internal,
+                "this member does not serve as the master now",
+            ));
+        };
         let (to, mut replies) = mpsc::unbounded_channel();
         let reply = ReplyTx::new(to, Arc::new(Flow::default()), 0, false);
-        self.master.call(request, reply, caller).await;
+        master.call(request, reply, caller).await;
         match tokio::time::timeout(STATUS_PAGE_ASK_TIMEOUT, replies.recv()).await {
             Ok(Some(reply)) => *reply.body,
             Ok(None) => Err(Error::new(ErrorCode::Internal, "the master stopped")),
@@ -142,6 +197,7 @@ impl Asker {
         };
         Ok(json!({
             "identity": identity_json(identity),
+            "cell": self.cell(),
             "master": master_json(&master),
             "sessions": sessions.iter().map(session_json).collect::<Vec<_>>(),
             "more_sessions": more_sessions,

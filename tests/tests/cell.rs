@@ -211,6 +211,20 @@ async fn each_member_shows_its_role_term_and_lag_on_its_http_port() {
         let health = get(cell.http[id], "/health", None).await;
         assert_eq!(health.status, 200, "member {id}: {}", health.body);
     }
+    // OPS-5: each member's page data says what `cell status` says; the
+    // master's has the master's figures too, a follower's none.
+    for id in cell.members.keys() {
+        let answer = get(cell.http[id], "/api/status", None).await;
+        assert_eq!(answer.status, 200, "member {id}: {}", answer.body);
+        let status: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+        assert_eq!(status["cell"]["id"], *id, "{status}");
+        assert_eq!(status["cell"]["leader"], master, "{status}");
+        assert_eq!(status["cell"]["members"].as_object().unwrap().len(), 3);
+        assert_eq!(status["master"].is_null(), *id != master, "{status}");
+        if *id == master {
+            assert_eq!(status["master"]["nodes"], 1, "{status}");
+        }
+    }
 
     cell.stop(master).await;
     // Once the next master serves, a write goes through.

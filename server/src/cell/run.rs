@@ -135,9 +135,21 @@ pub async fn serve_member_with_http<L: Listener>(
     let (health_tx, health) = watch::channel(Health::not_serving("starting"));
     let stop = CancellationToken::new();
     if let Some(http) = http {
+        let following = role.clone();
+        let now: crate::status_page::MasterNow = Arc::new(move || match &*following.borrow() {
+            Role::Master { handle, .. } => Some(handle.clone()),
+            Role::Follower { .. } => None,
+        });
+        let (described, roles) = (member.clone(), role.clone());
+        let cell: crate::status_page::CellView = Arc::new(move || {
+            let serving = matches!(*roles.borrow(), Role::Master { .. });
+            let status = super::status::MemberStatus::of(&described, serving);
+            serde_json::to_value(status).unwrap_or_default()
+        });
+        let asker = crate::status_page::Asker::member(now, cell);
         let port = crate::http::HttpPort::new(config.metrics.clone(), health)
             .with_hosts(&config.http_hosts)
-            .with_operator_token(config.operator_token.as_deref())
+            .for_member(asker, config.operator_token.as_deref())
             .with_tls(config.tls.clone());
         let stopped = stop.clone();
         tokio::spawn(crate::http::serve_http(http, port, async move {

@@ -119,6 +119,32 @@ function showChecks(checks, more, error) {
   fillTable("checks", checks, (c) => [row([c.name, el("td", c.status, c.status), c.note, c.sessions])], error);
 }
 
+// What a cell's member says of itself and its cell (cell status).
+function showCell(c) {
+  const section = document.getElementById("cell-section");
+  section.hidden = !c;
+  if (!c) return;
+  document.getElementById("cell-name").textContent = c.cell;
+  const leader = c.leader === null ? "none known" : "member " + c.leader + " (" + (c.members[c.leader] || "?") + ")";
+  const items = [
+    ["This member", c.id + ", " + c.role + (c.master ? ", serving as the master" : "")],
+    ["Leader", leader],
+    ["Epoch", c.epoch],
+    ["Term", c.term],
+    ["Last entry of its log", c.last_log === null ? "-" : c.last_log],
+    ["Last entry applied", c.applied === null ? "-" : c.applied],
+  ];
+  document.getElementById("cell").replaceChildren(
+    ...items.flatMap(([term, value]) => [el("dt", term), el("dd", value)]));
+  const body = document.querySelector("#members tbody");
+  body.replaceChildren(...Object.entries(c.members).map(([id, addr]) => {
+    const n = Number(id);
+    const role = n === c.leader ? "leader" : (n === c.id ? c.role : "");
+    const lag = c.lag[id] === undefined ? (n === c.leader ? "0" : "-") : String(c.lag[id]);
+    return row([id, addr, c.voters.includes(n) ? "yes" : "learner", role, lag]);
+  }));
+}
+
 function problem(text) {
   const box = document.getElementById("problem");
   box.textContent = text || "";
@@ -142,6 +168,17 @@ async function refresh() {
     const status = await response.json();
     problem(null);
     document.getElementById("login").hidden = true;
+    showCell(status.cell);
+    const serving = status.master !== null;
+    document.getElementById("master-section").hidden = !serving;
+    for (const section of document.querySelectorAll("section.data")) section.hidden = !serving;
+    if (!serving) {
+      const c = status.cell;
+      problem("This member does not serve as the master" +
+        (c && c.leader !== null ? ": member " + c.leader + " leads; its own HTTP port's page shows the sessions and locks" : "") + ".");
+      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      return;
+    }
     const who = status.identity;
     document.getElementById("who").textContent =
       who.principal ? "as " + who.principal : (who.via === "operator" ? "as the operator" : "");
