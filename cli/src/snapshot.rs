@@ -25,8 +25,11 @@ pub(crate) async fn snapshot(
             cell,
             node,
         } => match (cell, node) {
-            (Some(cell), Some(node)) => restore_member(json, &file, &data_dir, &cell, node),
-            _ => restore(json, &file, &data_dir),
+            (Some(cell), Some(node)) => match first_member(&cell, node) {
+                Ok(member) => restore(json, &file, &data_dir, Some(member)),
+                Err(code) => Ok(code),
+            },
+            _ => restore(json, &file, &data_dir, None),
         },
     }
 }
@@ -180,77 +183,61 @@ fn print_summary(file: &Path, s: &BackupSummary) {
     println!("bytes     {}", s.bytes);
 }
 
-/// Makes `dir` the first member of a new cell: `cell` must name `node`
-/// alone.
-fn restore_member(
+/// Makes `dir` a single master's data directory of `file`, or with
+/// `member` (its id and address) the first member of a new cell.
+fn restore(
     json: bool,
     file: &Path,
     dir: &Path,
+    member: Option<(u64, String)>,
+) -> anyhow::Result<ExitCode> {
+    let backup = match read(file) {
+        Ok(backup) => backup,
+        Err(code) => return Ok(code),
+    };
+    let restored = match &member {
+        None => backup.restore(dir),
+        Some((node, addr)) => backup.restore_member(dir, *node, addr),
+    };
+    if let Err(e) = restored {
+        eprintln!("leasehold: {}", crate::printable(&e.to_string()));
+        return Ok(ExitCode::from(crate::CANT_CREATE));
+    }
+    let s = backup.summary();
+    let shown = dir.display();
+    match (json, &member) {
+        (true, _) => println!(
+            "{}",
+            json!({ "data_dir": dir, "index": s.index, "epoch": s.epoch, "node": member.as_ref().map(|m| m.0) })
+        ),
+        (false, None) => println!(
+            "restored index {} of epoch {} into {shown}: start a master with \
+             `leasehold serve --data-dir {shown}`",
+            s.index, s.epoch,
+        ),
+        (false, Some((node, addr))) => println!(
+            "restored index {} of epoch {} into {shown} as member {node} of a new cell: start \
+             it with `leasehold serve --cell {node}={addr} --node {node} --data-dir {shown}`",
+            s.index, s.epoch,
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The member `--cell` and `--node` name: `cell` must name `node` alone.
+fn first_member(
     cell: &std::collections::BTreeMap<u64, String>,
     node: u64,
-) -> anyhow::Result<ExitCode> {
-    let addr = match cell.get(&node) {
-        Some(addr) if cell.len() == 1 => addr.clone(),
+) -> Result<(u64, String), ExitCode> {
+    match cell.get(&node) {
+        Some(addr) if cell.len() == 1 => Ok((node, addr.clone())),
         _ => {
             eprintln!(
                 "leasehold: a backup restores a new cell's first member alone: give --cell \
                  {node}=ADDR naming member {node} only; start the others with --join and add \
                  them with `leasehold cell add`"
             );
-            return Ok(ExitCode::from(crate::USAGE));
+            Err(ExitCode::from(crate::USAGE))
         }
-    };
-    let backup = match read(file) {
-        Ok(backup) => backup,
-        Err(code) => return Ok(code),
-    };
-    if let Err(e) = backup.restore_member(dir, node, &addr) {
-        eprintln!("leasehold: {}", crate::printable(&e.to_string()));
-        return Ok(ExitCode::from(crate::CANT_CREATE));
     }
-    let s = backup.summary();
-    if json {
-        println!(
-            "{}",
-            json!({ "data_dir": dir, "index": s.index, "epoch": s.epoch, "node": node })
-        );
-    } else {
-        println!(
-            "restored index {} of epoch {} into {} as member {node} of a new cell: start it \
-             with `leasehold serve --cell {node}={addr} --node {node} --data-dir {}`",
-            s.index,
-            s.epoch,
-            dir.display(),
-            dir.display()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn restore(json: bool, file: &Path, dir: &Path) -> anyhow::Result<ExitCode> {
-    let backup = match read(file) {
-        Ok(backup) => backup,
-        Err(code) => return Ok(code),
-    };
-    if let Err(e) = backup.restore(dir) {
-        eprintln!("leasehold: {}", crate::printable(&e.to_string()));
-        return Ok(ExitCode::from(crate::CANT_CREATE));
-    }
-    let s = backup.summary();
-    if json {
-        println!(
-            "{}",
-            json!({ "data_dir": dir, "index": s.index, "epoch": s.epoch })
-        );
-    } else {
-        println!(
-            "restored index {} of epoch {} into {}: start a master with \
-             `leasehold serve --data-dir {}`",
-            s.index,
-            s.epoch,
-            dir.display(),
-            dir.display()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -61,6 +61,22 @@ async fn restored(file: &std::path::Path, dir: &TempDir) -> TestServer {
     start(Setup::durable(&data, config())).await
 }
 
+/// A master on a data directory under `dir`, its operator's client, and a
+/// session of the operator's with a long lease, after one write.
+async fn original(dir: &TempDir) -> (TestServer, Client, leasehold::Session) {
+    let server = start(Setup::durable(dir.path().join("data"), config())).await;
+    let operator = client(&server, Some(OPERATOR_TOKEN)).await;
+    let session = operator
+        .create_session(SessionOptions::new("a").lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    operator
+        .put("svc/db", b"10.0.0.5".to_vec(), PutOptions::new().flags(3))
+        .await
+        .unwrap();
+    (server, operator, session)
+}
+
 /// Every node, with its contents and metadata, in key order.
 async fn nodes(client: &Client) -> BTreeMap<String, (Vec<u8>, NodeStat)> {
     let mut all = BTreeMap::new();
@@ -143,18 +159,9 @@ async fn a_snapshot_saved_under_load_holds_exactly_the_writes_up_to_its_index() 
 #[tokio::test]
 async fn a_restored_master_serves_every_node_session_and_lock_of_the_original() {
     let dir = TempDir::new("backup-same");
-    let server = start(Setup::durable(dir.path().join("data"), config())).await;
-    let operator = client(&server, Some(OPERATOR_TOKEN)).await;
-    let a = operator
-        .create_session(SessionOptions::new("a").lease(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let (_server, operator, a) = original(&dir).await;
     let b = operator
         .create_session(SessionOptions::new("b").lease(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    operator
-        .put("svc/db", b"10.0.0.5".to_vec(), PutOptions::new().flags(3))
         .await
         .unwrap();
     // More than a frame holds: the snapshot is read in several pieces.
@@ -307,16 +314,7 @@ async fn same_state(copy: &Client, original: &Client) {
 async fn a_backup_restores_into_a_new_cell_that_members_join() {
     use leasehold_server::cell::{change_members, Change, ChangeReply, ChangeRequest};
     let dir = TempDir::new("backup-cell");
-    let server = start(Setup::durable(dir.path().join("data"), config())).await;
-    let operator = client(&server, Some(OPERATOR_TOKEN)).await;
-    let a = operator
-        .create_session(SessionOptions::new("a").lease(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    operator
-        .put("svc/db", b"10.0.0.5".to_vec(), PutOptions::new().flags(3))
-        .await
-        .unwrap();
+    let (_server, operator, a) = original(&dir).await;
     let x = a
         .try_lock("locks/x", LockOptions::exclusive())
         .await

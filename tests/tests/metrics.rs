@@ -86,20 +86,9 @@ async fn metrics_show_a_workloads_requests_sessions_locks_and_refusals() {
     let waiting =
         tokio::spawn(async move { waiter.lock("jobs/x", LockOptions::exclusive()).await });
     // The waiter is in line once the master counts it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, text) = http(port, "GET", "/metrics").await;
-        if sample(&text, "leasehold_lock_waiters") == Some(1.0) {
-            assert_eq!(sample(&text, "leasehold_sessions"), Some(2.0), "{text}");
-            assert_eq!(sample(&text, "leasehold_lock_holders"), Some(1.0), "{text}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no waiter counted:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let text = metrics_when(port, |t| sample(t, "leasehold_lock_waiters") == Some(1.0)).await;
+    assert_eq!(sample(&text, "leasehold_sessions"), Some(2.0), "{text}");
+    assert_eq!(sample(&text, "leasehold_lock_holders"), Some(1.0), "{text}");
     guard.release().await.unwrap();
     let handed = waiting.await.unwrap().unwrap();
     handed.release().await.unwrap();
@@ -156,18 +145,10 @@ async fn a_held_keepalive_is_counted_while_held() {
         .create_session(SessionOptions::new("kept"))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, text) = http(port, "GET", "/metrics").await;
-        if sample(&text, "leasehold_keepalives_held") == Some(1.0) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no KeepAlive held:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    metrics_when(port, |t| {
+        sample(t, "leasehold_keepalives_held") == Some(1.0)
+    })
+    .await;
 }
 
 // OPS-3: health and readiness, as etcd's and Kubernetes' probes read them.
