@@ -27,14 +27,23 @@ fn config() -> Config {
 }
 
 async fn client(server: &TestServer, token: Option<&str>) -> Client {
+    client_of(server.addr.to_string(), token).await
+}
+
+/// A client of the master at `addrs`, with `token` if given, that holds
+/// the operator token.
+async fn client_of(addrs: String, token: Option<&str>) -> Client {
     let config = ClientConfig {
         token: token.map(String::from),
         operator_token: Some(OPERATOR_TOKEN.into()),
         ..ClientConfig::default()
     };
-    Client::connect_with(server.addr.to_string(), config)
-        .await
-        .unwrap()
+    Client::connect_with(addrs, config).await.unwrap()
+}
+
+/// The operator's client of the master at `addrs`.
+async fn operators_client(addrs: String) -> Client {
+    client_of(addrs, Some(OPERATOR_TOKEN)).await
 }
 
 /// Saves `client`'s master's snapshot to `file`.
@@ -341,16 +350,7 @@ async fn a_backup_restores_into_a_new_cell_that_members_join() {
     let mut listeners = listeners.into_iter();
     let only_first = BTreeMap::from([(1, addrs[&1].clone())]);
     let (stop_first, first) = member(1, &only_first, listeners.next().unwrap(), first_dir, false);
-    let copy = Client::connect_with(
-        addrs[&1].clone(),
-        ClientConfig {
-            token: Some(OPERATOR_TOKEN.into()),
-            operator_token: Some(OPERATOR_TOKEN.into()),
-            ..ClientConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let copy = operators_client(addrs[&1].clone()).await;
     same_state(&copy, &operator).await;
     assert!(copy.check_sequencer(x.sequencer_bytes()).await.unwrap());
     assert!(copy.epoch().await.unwrap() > saved.epoch);
@@ -378,16 +378,7 @@ async fn a_backup_restores_into_a_new_cell_that_members_join() {
     let _ = stop_first.send(());
     first.await.unwrap();
     let others = format!("{},{}", addrs[&2], addrs[&3]);
-    let after = Client::connect_with(
-        others,
-        ClientConfig {
-            token: Some(OPERATOR_TOKEN.into()),
-            operator_token: Some(OPERATOR_TOKEN.into()),
-            ..ClientConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let after = operators_client(others).await;
     same_state(&after, &operator).await;
     assert!(after.check_sequencer(x.sequencer_bytes()).await.unwrap());
     for (stop, task) in running {
