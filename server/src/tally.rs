@@ -20,8 +20,9 @@ pub(crate) enum Answered {
     /// Held until its time and answered then.
     Due,
     /// Held and answered after its time by more than a quarter of the
-    /// KeepAlive margin: the master fell behind, and its client had less
-    /// of the margin than it should to hear the reply.
+    /// KeepAlive margin in force for its lease: the master fell behind,
+    /// and its client had less of the margin than it should to hear the
+    /// reply.
     Late,
 }
 

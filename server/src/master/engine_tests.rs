@@ -590,6 +590,35 @@ fn a_held_keepalive_is_answered_by_its_timer_before_the_lease_ends() {
     );
 }
 
+// OPS-1: a held KeepAlive answered by its timer at its time counts as
+// due; one whose timer fired more than a quarter of the margin in force
+// late (a master that fell behind) counts as late.
+#[test]
+fn held_keepalives_are_counted_due_or_late_by_when_their_timer_fired() {
+    use crate::tally::Answered;
+    let mut bench = Bench::new();
+    let s = bench.session("s");
+    let count = |bench: &Bench, when: Answered| bench.engine.tally.answered[when as usize];
+    bench.ask(Request::KeepAlive(keepalive(s, true)));
+    while bench.after(1).replies.is_empty() {}
+    assert_eq!(count(&bench, Answered::Due), 1);
+    // Renewed now for a lease of LEASE_MS: the next is due a margin of a
+    // quarter of it (250 ms) before its end, and is late past 62 ms after.
+    assert!(bench
+        .ask(Request::KeepAlive(keepalive(s, true)))
+        .replies
+        .is_empty());
+    let due = LEASE_MS - LEASE_MS / 4;
+    let answered = bench.after(due + 100).replies;
+    assert_eq!(
+        answered.iter().map(shape).collect::<Vec<_>>(),
+        ["KeepAlive"]
+    );
+    assert_eq!(count(&bench, Answered::Late), 1);
+    assert_eq!(count(&bench, Answered::Due), 1);
+    assert_eq!(count(&bench, Answered::AtOnce), 0);
+}
+
 // EV-3, SES-6: a write wakes a held KeepAlive whose lease has run out
 // before its timer fired; the session ends after the write, not inside it.
 #[test]

@@ -101,6 +101,9 @@ impl Engine {
         if closed {
             return;
         }
+        // Each renewal is a KeepAlive answered at once (`KA-10`).
+        let renewed = answers.iter().filter(|a| a.is_ok()).count() as u64;
+        self.tally.answered[Answered::AtOnce as usize] += renewed;
         self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
     }
 
@@ -226,7 +229,10 @@ impl Engine {
         let (now, margin) = (self.now, self.config.keepalive_margin);
         if policy::held_answer_due(&self.leases, id, margin, now) {
             let due = self.leases.due(id, margin).unwrap_or(now);
-            let when = if now.since(due) > margin / 4 {
+            // The margin in force: the configured one, kept within the
+            // lease's bounds (`Leases::answer_held_at`).
+            let in_force = self.leases.expires_at(id).unwrap_or(due).since(due);
+            let when = if now.since(due) > in_force / 4 {
                 Answered::Late
             } else {
                 Answered::Due
