@@ -397,7 +397,8 @@ impl Metrics {
                 let g = Gauge::default();
                 r.register_with_unit(
                     "store_size",
-                    "Bytes the data directory's log and snapshot take",
+                    "Bytes a single master's data directory's log and snapshot take (0 on a \
+                     cell's members)",
                     Unit::Bytes,
                     g.clone(),
                 );
@@ -476,10 +477,13 @@ impl Metrics {
             "Records made durable by one fsync (group commit)",
             commit_batch_records.clone(),
         );
+        // Not a number until a snapshot is written: 0 would read as fresh.
         let snapshot_age_seconds = Gauge::<f64, AtomicU64>::default();
+        snapshot_age_seconds.set(f64::NAN);
         r.register_with_unit(
             "snapshot_age",
-            "Time since this master last wrote a snapshot of its state; absent before it wrote one",
+            "Time since this master last wrote a snapshot of its data directory; NaN before it \
+             wrote one, and on a cell's members, whose snapshots are the log's",
             Unit::Seconds,
             snapshot_age_seconds.clone(),
         );
@@ -761,6 +765,26 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn the_snapshot_age_is_not_a_number_until_a_snapshot_is_written() {
+        let metrics = Metrics::new();
+        assert!(
+            metrics
+                .encode()
+                .contains("leasehold_snapshot_age_seconds NaN\n"),
+            "{}",
+            metrics.encode()
+        );
+        metrics.snapshot_written();
+        let text = metrics.encode();
+        let age = text
+            .lines()
+            .find_map(|l| l.strip_prefix("leasehold_snapshot_age_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("an age");
+        assert!((0.0..60.0).contains(&age), "{text}");
     }
 
     #[test]
