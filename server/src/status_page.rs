@@ -6,6 +6,7 @@
 //! read. The page itself (`status_page/`) is static: HTML, CSS and a
 //! script that polls this.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use leasehold_protocol::access::{Identity, Via};
@@ -56,6 +57,25 @@ enum MasterAt {
 #[derive(Clone)]
 pub(crate) struct Asker {
     master: MasterAt,
+    /// Callers that authenticated with a bearer token, by address,
+    /// certificate and the token's digest: a page polling every 2 s
+    /// authenticates (and is audited, `AUDIT-2`) once, not every time.
+    /// Its principal is still resolved for every request, so a revoked
+    /// token stops counting at once (`TOK-3`).
+    authenticated: Arc<std::sync::Mutex<HashMap<CallerKey, Arc<Caller>>>>,
+}
+
+/// Who a cached caller is: its address, certificate and token digest.
+type CallerKey = (std::net::IpAddr, Option<String>, [u8; 32]);
+
+/// Callers kept authenticated at most; past it the cache starts over.
+const AUTHENTICATED_KEPT: usize = 64;
+
+fn token_digest(token: &str) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
 }
 
 impl std::fmt::Debug for Asker {
@@ -68,6 +88,7 @@ impl Asker {
     pub(crate) fn new(master: MasterHandle) -> Asker {
         Asker {
             master: MasterAt::Here(master),
+            authenticated: Arc::default(),
         }
     }
 
@@ -76,6 +97,7 @@ impl Asker {
     pub(crate) fn member(now: MasterNow, cell: CellView) -> Asker {
         Asker {
             master: MasterAt::Member { now, cell },
+            authenticated: Arc::default(),
         }
     }
 
@@ -129,6 +151,12 @@ impl Asker {
         certified: Option<&str>,
         bearer: Option<&str>,
     ) -> Result<(Arc<Caller>, Identity), Refused> {
+        let key = bearer.map(|token| (peer, certified.map(str::to_string), token_digest(token)));
+        if let Some(key) = &key {
+            if let Some(known) = self.known(key).await {
+                return Ok(known);
+            }
+        }
         let caller = Arc::new(Caller::new(peer, certified.map(str::to_string)));
         let request = match bearer {
             Some(token) => Request::Authenticate {
@@ -149,7 +177,36 @@ impl Asker {
                     .into(),
             ));
         }
+        if let Some(key) = key {
+            let mut kept = self.authenticated.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() >= AUTHENTICATED_KEPT {
+                kept.clear();
+            }
+            kept.insert(key, caller.clone());
+        }
         Ok((caller, identity))
+    }
+
+    /// The caller that authenticated as `key` says before, if its token
+    /// still counts: asked who it is (`WhoAmI`, not audited). One whose
+    /// token no longer counts is forgotten, and authenticates again.
+    async fn known(&self, key: &CallerKey) -> Option<(Arc<Caller>, Identity)> {
+        let caller = {
+            let kept = self.authenticated.lock().unwrap_or_else(|e| e.into_inner());
+            kept.get(key).cloned()
+        }?;
+        match self.ask(&caller, Request::WhoAmI).await {
+            Ok(Response::Identity(identity))
+                if matches!(identity.via, Via::Token { .. } | Via::Operator) =>
+            {
+                Some((caller, identity))
+            }
+            _ => {
+                let mut kept = self.authenticated.lock().unwrap_or_else(|e| e.into_inner());
+                kept.remove(key);
+                None
+            }
+        }
     }
 
     /// What `/api/status` answers for `caller`: the master's figures, and

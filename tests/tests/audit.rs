@@ -117,3 +117,50 @@ async fn locks_rules_tokens_refusals_and_failed_authentications_are_each_a_line(
     assert!(!text.contains(OPERATOR_TOKEN));
     server.shutdown().await.unwrap();
 }
+
+// AUDIT-2, OPS-5: a status page polling with a bearer token authenticates
+// once, not at every poll; its token revoked, the next poll is refused.
+#[tokio::test]
+async fn a_polling_status_page_authenticates_once_until_its_token_is_revoked() {
+    let dir = TempDir::new("audit-page");
+    let path = dir.join("audit.log");
+    let config = Config {
+        operator_token: Some(OPERATOR_TOKEN.into()),
+        audit: Some(AuditLog::open(&AuditConfig::at(&path)).unwrap()),
+        ..Config::default()
+    };
+    let (server, http) = leasehold_tests::server::start_with_http(config).await;
+    let operator = Client::connect_with(
+        server.addr.to_string(),
+        ClientConfig {
+            token: Some(OPERATOR_TOKEN.into()),
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let rule = Rule {
+        prefix: String::new(),
+        principal: "reader".into(),
+        rights: Rights::READ,
+    };
+    operator.set_rule(rule).await.unwrap();
+    operator.set_access_control(true).await.unwrap();
+    let token = operator.create_token("reader", "page").await.unwrap();
+    let bearer = token.to_string();
+    for _ in 0..3 {
+        let page = leasehold_tests::http::get(http, "/api/status", Some(&bearer)).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+    }
+    operator.revoke_token(token.id).await.unwrap();
+    let refused = leasehold_tests::http::get(http, "/api/status", Some(&bearer)).await;
+    assert_eq!(refused.status, 401, "{}", refused.body);
+
+    let found = once_written(&path, "authenticate", "refused").await;
+    let readers = found
+        .iter()
+        .filter(|l| l["event"] == "authenticate" && l["outcome"] == "done")
+        .filter(|l| l["detail"].as_str().is_some_and(|d| d.contains("reader")))
+        .count();
+    assert_eq!(readers, 1, "{found:?}");
+}
