@@ -448,8 +448,7 @@ struct ServeArgs {
     in_memory: bool,
     /// Serve the status page at /, Prometheus metrics at /metrics, and
     /// /health and /ready for probes, over HTTP at ADDR (e.g.
-    /// 127.0.0.1:7180; HTTPS with --tls-cert; a cell's member serves no
-    /// page). Off unless given.
+    /// 127.0.0.1:7180; HTTPS with --tls-cert). Off unless given.
     #[arg(long, env = "LEASEHOLD_HTTP_LISTEN", value_name = "ADDR")]
     http_listen: Option<String>,
     /// A host name the HTTP port answers its data (/api/status, /metrics)
@@ -1430,7 +1429,7 @@ async fn serve_member(
         } else {
             "http"
         };
-        announce_http(http, json, scheme, "metrics and health")?;
+        announce_http(http, json, scheme, "status page, metrics and health")?;
     }
     leasehold_server::cell::serve_with_http(
         listener,

@@ -667,9 +667,14 @@ impl Metrics {
     }
 
     /// No master runs here now (a cell's member that follows): the
-    /// master's gauges say nothing is served; its counters keep what
+    /// master's gauges say nothing is served, but the epoch, which is the
+    /// cell's as this member's replica has it; its counters keep what
     /// they counted.
-    pub(crate) fn no_master(&self) {
+    pub(crate) fn no_master(&self, epoch: u64) {
+        self.inner
+            .gauges
+            .epoch
+            .set(i64::try_from(epoch).unwrap_or(i64::MAX));
         let g = &self.inner.gauges;
         let mut gauges = vec![
             &g.sessions,
@@ -681,7 +686,6 @@ impl Metrics {
             &g.subscriptions,
             &g.events_queued_bytes,
             &g.writes_held,
-            &g.epoch,
             &g.index,
         ];
         gauges.extend(&g.sessions_by_state);

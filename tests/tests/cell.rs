@@ -200,6 +200,11 @@ async fn each_member_shows_its_role_term_and_lag_on_its_http_port() {
         })
         .await;
         assert_eq!(sample(&theirs, "leasehold_cell_master"), Some(0.0));
+        // The cell's epoch, as the follower's replica has it.
+        assert_eq!(
+            sample(&theirs, "leasehold_epoch"),
+            sample(&text, "leasehold_epoch")
+        );
         assert_eq!(sample(&theirs, leader), Some(0.0));
         assert!(sample(&theirs, "leasehold_cell_applied_index") > Some(0.0));
         assert_eq!(

@@ -363,7 +363,7 @@ async fn lead(
         let figures = super::observed::figures(&m, serving, member.lease.deadline(), instant);
         config.metrics.member(&figures);
         if !serving {
-            config.metrics.no_master();
+            config.metrics.no_master(member.machine.replica_epoch());
         }
         let heard = led_by.map(|(_, ago)| ago);
         health.send_replace(super::observed::health(&m, serving, heard, election_max));
