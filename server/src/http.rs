@@ -202,6 +202,11 @@ pub async fn serve_http(
             match port.tls.as_ref().map(crate::tls::ServerTls::http_acceptor) {
                 None => serve_connection(stream, None, port, peer).await,
                 Some(acceptor) => {
+                    if !speaks_tls(&stream).await {
+                        answer_plaintext(stream).await;
+                        drop(permit);
+                        return;
+                    }
                     // The handshake within the time the headers get.
                     let shaken = tokio::time::timeout(HTTP_HEADER_TIMEOUT, acceptor.accept(stream));
                     match shaken.await {
@@ -222,6 +227,40 @@ pub async fn serve_http(
             drop(permit);
         });
     }
+}
+
+/// Whether the first byte from `stream` starts a TLS handshake record
+/// (22), waiting for it as long as headers may take; a peer that sends
+/// nothing counts as TLS, and the handshake times out.
+async fn speaks_tls(stream: &tokio::net::TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HTTP_HEADER_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => first[0] == 22,
+        _ => true,
+    }
+}
+
+/// Tells a plaintext HTTP client at the HTTPS port what to use instead,
+/// as the client port tells a plaintext client (`OPS-2`), reading its
+/// request first so that the answer is not lost to a reset.
+async fn answer_plaintext(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = "this port speaks HTTPS: use https://\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut request = vec![0u8; HTTP_MAX_BUFFER];
+    let _ = tokio::time::timeout(HTTP_HEADER_TIMEOUT, stream.read(&mut request)).await;
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    // What else it sent is read and dropped, for a moment, so that its
+    // close is not a reset that loses the answer.
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+        while matches!(stream.read(&mut request).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// Serves HTTP/1.1 on one connection from `peer`, whose client

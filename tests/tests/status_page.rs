@@ -371,13 +371,10 @@ async fn with_tls_the_port_speaks_https_and_a_client_certificate_names_the_princ
         .unwrap();
     operator.set_access_control(true).await.unwrap();
 
-    // Closed unanswered, or with a TLS alert: no HTTP answer either way.
-    let stream = tokio::net::TcpStream::connect(http).await.unwrap();
-    let plain = leasehold_tests::http::get_over(stream, "127.0.0.1", "/health", None).await;
-    assert!(
-        plain.as_ref().map_or(true, |a| a.status == 0),
-        "plaintext got an answer: {plain:?}"
-    );
+    // Plaintext is told to use HTTPS, and served nothing.
+    let plain = get(http, "/health", None).await;
+    assert_eq!(plain.status, 400, "{plain:?}");
+    assert!(plain.body.contains("speaks HTTPS"), "{plain:?}");
     let anonymous = RawTls::load(&pki.ca, None, "127.0.0.1").unwrap();
     let probe = get_tls(http, &anonymous, "/health", None).await.unwrap();
     assert_eq!(probe.status, 200, "{}", probe.body);
