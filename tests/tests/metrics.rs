@@ -342,9 +342,11 @@ async fn metrics_count_hand_offs_ends_lock_delay_quotas_and_held_writes() {
     assert!(at("leasehold_cache_invalidations_total") >= 1.0);
     assert!(at("leasehold_events_queued_total") >= 1.0);
     assert_eq!(at("leasehold_events_dropped_total"), 0.0);
-    // The cacher's held KeepAlive was answered early to carry the
-    // invalidation.
-    assert!(at("leasehold_keepalive_answers_total{when=\"early\"}") >= 1.0);
+    // The invalidation reached the cacher on a KeepAlive's answer, held
+    // or not (which depends on when its client sent it).
+    let carried = at("leasehold_keepalive_answers_total{when=\"early\"}")
+        + at("leasehold_keepalive_answers_total{when=\"at_once\"}");
+    assert!(carried >= 1.0);
     assert!(at("leasehold_keepalives_received_total") >= 3.0);
     assert_eq!(at("leasehold_keepalive_answers_total{when=\"late\"}"), 0.0);
     let sessions = at("leasehold_sessions");

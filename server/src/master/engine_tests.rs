@@ -619,6 +619,34 @@ fn held_keepalives_are_counted_due_or_late_by_when_their_timer_fired() {
     assert_eq!(count(&bench, Answered::AtOnce), 0);
 }
 
+// OPS-1, EV-3: a held KeepAlive answered before its time to carry an
+// event counts as early.
+#[test]
+fn a_held_keepalive_woken_by_an_event_counts_as_early() {
+    use crate::tally::Answered;
+    let mut bench = Bench::new();
+    let s = bench.session("s");
+    let subscribed = bench.answer(Request::Subscribe {
+        session: s,
+        key: "k".into(),
+        prefix: false,
+        mask: event_mask::ALL,
+    });
+    assert!(subscribed.is_ok(), "{subscribed:?}");
+    assert!(bench
+        .ask(Request::KeepAlive(keepalive(s, true)))
+        .replies
+        .is_empty());
+    let decided = bench.put("k");
+    assert_eq!(
+        decided.order,
+        ["log Put", "reply Written", "reply KeepAlive"]
+    );
+    let answered = bench.engine.tally.answered;
+    assert_eq!(answered[Answered::Early as usize], 1, "{answered:?}");
+    assert_eq!(answered[Answered::Due as usize], 0, "{answered:?}");
+}
+
 // EV-3, SES-6: a write wakes a held KeepAlive whose lease has run out
 // before its timer fired; the session ends after the write, not inside it.
 #[test]
