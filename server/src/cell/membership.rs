@@ -249,7 +249,14 @@ pub(crate) async fn change(
                     ));
                 }
                 let ids = BTreeSet::from([id]);
-                if let Err(e) = commit(member, ChangeMembers::RemoveVoters(ids)).await {
+                // A learner (added, never caught up) has no vote to take:
+                // it leaves the nodes directly.
+                let change = if voters.contains(&id) {
+                    ChangeMembers::RemoveVoters(ids)
+                } else {
+                    ChangeMembers::RemoveNodes(ids)
+                };
+                if let Err(e) = commit(member, change).await {
                     return e;
                 }
             }

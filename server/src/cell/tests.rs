@@ -438,6 +438,27 @@ async fn an_added_member_catches_up_and_votes_and_a_removed_one_leaves() {
     assert!(matches!(again, ChangeReply::Done { .. }), "{again:?}");
 }
 
+// CELL-9: a member added as a learner that never caught up (a wrong
+// address) is removed by `cell remove`, as its refusal says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_that_never_caught_up_is_removed() {
+    let cell = cell("members-learner", 3).await;
+    eventually("a leader", || cell.leader().is_some()).await;
+    let leader = cell.leader().unwrap();
+    // Nothing listens there: it stays a learner.
+    cell.members[&leader]
+        .raft
+        .add_learner(9, openraft::BasicNode::new("127.0.0.1:9"), false)
+        .await
+        .unwrap();
+    let reply = cell.change(Change::Remove { id: 9 }).await;
+    let ChangeReply::Done { voters, members } = reply else {
+        panic!("{reply:?}");
+    };
+    assert!(!members.contains_key(&9), "{members:?}");
+    assert_eq!(voters.len(), 3);
+}
+
 // CELL-9, AUTH-3: with an operator token, a change without it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_membership_change_without_the_operator_token_is_refused() {
