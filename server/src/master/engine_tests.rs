@@ -176,6 +176,23 @@ impl Bench {
         self.ask(put(key))
     }
 
+    /// A session subscribed to `key`, its KeepAlive held.
+    fn subscribed_and_held(&mut self, key: &str) -> SessionToken {
+        let s = self.session("s");
+        let subscribed = self.answer(Request::Subscribe {
+            session: s,
+            key: key.into(),
+            prefix: false,
+            mask: event_mask::ALL,
+        });
+        assert!(subscribed.is_ok(), "{subscribed:?}");
+        assert!(self
+            .ask(Request::KeepAlive(keepalive(s, true)))
+            .replies
+            .is_empty());
+        s
+    }
+
     fn after(&mut self, ms: u64) -> Decided {
         let now = self.now() + Duration::from_millis(ms);
         self.step_at(Input::TimersDue { backlog: 0 }, now)
@@ -625,18 +642,7 @@ fn held_keepalives_are_counted_due_or_late_by_when_their_timer_fired() {
 fn a_held_keepalive_woken_by_an_event_counts_as_early() {
     use crate::tally::Answered;
     let mut bench = Bench::new();
-    let s = bench.session("s");
-    let subscribed = bench.answer(Request::Subscribe {
-        session: s,
-        key: "k".into(),
-        prefix: false,
-        mask: event_mask::ALL,
-    });
-    assert!(subscribed.is_ok(), "{subscribed:?}");
-    assert!(bench
-        .ask(Request::KeepAlive(keepalive(s, true)))
-        .replies
-        .is_empty());
+    bench.subscribed_and_held("k");
     let decided = bench.put("k");
     assert_eq!(
         decided.order,
@@ -652,18 +658,7 @@ fn a_held_keepalive_woken_by_an_event_counts_as_early() {
 #[test]
 fn a_session_a_write_wakes_after_its_lease_ran_out_ends_after_the_write() {
     let mut bench = Bench::new();
-    let s = bench.session("s");
-    let subscribed = bench.answer(Request::Subscribe {
-        session: s,
-        key: "k".into(),
-        prefix: false,
-        mask: event_mask::ALL,
-    });
-    assert!(subscribed.is_ok(), "{subscribed:?}");
-    assert!(bench
-        .ask(Request::KeepAlive(keepalive(s, true)))
-        .replies
-        .is_empty());
+    let s = bench.subscribed_and_held("k");
     let (reply, rx) = crate::reply::channel(99);
     bench.open.push(rx);
     let late = bench.now() + Duration::from_millis(2 * LEASE_MS);
