@@ -556,7 +556,7 @@ struct ServeArgs {
 
 /// `1=HOST:PORT,2=HOST:PORT,...`
 fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
-    let mut members = std::collections::BTreeMap::new();
+    let mut members: std::collections::BTreeMap<u64, String> = std::collections::BTreeMap::new();
     for member in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let (id, addr) = member
             .split_once('=')
@@ -565,7 +565,21 @@ fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, Str
             .trim()
             .parse()
             .map_err(|_| format!("{id:?} in {member:?} is not a member id (a number)"))?;
-        if members.insert(id, addr.trim().to_string()).is_some() {
+        let addr = addr.trim();
+        let port = addr.rsplit_once(':').and_then(|(host, port)| {
+            (!host.is_empty())
+                .then(|| port.parse::<u16>().ok())
+                .flatten()
+        });
+        if port.is_none() {
+            return Err(format!(
+                "{member:?} is not ID=HOST:PORT: the address needs a port"
+            ));
+        }
+        if let Some((other, _)) = members.iter().find(|(_, a)| a.as_str() == addr) {
+            return Err(format!("members {other} and {id} are both at {addr}"));
+        }
+        if members.insert(id, addr.to_string()).is_some() {
             return Err(format!("member {id} is named twice"));
         }
     }
@@ -573,6 +587,23 @@ fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, Str
         return Err("a cell has one member at least".into());
     }
     Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cell;
+
+    #[test]
+    fn a_cell_names_each_member_once_at_an_address_with_a_port() {
+        let cell = parse_cell("1=10.0.0.1:7171, 2=[::1]:7171").unwrap();
+        assert_eq!(cell[&2], "[::1]:7171");
+        let no_port = parse_cell("1=127.0.0.1").unwrap_err();
+        assert!(no_port.contains("needs a port"), "{no_port}");
+        assert!(parse_cell("1=:7171").is_err());
+        let shared = parse_cell("1=127.0.0.1:7171,2=127.0.0.1:7171").unwrap_err();
+        assert!(shared.contains("members 1 and 2"), "{shared}");
+        assert!(parse_cell("1=a:1,1=b:2").unwrap_err().contains("twice"));
+    }
 }
 
 #[derive(Subcommand)]
