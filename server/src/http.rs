@@ -202,10 +202,19 @@ pub async fn serve_http(
             match port.tls.as_ref().map(crate::tls::ServerTls::http_acceptor) {
                 None => serve_connection(stream, None, port, peer).await,
                 Some(acceptor) => {
-                    if !speaks_tls(&stream).await {
-                        answer_plaintext(stream).await;
-                        drop(permit);
-                        return;
+                    match speaks_tls(&stream).await {
+                        Some(true) => {}
+                        Some(false) => {
+                            answer_plaintext(stream).await;
+                            drop(permit);
+                            return;
+                        }
+                        // Silent past the headers' time: closed, so a
+                        // peer that sends nothing holds a slot no longer.
+                        None => {
+                            drop(permit);
+                            return;
+                        }
                     }
                     // The handshake within the time the headers get.
                     let shaken = tokio::time::timeout(HTTP_HEADER_TIMEOUT, acceptor.accept(stream));
@@ -230,13 +239,12 @@ pub async fn serve_http(
 }
 
 /// Whether the first byte from `stream` starts a TLS handshake record
-/// (22), waiting for it as long as headers may take; a peer that sends
-/// nothing counts as TLS, and the handshake times out.
-async fn speaks_tls(stream: &tokio::net::TcpStream) -> bool {
+/// (22), waiting for it as long as headers may take; `None` if none came.
+async fn speaks_tls(stream: &tokio::net::TcpStream) -> Option<bool> {
     let mut first = [0u8; 1];
     match tokio::time::timeout(HTTP_HEADER_TIMEOUT, stream.peek(&mut first)).await {
-        Ok(Ok(1)) => first[0] == 22,
-        _ => true,
+        Ok(Ok(1)) => Some(first[0] == 22),
+        _ => None,
     }
 }
 
