@@ -1439,7 +1439,7 @@ async fn serve_member(
         storage: leasehold_server::cell::Storage::Dir(args.data_dir.clone()),
         timing: Default::default(),
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
-        unsafe_keep_master_lease: false,
+        broken: Default::default(),
         join: args.join,
     };
     let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;

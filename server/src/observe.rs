@@ -59,6 +59,16 @@ pub enum MasterEvent {
         /// When it began.
         now: Millis,
     },
+    /// The master that began serving in `epoch` decides nothing more from
+    /// `now`: its master lease lapsed, its member no longer leads, its
+    /// store failed, or it was shut down. A master whose host crashed
+    /// tells nothing.
+    Stopped {
+        /// The master's epoch.
+        epoch: u64,
+        /// When it stopped.
+        now: Millis,
+    },
     /// The master ended the session at `now`.
     Ended {
         /// The session.

@@ -249,7 +249,7 @@ fn member(
             election_max: Duration::from_millis(600),
         },
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
-        unsafe_keep_master_lease: false,
+        broken: Default::default(),
         join,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

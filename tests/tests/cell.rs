@@ -68,7 +68,7 @@ async fn cell_speaking(name: &str, pki: Option<&Pki>) -> Cell {
             storage: Storage::Dir(dir.path().to_path_buf()),
             timing: timing(),
             snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
-            unsafe_keep_master_lease: false,
+            broken: Default::default(),
             join: false,
         };
         dirs.push(dir);

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+use leasehold_server::cell::BrokenRules;
 use leasehold_tests::sim::check::{self, Report};
 use leasehold_tests::sim::trace::{to_jsonl, What};
 use leasehold_tests::sim::{find, run, Run, Settings, SCENARIOS};
@@ -95,11 +96,14 @@ scenarios! {
     a_five_member_cells_master_crash_holds_every_invariant => "cell5-master-crash",
     a_cells_isolated_master_holds_every_invariant => "cell-master-isolated",
     a_five_member_cells_isolated_master_holds_every_invariant => "cell5-master-isolated",
+    a_follower_restarted_inside_the_lease_holds_every_invariant => "cell-restart-in-lease",
     a_split_cell_holds_every_invariant => "cell-split",
     a_split_five_member_cell_holds_every_invariant => "cell5-split",
     a_follower_behind_the_purged_log_holds_every_invariant => "cell-follower-behind",
     flapping_peer_links_hold_every_invariant => "cell-flapping-peers",
+    members_slow_to_step_down_hold_every_invariant => "cell-slow-step-down",
     membership_changes_during_failovers_hold_every_invariant => "cell-membership",
+    crashes_during_joint_removals_hold_every_invariant => "cell-removal-crash",
     a_cell_under_random_faults_holds_every_invariant => "cell-random",
     a_five_member_cell_under_random_faults_holds_every_invariant => "cell5-random",
 }
@@ -186,13 +190,84 @@ fn each_crash_of_a_cells_master_hands_over_to_a_new_epoch() {
 #[test]
 fn a_master_that_keeps_granting_without_its_quorum_is_caught() {
     let settings = Settings {
-        broken_master_lease: true,
+        broken_cell: BrokenRules {
+            keep_master_lease: true,
+            ..BrokenRules::default()
+        },
         ..Settings::default()
     };
     let (run, report) = first_broken_in("cell-master-isolated", settings, "masters")
         .expect("the masters check fires within 10 seeds");
     assert!(
         report.of("masters")[0].detail.contains("two masters"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
+// CELL-6: the master lease counts on followers refusing rivals for the
+// longest election timeout after they heard the leader. Followers that
+// refuse for half as long let a new master begin while the isolated one
+// still serves, whether or not it grants in the overlap: the masters check
+// sees the new master begin before the old one stopped.
+#[test]
+fn followers_refusing_rivals_for_less_than_the_lease_counts_on_are_caught() {
+    let window = leasehold_server::cell::Timing::default().election_max / 2;
+    let settings = Settings {
+        broken_cell: BrokenRules {
+            refusal_window: Some(window),
+            ..BrokenRules::default()
+        },
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("cell-master-isolated", settings, "masters")
+        .expect("the masters check fires within 10 seeds");
+    assert!(
+        report.of("masters")[0].detail.contains("had not stopped"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
+// CELL-6: a leader that leads for longer than its engine's leader lease
+// grants a rival's higher vote. Unless the request ends its master lease
+// and waits for its master to stop, a member slow to notice that it no
+// longer leads keeps its master serving while the rival begins.
+#[test]
+fn a_leader_that_keeps_its_lease_while_asked_for_a_higher_vote_is_caught() {
+    let settings = Settings {
+        broken_cell: BrokenRules {
+            keep_lease_when_asked: true,
+            ..BrokenRules::default()
+        },
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("cell-slow-step-down", settings, "masters")
+        .expect("the masters check fires within 10 seeds");
+    assert!(
+        report.of("masters")[0].detail.contains("had not stopped"),
+        "{}",
+        report.summary(&run)
+    );
+}
+
+// CELL-9: a member being removed that is heard by every member, and
+// stands whenever its leader is silent, deposes master after master once
+// the master crashed during the change: the masters check sees masters
+// change with nothing wrong among the servers.
+#[test]
+fn members_that_hear_a_removed_candidate_are_caught() {
+    let settings = Settings {
+        broken_cell: BrokenRules {
+            hear_any_candidate: true,
+            ..BrokenRules::default()
+        },
+        ..Settings::default()
+    };
+    let (run, report) = first_broken_in("cell-removal-crash", settings, "masters")
+        .expect("the masters check fires within 10 seeds");
+    assert!(
+        report.of("masters")[0].detail.contains("for no cause"),
         "{}",
         report.summary(&run)
     );

@@ -13,6 +13,13 @@
 //! the drift allowance covering clocks that run at different rates. The
 //! times are the leader's own send instants, so the lease is never longer
 //! than the truth.
+//!
+//! The lease also knows whether a master serves under it. A rival's
+//! request for a higher vote ends the lease and wakes the master, which
+//! stops; the request waits for that stop before the engine sees it, so
+//! the vote never leaves while the master can still decide (`CELL-6`),
+//! however late the member's own task would notice that it no longer
+//! leads.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +41,12 @@ pub struct MasterLease {
     /// The lease's end in microseconds after `base`; 0: no lease.
     until: AtomicU64,
     book: Mutex<Book>,
+    /// Woken when the lease ends before its time (deposed, or a rival
+    /// asked for a higher vote): a master waiting for its deadline looks
+    /// again.
+    ended: tokio::sync::Notify,
+    /// Whether a master serves under this lease now.
+    serving: tokio::sync::watch::Sender<bool>,
     /// Broken on purpose: once held, the lease never lapses while this
     /// member leads.
     kept: bool,
@@ -61,6 +74,8 @@ impl MasterLease {
             base: Instant::now(),
             until: AtomicU64::new(0),
             book: Mutex::new(Book::default()),
+            ended: tokio::sync::Notify::new(),
+            serving: tokio::sync::watch::Sender::new(false),
             kept: false,
         }
     }
@@ -94,6 +109,7 @@ impl MasterLease {
         let mut book = self.book.lock().expect("lease lock");
         *book = Book::default();
         self.until.store(0, Ordering::Release);
+        self.ended.notify_waiters();
     }
 
     /// A rival asks for this member's vote with `vote`. If it is above the
@@ -101,16 +117,66 @@ impl MasterLease {
     /// rival may then be elected with it: the lease ends now, before the
     /// vote is given (`CELL-6`). A leader's own vote is not renewed by its
     /// heartbeats, so the engine's leader lease does not stop a leader of
-    /// long standing from granting it.
-    pub fn yield_to(&self, vote: &Vote<NodeId>) {
+    /// long standing from granting it. Whether it ended the lease: then
+    /// whoever asks waits for the master to stop
+    /// ([`MasterLease::master_stopped`]) before the engine sees the
+    /// request.
+    pub fn yield_to(&self, vote: &Vote<NodeId>) -> bool {
         let mut book = self.book.lock().expect("lease lock");
-        if book
+        let higher = book
             .vote
-            .is_some_and(|led| vote.leader_id() > led.leader_id())
-        {
+            .is_some_and(|led| vote.leader_id() > led.leader_id());
+        if higher {
             *book = Book::default();
             self.until.store(0, Ordering::Release);
+            self.ended.notify_waiters();
         }
+        higher
+    }
+
+    /// A master begins serving under this lease, if it holds at `now`:
+    /// checked and recorded at once, so that a rival's request that ends
+    /// the lease either comes first (and no master begins) or finds the
+    /// master serving (and waits for it to stop).
+    pub fn begin_serving(&self, now: Instant) -> bool {
+        let _book = self.book.lock().expect("lease lock");
+        let holds = self.holds(now);
+        if holds {
+            self.serving.send_replace(true);
+        }
+        holds
+    }
+
+    /// The master serving under this lease has stopped: it decides
+    /// nothing more.
+    pub fn end_serving(&self) {
+        self.serving.send_replace(false);
+    }
+
+    /// Resolves once the lease's end has passed, or the lease ended early;
+    /// at once if there is none. The lease may have been renewed meanwhile,
+    /// so the caller looks again ([`MasterLease::holds`]).
+    pub async fn lapses(&self) {
+        let ended = self.ended.notified();
+        tokio::pin!(ended);
+        // Registered before the deadline is read: an end between the two
+        // still wakes it.
+        ended.as_mut().enable();
+        if let Some(deadline) = self.deadline() {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {}
+                () = ended => {}
+            }
+        }
+    }
+
+    /// Waits until no master serves under this lease, for at most `patience`;
+    /// whether none does.
+    pub async fn master_stopped(&self, patience: Duration) -> bool {
+        let mut serving = self.serving.subscribe();
+        tokio::time::timeout(patience, serving.wait_for(|serving| !serving))
+            .await
+            .is_ok_and(|waited| waited.is_ok())
     }
 
     /// `target` accepted a request this member sent at `sent` under `vote`.
@@ -244,5 +310,49 @@ mod tests {
         assert!(lease.deadline().is_some(), "a lower vote changes nothing");
         lease.yield_to(&Vote::new(3, 3));
         assert!(lease.deadline().is_none());
+    }
+
+    // CELL-6: a master begins only while the lease holds, checked as it
+    // is recorded.
+    #[tokio::test(start_paused = true)]
+    async fn a_master_begins_only_while_the_lease_holds() {
+        let lease = MasterLease::new(1, Duration::from_millis(500));
+        lease.lead(vote(1), vec![vec![1, 2, 3]]);
+        assert!(!lease.begin_serving(Instant::now()), "no quorum yet");
+        lease.acked(2, &vote(1), Instant::now());
+        assert!(lease.begin_serving(Instant::now()));
+        assert!(
+            !lease.master_stopped(Duration::from_millis(10)).await,
+            "a master serves"
+        );
+        lease.end_serving();
+        assert!(lease.master_stopped(Duration::ZERO).await);
+    }
+
+    // CELL-6: a rival's higher vote wakes the master waiting for its
+    // lease's end at once, not at the old deadline, and the request can
+    // wait for the master to stop.
+    #[tokio::test(start_paused = true)]
+    async fn a_rival_asking_for_a_higher_vote_wakes_the_master_at_once() {
+        let lease = std::sync::Arc::new(MasterLease::new(1, Duration::from_millis(500)));
+        lease.lead(vote(2), vec![vec![1, 2, 3]]);
+        lease.acked(2, &vote(2), Instant::now());
+        assert!(lease.begin_serving(Instant::now()));
+        let master = {
+            let lease = lease.clone();
+            tokio::spawn(async move {
+                lease.lapses().await;
+                let stopped_at = Instant::now();
+                assert!(!lease.holds(stopped_at));
+                lease.end_serving();
+                stopped_at
+            })
+        };
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let asked = Instant::now();
+        assert!(lease.yield_to(&Vote::new(3, 3)), "a higher vote ends it");
+        assert!(lease.master_stopped(Duration::from_millis(500)).await);
+        assert_eq!(master.await.unwrap(), asked, "woken at once");
+        assert!(!lease.yield_to(&Vote::new(4, 3)), "nothing left to end");
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use openraft::{BasicNode, Raft};
 
+use super::broken::BrokenRules;
 use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
@@ -67,11 +68,10 @@ pub struct MemberConfig {
     /// Entries applied between snapshots; the log keeps a quarter as many
     /// before the last snapshot, for followers a little behind.
     pub snapshot_every: u64,
-    /// Keeps the master lease once held, whatever the followers answer
-    /// ([`MasterLease::kept_for_ever`]). Unsafe; only for showing that
-    /// a simulation catches a master that grants without its quorum.
+    /// Rules broken on purpose, so that a simulation can show it
+    /// catches each; a real member breaks none.
     #[doc(hidden)]
-    pub unsafe_keep_master_lease: bool,
+    pub broken: BrokenRules,
     /// This member joins a cell that runs already: it waits to be added
     /// (`leasehold cell add`) instead of proposing `members` as a new
     /// cell's first membership (SPEC `CELL-9`).
@@ -139,11 +139,18 @@ impl Member {
             )));
         }
         let timing = config.timing;
+        // The engine refuses other candidates for its longest election
+        // timeout after it heard the leader: the window the master lease
+        // counts on, unless it is broken on purpose.
+        let (election_min, election_max) = match config.broken.refusal_window {
+            Some(window) => (timing.election_min.min(window / 2), window),
+            None => (timing.election_min, timing.election_max),
+        };
         let raft_config = openraft::Config {
             cluster_name: config.cell.clone(),
             heartbeat_interval: timing.heartbeat.as_millis() as u64,
-            election_timeout_min: timing.election_min.as_millis() as u64,
-            election_timeout_max: timing.election_max.as_millis() as u64,
+            election_timeout_min: election_min.as_millis() as u64,
+            election_timeout_max: election_max.as_millis() as u64,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(1)),
             max_in_snapshot_log_to_keep: config.snapshot_every / 4,
             max_payload_entries: 64,
@@ -161,8 +168,10 @@ impl Member {
             taken.carried_forward(dir)?;
         }
         let fresh = log.is_empty();
-        tokio::time::sleep(timing.election_max).await;
-        let lease = Arc::new(if config.unsafe_keep_master_lease {
+        if !config.broken.vote_at_start {
+            tokio::time::sleep(timing.election_max).await;
+        }
+        let lease = Arc::new(if config.broken.keep_master_lease {
             MasterLease::kept_for_ever(config.id, timing.master_lease())
         } else {
             MasterLease::new(config.id, timing.master_lease())

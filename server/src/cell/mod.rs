@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::state::Command;
 use crate::time::Millis;
 
+mod broken;
 mod frame;
 mod lease;
 mod log;
@@ -56,6 +57,7 @@ mod status;
 mod tests;
 mod volume;
 
+pub use broken::BrokenRules;
 pub use lease::MasterLease;
 pub use log::CellLog;
 pub use machine::{CellMachine, Replica};

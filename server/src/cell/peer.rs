@@ -187,18 +187,26 @@ pub async fn serve<S: Served>(
                     at.elapsed() < member.config.timing.election_max
                         && newest_voter(membership, leader)
                 });
-                let voter = may_campaign(
-                    membership,
-                    hello.from,
-                    rpc.last_log_id.as_ref(),
-                    member.log.last_log_id().as_ref(),
-                    led,
-                );
-                if voter {
-                    // A leader the engine lets vote for a rival steps
-                    // down: its master stops before the vote can leave
-                    // (CELL-6).
-                    lease.yield_to(&rpc.vote);
+                let broken = member.config.broken;
+                let voter = broken.hear_any_candidate
+                    || may_campaign(
+                        membership,
+                        hello.from,
+                        rpc.last_log_id.as_ref(),
+                        member.log.last_log_id().as_ref(),
+                        led,
+                    );
+                // A leader the engine lets vote for a rival steps down: its
+                // master stops before the engine sees the request, so the
+                // vote cannot leave while it still decides (CELL-6). One
+                // that does not stop in time is refused the vote.
+                let heard = voter
+                    && (broken.keep_lease_when_asked
+                        || !lease.yield_to(&rpc.vote)
+                        || lease
+                            .master_stopped(member.config.timing.election_max)
+                            .await);
+                if heard {
                     PeerResponse::Vote(raft.vote(rpc).await)
                 } else {
                     // See `may_campaign`: a vote for it would never make a

@@ -319,12 +319,18 @@ async fn lead(
         let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
         let led_by = led_by.map(|(leader, at)| (leader, at.elapsed()));
         let election_max = member.config.timing.election_max;
-        let stand = may_stand(m.membership_config.membership(), me, led_by, election_max);
+        let stand = member.config.broken.hear_any_candidate
+            || may_stand(m.membership_config.membership(), me, led_by, election_max);
         if stand != standing {
             member.raft.runtime_config().elect(stand);
             standing = stand;
         }
         let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
+        if let (false, Some(_), Some(lag)) =
+            (leading, &running, member.config.broken.slow_step_down)
+        {
+            tokio::time::sleep(lag).await;
+        }
         if leading {
             member.lease.lead(m.vote, voters(&m));
         } else {
@@ -381,6 +387,9 @@ async fn lead(
                 if let Some(master) = running.take() {
                     warn!(epoch = master.epoch, "the master stopped: its lease lapsed or the log took no more");
                     master.connections.cancel();
+                    // Said by the master as it stops; said again for a
+                    // master task that ended any other way.
+                    member.lease.end_serving();
                 }
             }
             // Acknowledgements move the lease without moving the metrics.
@@ -426,7 +435,7 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
         // Another epoch followed ours before we could start: not ours.
         return None;
     }
-    if !member.lease.holds(tokio::time::Instant::now()) {
+    if !member.lease.begin_serving(tokio::time::Instant::now()) {
         // The entry took its time, and the lease lapsed meanwhile: another
         // member may have been elected and be serving a later epoch that
         // this replica has not applied yet. A master starts only inside

@@ -89,7 +89,7 @@ async fn cell_of(name: &str, size: u64, snapshot_every: u64, secret: Option<&str
             storage: Storage::Dir(dir),
             timing: timing(),
             snapshot_every,
-            unsafe_keep_master_lease: false,
+            broken: Default::default(),
             join: false,
         };
         starting.push(tokio::spawn(Member::start(
@@ -163,7 +163,7 @@ impl Cell {
             storage: Storage::Dir(dir),
             timing: timing(),
             snapshot_every: self.snapshot_every,
-            unsafe_keep_master_lease: false,
+            broken: Default::default(),
             join: true,
         };
         self.launch(id, config, listener).await;
@@ -216,7 +216,7 @@ impl Cell {
             storage: Storage::Dir(member_dir(&self.name, id)),
             timing: timing(),
             snapshot_every: self.snapshot_every,
-            unsafe_keep_master_lease: false,
+            broken: Default::default(),
             join: false,
         };
         let listener = tokio::net::TcpListener::bind(&self.addrs[&id])
@@ -836,7 +836,7 @@ async fn tls_cell(name: &str, pki: &CellPki) -> (Cell, Vec<tokio::sync::oneshot:
             storage: Storage::Dir(dir),
             timing: timing(),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
-            unsafe_keep_master_lease: false,
+            broken: Default::default(),
             join: false,
         };
         let dialer = peer_dialer(&config, Arc::new(TcpDialer));

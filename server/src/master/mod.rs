@@ -42,6 +42,7 @@ use tracing::debug;
 use crate::commit::Committer;
 use crate::config::Config;
 use crate::config::{FIGURES_EVERY, KEEPALIVE_RUN};
+use crate::observe::MasterEvent;
 use crate::recovery::Start;
 use crate::store::Snapshot;
 use crate::time::Millis;
@@ -86,12 +87,12 @@ async fn durable(commit: &mut Option<Committer>) -> Result<(), watch::error::Rec
     }
 }
 
-/// Resolves once `lease`'s current end has passed (at once if there is
-/// none); the lease may have been extended meanwhile, so the caller looks
-/// again.
+/// Resolves once `lease`'s current end has passed or it ended early (at
+/// once if there is none); the lease may have been extended meanwhile, so
+/// the caller looks again.
 async fn lease_lapses(lease: Option<&crate::cell::MasterLease>) {
-    if let Some(deadline) = lease.and_then(|l| l.deadline()) {
-        tokio::time::sleep_until(deadline).await;
+    if let Some(lease) = lease {
+        lease.lapses().await;
     }
 }
 
@@ -366,6 +367,16 @@ impl Master {
             if self.failed {
                 break;
             }
+        }
+        // Told here, not through the engine's effects: nothing is decided
+        // after the loop, and a vote this member gives a rival waits for
+        // it (`CELL-6`).
+        if let Some(lease) = &self.lease {
+            lease.end_serving();
+        }
+        if let Some(observer) = &self.engine.config.observer {
+            let (epoch, now) = (self.engine.config.epoch, self.read_clock());
+            observer.tell(&MasterEvent::Stopped { epoch, now });
         }
         if let Some(commit) = &mut self.commit {
             commit.finish().await;

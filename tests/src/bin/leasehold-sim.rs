@@ -71,6 +71,34 @@ struct Knobs {
     /// held, so one cut off from its quorum goes on granting.
     #[arg(long)]
     broken_master_lease: bool,
+    /// Break a rule of a cell's elections (repeatable): `start-wait` (a
+    /// restarted member votes at once, CELL-5), `refusal-window`
+    /// (followers refuse rivals for half the window the master lease
+    /// counts on, CELL-6), `yield` (a leader asked for a higher vote keeps
+    /// its lease, CELL-6), `candidate` (members hear every candidate and
+    /// always stand, CELL-9).
+    #[arg(long = "break-cell-rule", value_enum)]
+    break_cell_rule: Vec<CellRule>,
+}
+
+/// A rule of a cell's elections a run can break.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum CellRule {
+    StartWait,
+    RefusalWindow,
+    Yield,
+    Candidate,
+}
+
+impl CellRule {
+    fn flag(self) -> &'static str {
+        match self {
+            CellRule::StartWait => "start-wait",
+            CellRule::RefusalWindow => "refusal-window",
+            CellRule::Yield => "yield",
+            CellRule::Candidate => "candidate",
+        }
+    }
 }
 
 impl Knobs {
@@ -84,9 +112,21 @@ impl Knobs {
             unfenced_releases: self.unfenced_releases,
             unfiltered_events: self.unfiltered_events,
             lying_disk: self.lying_disk,
-            broken_master_lease: self.broken_master_lease,
             ..Settings::default()
         };
+        let broken = &mut settings.broken_cell;
+        broken.keep_master_lease = self.broken_master_lease;
+        for rule in &self.break_cell_rule {
+            match rule {
+                CellRule::StartWait => broken.vote_at_start = true,
+                CellRule::RefusalWindow => {
+                    let window = leasehold_server::cell::Timing::default().election_max / 2;
+                    broken.refusal_window = Some(window);
+                }
+                CellRule::Yield => broken.keep_lease_when_asked = true,
+                CellRule::Candidate => broken.hear_any_candidate = true,
+            }
+        }
         if let Some(ms) = self.lock_delay_ms {
             settings.lock_delay = Some(Duration::from_millis(ms));
         }
@@ -136,6 +176,9 @@ impl Knobs {
         }
         if self.broken_master_lease {
             flags.push_str(" --broken-master-lease");
+        }
+        for rule in &self.break_cell_rule {
+            flags.push_str(&format!(" --break-cell-rule {}", rule.flag()));
         }
         flags
     }

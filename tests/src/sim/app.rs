@@ -145,6 +145,8 @@ pub struct Ctx {
     pub clock_rate: f64,
     /// The single master, or a cell's members.
     pub servers: Vec<String>,
+    /// A writer's pause after each call, in ms: from, to.
+    pub writer_pause: (u64, u64),
 }
 
 pub async fn run(role: Role, mut ctx: Ctx) -> turmoil::Result {
@@ -584,7 +586,8 @@ async fn writer(ctx: &mut Ctx) {
                 }
             }
         }
-        sleep(Duration::from_millis(ctx.rng.range(50, 300))).await;
+        let (from, to) = ctx.writer_pause;
+        sleep(Duration::from_millis(ctx.rng.range(from, to))).await;
     }
     if let Some(live) = reader {
         live.finish(ctx).await;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_server::cell::{
-    serve_member, Member, MemberConfig, MemoryVolume, Storage, Timing, Volume,
+    serve_member, BrokenRules, Member, MemberConfig, MemoryVolume, Storage, Timing, Volume,
 };
 use leasehold_server::{Config, IdSource};
 
@@ -63,6 +63,17 @@ impl Registry {
             .filter_map(|(name, member)| Some((member.leading_term()?, name.clone())))
             .max()
             .map(|(_, name)| name)
+    }
+
+    /// Whether member `name` holds a joint membership: a change begun
+    /// and not yet finished.
+    pub fn joint(&self, name: &str) -> bool {
+        let members = self.0.lock().unwrap();
+        members.get(name).is_some_and(|member| {
+            let metrics = member.raft().metrics();
+            let m = metrics.borrow();
+            m.membership_config.membership().get_joint_config().len() > 1
+        })
     }
 
     /// Each running member's replica whose applied index is not the one
@@ -116,9 +127,9 @@ pub struct Cell {
     pub registry: Registry,
     /// The first members, which found the cell; the rest join it later.
     pub founders: usize,
-    /// Keep the master lease once held: a master that grants without its
-    /// quorum.
-    pub broken_master_lease: bool,
+    /// The rules of the master lease and of elections the members break
+    /// on purpose: none, unless a run shows a check catching it.
+    pub broken: BrokenRules,
     /// Masters carry out every release whichever acquire it names.
     pub unfenced_releases: bool,
     pub unfiltered_events: bool,
@@ -172,7 +183,7 @@ pub fn host(
         storage: Storage::Volume(Arc::new(volume) as Arc<dyn Volume>),
         timing: timing(rate),
         snapshot_every: SNAPSHOT_EVERY,
-        unsafe_keep_master_lease: cell.broken_master_lease,
+        broken: cell.broken,
         join,
     };
     let observer = master_observer(cell.trace.clone(), cell.grants.clone(), rate, name.clone());

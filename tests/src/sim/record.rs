@@ -60,9 +60,13 @@ pub struct Settings {
     /// Members of a replicated cell; `None`: the scenario's own number
     /// (0: a single master).
     pub members: Option<usize>,
-    /// A cell's masters keep their master lease once held, whatever their
-    /// followers answer: a master cut off from its quorum goes on granting.
-    pub broken_master_lease: bool,
+    /// Rules of the master lease and of elections a cell's members break
+    /// (`BrokenRules`): a master that keeps its lease without a quorum, a
+    /// member that votes as soon as it restarts, followers whose refusal
+    /// window is shorter than the lease counts on, a leader that keeps its
+    /// lease while asked for a higher vote, members that hear any
+    /// candidate.
+    pub broken_cell: leasehold_server::cell::BrokenRules,
 }
 
 impl Default for Settings {
@@ -87,7 +91,7 @@ impl Default for Settings {
             max_latency: Duration::from_millis(10),
             tick: Duration::from_millis(5),
             members: None,
-            broken_master_lease: false,
+            broken_cell: Default::default(),
         }
     }
 }

@@ -47,8 +47,16 @@ pub enum Action {
     /// again `ms` later.
     CrashFollower { ms: u64 },
     /// In a cell: cut the master off from every other member, and from
-    /// every client but `reachable`, for `ms`.
-    IsolateMaster { ms: u64, reachable: Vec<String> },
+    /// every client but `reachable`, for `ms`. With `bounce`, one
+    /// follower still hears the master at first (the others, cut off,
+    /// stand for election again and again); `after` ms later it is cut
+    /// off too as it crashes, and it starts again `down` ms after that,
+    /// inside the lease it promised the master before it went down.
+    IsolateMaster {
+        ms: u64,
+        reachable: Vec<String>,
+        bounce: Option<Bounce>,
+    },
     /// In a cell: split the members in two for `ms`, the master in the
     /// minority or the majority; `minority_clients` reach only the
     /// minority, every other client only the majority.
@@ -60,6 +68,17 @@ pub enum Action {
     /// In a cell: cut and heal links between members, one at a time, in
     /// quick succession for `ms`.
     FlapPeers { ms: u64 },
+    /// In a cell: crash the master the moment its membership turns joint
+    /// (a change begun), or with `at_end` the moment it stops being joint
+    /// (the change's second half appended, some followers not yet told),
+    /// looking until `within` ms have passed; start it again `ms` later.
+    CrashWhileJoint { within: u64, ms: u64, at_end: bool },
+    /// In a cell: drop the master's messages to one follower for `ms`,
+    /// the follower's to the master still arriving. The follower hears no
+    /// heartbeat and stands for election; its request reaches the master,
+    /// which, leading for longer than its engine's leader lease, may grant
+    /// it.
+    DeafFollower { ms: u64 },
     /// Once the master next grants `client`'s session a lease (answers
     /// its KeepAlive), wait `delay`, then `edge`: a fault timed to a phase
     /// of the KeepAlive cycle.
@@ -86,6 +105,14 @@ pub enum Action {
         delay: u64,
         ms: u64,
     },
+}
+
+/// The follower of an [`Action::IsolateMaster`] that is cut off last, as
+/// it crashes: `after` ms into the cut, down for `down` ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounce {
+    pub after: u64,
+    pub down: u64,
 }
 
 /// A fault timed to the master's answer of a KeepAlive.
@@ -115,6 +142,9 @@ pub struct Planner {
     pub spare: usize,
     /// Membership changes the operator makes.
     pub admin: Vec<Scheduled>,
+    /// Every member's task notices this many ms late that its member no
+    /// longer leads, as on a loaded machine (`BrokenRules::slow_step_down`).
+    pub slow_step_down: Option<u64>,
 }
 
 impl Planner {
@@ -288,6 +318,11 @@ pub struct Scenario {
     /// An operator changes what a snooping client may read throughout
     /// (`rules.rs`).
     pub access: bool,
+    /// The writers pause for one to four seconds after each call: the
+    /// log grows seldom, so a follower cut off for a moment can be as up
+    /// to date as its master. Their caches then serve too seldom to
+    /// judge.
+    pub quiet: bool,
     pub plan: fn(&mut Planner),
 }
 
@@ -302,12 +337,13 @@ impl Scenario {
     /// writes with; clients that only read and write hold no lock and wait
     /// for none.
     pub fn expects(&self, invariant: &str) -> bool {
-        use super::check::{access, exclusion, fencing, replicas, waits};
+        use super::check::{access, cache, exclusion, fencing, replicas, waits};
         let locks = self.role.is_none_or(|role| {
             matches!(role, Role::Locker | Role::Elector | Role::SemaphoreHolder)
         });
         match invariant {
             replicas::NAME => self.members > 0,
+            cache::NAME => !self.quiet,
             access::NAME => self.access,
             fencing::NAME => locks && self.role != Some(Role::SemaphoreHolder),
             exclusion::NAME | waits::NAME => locks,
@@ -337,6 +373,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             for client in p.contenders.clone() {
                 let mut at = p.rng.range(2_000, 5_000);
@@ -359,6 +396,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.5, Direction::Both, lease + 500, lease + grace - 1_500);
@@ -373,6 +411,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.4, Direction::Both, lease + grace + 1_000, lease + grace + 4_000);
@@ -387,6 +426,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::ToMaster, lease / 2, lease + grace + 2_000);
@@ -400,6 +440,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             p.some_partitions(0.6, Direction::FromMaster, lease / 2, lease + grace + 2_000);
@@ -413,6 +454,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let (lease, grace) = (p.lease(), p.grace());
             for client in p.contenders.clone() {
@@ -432,6 +474,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             for client in p.contenders.clone().into_iter().take(2) {
                 let ms = p.rng.range(8_000, 15_000);
@@ -448,6 +491,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let down = p.lease() / 2;
             two_crashes(p, down);
@@ -461,6 +505,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let ms = p.lease() + p.rng.range(500, p.grace() - 2_000);
             let at = p.start_for(ms);
@@ -475,6 +520,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: contended,
     },
     Scenario {
@@ -485,6 +531,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: contended,
     },
     Scenario {
@@ -495,6 +542,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: contended,
     },
     Scenario {
@@ -505,6 +553,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: true,
+        quiet: false,
         plan: |p| {
             for client in p.contenders.clone().iter().chain(p.bystanders.clone().iter()) {
                 p.random_faults(client);
@@ -528,6 +577,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 0,
         access: false,
+        quiet: false,
         plan: contended,
     },
     Scenario {
@@ -538,6 +588,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 0,
         access: false,
+        quiet: false,
         plan: contended,
     },
     Scenario {
@@ -548,6 +599,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let mut at = p.rng.range(2_000, 4_000);
             while at + 8_000 < p.work() {
@@ -564,6 +616,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             for client in p.contenders.clone() {
                 p.edge_faults(&client);
@@ -587,6 +640,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: cachers_cut_off,
     },
     Scenario {
@@ -597,6 +651,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 0,
         access: false,
+        quiet: false,
         plan: |p| {
             let down = p.lease() + p.grace() / 2;
             two_crashes(p, down);
@@ -611,6 +666,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 3,
         access: false,
+        quiet: false,
         plan: master_crashes,
     },
     Scenario {
@@ -621,6 +677,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 5,
         access: false,
+        quiet: false,
         plan: master_crashes,
     },
     Scenario {
@@ -631,6 +688,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 3,
         access: false,
+        quiet: false,
         plan: master_isolated,
     },
     Scenario {
@@ -641,7 +699,19 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: Duration::ZERO,
         members: 5,
         access: false,
+        quiet: false,
         plan: master_isolated,
+    },
+    Scenario {
+        name: "cell-restart-in-lease",
+        about: "a three-member cell's master cut off from its followers as one of them crashes and starts again at once, inside the lease it promised the master: it must not vote before that lease is over (CELL-5)",
+        role: None,
+        contenders: 4,
+        lock_delay: Duration::ZERO,
+        members: 3,
+        access: false,
+        quiet: false,
+        plan: restart_in_lease,
     },
     Scenario {
         name: "cell-split",
@@ -651,6 +721,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 3,
         access: false,
+        quiet: false,
         plan: splits,
     },
     Scenario {
@@ -661,6 +732,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 5,
         access: false,
+        quiet: false,
         plan: splits,
     },
     Scenario {
@@ -671,6 +743,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 3,
         access: false,
+        quiet: false,
         plan: |p| {
             let ms = p.rng.range(8_000, 16_000);
             let at = p.rng.range(2_000, p.work() - ms - 4_000);
@@ -688,10 +761,30 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 3,
         access: false,
+        quiet: false,
         plan: |p| {
             let ms = p.rng.range(8_000, 16_000);
             let at = p.start_for(ms);
             p.add(at, Action::FlapPeers { ms });
+        },
+    },
+    Scenario {
+        name: "cell-slow-step-down",
+        about: "a quiet three-member cell (two candidates, writers that pause for seconds) on members whose tasks notice 500 ms late that they no longer lead, as on a loaded machine; a follower stops hearing the master for a second or two, again and again, and asks it for its vote: the master must stop before that vote leaves (CELL-6)",
+        role: Some(Role::Elector),
+        contenders: 2,
+        lock_delay: Duration::ZERO,
+        members: 3,
+        access: false,
+        quiet: true,
+        plan: |p| {
+            p.slow_step_down = Some(500);
+            let mut at = p.rng.range(3_000, 6_000);
+            while at + 4_000 < p.work() {
+                let ms = p.rng.range(900, 2_000);
+                p.add(at, Action::DeafFollower { ms });
+                at += ms + p.rng.range(1_000, 3_000);
+            }
         },
     },
     Scenario {
@@ -702,15 +795,32 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 5,
         access: false,
+        quiet: false,
+        plan: |p| membership_changes(p, 1_500),
+    },
+    Scenario {
+        name: "cell-removal-crash",
+        about: "cell-membership with the master crashing the moment each change turns joint, or the moment it is finished on the master and not yet on every follower: the member being removed, still running, must neither depose the next master nor take the votes it needs (CELL-9)",
+        role: None,
+        contenders: 4,
+        lock_delay: LOCK_DELAY,
+        members: 5,
+        access: false,
+        quiet: false,
         plan: |p| {
             p.spare = 2;
             let mut at = p.rng.range(3_000, 8_000);
             let founder = p.rng.range(1, 4);
             for (add, member) in [(true, 4), (false, founder), (true, 5)] {
                 p.admin.push(Scheduled { at, add, member });
-                let crash = at + p.rng.range(0, 1_500);
                 let ms = p.rng.range(200, 3_000);
-                p.add(crash, Action::Crash { ms });
+                let at_end = p.rng.chance(0.5);
+                let crash = Action::CrashWhileJoint {
+                    within: 2_000,
+                    ms,
+                    at_end,
+                };
+                p.add(at, crash);
                 at += p.rng.range(8_000, 12_000);
             }
         },
@@ -723,6 +833,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 3,
         access: true,
+        quiet: false,
         plan: cell_random,
     },
     Scenario {
@@ -733,6 +844,7 @@ pub static SCENARIOS: &[Scenario] = &[
         lock_delay: LOCK_DELAY,
         members: 5,
         access: true,
+        quiet: false,
         plan: cell_random,
     },
 ];
@@ -762,8 +874,56 @@ fn master_isolated(p: &mut Planner) {
     while at + 5_000 < p.work() {
         let ms = p.rng.range(500, 2 * p.lease());
         let reachable = some_clients(p, 0.5);
-        p.add(at, Action::IsolateMaster { ms, reachable });
+        let bounce = None;
+        p.add(
+            at,
+            Action::IsolateMaster {
+                ms,
+                reachable,
+                bounce,
+            },
+        );
         at += ms + p.rng.range(3_000, 8_000);
+    }
+}
+
+/// The master cut off from its followers three times or more, the last
+/// of them as it crashes and is back within 100 ms, while the others,
+/// cut off for up to two seconds already, stand for election; some
+/// clients still reach the master.
+fn restart_in_lease(p: &mut Planner) {
+    let mut at = p.rng.range(3_000, 6_000);
+    while at + 6_000 < p.work() {
+        let after = p.rng.range(500, 2_000);
+        let ms = after + p.rng.range(1_500, 2 * p.lease());
+        let reachable = some_clients(p, 0.5);
+        let down = p.rng.range(0, 100);
+        let bounce = Some(Bounce { after, down });
+        p.add(
+            at,
+            Action::IsolateMaster {
+                ms,
+                reachable,
+                bounce,
+            },
+        );
+        at += ms + p.rng.range(3_000, 6_000);
+    }
+}
+
+/// A five-host cell founded by three: the operator adds the fourth,
+/// removes a founder, adds the fifth, the master crashing within
+/// `crash_within` ms after each change is asked for.
+fn membership_changes(p: &mut Planner, crash_within: u64) {
+    p.spare = 2;
+    let mut at = p.rng.range(3_000, 8_000);
+    let founder = p.rng.range(1, 4);
+    for (add, member) in [(true, 4), (false, founder), (true, 5)] {
+        p.admin.push(Scheduled { at, add, member });
+        let crash = at + p.rng.range(0, crash_within);
+        let ms = p.rng.range(200, 3_000);
+        p.add(crash, Action::Crash { ms });
+        at += p.rng.range(8_000, 12_000);
     }
 }
 
@@ -806,6 +966,7 @@ fn cell_random(p: &mut Planner) {
             2 => Action::IsolateMaster {
                 ms,
                 reachable: some_clients(p, 0.5),
+                bounce: None,
             },
             3 => Action::SplitCell {
                 master_in_minority: p.rng.chance(0.5),

@@ -252,6 +252,26 @@ impl CellServers {
         faults.push(now + ms, heal);
     }
 
+    /// Crashes member `name`'s host (its volume keeps what it synced) and
+    /// starts it again `ms` later, as fault `id`.
+    fn crash_member(
+        &mut self,
+        faults: &mut Faults,
+        sim: &mut turmoil::Sim<'_>,
+        now: u64,
+        name: String,
+        id: u64,
+        ms: u64,
+    ) {
+        sim.crash(name.as_str());
+        let rng = &mut self.rng;
+        self.volumes[&name].crash(|unsynced| rng.range(0, unsynced as u64 + 1) as usize);
+        self.registry.crashed(&name);
+        self.down.insert(name.clone(), id);
+        faults.fault(now, &name, "crash", "", false);
+        faults.push(now + ms, Step::RestartMember { name, id });
+    }
+
     /// The running members, the master first if there is one.
     fn running(&self, faults: &Faults) -> (Option<String>, Vec<String>) {
         let leader = self.registry.leader();
@@ -283,13 +303,7 @@ impl CellServers {
                     _ if others.is_empty() => return,
                     _ => self.rng.pick(&others).clone(),
                 };
-                sim.crash(name.as_str());
-                let rng = &mut self.rng;
-                self.volumes[&name].crash(|unsynced| rng.range(0, unsynced as u64 + 1) as usize);
-                self.registry.crashed(&name);
-                self.down.insert(name.clone(), id);
-                faults.fault(now, &name, "crash", "", false);
-                faults.push(now + ms, Step::RestartMember { name, id });
+                self.crash_member(faults, sim, now, name, id, ms);
             }
             Step::RestartMember { name, id } => {
                 if self.down.get(&name) != Some(&id) {
@@ -299,16 +313,32 @@ impl CellServers {
                 sim.bounce(name.as_str());
                 faults.fault(now, &name, "restart", "", false);
             }
-            Step::Isolate { ms, reachable } => {
+            Step::Isolate {
+                ms,
+                reachable,
+                bounce,
+            } => {
                 let (Some(master), others) = self.running(faults) else {
                     return;
                 };
                 let Some(id) = self.claim_fault(faults) else {
                     return;
                 };
+                // The follower cut off last, as it crashes; its links are
+                // healed with the others'.
+                let last = match bounce {
+                    Some(_) if !others.is_empty() => Some(self.rng.pick(&others).clone()),
+                    _ => None,
+                };
                 let mut links = Vec::new();
                 for other in &others {
-                    links.extend(self.cut_link(sim, &master, other, Direction::Both));
+                    if Some(other) == last.as_ref() {
+                        for (from, to) in directed(&master, other, Direction::Both) {
+                            links.push((from.to_string(), to.to_string()));
+                        }
+                    } else {
+                        links.extend(self.cut_link(sim, &master, other, Direction::Both));
+                    }
                 }
                 for client in faults.clients.clone() {
                     if !reachable.contains(&client) {
@@ -316,11 +346,74 @@ impl CellServers {
                     }
                 }
                 faults.fault(now, &master, "partition", "members", false);
+                if let (Some(bounce), Some(follower)) = (bounce, last) {
+                    let step = Step::CutAndBounce {
+                        id,
+                        master: master.clone(),
+                        follower,
+                        down: bounce.down,
+                    };
+                    faults.push(now + bounce.after, step);
+                }
                 let heal = Step::CellHeal {
                     id,
                     links,
                     clients: Vec::new(),
                     who: vec![master],
+                };
+                self.end_fault(faults, now, ms, heal);
+            }
+            Step::CutAndBounce {
+                id,
+                master,
+                follower,
+                down,
+            } => {
+                if self.fault != Some(id) || self.down.contains_key(&follower) {
+                    return;
+                }
+                self.cut_link(sim, &master, &follower, Direction::Both);
+                self.crash_member(faults, sim, now, follower, id, down);
+            }
+            Step::CrashWhileJoint {
+                until,
+                ms,
+                at_end,
+                seen,
+            } => {
+                let leader = self.registry.leader();
+                let joint = leader.as_deref().is_some_and(|l| self.registry.joint(l));
+                if joint != at_end && (seen || !at_end) {
+                    self.apply_step(faults, sim, now, Step::CrashMember { master: true, ms });
+                } else if now < until {
+                    let seen = seen || joint;
+                    let again = Step::CrashWhileJoint {
+                        until,
+                        ms,
+                        at_end,
+                        seen,
+                    };
+                    faults.push(now + 1, again);
+                }
+            }
+            Step::DeafFollower { ms } => {
+                let (Some(master), others) = self.running(faults) else {
+                    return;
+                };
+                if others.is_empty() {
+                    return;
+                }
+                let Some(id) = self.claim_fault(faults) else {
+                    return;
+                };
+                let follower = self.rng.pick(&others).clone();
+                let links = self.cut_link(sim, &master, &follower, Direction::ToMaster);
+                faults.fault(now, &follower, "partition-from", &master, false);
+                let heal = Step::CellHeal {
+                    id,
+                    links,
+                    clients: Vec::new(),
+                    who: vec![follower],
                 };
                 self.end_fault(faults, now, ms, heal);
             }

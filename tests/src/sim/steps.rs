@@ -91,11 +91,33 @@ pub(super) enum Step {
     Isolate {
         ms: u64,
         reachable: Vec<String>,
+        bounce: Option<super::scenario::Bounce>,
+    },
+    /// Cell fault `id` goes on: the master is cut off from `follower`
+    /// too, as it crashes, down for `down` ms.
+    CutAndBounce {
+        id: u64,
+        master: String,
+        follower: String,
+        down: u64,
     },
     Split {
         master_in_minority: bool,
         ms: u64,
         minority_clients: Vec<String>,
+    },
+    /// Crash the master once its membership is joint, or with `at_end`
+    /// once it was (`seen`) and is no longer, looking each tick until
+    /// `until`; down for `ms`.
+    CrashWhileJoint {
+        until: u64,
+        ms: u64,
+        at_end: bool,
+        seen: bool,
+    },
+    /// The master's messages to one follower are dropped for `ms`.
+    DeafFollower {
+        ms: u64,
     },
     FlapPeers {
         until: u64,

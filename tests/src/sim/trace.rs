@@ -176,6 +176,10 @@ pub enum What {
     /// A master began serving in `epoch`: the grants it reports from here
     /// on are that epoch's.
     Serving { epoch: u64 },
+    /// The master of `epoch` decides nothing more: its lease lapsed, its
+    /// member no longer leads, or it was shut down. A crash of its host
+    /// stops it too, with no entry of its own.
+    Stopped { epoch: u64 },
     /// A cell member's replica had applied the log up to `index`, and
     /// held what `digest` sums up.
     Replica { index: u64, digest: u64 },

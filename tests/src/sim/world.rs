@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold_server::cell::BrokenRules;
 use leasehold_server::{Config, HowGranted, IdSource, LetGo, MasterEvent, MasterObserver};
 
 use super::admin;
@@ -82,6 +83,9 @@ pub(crate) fn master_observer(
             }
             MasterEvent::Serving { epoch, .. } => {
                 trace.push_at(at, &who, What::Serving { epoch: *epoch });
+            }
+            MasterEvent::Stopped { epoch, .. } => {
+                trace.push_at(at, &who, What::Stopped { epoch: *epoch });
             }
             MasterEvent::LockGranted {
                 session,
@@ -199,6 +203,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         bystanders: bystanders.clone(),
         actions: Vec::new(),
         spare: 0,
+        slow_step_down: None,
         admin: Vec::new(),
     };
     (scenario.plan)(&mut planner);
@@ -247,7 +252,10 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             grants: grants.clone(),
             registry: Registry::default(),
             founders: servers.len() - planner.spare,
-            broken_master_lease: settings.broken_master_lease,
+            broken: BrokenRules {
+                slow_step_down: planner.slow_step_down.map(Duration::from_millis),
+                ..settings.broken_cell
+            },
             unfenced_releases: settings.unfenced_releases,
             unfiltered_events: settings.unfiltered_events,
         };
@@ -339,6 +347,11 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
         ops: Arc::new(AtomicU64::new(0)),
         clock_rate: 1.0,
         servers: servers.clone(),
+        writer_pause: if scenario.quiet {
+            (1_000, 4_000)
+        } else {
+            (50, 300)
+        },
     };
     let mut roles: Vec<(String, Role)> = contender_names
         .iter()
@@ -492,7 +505,15 @@ impl Driver {
             },
             Action::Crash { ms } => self.hosts.crash(&mut self.faults, at, ms),
             Action::CrashFollower { ms } => Step::CrashMember { master: false, ms },
-            Action::IsolateMaster { ms, reachable } => Step::Isolate { ms, reachable },
+            Action::IsolateMaster {
+                ms,
+                reachable,
+                bounce,
+            } => Step::Isolate {
+                ms,
+                reachable,
+                bounce,
+            },
             Action::SplitCell {
                 master_in_minority,
                 ms,
@@ -501,6 +522,13 @@ impl Driver {
                 master_in_minority,
                 ms,
                 minority_clients,
+            },
+            Action::DeafFollower { ms } => Step::DeafFollower { ms },
+            Action::CrashWhileJoint { within, ms, at_end } => Step::CrashWhileJoint {
+                until: at + within,
+                ms,
+                at_end,
+                seen: false,
             },
             Action::FlapPeers { ms } => Step::FlapPeers {
                 until: at + ms,
@@ -602,8 +630,11 @@ impl Driver {
             | Step::CrashMember { .. }
             | Step::RestartMember { .. }
             | Step::Isolate { .. }
+            | Step::CutAndBounce { .. }
             | Step::Split { .. }
             | Step::FlapPeers { .. }
+            | Step::DeafFollower { .. }
+            | Step::CrashWhileJoint { .. }
             | Step::PeerHeal { .. }
             | Step::CellHeal { .. } => self.hosts.apply(&mut self.faults, sim, now, step),
             Step::Cut {
