@@ -39,6 +39,7 @@ pub struct Shape {
 
 /// The abuse patterns, in the order they run.
 const PATTERNS: &[&str] = &[
+    "bulk writes",
     "unread large reads",
     "unread KeepAlives with events",
     "half-sent frames",
@@ -289,7 +290,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
     let tag = uuid::Uuid::new_v4().simple().to_string();
     match n {
         // Pipelined 256 KiB reads, never read back.
-        0 => {
+        1 => {
             let mut setup = connect(&addr).await?.context("refused")?;
             let key = format!("noisy-{tag}/big");
             call(&mut setup, 1, put(key.clone(), vec![b'x'; 256 * 1024])).await?;
@@ -301,7 +302,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             until(stopped).await;
         }
         // Unheld KeepAlives with a full event queue, never read back.
-        1 => {
+        2 => {
             let mut owner = connect(&addr).await?.context("refused")?;
             let session = create_session(&mut owner, 1).await?;
             let subscribe = Request::Subscribe {
@@ -332,7 +333,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             until(stopped).await;
         }
         // Connections that send half a frame and stall.
-        2 => {
+        3 => {
             let mut conns = Vec::new();
             for _ in 0..shape.connections * 10 {
                 if stopped() {
@@ -348,7 +349,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             until(stopped).await;
         }
         // As many idle connections as the master takes, up to 5,000.
-        3 => {
+        4 => {
             let mut conns = Vec::new();
             for _ in 0..5_000 {
                 if stopped() {
@@ -364,7 +365,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
         // Sessions subscribed to every ancestor of one deep key (as many
         // subscriptions as the address's quota allows), each asked for
         // twice, and writes to that key: every write matches them all.
-        4 => {
+        5 => {
             let mut conn = connect(&addr).await?.context("refused")?;
             let mut id = 1;
             let segments: Vec<String> = (0..31).map(|i| format!("s{i}")).collect();
@@ -404,7 +405,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             }
         }
         // Sessions created as fast as one connection can, up to 200,000.
-        5 => {
+        6 => {
             let mut conn = connect(&addr).await?.context("refused")?;
             let mut id = 0;
             while !stopped() && id < 200_000 {
@@ -415,7 +416,7 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             }
         }
         // Health checks created until the master's cap.
-        6 => {
+        7 => {
             let mut conn = connect(&addr).await?.context("refused")?;
             let mut id = 0;
             while !stopped() && id < 20_000 {
@@ -431,7 +432,55 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             }
             until(stopped).await;
         }
+        // Bursts of 400 pipelined 256 KiB puts (100 MiB), each followed
+        // by the deletes of those keys, up to 20 rounds: every byte inside
+        // the address's quotas, every fsync a long one. First, before any
+        // other pattern's sessions and subscriptions are left behind.
+        0 => {
+            let mut conn = connect(&addr).await?.context("refused")?;
+            let contents = vec![b'x'; 256 * 1024];
+            let keys: Vec<String> = (0..400).map(|i| format!("noisy-{tag}/bulk/{i}")).collect();
+            let mut id = 0;
+            for _ in 0..20 {
+                if stopped() {
+                    break;
+                }
+                let puts = keys.iter().map(|k| put(k.clone(), contents.clone()));
+                id = burst(&mut conn, id, puts).await?;
+                let deletes = keys.iter().map(|k| Request::Delete {
+                    key: k.clone(),
+                    cas: None,
+                    recursive: false,
+                    authority: leasehold_protocol::Authority::Anonymous,
+                });
+                id = burst(&mut conn, id, deletes).await?;
+            }
+            until(stopped).await;
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// Sends every request of `requests` without waiting, then reads their
+/// replies; returns the last id used.
+async fn burst(
+    conn: &mut Raw,
+    mut id: u64,
+    requests: impl Iterator<Item = Request>,
+) -> anyhow::Result<u64> {
+    let first = id + 1;
+    for body in requests {
+        id += 1;
+        conn.send(ClientFrame::Request { id, body }).await?;
+    }
+    let mut left = id + 1 - first;
+    while left > 0 {
+        match tokio::time::timeout(Duration::from_secs(60), conn.next()).await {
+            Ok(Some(Ok(ServerFrame::Reply { id: got, .. }))) if got >= first => left -= 1,
+            Ok(Some(Ok(_))) => continue,
+            other => bail!("no reply: {other:?}"),
+        }
+    }
+    Ok(id)
 }

@@ -251,28 +251,6 @@ fn a_leader_that_keeps_its_lease_while_asked_for_a_higher_vote_is_caught() {
     );
 }
 
-// CELL-9: a member being removed that is heard by every member, and
-// stands whenever its leader is silent, deposes master after master once
-// the master crashed during the change: the masters check sees masters
-// change with nothing wrong among the servers.
-#[test]
-fn members_that_hear_a_removed_candidate_are_caught() {
-    let settings = Settings {
-        broken_cell: BrokenRules {
-            hear_any_candidate: true,
-            ..BrokenRules::default()
-        },
-        ..Settings::default()
-    };
-    let (run, report) = first_broken_in("cell-removal-crash", settings, "masters")
-        .expect("the masters check fires within 10 seeds");
-    assert!(
-        report.of("masters")[0].detail.contains("for no cause"),
-        "{}",
-        report.summary(&run)
-    );
-}
-
 // CS-1: the short partitions really happened, and nobody left Normal.
 #[test]
 fn a_partition_inside_the_local_lease_never_leaves_normal() {

@@ -14,12 +14,11 @@
 //! times are the leader's own send instants, so the lease is never longer
 //! than the truth.
 //!
-//! The lease also knows whether a master serves under it. A rival's
-//! request for a higher vote ends the lease and wakes the master, which
-//! stops; the request waits for that stop before the engine sees it, so
-//! the vote never leaves while the master can still decide (`CELL-6`),
-//! however late the member's own task would notice that it no longer
-//! leads.
+//! The lease also knows whether a master serves under it. A vote this
+//! member grants a rival ends the lease and wakes the master, which stops;
+//! the vote waits for that stop before it leaves, so the rival cannot be
+//! elected while the master can still decide (`CELL-6`), however late the
+//! member's own task would notice that it no longer leads.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,15 +111,14 @@ impl MasterLease {
         self.ended.notify_waiters();
     }
 
-    /// A rival asks for this member's vote with `vote`. If it is above the
-    /// vote this member leads with, the engine may grant it, and the
-    /// rival may then be elected with it: the lease ends now, before the
-    /// vote is given (`CELL-6`). A leader's own vote is not renewed by its
-    /// heartbeats, so the engine's leader lease does not stop a leader of
-    /// long standing from granting it. Whether it ended the lease: then
-    /// whoever asks waits for the master to stop
-    /// ([`MasterLease::master_stopped`]) before the engine sees the
-    /// request.
+    /// This member's engine granted a rival `vote`. If it is above the
+    /// vote this member leads with, the rival may be elected with it: the
+    /// lease ends now, before the vote leaves (`CELL-6`), and whoever
+    /// answers the rival waits for the master to stop
+    /// ([`MasterLease::master_stopped`]). A leader's own vote is not
+    /// renewed by its heartbeats, so the engine's leader lease does not
+    /// stop a leader of long standing from granting it. Whether it ended
+    /// the lease.
     pub fn yield_to(&self, vote: &Vote<NodeId>) -> bool {
         let mut book = self.book.lock().expect("lease lock");
         let higher = book

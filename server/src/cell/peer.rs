@@ -196,18 +196,28 @@ pub async fn serve<S: Served>(
                         member.log.last_log_id().as_ref(),
                         led,
                     );
-                // A leader the engine lets vote for a rival steps down: its
-                // master stops before the engine sees the request, so the
-                // vote cannot leave while it still decides (CELL-6). One
-                // that does not stop in time is refused the vote.
-                let heard = voter
-                    && (broken.keep_lease_when_asked
-                        || !lease.yield_to(&rpc.vote)
-                        || lease
+                if voter {
+                    let vote = rpc.vote;
+                    let answer = raft.vote(rpc).await;
+                    // A vote given to a rival ends this member's master
+                    // lease, and leaves only once the master has stopped,
+                    // however late the member would notice that it no
+                    // longer leads (CELL-6); a master that does not stop
+                    // in time costs the rival the vote. A request the
+                    // engine refused (a rival behind in the log, or asking
+                    // within the engine's leader lease) stops nothing.
+                    let granted = answer.as_ref().is_ok_and(|a| a.vote_granted);
+                    let stopped = !granted || broken.keep_lease_when_asked || {
+                        lease.yield_to(&vote);
+                        lease
                             .master_stopped(member.config.timing.election_max)
-                            .await);
-                if heard {
-                    PeerResponse::Vote(raft.vote(rpc).await)
+                            .await
+                    };
+                    if stopped {
+                        PeerResponse::Vote(answer)
+                    } else {
+                        PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
+                    }
                 } else {
                     // See `may_campaign`: a vote for it would never make a
                     // master, and a request must not depose one (CELL-9).

@@ -104,7 +104,14 @@ impl Engine {
         // Each renewal is a KeepAlive answered at once (`KA-10`).
         let renewed = answers.iter().filter(|a| a.is_ok()).count() as u64;
         self.tally.answered[Answered::AtOnce as usize] += renewed;
-        self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
+        let unlogged = answers
+            .iter()
+            .all(|a| a.as_ref().is_ok_and(|grant| grant.events.is_empty()));
+        if unlogged {
+            self.deliver_at_once(reply, Ok(Response::KeepAliveAll { answers }));
+        } else {
+            self.deliver(reply, Ok(Response::KeepAliveAll { answers }));
+        }
     }
 
     /// What every KeepAlive does before it is held or answered: refuses a
@@ -167,7 +174,15 @@ impl Engine {
             0
         };
         let answer = self.grant(id, held.received_at, now, &mut budget, true);
-        self.deliver(held.reply, answer.map(Response::from));
+        // A lease with no events tells of nothing logged: it goes out at
+        // once, not behind other clients' writes on their way to the disk
+        // (STORE-1). Events, and an end, wait for what they tell of.
+        let unlogged = answer.as_ref().is_ok_and(|grant| grant.events.is_empty());
+        if unlogged {
+            self.deliver_at_once(held.reply, answer.map(Response::from));
+        } else {
+            self.deliver(held.reply, answer.map(Response::from));
+        }
     }
 
     /// Extends the lease of a KeepAlive received at `received_at` (`KA-4`)

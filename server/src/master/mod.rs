@@ -197,10 +197,11 @@ impl Master {
                         reply,
                         result,
                         grant,
+                        waits,
                     } => {
                         let lost = match &mut self.commit {
-                            Some(commit) => commit.reply(reply, result, grant),
-                            None => reply.send(result).err().and(grant),
+                            Some(commit) if waits => commit.reply(reply, result, grant),
+                            _ => reply.send(result).err().and(grant),
                         };
                         unheard.extend(lost);
                     }

@@ -14,13 +14,15 @@ use crate::store::Record;
 pub(crate) enum Effect {
     /// Append to the log (only when the master has one).
     Log(Record),
-    /// Send `result` once every record logged before it is durable. If
-    /// nobody receives a reply carrying `grant`, the engine is told
+    /// Send `result` once every record logged before it is durable, or
+    /// at once if it tells of nothing logged (`waits` false). If nobody
+    /// receives a reply carrying `grant`, the engine is told
     /// (`Input::Unheard`).
     Reply {
         reply: ReplyTx,
         result: Result<Response, Error>,
         grant: Option<Sequencer>,
+        waits: bool,
     },
     /// Tell the observer (`Config::observer`).
     Observe(MasterEvent),
@@ -62,6 +64,20 @@ impl Engine {
             reply,
             result,
             grant: None,
+            waits: true,
+        });
+    }
+
+    /// Sends `result` through `reply` at once, ahead of replies waiting
+    /// for the disk: for a reply that tells of nothing logged, such as a
+    /// KeepAlive's lease with no events (`STORE-1`), which must not wait
+    /// behind another client's bulk write.
+    pub(crate) fn deliver_at_once(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+        self.out.push_back(Effect::Reply {
+            reply,
+            result,
+            grant: None,
+            waits: false,
         });
     }
 
@@ -76,6 +92,7 @@ impl Engine {
             reply,
             result,
             grant: Some(grant),
+            waits: true,
         });
     }
 

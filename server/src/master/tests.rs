@@ -1476,3 +1476,70 @@ async fn a_passing_check_is_not_held_for_the_caches_of_its_sessions_nodes() {
         "ending the session waits for the cacher"
     );
 }
+
+// STORE-1: a KeepAlive's answer that carries no event tells of nothing
+// logged, and goes out while another client's write still waits for the
+// disk.
+#[tokio::test]
+async fn a_keepalive_without_events_is_answered_before_a_write_is_durable() {
+    let mut config = Config::default();
+    let mut master = started(&mut config, Some(crate::MemoryStore::default()));
+    let session = created(&mut master, "canary", None).await;
+    let (put_reply, mut put_rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request: put_value("bulk/1", &"x".repeat(64 * 1024)),
+        reply: put_reply,
+        peer: None,
+        caller: None,
+    });
+    let (ka_reply, mut ka_rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request: keepalive(session),
+        reply: ka_reply,
+        peer: None,
+        caller: None,
+    });
+    assert!(
+        matches!(answered(&mut ka_rx), Some(Ok(Response::KeepAlive { .. }))),
+        "the lease is renewed at once"
+    );
+    assert!(
+        answered(&mut put_rx).is_none(),
+        "the write waits for the disk"
+    );
+    assert!(durably_answered(&mut master, &mut put_rx).await.is_ok());
+}
+
+// STORE-1: a KeepAlive's answer that carries the event of a write waits
+// until that write is on disk, like the write's own reply.
+#[tokio::test]
+async fn a_keepalive_carrying_an_event_waits_for_the_disk() {
+    let mut config = Config::default();
+    let mut master = started(&mut config, Some(crate::MemoryStore::default()));
+    let watcher = subscribed(&mut master).await;
+    let (put_reply, mut put_rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request: put("watched/1"),
+        reply: put_reply,
+        peer: None,
+        caller: None,
+    });
+    master.deliver_events();
+    assert_eq!(told(&master, &[watcher]), 1, "the watcher has the event");
+    let (ka_reply, mut ka_rx) = crate::reply::channel(1);
+    master.handle(Call {
+        request: keepalive(watcher),
+        reply: ka_reply,
+        peer: None,
+        caller: None,
+    });
+    assert!(
+        answered(&mut ka_rx).is_none(),
+        "the event waits for the disk"
+    );
+    assert!(durably_answered(&mut master, &mut put_rx).await.is_ok());
+    match answered(&mut ka_rx) {
+        Some(Ok(Response::KeepAlive { events, .. })) => assert_eq!(events.len(), 1),
+        other => panic!("expected the KeepAlive's answer with the event, got {other:?}"),
+    }
+}
