@@ -796,7 +796,7 @@ pub static SCENARIOS: &[Scenario] = &[
         members: 5,
         access: false,
         quiet: false,
-        plan: |p| membership_changes(p, 1_500),
+        plan: membership_changes,
     },
     Scenario {
         name: "cell-removal-crash",
@@ -912,15 +912,15 @@ fn restart_in_lease(p: &mut Planner) {
 }
 
 /// A five-host cell founded by three: the operator adds the fourth,
-/// removes a founder, adds the fifth, the master crashing within
-/// `crash_within` ms after each change is asked for.
-fn membership_changes(p: &mut Planner, crash_within: u64) {
+/// removes a founder, adds the fifth, the master crashing within 1.5 s
+/// after each change is asked for.
+fn membership_changes(p: &mut Planner) {
     p.spare = 2;
     let mut at = p.rng.range(3_000, 8_000);
     let founder = p.rng.range(1, 4);
     for (add, member) in [(true, 4), (false, founder), (true, 5)] {
         p.admin.push(Scheduled { at, add, member });
-        let crash = at + p.rng.range(0, crash_within);
+        let crash = at + p.rng.range(0, 1_500);
         let ms = p.rng.range(200, 3_000);
         p.add(crash, Action::Crash { ms });
         at += p.rng.range(8_000, 12_000);
