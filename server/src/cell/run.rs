@@ -408,6 +408,9 @@ async fn lead(
 async fn become_master(member: &Member, config: &Config) -> Option<Running> {
     let me = member.config.id;
     let patience = member.config.timing.election_max * 2;
+    // The leadership this epoch is taken under: the lease is counted for
+    // it alone (`MasterLease::lead`).
+    let led_with = member.raft.metrics().borrow().vote;
     let proposed = tokio::time::timeout(
         patience,
         member.raft.client_write(Proposal::NewEpoch { node: me }),
@@ -433,6 +436,17 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
     let replica = member.machine.replica();
     if replica.epoch != epoch {
         // Another epoch followed ours before we could start: not ours.
+        return None;
+    }
+    if member.raft.metrics().borrow().vote != led_with {
+        // This member was elected again while the entry waited (a new
+        // term): the lease still counts the old term's acknowledgements
+        // and would lapse within moments. The loop takes a new epoch
+        // under the new leadership instead.
+        info!(
+            epoch,
+            "elected again while the epoch was taken: not serving it"
+        );
         return None;
     }
     if !member.lease.begin_serving(tokio::time::Instant::now()) {
