@@ -33,10 +33,3 @@ pub struct BrokenRules {
     /// leads. The master lease must stop the master without it.
     pub slow_step_down: Option<Duration>,
 }
-
-impl BrokenRules {
-    /// Whether any rule is broken.
-    pub fn any(&self) -> bool {
-        *self != BrokenRules::default()
-    }
-}

@@ -117,19 +117,17 @@ impl MasterLease {
     /// answers the rival waits for the master to stop
     /// ([`MasterLease::master_stopped`]). A leader's own vote is not
     /// renewed by its heartbeats, so the engine's leader lease does not
-    /// stop a leader of long standing from granting it. Whether it ended
-    /// the lease.
-    pub fn yield_to(&self, vote: &Vote<NodeId>) -> bool {
+    /// stop a leader of long standing from granting it.
+    pub fn yield_to(&self, vote: &Vote<NodeId>) {
         let mut book = self.book.lock().expect("lease lock");
-        let higher = book
+        if book
             .vote
-            .is_some_and(|led| vote.leader_id() > led.leader_id());
-        if higher {
+            .is_some_and(|led| vote.leader_id() > led.leader_id())
+        {
             *book = Book::default();
             self.until.store(0, Ordering::Release);
             self.ended.notify_waiters();
         }
-        higher
     }
 
     /// A master begins serving under this lease, if it holds at `now`:
@@ -348,9 +346,9 @@ mod tests {
         };
         tokio::time::advance(Duration::from_millis(100)).await;
         let asked = Instant::now();
-        assert!(lease.yield_to(&Vote::new(3, 3)), "a higher vote ends it");
+        lease.yield_to(&Vote::new(3, 3));
+        assert!(lease.deadline().is_none(), "a higher vote ends it");
         assert!(lease.master_stopped(Duration::from_millis(500)).await);
         assert_eq!(master.await.unwrap(), asked, "woken at once");
-        assert!(!lease.yield_to(&Vote::new(4, 3)), "nothing left to end");
     }
 }

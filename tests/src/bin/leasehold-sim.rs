@@ -90,17 +90,6 @@ enum CellRule {
     Candidate,
 }
 
-impl CellRule {
-    fn flag(self) -> &'static str {
-        match self {
-            CellRule::StartWait => "start-wait",
-            CellRule::RefusalWindow => "refusal-window",
-            CellRule::Yield => "yield",
-            CellRule::Candidate => "candidate",
-        }
-    }
-}
-
 impl Knobs {
     fn settings(&self) -> Settings {
         let mut settings = Settings {
@@ -178,7 +167,9 @@ impl Knobs {
             flags.push_str(" --broken-master-lease");
         }
         for rule in &self.break_cell_rule {
-            flags.push_str(&format!(" --break-cell-rule {}", rule.flag()));
+            if let Some(value) = clap::ValueEnum::to_possible_value(rule) {
+                flags.push_str(&format!(" --break-cell-rule {}", value.get_name()));
+            }
         }
         flags
     }
