@@ -240,4 +240,31 @@ mod tests {
             Err(CodecError::Malformed(_))
         ));
     }
+
+    /// Contents and sequencers are encoded as one run of bytes, which must
+    /// be exactly the bytes protocol 8 always sent for them element by
+    /// element: these were encoded before the change (`WIRE-1`).
+    #[test]
+    fn contents_and_sequencers_encode_as_they_always_did() {
+        use crate::{Put, Response};
+        let put = Request::Put(Put {
+            key: "k".into(),
+            contents: vec![0, 1, 255, 7],
+            flags: 3,
+            cas: Some(9),
+            ephemeral: None,
+        });
+        let before = [
+            0x07, 0x01, 0x6b, 0x04, 0x00, 0x01, 0xff, 0x07, 0x03, 0x01, 0x09, 0x00,
+        ];
+        assert_eq!(encode_body(&put).unwrap(), before);
+        assert_eq!(decode_body::<Request>(&before).unwrap(), put);
+        let acquired = Response::Acquired {
+            index: 5,
+            sequencer: vec![9, 8, 7],
+        };
+        let before = [0x09, 0x05, 0x03, 0x09, 0x08, 0x07];
+        assert_eq!(encode_body(&acquired).unwrap(), before);
+        assert_eq!(decode_body::<Response>(&before).unwrap(), acquired);
+    }
 }

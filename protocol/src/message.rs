@@ -246,6 +246,7 @@ pub enum Request {
     /// and taken again since (`LOCK-7`).
     CheckSequencer {
         /// The sequencer's opaque bytes.
+        #[serde(with = "serde_bytes")]
         sequencer: Vec<u8>,
     },
     /// Hear about changes to `key`, or with `prefix` to every key at or
@@ -425,6 +426,7 @@ pub struct Acquire {
     pub mode: LockMode,
     /// Contents to write in the same step as the acquisition, as Consul's
     /// `acquire=` does (the leader's address into the leader key).
+    #[serde(with = "serde_bytes")]
     pub contents: Option<Vec<u8>>,
     /// `None`: try once and answer at once. `Some(ms)`: wait in line up to
     /// `ms` (0 means the longest a request may wait, 10 minutes).
@@ -440,6 +442,7 @@ pub struct Put {
     /// The node's key.
     pub key: String,
     /// The new contents (at most 256 KiB).
+    #[serde(with = "serde_bytes")]
     pub contents: Vec<u8>,
     /// Opaque to the server.
     pub flags: u64,
@@ -551,6 +554,7 @@ pub enum Response {
         /// The node's modify index after the acquisition.
         index: u64,
         /// The holding's sequencer, as opaque bytes.
+        #[serde(with = "serde_bytes")]
         sequencer: Vec<u8>,
     },
     /// The lock was released.
@@ -561,6 +565,7 @@ pub enum Response {
     /// The sequencer of a holding.
     Sequencer {
         /// The holding's sequencer, as opaque bytes.
+        #[serde(with = "serde_bytes")]
         sequencer: Vec<u8>,
     },
     /// Whether a sequencer names a current holding.
@@ -671,6 +676,7 @@ pub enum Response {
         /// Where they start.
         offset: u64,
         /// The bytes.
+        #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
     },
 }
@@ -833,6 +839,7 @@ pub struct NodeView {
     /// Its metadata.
     pub stat: NodeStat,
     /// `None` when only the metadata was asked for.
+    #[serde(with = "serde_bytes")]
     pub contents: Option<Vec<u8>>,
 }
 
@@ -932,6 +939,7 @@ pub enum EventKind {
         /// With `Created` and `Modified`, the node's new contents if they
         /// are at most [`EVENT_CONTENTS_MAX`] bytes; otherwise absent, and
         /// a reader who needs them reads the node (`EV-10`).
+        #[serde(with = "serde_bytes")]
         contents: Option<Vec<u8>>,
     },
     /// This session's lock on `key` was taken away: the node was deleted

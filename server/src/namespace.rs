@@ -16,6 +16,7 @@ use crate::node::{check_key, check_prefix, Node, MAX_CONTENTS};
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Put {
     pub key: String,
+    #[serde(with = "serde_bytes")]
     pub contents: Vec<u8>,
     pub flags: u64,
     /// Write only if the node's modify index is this; 0 means "only if the

@@ -71,6 +71,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 /// A node: contents, flags and counters (`NS-2`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Node {
+    #[serde(with = "serde_bytes")]
     pub contents: Vec<u8>,
     pub flags: u64,
     /// Greater than the instance number of any earlier node of the same

@@ -263,6 +263,7 @@ pub struct Acquire {
     pub key: String,
     pub session: SessionId,
     pub mode: LockMode,
+    #[serde(with = "serde_bytes")]
     pub contents: Option<Vec<u8>>,
     /// Create the node, if missing, for the lock alone (`LOCK-12`).
     pub transient: bool,
@@ -546,6 +547,7 @@ mod tests {
             key: String,
             session: SessionId,
             mode: LockMode,
+            #[serde(with = "serde_bytes")]
             contents: Option<Vec<u8>>,
             transient: bool,
             wait: bool,
