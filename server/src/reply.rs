@@ -154,6 +154,9 @@ pub(crate) struct ReplyTx {
     id: u64,
     limited: bool,
     meter: Option<Meter>,
+    /// Bytes already counted against the connection's budget for the
+    /// reply the master has decided on and not yet queued (`CONN-9`).
+    reserved: usize,
 }
 
 /// What a reply is counted as once it is sent (`OPS-1`), into its
@@ -179,6 +182,7 @@ impl ReplyTx {
             id,
             limited,
             meter: None,
+            reserved: 0,
         }
     }
 
@@ -192,6 +196,28 @@ impl ReplyTx {
         self
     }
 
+    /// Counts `body` against the connection's budget from now, before it
+    /// is queued: replies the master decides on in one turn (every watch
+    /// a write wakes, a batch waiting for the disk) count as each is
+    /// decided, so the next in the same turn sees them (`CONN-9`).
+    pub(crate) fn reserve(&mut self, body: &Result<Response, Error>) {
+        let bytes = approx_len(body);
+        self.flow.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.flow
+            .all_queued_bytes
+            .fetch_add(bytes, Ordering::AcqRel);
+        self.reserved += bytes;
+    }
+
+    /// Gives back what `reserve` counted.
+    fn unreserve(&mut self) {
+        let bytes = std::mem::take(&mut self.reserved);
+        self.flow.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.flow
+            .all_queued_bytes
+            .fetch_sub(bytes, Ordering::AcqRel);
+    }
+
     /// Queues the reply; fails if the connection is gone.
     pub(crate) fn send(mut self, body: Result<Response, Error>) -> Result<(), Undelivered> {
         let to = self.to.take().expect("a reply is sent once");
@@ -199,10 +225,11 @@ impl ReplyTx {
     }
 
     fn queue(
-        &self,
+        &mut self,
         to: &mpsc::UnboundedSender<Reply>,
         body: Result<Response, Error>,
     ) -> Result<(), Undelivered> {
+        self.unreserve();
         if let Some(meter) = &self.meter {
             let outcome = body.as_ref().map(|_| ()).map_err(|e| e.code);
             let took = meter.since.map(|since| since.elapsed());

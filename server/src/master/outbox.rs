@@ -59,7 +59,8 @@ impl Engine {
 
     /// Sends `result` through `reply` once everything logged before it is
     /// durable.
-    pub(crate) fn deliver(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+    pub(crate) fn deliver(&mut self, mut reply: ReplyTx, result: Result<Response, Error>) {
+        reply.reserve(&result);
         self.out.push_back(Effect::Reply {
             reply,
             result,
@@ -72,7 +73,8 @@ impl Engine {
     /// for the disk: for a reply that tells of nothing logged, such as a
     /// KeepAlive's lease with no events (`STORE-1`), which must not wait
     /// behind another client's bulk write.
-    pub(crate) fn deliver_at_once(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+    pub(crate) fn deliver_at_once(&mut self, mut reply: ReplyTx, result: Result<Response, Error>) {
+        reply.reserve(&result);
         self.out.push_back(Effect::Reply {
             reply,
             result,
@@ -84,10 +86,11 @@ impl Engine {
     /// As `deliver`, for a reply that tells its session of `grant`.
     pub(crate) fn deliver_telling(
         &mut self,
-        reply: ReplyTx,
+        mut reply: ReplyTx,
         result: Result<Response, Error>,
         grant: Sequencer,
     ) {
+        reply.reserve(&result);
         self.out.push_back(Effect::Reply {
             reply,
             result,

@@ -162,21 +162,37 @@ async fn a_peer_that_stops_reading_is_closed_and_blocks_nobody(ctx: Ctx) -> Chec
     Ok(())
 }
 
+/// Held watches on a large node, all answered in one turn when another
+/// connection writes it: their replies pile up faster than any socket
+/// takes them, whatever the machine, so past the budget the rest are
+/// refused, and reading them all leaves the connection serving again.
 async fn a_peer_that_leaves_its_replies_unread_is_refused_not_flooded(ctx: Ctx) -> Check {
     let (mut conn, w) = open(&ctx).await;
+    let (mut writer, _) = open(&ctx).await;
     let k = key("budget");
     let size = (64 * 1024).min(w.limits.max_frame as usize / 2);
-    written(&mut conn, put(&k, &vec![b'x'; size], None, None), "Put").await?;
-    let gets = 2_000;
-    for _ in 0..gets {
-        conn.request(Request::Get {
+    let index = written(&mut conn, put(&k, &vec![b'x'; size], None, None), "Put").await?;
+    let watches = 400;
+    for _ in 0..watches {
+        conn.request(Request::Watch {
             key: k.clone(),
-            stat_only: false,
+            after_index: index,
+            timeout_ms: 60_000,
         })
         .await;
     }
+    // Requests on one connection are taken in order: once this is
+    // answered, every watch is held.
+    let held = conn
+        .call(Request::Get {
+            key: k.clone(),
+            stat_only: true,
+        })
+        .await;
+    expect_reply!(held, Response::Node { .. }).map_err(|e| format!("before the write: {e}"))?;
+    written(&mut writer, put(&k, &vec![b'y'; size], None, None), "Put").await?;
     let (mut served, mut refused) = (0, 0);
-    for _ in 0..gets {
+    for _ in 0..watches {
         match conn.reply().await.1 {
             Err(e) if matches!(e.code, ErrorCode::Congested { .. }) => refused += 1,
             reply => {
@@ -188,7 +204,7 @@ async fn a_peer_that_leaves_its_replies_unread_is_refused_not_flooded(ctx: Ctx) 
     }
     ensure!(
         served > 0 && refused > 0,
-        "{served} served and {refused} refused of {gets} unread Gets of {size} bytes"
+        "{served} served and {refused} refused of {watches} unread watches of {size} bytes"
     );
     let after = conn
         .call(Request::Get {
