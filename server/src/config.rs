@@ -110,6 +110,12 @@ pub const DROPPED_PER_READ: usize = 4096;
 pub const FANOUT_SLICE: usize = 1024;
 /// Deliveries the master may owe before it refuses writes (`EV-9`).
 pub const FANOUT_BACKLOG: usize = 1 << 18;
+/// Deliveries the master may owe one address's subscriptions before it
+/// cuts their fan-out off with `EventsLost` (`EV-9`): more than one change
+/// can cost at an address's default quota of subscriptions, and half the
+/// backlog, so that no one address's subscribers make writers wait.
+pub const FANOUT_PER_PAYER: usize = 1 << 17;
+const _: () = assert!(FANOUT_PER_PAYER > DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER);
 /// Connections being told they are refused at once, at most (`CONN-8`).
 pub(crate) const MAX_REFUSING: usize = 64;
 /// How many characters of a name or address a peer gave a refusal or a
@@ -303,6 +309,9 @@ pub struct Config {
     /// Event deliveries the master may owe before it refuses writes
     /// (`EV-9`).
     pub fanout_backlog: usize,
+    /// Event deliveries the master may owe the subscriptions one peer
+    /// address made before it replaces them with `EventsLost` (`EV-9`).
+    pub fanout_per_payer: usize,
     /// Bytes of events that may wait for the sessions one peer address
     /// created, and for all sessions (`EV-4`).
     pub event_bytes_per_peer: usize,
@@ -401,6 +410,7 @@ impl Default for Config {
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             fanout_backlog: FANOUT_BACKLOG,
+            fanout_per_payer: FANOUT_PER_PAYER,
             event_bytes_per_peer: DEFAULT_EVENT_BYTES_PER_PEER,
             all_event_bytes: DEFAULT_ALL_EVENT_BYTES,
             cached_keys_per_session: CACHED_KEYS_PER_SESSION,

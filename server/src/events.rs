@@ -11,11 +11,16 @@ use std::net::IpAddr;
 pub use crate::config::{EVENTS_PER_REPLY, EVENT_QUEUE, SUBSCRIPTIONS_PER_SESSION};
 use leasehold_protocol::{Change, Event, EventKind, SessionId};
 
+/// Who a subscription's fan-out is charged to: the peer address that made
+/// it, as its quota is (`QUOTA-3`, `EV-9`); `None` where none is known.
+pub(crate) type Payer = Option<IpAddr>;
+
 #[derive(Debug)]
 pub(crate) struct Subscription {
     pub(crate) session: SessionId,
     pub(crate) key: String,
     pub(crate) prefix: bool,
+    pub(crate) payer: Payer,
     /// Its mask, and the number of the first change each widening of it
     /// applies to, oldest first: subscribing again widens it for changes
     /// from then on, not for those still being fanned out (`EV-5`).
@@ -46,11 +51,13 @@ pub(crate) struct Queue {
 }
 
 /// How many bytes of events may wait, for one peer address's sessions and
-/// for all sessions (`EV-4`).
+/// for all sessions (`EV-4`), and how many deliveries the master may owe
+/// one payer's subscriptions before it cuts their fan-out off (`EV-9`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EventBudget {
     pub(crate) per_peer: usize,
     pub(crate) all: usize,
+    pub(crate) fanout_per_payer: usize,
 }
 
 impl Default for EventBudget {
@@ -58,9 +65,15 @@ impl Default for EventBudget {
         EventBudget {
             per_peer: usize::MAX,
             all: usize::MAX,
+            fanout_per_payer: usize::MAX,
         }
     }
 }
+
+/// Index entries (a key, or a prefix), each with its subscriptions by
+/// payer, so that one payer's fan-out can be charged and cut off without
+/// walking anyone else's.
+pub(crate) type Entries = BTreeMap<String, BTreeMap<Payer, BTreeSet<u64>>>;
 
 /// Which index a fan-out walks.
 #[derive(Debug, Clone, Copy)]
@@ -75,8 +88,22 @@ pub(crate) enum Index {
 pub(crate) enum Pending {
     /// One event for one session.
     Direct(SessionId, EventKind),
-    /// One change for every subscription under one index entry.
+    /// One change for one payer's subscriptions under one index entry.
     FanOut(FanOut),
+    /// The end of a payer's cut-off: each session it subscribed for hears
+    /// `EventsLost`, after every event it heard before the cut-off and
+    /// before any change after it (`EV-9`).
+    Lost(Lost),
+}
+
+/// A cut-off payer's sessions being told they lost events, a slice at a
+/// time: `after` is where the walk stands.
+#[derive(Debug)]
+pub(crate) struct Lost {
+    pub(crate) payer: Payer,
+    pub(crate) after: Option<SessionId>,
+    /// Deliveries still counted as owed for it.
+    pub(crate) left: usize,
 }
 
 /// When a change happened, and what it left when that is small (`EV-10`).
@@ -92,6 +119,10 @@ pub(crate) struct Happened {
 pub(crate) struct FanOut {
     pub(crate) index: Index,
     pub(crate) entry: String,
+    pub(crate) payer: Payer,
+    /// Deliveries still counted as owed for it: the entry's subscriptions
+    /// of that payer when the change was applied, less those walked.
+    pub(crate) left: usize,
     /// The bits a subscription must have to hear it.
     pub(crate) mask: u32,
     /// The key the event names, and what happened.
@@ -110,8 +141,11 @@ pub(crate) struct FanOut {
 #[derive(Debug, Default)]
 pub(crate) struct Events {
     pub(crate) subscriptions: BTreeMap<u64, Subscription>,
-    pub(crate) exact: BTreeMap<String, BTreeSet<u64>>,
-    pub(crate) prefixes: BTreeMap<String, BTreeSet<u64>>,
+    pub(crate) exact: Entries,
+    pub(crate) prefixes: Entries,
+    /// The sessions each payer subscribed for, with how many
+    /// subscriptions: who hears `EventsLost` when it is cut off.
+    pub(crate) sessions_by_payer: BTreeMap<Payer, BTreeMap<SessionId, usize>>,
     /// Each session's subscriptions, by what they cover: one per key and
     /// kind (`EV-5`).
     pub(crate) by_session: BTreeMap<SessionId, BTreeMap<(String, bool), u64>>,
@@ -122,8 +156,14 @@ pub(crate) struct Events {
     /// What is decided and not yet queued, oldest first (`EV-9`).
     pub(crate) outbox: VecDeque<Pending>,
     /// About how many deliveries the outbox holds: an upper bound, from
-    /// the size of each index entry when its change was applied.
+    /// the size of each index entry when its change was applied; in all
+    /// and by payer (`EV-9`).
     pub(crate) owed: usize,
+    pub(crate) owed_by: BTreeMap<Payer, usize>,
+    /// Payers whose fan-out is cut off until their `Lost` is delivered.
+    pub(crate) cut_off: BTreeSet<Payer>,
+    /// Cut-offs since the master started (`OPS-1`).
+    pub(crate) cut_offs_total: u64,
     /// Bytes of events waiting, in all and by the peer address that
     /// created their sessions (`EV-4`).
     pub(crate) queued_bytes: usize,
@@ -371,6 +411,20 @@ impl Events {
             .is_some_and(|mine| mine.contains_key(&(key.to_string(), prefix)))
     }
 
+    /// Adds a new subscription to the index its kind walks.
+    pub(crate) fn insert_subscription(&mut self, id: u64, sub: Subscription) {
+        let index = if sub.prefix {
+            &mut self.prefixes
+        } else {
+            &mut self.exact
+        };
+        let entry = index.entry(sub.key.clone()).or_default();
+        entry.entry(sub.payer).or_default().insert(id);
+        let sessions = self.sessions_by_payer.entry(sub.payer).or_default();
+        *sessions.entry(sub.session).or_default() += 1;
+        self.subscriptions.insert(id, sub);
+    }
+
     pub(crate) fn drop_subscription(&mut self, id: u64) -> Option<Subscription> {
         let sub = self.subscriptions.remove(&id)?;
         let index = if sub.prefix {
@@ -378,10 +432,26 @@ impl Events {
         } else {
             &mut self.exact
         };
-        if let Some(ids) = index.get_mut(&sub.key) {
-            ids.remove(&id);
-            if ids.is_empty() {
+        if let Some(payers) = index.get_mut(&sub.key) {
+            if let Some(ids) = payers.get_mut(&sub.payer) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    payers.remove(&sub.payer);
+                }
+            }
+            if payers.is_empty() {
                 index.remove(&sub.key);
+            }
+        }
+        if let Some(sessions) = self.sessions_by_payer.get_mut(&sub.payer) {
+            if let Some(count) = sessions.get_mut(&sub.session) {
+                *count -= 1;
+                if *count == 0 {
+                    sessions.remove(&sub.session);
+                }
+            }
+            if sessions.is_empty() {
+                self.sessions_by_payer.remove(&sub.payer);
             }
         }
         Some(sub)
@@ -425,22 +495,63 @@ impl Events {
             Index::Exact => &self.exact,
             Index::Prefix => &self.prefixes,
         };
-        let Some(ids) = subscribers.get(entry) else {
+        let Some(payers) = subscribers.get(entry) else {
             return;
         };
-        self.owed += ids.len();
-        let upto = ids.last().copied().unwrap_or(0);
-        self.outbox.push_back(Pending::FanOut(FanOut {
-            index,
-            entry: entry.to_string(),
-            mask,
-            key: key.to_string(),
-            change,
-            at,
-            upto,
-            number: self.changes,
-            after: None,
-        }));
+        for (&payer, ids) in payers {
+            if self.cut_off.contains(&payer) {
+                continue; // its sessions hear `EventsLost` instead
+            }
+            let owed = self.owed_by.entry(payer).or_default();
+            if *owed + ids.len() > self.budget.fanout_per_payer {
+                // The payer's subscriptions owe more than its share: what
+                // they are owed is dropped, and what they would be owed
+                // until its sessions hear `EventsLost` is never queued, so
+                // the writers that matched them are not made to wait.
+                self.cut_off.insert(payer);
+                self.cut_offs_total += 1;
+                let left = self.sessions_by_payer.get(&payer).map_or(0, BTreeMap::len);
+                self.owed += left;
+                self.outbox.push_back(Pending::Lost(Lost {
+                    payer,
+                    after: None,
+                    left,
+                }));
+                continue;
+            }
+            *owed += ids.len();
+            self.owed += ids.len();
+            self.outbox.push_back(Pending::FanOut(FanOut {
+                index,
+                entry: entry.to_string(),
+                payer,
+                left: ids.len(),
+                mask,
+                key: key.to_string(),
+                change: change.clone(),
+                at: at.clone(),
+                upto: ids.last().copied().unwrap_or(0),
+                number: self.changes,
+                after: None,
+            }));
+        }
+    }
+
+    /// Counts `n` deliveries of `payer`'s as no longer owed.
+    fn settle(&mut self, payer: Payer, n: usize) {
+        self.owed = self.owed.saturating_sub(n);
+        if let Some(owed) = self.owed_by.get_mut(&payer) {
+            *owed = owed.saturating_sub(n);
+            if *owed == 0 {
+                self.owed_by.remove(&payer);
+            }
+        }
+    }
+
+    /// Whether `payer`'s fan-out is cut off (`EV-9`).
+    #[cfg(test)]
+    pub(crate) fn is_cut_off(&self, payer: Payer) -> bool {
+        self.cut_off.contains(&payer)
     }
 
     pub(crate) fn send_session(&mut self, session: SessionId, kind: EventKind) {
@@ -491,6 +602,14 @@ impl Events {
                     self.owed = self.owed.saturating_sub(1);
                     slice -= 1;
                 }
+                Pending::FanOut(job) if self.cut_off.contains(&job.payer) => {
+                    // Cut off: its sessions hear `EventsLost` instead.
+                    let (payer, left) = (job.payer, job.left);
+                    self.dropped_total += left as u64;
+                    self.outbox.pop_front();
+                    self.settle(payer, left);
+                    slice -= 1;
+                }
                 Pending::FanOut(job) => {
                     let index = match job.index {
                         Index::Exact => &self.exact,
@@ -503,15 +622,25 @@ impl Events {
                     let range = (lower, std::ops::Bound::Included(job.upto));
                     let ids: Vec<u64> = index
                         .get(&job.entry)
+                        .and_then(|payers| payers.get(&job.payer))
                         .map(|ids| ids.range(range).take(slice).copied().collect())
                         .unwrap_or_default();
                     let done = ids.len() < slice || ids.last() == Some(&job.upto);
-                    slice -= ids.len();
-                    self.owed = self.owed.saturating_sub(ids.len());
+                    slice -= ids.len().max(1);
+                    let walked = if done {
+                        job.left
+                    } else {
+                        ids.len().min(job.left)
+                    };
+                    job.left -= walked;
                     job.after = ids.last().copied().or(job.after);
-                    let (mask, number) = (job.mask, job.number);
+                    let (mask, number, payer) = (job.mask, job.number, job.payer);
                     let (key, change) = (job.key.clone(), job.change.clone());
                     let at = job.at.clone();
+                    if done {
+                        self.outbox.pop_front();
+                    }
+                    self.settle(payer, walked);
                     for id in ids {
                         let Some(sub) = self.subscriptions.get(&id) else {
                             continue;
@@ -532,8 +661,40 @@ impl Events {
                             self.woken.insert(session);
                         }
                     }
+                }
+                Pending::Lost(lost) => {
+                    let lower = match lost.after {
+                        Some(after) => std::ops::Bound::Excluded(after),
+                        None => std::ops::Bound::Unbounded,
+                    };
+                    let sessions: Vec<SessionId> = self
+                        .sessions_by_payer
+                        .get(&lost.payer)
+                        .map(|s| {
+                            let range = (lower, std::ops::Bound::Unbounded);
+                            s.range(range).take(slice).map(|(s, _)| *s).collect()
+                        })
+                        .unwrap_or_default();
+                    let done = sessions.len() < slice;
+                    slice -= sessions.len().max(1);
+                    lost.after = sessions.last().copied().or(lost.after);
+                    let walked = if done {
+                        lost.left
+                    } else {
+                        sessions.len().min(lost.left)
+                    };
+                    lost.left -= walked;
+                    let payer = lost.payer;
                     if done {
                         self.outbox.pop_front();
+                        self.cut_off.remove(&payer);
+                    }
+                    self.owed = self.owed.saturating_sub(walked);
+                    for session in sessions {
+                        if let Some(owner) = whose(session) {
+                            self.push(session, EventKind::EventsLost, owner);
+                            self.woken.insert(session);
+                        }
                     }
                 }
             }

@@ -265,6 +265,7 @@ struct Totals {
     events_queued: Counter,
     events_dropped: Counter,
     invalidations: Counter,
+    fanout_cut_offs: Counter,
 }
 
 impl Default for Metrics {
@@ -462,6 +463,12 @@ impl Metrics {
                 "cache_invalidations",
                 "Invalidation events queued for caching sessions",
             ),
+            fanout_cut_offs: counter(
+                r,
+                "fanout_cut_offs",
+                "Times one address's subscriptions owed more than their share of fan-out \
+                 and heard EventsLost instead",
+            ),
         };
         // etcd's WAL fsync buckets: 1 ms to about 8 s.
         let fsync_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
@@ -626,6 +633,11 @@ impl Metrics {
             &t.invalidations,
             tally.invalidations,
             &mut shown.invalidations,
+        );
+        add(
+            &t.fanout_cut_offs,
+            tally.fanout_cut_offs,
+            &mut shown.fanout_cut_offs,
         );
     }
 

@@ -150,6 +150,9 @@ pub(crate) struct Tally {
     pub(crate) events_queued: u64,
     pub(crate) events_dropped: u64,
     pub(crate) invalidations: u64,
+    /// Times one address's subscriptions were cut off for owing more
+    /// than their share of fan-out (`EV-9`).
+    pub(crate) fanout_cut_offs: u64,
 }
 
 impl Tally {

@@ -552,3 +552,57 @@ async fn a_small_maximum_frame_keeps_large_contents_out_of_events() {
     conn.keepalive_acking(session, false, 2).await;
     assert!(events(&mut conn).await.is_empty());
 }
+
+// EV-9: fan-out is charged to the address whose subscriptions owe it, not
+// to the clients that write.
+#[tokio::test]
+async fn one_addresss_subscriptions_do_not_make_other_clients_writes_congested() {
+    let server = start(leasehold_server::Config {
+        fanout_backlog: 8_192,
+        fanout_per_payer: 4_096,
+        ..short_lease_config()
+    })
+    .await;
+    let greedy_address = "127.0.0.2".parse().unwrap();
+    let (mut greedy, _) = RawConnection::open_from(server.addr, greedy_address).await;
+    let deep = (0..30)
+        .map(|i| format!("d{i}"))
+        .collect::<Vec<_>>()
+        .join("/");
+    let covering: Vec<String> = std::iter::once(String::new())
+        .chain(deep.match_indices('/').map(|(i, _)| deep[..i].to_string()))
+        .chain(std::iter::once(deep.clone()))
+        .collect();
+    // 100 sessions with 31 subscriptions each: 3,100 deliveries a write.
+    let mut sessions = Vec::new();
+    for _ in 0..100 {
+        let session = greedy.create_session(LONG).await;
+        for key in &covering {
+            greedy
+                .subscribe(session, key, true, event_mask::CONTENTS)
+                .await;
+        }
+        sessions.push(session);
+    }
+    let (mut writer, _) = RawConnection::open(server.addr).await;
+    for n in 0..300 {
+        let put = leasehold_protocol::Put {
+            key: deep.clone(),
+            contents: n.to_string().into_bytes(),
+            flags: 0,
+            cas: None,
+            ephemeral: None,
+        };
+        writer.request(Request::Put(put)).await;
+    }
+    for n in 0..300 {
+        let (_, reply) = writer.reply().await;
+        assert!(reply.is_ok(), "write {n}: {reply:?}");
+    }
+    greedy.keepalive_acking(sessions[99], false, 0).await;
+    let heard = events(&mut greedy).await;
+    assert!(
+        heard.iter().any(|e| e.kind == EventKind::EventsLost),
+        "the greedy address's sessions hear they lost events: {heard:?}"
+    );
+}

@@ -160,6 +160,7 @@ impl Engine {
         engine.events.budget = crate::events::EventBudget {
             per_peer: engine.config.event_bytes_per_peer,
             all: engine.config.all_event_bytes,
+            fanout_per_payer: engine.config.fanout_per_payer,
         };
         engine.cache.per_session = engine.config.cached_keys_per_session;
         engine.cache.max_bytes = engine.config.all_cache_bytes;

@@ -78,21 +78,14 @@ impl Engine {
         // master's subscriptions (`FO-6`).
         let id = (self.config.epoch << 32) | events.next_subscription;
         mine.insert((key.clone(), prefix), id);
-        let index = if prefix {
-            &mut events.prefixes
-        } else {
-            &mut events.exact
+        let subscription = Subscription {
+            session,
+            key,
+            prefix,
+            payer: peer,
+            masks: vec![(0, mask)],
         };
-        index.entry(key.clone()).or_default().insert(id);
-        events.subscriptions.insert(
-            id,
-            Subscription {
-                session,
-                key,
-                prefix,
-                masks: vec![(0, mask)],
-            },
-        );
+        events.insert_subscription(id, subscription);
         if let Some(peer) = peer {
             self.quotas.subscriptions.take(id, peer, 1); // QUOTA-3
         }

@@ -45,11 +45,20 @@ fn started(config: &mut Config, store: Option<crate::MemoryStore>) -> Master {
 }
 
 async fn call(master: &mut Master, request: Request) -> Result<Response, Error> {
+    call_from(master, request, None).await
+}
+
+/// `call`, as a peer at `peer` asks it.
+async fn call_from(
+    master: &mut Master,
+    request: Request,
+    peer: Option<std::net::IpAddr>,
+) -> Result<Response, Error> {
     let (reply, mut rx) = crate::reply::channel(1);
     master.handle(Call {
         request,
         reply,
-        peer: None,
+        peer,
         caller: None,
     });
     // A change is answered once the store has it.
@@ -363,6 +372,119 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
         master.deliver_events();
     }
     assert!(call(&mut master, put("after")).await.is_ok());
+}
+
+/// A session that `peer` created and subscribed to every key.
+async fn subscribed_from(master: &mut Master, peer: std::net::IpAddr) -> SessionToken {
+    let create = Request::CreateSession(CreateSession {
+        name: "watcher".into(),
+        lease_ms: None,
+        lock_delay_ms: None,
+        behavior: Behavior::Release,
+        checks: Vec::new(),
+    });
+    let Ok(Response::SessionCreated {
+        session, secret, ..
+    }) = call_from(master, create, Some(peer)).await
+    else {
+        panic!("no session");
+    };
+    let token = SessionToken {
+        id: session,
+        secret,
+    };
+    let subscribe = Request::Subscribe {
+        session: token,
+        key: String::new(),
+        prefix: true,
+        mask: leasehold_protocol::event_mask::CONTENTS,
+    };
+    assert!(call_from(master, subscribe, Some(peer)).await.is_ok());
+    token
+}
+
+/// What a session's queue holds: the key of each node event, `lost` for
+/// `EventsLost`.
+fn queued(master: &Master, session: SessionToken) -> Vec<String> {
+    master
+        .engine
+        .events
+        .pending(session.id, usize::MAX, true)
+        .into_iter()
+        .map(|e| match e.kind {
+            leasehold_protocol::EventKind::Node { key, .. } => key,
+            leasehold_protocol::EventKind::EventsLost => "lost".into(),
+            other => panic!("expected a node event or EventsLost, got {other:?}"),
+        })
+        .collect()
+}
+
+/// A master whose fan-out may owe one address two slices and all of
+/// them four, with `noisy` sessions from 127.0.0.2 and one from 127.0.0.1
+/// subscribed to every key.
+async fn noisy_subscribers(noisy: usize) -> (Master, Vec<SessionToken>, SessionToken) {
+    let mut config = Config {
+        fanout_per_payer: 2 * crate::config::FANOUT_SLICE,
+        fanout_backlog: 4 * crate::config::FANOUT_SLICE,
+        ..Config::default()
+    };
+    let mut master = started(&mut config, None);
+    let mut sessions = Vec::new();
+    for _ in 0..noisy {
+        sessions.push(subscribed_from(&mut master, [127, 0, 0, 2].into()).await);
+    }
+    let quiet = subscribed_from(&mut master, [127, 0, 0, 1].into()).await;
+    (master, sessions, quiet)
+}
+
+// EV-9: fan-out is charged to the address whose subscriptions owe it.
+#[tokio::test]
+async fn writes_go_on_while_one_addresss_subscriptions_owe_more_than_their_share() {
+    let (mut master, noisy, quiet) = noisy_subscribers(crate::config::FANOUT_SLICE + 100).await;
+    for n in 0..20 {
+        let written = call_from(
+            &mut master,
+            put(&format!("k{n}")),
+            Some([127, 0, 0, 3].into()),
+        );
+        let written = written.await;
+        assert!(written.is_ok(), "write {n}: {written:?}");
+    }
+    assert!(master.engine.events.is_cut_off(Some([127, 0, 0, 2].into())));
+    while master.engine.events.owes() {
+        master.deliver_events();
+    }
+    let every: Vec<String> = (0..20).map(|n| format!("k{n}")).collect();
+    assert_eq!(queued(&master, quiet), every, "the other address hears all");
+    for session in [noisy[0], noisy[noisy.len() - 1]] {
+        let heard = queued(&master, session);
+        assert_eq!(heard.last().map(String::as_str), Some("lost"), "{heard:?}");
+        assert!(heard.len() < every.len(), "{heard:?}");
+    }
+}
+
+// EV-1, EV-9: a cut-off ends with `EventsLost`, after what was heard
+// before it and before any later change.
+#[tokio::test]
+async fn a_cut_off_addresss_sessions_hear_events_lost_then_later_changes() {
+    let (mut master, noisy, _) = noisy_subscribers(crate::config::FANOUT_SLICE + 100).await;
+    let writer = Some([127, 0, 0, 3].into());
+    // The first slice of `a` is queued at once; the rest of `a` and `b`
+    // are owed; `c` would owe more than the address's share.
+    for key in ["a", "b", "c"] {
+        assert!(call_from(&mut master, put(key), writer).await.is_ok());
+    }
+    assert!(master.engine.events.is_cut_off(Some([127, 0, 0, 2].into())));
+    while master.engine.events.owes() {
+        master.deliver_events();
+    }
+    assert!(!master.engine.events.is_cut_off(Some([127, 0, 0, 2].into())));
+    assert!(call_from(&mut master, put("d"), writer).await.is_ok());
+    while master.engine.events.owes() {
+        master.deliver_events();
+    }
+    assert_eq!(queued(&master, noisy[0]), ["a", "lost", "d"]);
+    assert_eq!(queued(&master, noisy[noisy.len() - 1]), ["lost", "d"]);
 }
 
 /// A master whose observer writes down every lease event.

@@ -244,6 +244,7 @@ impl Engine {
         self.tally.events_queued = self.events.queued_total;
         self.tally.events_dropped = self.events.dropped_total;
         self.tally.invalidations = self.events.invalidations_total;
+        self.tally.fanout_cut_offs = self.events.cut_offs_total;
         let stale = self
             .counted
             .as_ref()
