@@ -116,8 +116,16 @@ pub const FANOUT_BACKLOG: usize = 1 << 18;
 /// backlog, so that no one address's subscribers make writers wait.
 pub const FANOUT_PER_PAYER: usize = 1 << 17;
 const _: () = assert!(FANOUT_PER_PAYER > DEFAULT_MAX_SUBSCRIPTIONS_PER_PEER);
-/// Connections being told they are refused at once, at most (`CONN-8`).
-pub(crate) const MAX_REFUSING: usize = 64;
+/// Connections being told they are refused at once, at most (`CONN-8`):
+/// each holds a descriptor and about 2 KiB until its peer closes or for
+/// `LINGER` at most, so a burst of a thousand costs 2 MiB; past it a
+/// connection is dropped without a word.
+pub(crate) const MAX_REFUSING: usize = 1024;
+/// What a refused connection's peer may still send, read and discarded
+/// so that it reads the `Close` rather than a reset: its Hello, and more.
+pub(crate) const REFUSAL_DRAIN_BYTES: usize = 64 << 10;
+/// The buffer that discards it.
+pub(crate) const REFUSAL_DRAIN_BUFFER: usize = 512;
 /// How many characters of a name or address a peer gave a refusal or a
 /// log line repeats (`CELL-4`): never the whole of unbounded input.
 pub(crate) const SHOWN_CHARS: usize = 64;

@@ -26,7 +26,7 @@ use crate::caller::Caller;
 use crate::config::Config;
 use crate::config::{
     CONNECTION_BUFFER, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE, LINGER, LINGER_BYTES,
-    SHUTDOWN_LINGER,
+    REFUSAL_DRAIN_BUFFER, REFUSAL_DRAIN_BYTES, SHUTDOWN_LINGER,
 };
 use crate::master::{request_name, MasterHandle};
 use crate::reply::{Flow, Reply, ReplyTx};
@@ -186,8 +186,13 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let writer = FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
-    close_with(writer, read, error, &config).await;
+    let mut writer =
+        FramedWrite::with_capacity(write, Codec::new(config.max_frame), CONNECTION_BUFFER);
+    let close = ServerFrame::Close(error);
+    if write_frame(&mut writer, close, &config, Flushing::Now).await {
+        let stream = read.unsplit(writer.into_inner());
+        drain(stream, LINGER, REFUSAL_DRAIN_BYTES, REFUSAL_DRAIN_BUFFER).await;
+    }
 }
 
 /// Tells a client that this member of a cell is not its master, and where
@@ -532,14 +537,25 @@ fn codec_error(e: CodecError) -> Error {
 /// while: closing a socket with unread input makes the kernel send a reset,
 /// which can destroy the `Close` frame before the peer reads it, and which
 /// a TLS client reads as a broken connection rather than an orderly end.
-pub(crate) async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, most: Duration) {
+pub(crate) async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: S, most: Duration) {
+    drain(stream, most, LINGER_BYTES, 8192).await;
+}
+
+/// [`linger`], discarding at most `bytes` through a buffer of `buffer`
+/// bytes.
+async fn drain<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    most: Duration,
+    bytes: usize,
+    buffer: usize,
+) {
     let _ = stream.shutdown().await;
     let drain = async {
         // On the heap: in place it would sit in every connection's task
         // for its whole life, though only a closing one uses it.
-        let mut buf = vec![0u8; 8192];
+        let mut buf = vec![0u8; buffer];
         let mut total = 0;
-        while total < LINGER_BYTES {
+        while total < bytes {
             match stream.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => total += n,

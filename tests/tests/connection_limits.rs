@@ -267,3 +267,28 @@ async fn a_peer_address_creates_at_most_its_quota_of_health_checks() {
         .unwrap();
     greedy.call(set_check("d")).await.unwrap();
 }
+
+// CONN-8: a burst of refusals is told why, each one, rather than reset.
+#[tokio::test]
+async fn every_connection_refused_in_a_burst_reads_the_reason_not_a_reset() {
+    let server = start(Config {
+        max_connections_per_peer: 1,
+        ..short_lease_config()
+    })
+    .await;
+    let (_served, _) = RawConnection::open(server.addr).await;
+    // Each says Hello and reads nothing until all are open: a refusal that
+    // did not read the Hello before closing would reset the connection.
+    let mut refused = Vec::new();
+    for _ in 0..300 {
+        let mut conn = RawConnection::connect(server.addr).await;
+        conn.send(ClientFrame::Hello(Hello::current())).await;
+        refused.push(conn);
+    }
+    for (n, mut conn) in refused.into_iter().enumerate() {
+        match conn.recv().await {
+            Some(ServerFrame::Close(e)) => assert_eq!(e.code, ErrorCode::LimitReached, "{e:?}"),
+            other => panic!("connection {n}: expected the refusal, got {other:?}"),
+        }
+    }
+}
