@@ -3,7 +3,9 @@
 //! the master as a hostile or careless client would, over raw frames. Per
 //! pattern it reports the canary's worst KeepAlive round trip (an unheld
 //! KeepAlive every 100 ms on a connection of its own), whether its session
-//! ever left `Normal`, and the master's peak resident memory.
+//! ever left `Normal`, how many small writes a bystander on the canary's
+//! address got done and how many were refused, and the master's peak
+//! resident memory.
 //!
 //! Every attack is bounded in count and in time and stops by itself; all
 //! traffic goes to the master's loopback address.
@@ -176,6 +178,35 @@ struct Watch {
     worst_round_trip_us: AtomicU64,
     peak_rss: AtomicU64,
     left_normal: AtomicBool,
+    /// The bystander's writes: done, and refused (`Congested` or any
+    /// other error).
+    written: AtomicU64,
+    refused: AtomicU64,
+    /// Bytes the attack got acknowledged, where it writes.
+    attack_bytes: AtomicU64,
+    /// The attack's connections refused with a `Close` saying why, and
+    /// those reset or closed without one.
+    refused_with_reason: AtomicU64,
+    refused_silently: AtomicU64,
+}
+
+/// Writes 64 bytes to one key of its own, one write at a time, until
+/// `stopped`: what another client of the master gets done meanwhile.
+async fn bystander(
+    mut conn: Raw,
+    key: String,
+    mut id: u64,
+    watch: Arc<Watch>,
+    stop: Arc<AtomicBool>,
+) -> Raw {
+    while !stop.load(Ordering::Acquire) {
+        id += 1;
+        match call(&mut conn, id, put(key.clone(), vec![b'b'; 64])).await {
+            Ok(_) => watch.written.fetch_add(1, Ordering::AcqRel),
+            Err(_) => watch.refused.fetch_add(1, Ordering::AcqRel),
+        };
+    }
+    conn
 }
 
 pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
@@ -202,6 +233,11 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         .await?
         .context("the canary's probe was refused")?;
     let token = create_session(&mut probe, 1).await?;
+    let mut writer = Some(
+        handshake(TcpStream::connect(&addr).await?)
+            .await?
+            .context("the bystander was refused")?,
+    );
     let mut figures = Vec::new();
     let mut overall_peak = 0u64;
     for (n, pattern) in PATTERNS.iter().enumerate() {
@@ -209,8 +245,16 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         let watch = Arc::new(Watch::default());
         left_normal.store(false, Ordering::Release);
         let stop = Arc::new(AtomicBool::new(false));
-        let attack = tokio::spawn(attack(n, addr.clone(), shape, stop.clone()));
-        let until = Instant::now() + shape.attack;
+        let attack = tokio::spawn(attack(n, addr.clone(), shape, stop.clone(), watch.clone()));
+        let writing = tokio::spawn(bystander(
+            writer.take().context("the bystander's connection")?,
+            format!("noisy-bystander/{n}"),
+            1_000_000 * (n as u64 + 1),
+            watch.clone(),
+            stop.clone(),
+        ));
+        let started = Instant::now();
+        let until = started + shape.attack;
         let mut id = 1_000_000 * (n as u64 + 1);
         while Instant::now() < until {
             id += 1;
@@ -237,6 +281,12 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         stop.store(true, Ordering::Release);
+        let elapsed = started.elapsed().as_secs_f64();
+        writer = Some(
+            tokio::time::timeout(Duration::from_secs(60), writing)
+                .await
+                .context("the bystander's write did not end within 60 s")??,
+        );
         let outcome = tokio::time::timeout(Duration::from_secs(60), attack).await;
         match outcome {
             Ok(Ok(Ok(()))) => {}
@@ -263,6 +313,44 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
             )
             .target(0.0),
         );
+        figures.push(Figure::higher(
+            format!("{pattern}: bystander writes"),
+            "/s",
+            watch.written.load(Ordering::Acquire) as f64 / elapsed,
+        ));
+        figures.push(
+            Figure::lower(
+                format!("{pattern}: bystander writes refused"),
+                "times",
+                watch.refused.load(Ordering::Acquire) as f64,
+            )
+            .target(0.0),
+        );
+        let told = watch.refused_with_reason.load(Ordering::Acquire);
+        let silent = watch.refused_silently.load(Ordering::Acquire);
+        if told + silent > 0 {
+            figures.push(Figure::neutral(
+                format!("{pattern}: connections refused with the reason"),
+                "times",
+                told as f64,
+            ));
+            figures.push(
+                Figure::lower(
+                    format!("{pattern}: connections reset or closed without it"),
+                    "times",
+                    silent as f64,
+                )
+                .target(0.0),
+            );
+        }
+        let attack_bytes = watch.attack_bytes.load(Ordering::Acquire);
+        if attack_bytes > 0 {
+            figures.push(Figure::higher(
+                format!("{pattern}: attacker's bytes written"),
+                "MiB/s",
+                attack_bytes as f64 / f64::from(1 << 20) / elapsed,
+            ));
+        }
         figures.push(
             Figure::lower(
                 format!("{pattern}: master peak RSS"),
@@ -285,7 +373,13 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
 }
 
 /// Runs attack number `n` until `stop`, bounded in count too.
-async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+async fn attack(
+    n: usize,
+    addr: String,
+    shape: Shape,
+    stop: Arc<AtomicBool>,
+    watch: Arc<Watch>,
+) -> anyhow::Result<()> {
     let stopped = || stop.load(Ordering::Acquire);
     let tag = uuid::Uuid::new_v4().simple().to_string();
     match n {
@@ -348,23 +442,53 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
             }
             until(stopped).await;
         }
-        // As many idle connections as the master takes, up to 5,000.
+        // 5,000 connections, each saying Hello and reading nothing until
+        // all are open: past the address's cap (4,096) each should read
+        // its refusal, not a reset.
         4 => {
             let mut conns = Vec::new();
+            let hello = {
+                let mut codec = FrameCodec::<ServerFrame, ClientFrame>::new(DEFAULT_MAX_FRAME);
+                let mut bytes = bytes::BytesMut::new();
+                tokio_util::codec::Encoder::encode(
+                    &mut codec,
+                    ClientFrame::Hello(Hello::current()),
+                    &mut bytes,
+                )?;
+                bytes.freeze()
+            };
             for _ in 0..5_000 {
                 if stopped() {
                     break;
                 }
-                match attacker_stream(&addr).await {
-                    Ok(stream) => conns.push(stream),
-                    Err(_) => break,
-                }
+                let Ok(mut stream) = attacker_stream(&addr).await else {
+                    break;
+                };
+                let _ = stream.write_all(&hello).await;
+                conns.push(stream);
+            }
+            for stream in conns.iter_mut() {
+                let mut framed = tokio_util::codec::FramedRead::new(
+                    stream,
+                    FrameCodec::<ServerFrame, ClientFrame>::new(DEFAULT_MAX_FRAME),
+                );
+                let answer = tokio::time::timeout(Duration::from_secs(5), framed.next()).await;
+                match answer {
+                    Ok(Some(Ok(ServerFrame::Welcome(_)))) => {}
+                    Ok(Some(Ok(ServerFrame::Close(_)))) => {
+                        watch.refused_with_reason.fetch_add(1, Ordering::AcqRel);
+                    }
+                    _ => {
+                        watch.refused_silently.fetch_add(1, Ordering::AcqRel);
+                    }
+                };
             }
             until(stopped).await;
         }
-        // Sessions subscribed to every ancestor of one deep key (as many
-        // subscriptions as the address's quota allows), each asked for
-        // twice, and writes to that key: every write matches them all.
+        // Sessions subscribed to every ancestor of one deep key (the root
+        // too), as many subscriptions as the address's quota allows, then
+        // pipelined writes to that key: every write matches them all, and
+        // every write by anyone matches the root's.
         5 => {
             let mut conn = connect(&addr).await?.context("refused")?;
             let mut id = 1;
@@ -374,34 +498,32 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
                 .chain(deep.match_indices('/').map(|(i, _)| deep[..i].to_string()))
                 .chain(std::iter::once(deep.clone()))
                 .collect();
-            'subscribing: for _ in 0..3_000 {
+            for _ in 0..3_000 {
                 id += 1;
+                if stopped() {
+                    break;
+                }
                 let Ok(session) = create_session(&mut conn, id).await else {
                     break;
                 };
-                for key in &ancestors {
-                    for _ in 0..2 {
-                        if stopped() {
-                            break 'subscribing;
-                        }
-                        id += 1;
-                        let subscribe = Request::Subscribe {
-                            session,
-                            key: key.clone(),
-                            prefix: true,
-                            mask: event_mask::CONTENTS,
-                        };
-                        if call(&mut conn, id, subscribe).await.is_err() {
-                            break 'subscribing;
-                        }
-                    }
+                let subscriptions = ancestors.iter().map(|key| Request::Subscribe {
+                    session,
+                    key: key.clone(),
+                    prefix: true,
+                    mask: event_mask::CONTENTS,
+                });
+                let (last, made) = burst(&mut conn, id, subscriptions).await?;
+                id = last;
+                if made < ancestors.len() as u64 {
+                    break; // the address's quota
                 }
             }
-            let mut n = 0u64;
-            while !stopped() && n < 100_000 {
-                id += 1;
-                n += 1;
-                let _ = call(&mut conn, id, put(deep.clone(), b"v".to_vec())).await;
+            for _ in 0..1_000 {
+                if stopped() {
+                    break;
+                }
+                let writes = (0..100).map(|_| put(deep.clone(), b"v".to_vec()));
+                id = burst(&mut conn, id, writes).await?.0;
             }
         }
         // Sessions created as fast as one connection can, up to 200,000.
@@ -446,14 +568,17 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
                     break;
                 }
                 let puts = keys.iter().map(|k| put(k.clone(), contents.clone()));
-                id = burst(&mut conn, id, puts).await?;
+                let (last, written) = burst(&mut conn, id, puts).await?;
+                let bytes = written * contents.len() as u64;
+                watch.attack_bytes.fetch_add(bytes, Ordering::AcqRel);
+                id = last;
                 let deletes = keys.iter().map(|k| Request::Delete {
                     key: k.clone(),
                     cas: None,
                     recursive: false,
                     authority: leasehold_protocol::Authority::Anonymous,
                 });
-                id = burst(&mut conn, id, deletes).await?;
+                id = burst(&mut conn, id, deletes).await?.0;
             }
             until(stopped).await;
         }
@@ -463,24 +588,27 @@ async fn attack(n: usize, addr: String, shape: Shape, stop: Arc<AtomicBool>) -> 
 }
 
 /// Sends every request of `requests` without waiting, then reads their
-/// replies; returns the last id used.
+/// replies; returns the last id used and how many succeeded.
 async fn burst(
     conn: &mut Raw,
     mut id: u64,
     requests: impl Iterator<Item = Request>,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(u64, u64)> {
     let first = id + 1;
     for body in requests {
         id += 1;
         conn.send(ClientFrame::Request { id, body }).await?;
     }
-    let mut left = id + 1 - first;
+    let (mut left, mut succeeded) = (id + 1 - first, 0);
     while left > 0 {
         match tokio::time::timeout(Duration::from_secs(60), conn.next()).await {
-            Ok(Some(Ok(ServerFrame::Reply { id: got, .. }))) if got >= first => left -= 1,
+            Ok(Some(Ok(ServerFrame::Reply { id: got, body }))) if got >= first => {
+                left -= 1;
+                succeeded += u64::from(body.is_ok());
+            }
             Ok(Some(Ok(_))) => continue,
             other => bail!("no reply: {other:?}"),
         }
     }
-    Ok(id)
+    Ok((id, succeeded))
 }
