@@ -340,8 +340,14 @@ impl Events {
 
     /// Queues `kind` for `session`, created by `owner`. An event past the
     /// queue's length, its creator's budget or the master's replaces
-    /// everything queued with one `EventsLost` (`EV-4`).
-    pub(crate) fn push(&mut self, session: SessionId, kind: EventKind, owner: Option<IpAddr>) {
+    /// everything queued with one `EventsLost` (`EV-4`). Returns how many
+    /// events that dropped: work a slice of fan-out counts (`EV-9`).
+    pub(crate) fn push(
+        &mut self,
+        session: SessionId,
+        kind: EventKind,
+        owner: Option<IpAddr>,
+    ) -> usize {
         let size = encoded_size_of(&kind);
         let queue = self.queues.entry(session).or_insert_with(|| Queue {
             next_seq: 1,
@@ -353,6 +359,7 @@ impl Events {
         let full = queue.pending.len() >= EVENT_QUEUE
             || peer_used + size > self.budget.per_peer
             || self.queued_bytes + size > self.budget.all;
+        let mut dropped = 0;
         let kind = if full {
             // The fail-over event stays: the client must still hear of the
             // new master and acknowledge it (`FO-5`).
@@ -360,7 +367,8 @@ impl Events {
             queue
                 .pending
                 .retain(|e| matches!(e.kind, EventKind::Failover { .. }));
-            self.dropped_total += (before - queue.pending.len()) as u64;
+            dropped = before - queue.pending.len();
+            self.dropped_total += dropped as u64;
             let kept: usize = queue.pending.iter().map(encoded_size).sum();
             let freed = queue.bytes - kept;
             queue.bytes = kept;
@@ -370,7 +378,7 @@ impl Events {
             kind
         };
         let Some(queue) = self.queues.get_mut(&session) else {
-            return;
+            return dropped;
         };
         let size = encoded_size_of(&kind);
         queue.pending.push_back(Event {
@@ -384,6 +392,7 @@ impl Events {
         if let Some(peer) = owner {
             *self.queued_by_peer.entry(peer).or_default() += size;
         }
+        dropped
     }
 
     /// Ends a session's queue and subscriptions; returns their ids.
@@ -625,23 +634,21 @@ impl Events {
                         .and_then(|payers| payers.get(&job.payer))
                         .map(|ids| ids.range(range).take(slice).copied().collect())
                         .unwrap_or_default();
-                    let done = ids.len() < slice || ids.last() == Some(&job.upto);
-                    slice -= ids.len().max(1);
-                    let walked = if done {
-                        job.left
-                    } else {
-                        ids.len().min(job.left)
-                    };
-                    job.left -= walked;
-                    job.after = ids.last().copied().or(job.after);
+                    let exhausted = ids.len() < slice || ids.last() == Some(&job.upto);
                     let (mask, number, payer) = (job.mask, job.number, job.payer);
                     let (key, change) = (job.key.clone(), job.change.clone());
                     let at = job.at.clone();
-                    if done {
-                        self.outbox.pop_front();
-                    }
-                    self.settle(payer, walked);
-                    for id in ids {
+                    // Each subscription looked at is work, and so is each
+                    // event a full queue drops for it: a slice stops at
+                    // its size either way.
+                    let mut walked = 0;
+                    let mut work = 0;
+                    for &id in &ids {
+                        if work >= slice {
+                            break;
+                        }
+                        walked += 1;
+                        work += 1;
                         let Some(sub) = self.subscriptions.get(&id) else {
                             continue;
                         };
@@ -657,45 +664,68 @@ impl Events {
                             if !may_hear(session, &kind) {
                                 continue;
                             }
-                            self.push(session, kind, whose(session).flatten());
+                            work += self.push(session, kind, whose(session).flatten());
                             self.woken.insert(session);
                         }
                     }
+                    slice -= work.clamp(1, slice);
+                    let done = exhausted && walked == ids.len();
+                    let Some(Pending::FanOut(job)) = self.outbox.front_mut() else {
+                        unreachable!("the front was this fan-out");
+                    };
+                    let settled = if done { job.left } else { walked.min(job.left) };
+                    job.left -= settled;
+                    job.after = ids[..walked].last().copied().or(job.after);
+                    if done {
+                        self.outbox.pop_front();
+                    }
+                    self.settle(payer, settled);
                 }
                 Pending::Lost(lost) => {
                     let lower = match lost.after {
                         Some(after) => std::ops::Bound::Excluded(after),
                         None => std::ops::Bound::Unbounded,
                     };
+                    let payer = lost.payer;
                     let sessions: Vec<SessionId> = self
                         .sessions_by_payer
-                        .get(&lost.payer)
+                        .get(&payer)
                         .map(|s| {
                             let range = (lower, std::ops::Bound::Unbounded);
                             s.range(range).take(slice).map(|(s, _)| *s).collect()
                         })
                         .unwrap_or_default();
-                    let done = sessions.len() < slice;
-                    slice -= sessions.len().max(1);
-                    lost.after = sessions.last().copied().or(lost.after);
-                    let walked = if done {
+                    let exhausted = sessions.len() < slice;
+                    let mut walked = 0;
+                    let mut work = 0;
+                    for &session in &sessions {
+                        if work >= slice {
+                            break;
+                        }
+                        walked += 1;
+                        work += 1;
+                        if let Some(owner) = whose(session) {
+                            work += self.push(session, EventKind::EventsLost, owner);
+                            self.woken.insert(session);
+                        }
+                    }
+                    slice -= work.clamp(1, slice);
+                    let done = exhausted && walked == sessions.len();
+                    let Some(Pending::Lost(lost)) = self.outbox.front_mut() else {
+                        unreachable!("the front was this cut-off's end");
+                    };
+                    let settled = if done {
                         lost.left
                     } else {
-                        sessions.len().min(lost.left)
+                        walked.min(lost.left)
                     };
-                    lost.left -= walked;
-                    let payer = lost.payer;
+                    lost.left -= settled;
+                    lost.after = sessions[..walked].last().copied().or(lost.after);
                     if done {
                         self.outbox.pop_front();
                         self.cut_off.remove(&payer);
                     }
-                    self.owed = self.owed.saturating_sub(walked);
-                    for session in sessions {
-                        if let Some(owner) = whose(session) {
-                            self.push(session, EventKind::EventsLost, owner);
-                            self.woken.insert(session);
-                        }
-                    }
+                    self.owed = self.owed.saturating_sub(settled);
                 }
             }
         }

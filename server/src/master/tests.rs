@@ -374,6 +374,26 @@ async fn writes_are_refused_while_too_many_deliveries_are_owed_and_served_again_
     assert!(call(&mut master, put("after")).await.is_ok());
 }
 
+// EV-4, EV-9: the events a full queue drops are work a slice counts, so
+// a slice that frees a thousand events walks no further.
+#[tokio::test]
+async fn a_slice_of_fan_out_counts_the_events_a_full_queue_drops() {
+    let mut master = started(&mut Config::default(), None);
+    let full = subscribed_to(&mut master, "k", false).await;
+    for _ in 0..crate::config::EVENT_QUEUE {
+        assert!(call(&mut master, put("k")).await.is_ok());
+    }
+    let mut others = Vec::new();
+    for _ in 0..crate::config::FANOUT_SLICE {
+        others.push(subscribed_to(&mut master, "k", false).await);
+    }
+    assert!(call(&mut master, put("k")).await.is_ok());
+    assert_eq!(queued(&master, full), ["lost"]);
+    assert_eq!(told(&master, &others), 0, "the slice ended at the drop");
+    master.deliver_events();
+    assert_eq!(told(&master, &others), others.len());
+}
+
 /// A session that `peer` created and subscribed to every key.
 async fn subscribed_from(master: &mut Master, peer: std::net::IpAddr) -> SessionToken {
     let create = Request::CreateSession(CreateSession {
