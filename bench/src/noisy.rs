@@ -188,6 +188,8 @@ struct Watch {
     /// those reset or closed without one.
     refused_with_reason: AtomicU64,
     refused_silently: AtomicU64,
+    /// The attack's connections served.
+    welcomed: AtomicU64,
 }
 
 /// Writes 64 bytes to one key of its own, one write at a time, until
@@ -328,7 +330,13 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         );
         let told = watch.refused_with_reason.load(Ordering::Acquire);
         let silent = watch.refused_silently.load(Ordering::Acquire);
-        if told + silent > 0 {
+        let welcomed = watch.welcomed.load(Ordering::Acquire);
+        if told + silent + welcomed > 0 {
+            figures.push(Figure::neutral(
+                format!("{pattern}: connections served"),
+                "times",
+                welcomed as f64,
+            ));
             figures.push(Figure::neutral(
                 format!("{pattern}: connections refused with the reason"),
                 "times",
@@ -457,8 +465,11 @@ async fn attack(
                 )?;
                 bytes.freeze()
             };
+            // Past the pattern's time if need be (30 s at most): the cap
+            // must be reached for the refusals to be seen.
+            let opening = Instant::now();
             for _ in 0..5_000 {
-                if stopped() {
+                if opening.elapsed() > Duration::from_secs(30) {
                     break;
                 }
                 let Ok(mut stream) = attacker_stream(&addr).await else {
@@ -474,7 +485,9 @@ async fn attack(
                 );
                 let answer = tokio::time::timeout(Duration::from_secs(5), framed.next()).await;
                 match answer {
-                    Ok(Some(Ok(ServerFrame::Welcome(_)))) => {}
+                    Ok(Some(Ok(ServerFrame::Welcome(_)))) => {
+                        watch.welcomed.fetch_add(1, Ordering::AcqRel);
+                    }
                     Ok(Some(Ok(ServerFrame::Close(_)))) => {
                         watch.refused_with_reason.fetch_add(1, Ordering::AcqRel);
                     }
@@ -498,24 +511,51 @@ async fn attack(
                 .chain(deep.match_indices('/').map(|(i, _)| deep[..i].to_string()))
                 .chain(std::iter::once(deep.clone()))
                 .collect();
-            for _ in 0..3_000 {
-                id += 1;
+            // In rounds of 100 sessions, each round's creations and then
+            // its subscriptions pipelined, until the address's quota.
+            'subscribing: for _ in 0..30 {
                 if stopped() {
                     break;
                 }
-                let Ok(session) = create_session(&mut conn, id).await else {
-                    break;
-                };
-                let subscriptions = ancestors.iter().map(|key| Request::Subscribe {
-                    session,
-                    key: key.clone(),
-                    prefix: true,
-                    mask: event_mask::CONTENTS,
+                let create = (0..100).map(|_| {
+                    Request::CreateSession(CreateSession {
+                        name: "noisy".into(),
+                        lease_ms: Some(60_000),
+                        lock_delay_ms: Some(0),
+                        behavior: Behavior::Release,
+                        checks: Vec::new(),
+                    })
                 });
-                let (last, made) = burst(&mut conn, id, subscriptions).await?;
+                let (last, created) = burst_answers(&mut conn, id, create).await?;
                 id = last;
-                if made < ancestors.len() as u64 {
-                    break; // the address's quota
+                let sessions: Vec<SessionToken> = created
+                    .into_iter()
+                    .filter_map(|answer| match answer {
+                        Ok(Response::SessionCreated {
+                            session, secret, ..
+                        }) => Some(SessionToken {
+                            id: session,
+                            secret,
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                let mut subscriptions = Vec::new();
+                for session in &sessions {
+                    for key in &ancestors {
+                        subscriptions.push(Request::Subscribe {
+                            session: *session,
+                            key: key.clone(),
+                            prefix: true,
+                            mask: event_mask::CONTENTS,
+                        });
+                    }
+                }
+                let wanted = subscriptions.len() as u64;
+                let (last, made) = burst(&mut conn, id, subscriptions.into_iter()).await?;
+                id = last;
+                if sessions.len() < 100 || made < wanted {
+                    break 'subscribing; // the address's quota
                 }
             }
             for _ in 0..1_000 {
@@ -591,24 +631,36 @@ async fn attack(
 /// replies; returns the last id used and how many succeeded.
 async fn burst(
     conn: &mut Raw,
-    mut id: u64,
+    id: u64,
     requests: impl Iterator<Item = Request>,
 ) -> anyhow::Result<(u64, u64)> {
+    let (last, answers) = burst_answers(conn, id, requests).await?;
+    Ok((last, answers.iter().filter(|a| a.is_ok()).count() as u64))
+}
+
+/// [`burst`], returning the answers, in the order of their replies.
+async fn burst_answers(
+    conn: &mut Raw,
+    mut id: u64,
+    requests: impl Iterator<Item = Request>,
+) -> anyhow::Result<(u64, Vec<Result<Response, leasehold_protocol::Error>>)> {
     let first = id + 1;
     for body in requests {
         id += 1;
-        conn.send(ClientFrame::Request { id, body }).await?;
+        conn.feed(ClientFrame::Request { id, body }).await?;
     }
-    let (mut left, mut succeeded) = (id + 1 - first, 0);
+    conn.flush().await?;
+    let mut left = id + 1 - first;
+    let mut answers = Vec::new();
     while left > 0 {
         match tokio::time::timeout(Duration::from_secs(60), conn.next()).await {
             Ok(Some(Ok(ServerFrame::Reply { id: got, body }))) if got >= first => {
                 left -= 1;
-                succeeded += u64::from(body.is_ok());
+                answers.push(body);
             }
             Ok(Some(Ok(_))) => continue,
             other => bail!("no reply: {other:?}"),
         }
     }
-    Ok((id, succeeded))
+    Ok((id, answers))
 }
