@@ -97,6 +97,8 @@ pub(crate) struct Committer {
     /// Log position of the next record.
     pub(crate) next_seq: u64,
     since_snapshot: u64,
+    /// What the namespace had counted freed at the last snapshot.
+    freed_at_snapshot: u64,
     compaction: Compaction,
     sizes: Arc<Sizes>,
     /// Compactions asked of the writer so far.
@@ -532,6 +534,7 @@ impl Committer {
             writer,
             next_seq,
             since_snapshot: 0,
+            freed_at_snapshot: 0,
             compaction: Compaction {
                 every: compaction.every.max(1),
                 ..compaction
@@ -566,6 +569,7 @@ impl Committer {
             },
             next_seq,
             since_snapshot: 0,
+            freed_at_snapshot: 0,
             compaction: Compaction {
                 every: u64::MAX,
                 min_log_bytes: u64::MAX,
@@ -637,29 +641,31 @@ impl Committer {
         Some(log + self.sizes.snapshot_bytes.load(Ordering::Acquire))
     }
 
-    /// Whether to snapshot now: after `every` records, or once the log
-    /// outgrows both its minimum and four times the snapshot, so the disk
-    /// holds a bounded multiple of the live state however large the
-    /// records (`STORE-2`). Never while a compaction is on its way.
-    pub(crate) fn wants_snapshot(&self) -> bool {
+    /// Whether to snapshot now: after `every` records, once the log
+    /// outgrows both its minimum and four times the snapshot, or once
+    /// contents deleted or overwritten since the last snapshot (`freed`,
+    /// as the namespace counts them) outgrow both that minimum and half
+    /// the snapshot, so the disk holds a bounded multiple of the live
+    /// state however large the records and however much was deleted
+    /// (`STORE-2`). Never while a compaction is on its way.
+    pub(crate) fn wants_snapshot(&self, freed: u64) -> bool {
         if self.sizes.compactions.load(Ordering::Acquire) < self.compactions || self.disk_full() {
             return false;
         }
         let log = self.sizes.log_bytes.load(Ordering::Acquire);
         let snapshot = self.sizes.snapshot_bytes.load(Ordering::Acquire);
+        let min = self.compaction.min_log_bytes;
         self.since_snapshot >= self.compaction.every
-            || log
-                >= self
-                    .compaction
-                    .min_log_bytes
-                    .max(LOG_TO_SNAPSHOT * snapshot)
+            || log >= min.max(LOG_TO_SNAPSHOT * snapshot)
+            || freed.saturating_sub(self.freed_at_snapshot) >= min.max(snapshot / 2)
     }
 
     /// Has the writer replace the log so far with `snapshot`, taken of the
-    /// state as of `next_seq`.
-    pub(crate) fn compact(&mut self, snapshot: Snapshot) {
+    /// state as of `next_seq`, when the namespace had counted `freed`.
+    pub(crate) fn compact(&mut self, snapshot: Snapshot, freed: u64) {
         self.write(Job::Compact(Box::new(snapshot)));
         self.since_snapshot = 0;
+        self.freed_at_snapshot = freed;
         self.compactions += 1;
     }
 

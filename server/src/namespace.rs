@@ -54,6 +54,28 @@ pub struct Namespace {
     /// its index (`NS-8`). It only rises, and so no key's index ever moves
     /// back.
     forgotten: u64,
+    /// Last, as it encodes as nothing.
+    freed: Freed,
+}
+
+/// Bytes of contents (with their keys) deleted or overwritten since this
+/// copy of the state was loaded, for deciding when the store compacts
+/// (`STORE-2`). Not part of the durable state: it encodes as nothing, so
+/// snapshots keep their format, and a copy loaded from one starts at 0.
+#[derive(Debug, Clone, Copy, Default)]
+struct Freed(u64);
+
+impl serde::Serialize for Freed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_unit()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Freed {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Freed, D::Error> {
+        <()>::deserialize(deserializer)?;
+        Ok(Freed(0))
+    }
 }
 
 impl Namespace {
@@ -65,6 +87,12 @@ impl Namespace {
     /// Whether there is no node.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
+    }
+
+    /// Bytes of contents and keys deleted or overwritten since this copy
+    /// of the state was loaded (`STORE-2`).
+    pub fn freed_bytes(&self) -> u64 {
+        self.freed.0
     }
 
     /// The node at `key`.
@@ -203,6 +231,7 @@ impl Namespace {
                         put.key
                     )));
                 }
+                self.freed.0 += node.contents.len() as u64;
                 node.contents = put.contents;
                 node.flags = put.flags;
                 node.content_generation += 1;
@@ -280,6 +309,7 @@ impl Namespace {
         // One acquire that wants the node kept keeps it.
         node.transient &= transient;
         if let Some(contents) = contents {
+            self.freed.0 += node.contents.len() as u64;
             node.contents = contents;
             node.content_generation += 1;
             if change == NodeChange::Touched {
@@ -326,6 +356,7 @@ impl Namespace {
         let Some(node) = self.nodes.remove(key) else {
             return;
         };
+        self.freed.0 += (key.len() + node.contents.len()) as u64;
         if let Some(owner) = node.ephemeral_owner {
             if let Some(keys) = self.ephemeral.get_mut(&owner) {
                 keys.remove(key);

@@ -458,6 +458,58 @@ async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
     server.shutdown().await.unwrap();
 }
 
+// STORE-2: deleting most of the state compacts the directory down to what
+// is left, without waiting for four times the old snapshot of more log.
+#[tokio::test]
+async fn deleting_most_of_the_state_shrinks_the_directory_to_what_is_left() {
+    let dir = TempDir::new("durability-deletes");
+    let config = Setup::durable(
+        dir.path(),
+        Config {
+            compact_min_log_bytes: 256 * 1024,
+            ..short_lease_config()
+        },
+    );
+    let server = start(config).await;
+    let client = server.client().await;
+    let contents = vec![b'x'; 64 * 1024];
+    for n in 0..64 {
+        let key = format!("big/{n}");
+        client
+            .put(&key, contents.clone(), leasehold::PutOptions::new())
+            .await
+            .unwrap();
+    }
+    client
+        .put("kept", b"small".to_vec(), leasehold::PutOptions::new())
+        .await
+        .unwrap();
+    for n in 0..64 {
+        client
+            .delete(&format!("big/{n}"), leasehold::DeleteOptions::new())
+            .await
+            .unwrap();
+    }
+    drop(client);
+    server.shutdown().await.unwrap();
+    // 4 MiB were written and deleted; a few hundred bytes are live.
+    let on_disk = dir_bytes(dir.path());
+    assert!(
+        on_disk < 512 * 1024,
+        "the directory holds {} KiB",
+        on_disk / 1024
+    );
+    let server = start(durable(&dir)).await;
+    let client = server.client().await;
+    assert_eq!(
+        client.get("kept").await.unwrap().unwrap().contents.unwrap(),
+        b"small"
+    );
+    assert!(client.get("big/0").await.unwrap().is_none());
+    drop(client);
+    server.shutdown().await.unwrap();
+}
+
 /// A session on `addr` with a lease long enough to ride through a restart.
 async fn waiting_session(client: &Client, name: &str) -> leasehold::Session {
     let options = SessionOptions::new(name)

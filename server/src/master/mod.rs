@@ -233,14 +233,15 @@ impl Master {
         let Some(commit) = &mut self.commit else {
             return;
         };
-        if commit.wants_snapshot() {
+        let freed = self.engine.state.namespace().freed_bytes();
+        if commit.wants_snapshot(freed) {
             let snapshot = Snapshot {
                 epoch: self.engine.config.epoch,
                 now: self.engine.now,
                 next_seq: commit.next_seq,
                 state: self.engine.state.clone(),
             };
-            commit.compact(snapshot);
+            commit.compact(snapshot, freed);
         }
     }
 
