@@ -328,6 +328,18 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
             )
             .target(0.0),
         );
+        // What the deletes left on disk, once a compaction they call for
+        // has had a moment (`STORE-2`).
+        if n == 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Some(bytes) = system.pids.first().and_then(|pid| data_dir_bytes(*pid)) {
+                figures.push(Figure::lower(
+                    format!("{pattern}: data directory after the deletes"),
+                    "MiB",
+                    bytes as f64 / f64::from(1 << 20),
+                ));
+            }
+        }
         let told = watch.refused_with_reason.load(Ordering::Acquire);
         let silent = watch.refused_silently.load(Ordering::Acquire);
         let welcomed = watch.welcomed.load(Ordering::Acquire);
@@ -378,6 +390,29 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     );
     canary.close().await?;
     Ok(figures)
+}
+
+/// The bytes in the data directory of the master with process id `pid`
+/// (its `--data-dir`, as its command line names it), the disk reserve
+/// left out; `None` if that cannot be read.
+fn data_dir_bytes(pid: u32) -> Option<u64> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let at = args.iter().position(|a| *a == b"--data-dir")?;
+    let dir = std::path::Path::new(std::str::from_utf8(args.get(at + 1)?).ok()?);
+    let dir = if dir.is_relative() {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?.join(dir)
+    } else {
+        dir.to_path_buf()
+    };
+    let bytes = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name() != "reserve")
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    Some(bytes)
 }
 
 /// Runs attack number `n` until `stop`, bounded in count too.
