@@ -644,10 +644,12 @@ impl Committer {
     /// Whether to snapshot now: after `every` records, once the log
     /// outgrows both its minimum and four times the snapshot, or once
     /// contents deleted or overwritten since the last snapshot (`freed`,
-    /// as the namespace counts them) outgrow both that minimum and half
-    /// the snapshot, so the disk holds a bounded multiple of the live
-    /// state however large the records and however much was deleted
-    /// (`STORE-2`). Never while a compaction is on its way.
+    /// as the namespace counts them) outgrow both that minimum and four
+    /// times what the snapshot and log hold besides, so the disk holds a
+    /// bounded multiple of the live state however large the records and
+    /// however much was deleted, and a mass delete snapshots what is left
+    /// about once, not at every halving (`STORE-2`). Never while a
+    /// compaction is on its way.
     pub(crate) fn wants_snapshot(&self, freed: u64) -> bool {
         if self.sizes.compactions.load(Ordering::Acquire) < self.compactions || self.disk_full() {
             return false;
@@ -657,7 +659,11 @@ impl Committer {
         let min = self.compaction.min_log_bytes;
         self.since_snapshot >= self.compaction.every
             || log >= min.max(LOG_TO_SNAPSHOT * snapshot)
-            || freed.saturating_sub(self.freed_at_snapshot) >= min.max(snapshot / 2)
+            || {
+                let freed = freed.saturating_sub(self.freed_at_snapshot);
+                let live = (snapshot + log).saturating_sub(freed);
+                freed >= min.max(LOG_TO_SNAPSHOT * live)
+            }
     }
 
     /// Has the writer replace the log so far with `snapshot`, taken of the
