@@ -401,7 +401,9 @@ fn data_dir_bytes(pid: u32) -> Option<u64> {
     let at = args.iter().position(|a| *a == b"--data-dir")?;
     let dir = std::path::Path::new(std::str::from_utf8(args.get(at + 1)?).ok()?);
     let dir = if dir.is_relative() {
-        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?.join(dir)
+        std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .ok()?
+            .join(dir)
     } else {
         dir.to_path_buf()
     };
