@@ -240,6 +240,9 @@ pub(crate) const LINGER: Duration = Duration::from_secs(1);
 pub(crate) const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
 /// At most this much is discarded while lingering.
 pub(crate) const LINGER_BYTES: usize = 64 << 20;
+/// Requests the master holds, by connection, to take them in turns
+/// (`CONN-13`); past it, it takes no more from its queue.
+pub(crate) const REQUESTS_IN_TURNS: usize = 1024;
 /// Replies waiting for the writer; when full, reading pauses.
 pub(crate) const CONNECTION_WRITE_QUEUE: usize = 256;
 /// Initial read and write buffer of a connection, in bytes.

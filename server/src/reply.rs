@@ -209,6 +209,18 @@ impl ReplyTx {
         self.reserved += bytes;
     }
 
+    /// Which connection the reply goes to: the same for every request of
+    /// one connection, and no other's while any of its replies is alive.
+    pub(crate) fn connection(&self) -> usize {
+        Arc::as_ptr(&self.flow) as usize
+    }
+
+    /// The id of the request it answers.
+    #[cfg(test)]
+    pub(crate) fn request_id(&self) -> u64 {
+        self.id
+    }
+
     /// Gives back what `reserve` counted.
     fn unreserve(&mut self) {
         let bytes = std::mem::take(&mut self.reserved);

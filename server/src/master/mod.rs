@@ -41,7 +41,7 @@ use tracing::debug;
 
 use crate::commit::Committer;
 use crate::config::Config;
-use crate::config::{FIGURES_EVERY, KEEPALIVE_RUN};
+use crate::config::{FIGURES_EVERY, KEEPALIVE_RUN, REQUESTS_IN_TURNS};
 use crate::observe::MasterEvent;
 use crate::recovery::Start;
 use crate::store::Snapshot;
@@ -70,6 +70,7 @@ mod rights;
 mod serve;
 #[cfg(test)]
 mod tests;
+mod turns;
 mod views;
 mod watches;
 
@@ -280,6 +281,17 @@ impl Master {
         // Gauges that walk the state or depend on the time alone (locks in
         // lock-delay) are shown again each second once someone reads them,
         // even when no input comes (`OPS-1`).
+        // Requests taken from `calls`, to be served a connection at a time
+        // (`CONN-13`).
+        let mut turns = turns::Turns::default();
+        let take_waiting = |calls: &mut mpsc::Receiver<Call>, turns: &mut turns::Turns| {
+            while turns.len() < REQUESTS_IN_TURNS {
+                match calls.try_recv() {
+                    Ok(call) => turns.push(call),
+                    Err(_) => break,
+                }
+            }
+        };
         let mut figures = tokio::time::interval(FIGURES_EVERY);
         figures.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -298,7 +310,8 @@ impl Master {
             // they came (a KeepAliveAll counts as those it carries).
             if run >= KEEPALIVE_RUN {
                 run -= KEEPALIVE_RUN;
-                if let Ok(call) = calls.try_recv() {
+                take_waiting(&mut calls, &mut turns);
+                if let Some(call) = turns.next() {
                     let now = self.read_clock();
                     self.turn(Input::Call(call), now);
                     continue;
@@ -327,7 +340,7 @@ impl Master {
                 () = &mut timer, if armed.is_some() => {
                     let now = self.read_clock();
                     // Requests waiting for the master, for `FO-2`.
-                    let backlog = calls.len() + keepalives.len();
+                    let backlog = calls.len() + turns.len() + keepalives.len();
                     self.turn(Input::TimersDue { backlog }, now);
                     // Fired: set it again even if the earliest is the same.
                     armed = None;
@@ -348,14 +361,25 @@ impl Master {
                     let now = self.read_clock();
                     self.turn(Input::Call(call), now);
                 }
-                call = calls.recv() => match call {
+                call = calls.recv(), if turns.len() < REQUESTS_IN_TURNS => match call {
                     Some(call) => {
+                        turns.push(call);
+                        take_waiting(&mut calls, &mut turns);
                         run = 0;
-                        let now = self.read_clock();
-                        self.turn(Input::Call(call), now);
+                        if let Some(call) = turns.next() {
+                            let now = self.read_clock();
+                            self.turn(Input::Call(call), now);
+                        }
                     }
                     None => break,
                 },
+                () = std::future::ready(()), if !turns.is_empty() => {
+                    run = 0;
+                    if let Some(call) = turns.next() {
+                        let now = self.read_clock();
+                        self.turn(Input::Call(call), now);
+                    }
+                }
                 () = &mut shutdown => break,
                 _ = figures.tick(), if self.engine.config.metrics.read() => {
                     let now = self.read_clock();

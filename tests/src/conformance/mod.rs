@@ -198,6 +198,11 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
         "the master's memory, read from outside its process; cli/tests/abuse.rs",
     ),
     (
+        "CONN-13",
+        "which waiting request the master takes next depends on what has reached it, which no \
+         client sees; server/src/master/turns.rs, and leasehold-bench noisy's bystander",
+    ),
+    (
         "EV-9",
         "the order of the master's own work; server/src/events.rs tests and `leasehold-bench noisy`",
     ),
