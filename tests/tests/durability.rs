@@ -418,19 +418,23 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-// STORE-2: rewriting one large node many times leaves a directory a small
-// multiple of the live state, not of everything ever written.
-#[tokio::test]
-async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
-    let dir = TempDir::new("durability-rewrites");
-    let config = Setup::durable(
+/// A durable master on `dir` that compacts once its log passes 256 KiB.
+fn compacting_early(dir: &TempDir) -> Setup {
+    Setup::durable(
         dir.path(),
         Config {
             compact_min_log_bytes: 256 * 1024,
             ..short_lease_config()
         },
-    );
-    let server = start(config).await;
+    )
+}
+
+// STORE-2: rewriting one large node many times leaves a directory a small
+// multiple of the live state, not of everything ever written.
+#[tokio::test]
+async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
+    let dir = TempDir::new("durability-rewrites");
+    let server = start(compacting_early(&dir)).await;
     let client = server.client().await;
     let contents = vec![b'x'; 64 * 1024];
     for _ in 0..200 {
@@ -463,14 +467,7 @@ async fn rewriting_one_large_node_keeps_the_directory_near_the_live_state() {
 #[tokio::test]
 async fn deleting_most_of_the_state_shrinks_the_directory_to_what_is_left() {
     let dir = TempDir::new("durability-deletes");
-    let config = Setup::durable(
-        dir.path(),
-        Config {
-            compact_min_log_bytes: 256 * 1024,
-            ..short_lease_config()
-        },
-    );
-    let server = start(config).await;
+    let server = start(compacting_early(&dir)).await;
     let client = server.client().await;
     let contents = vec![b'x'; 64 * 1024];
     for n in 0..64 {

@@ -237,19 +237,6 @@ fn told(master: &Master, sessions: &[SessionToken]) -> usize {
         .count()
 }
 
-fn heard(master: &Master, session: SessionToken) -> Vec<String> {
-    master
-        .engine
-        .events
-        .pending(session.id, usize::MAX, true)
-        .into_iter()
-        .map(|e| match e.kind {
-            leasehold_protocol::EventKind::Node { key, .. } => key,
-            other => panic!("expected a node event, got {other:?}"),
-        })
-        .collect()
-}
-
 // EV-9
 #[tokio::test]
 async fn a_change_many_subscriptions_hear_is_queued_a_slice_at_a_time() {
@@ -302,12 +289,12 @@ async fn a_widened_mask_does_not_reach_back_to_changes_still_being_fanned_out() 
     while master.engine.events.owes() {
         master.deliver_events();
     }
-    assert_eq!(heard(&master, parent), Vec::<String>::new());
+    assert_eq!(queued(&master, parent), Vec::<String>::new());
     assert!(call(&mut master, put("k/d")).await.is_ok());
     while master.engine.events.owes() {
         master.deliver_events();
     }
-    assert_eq!(heard(&master, parent), ["k"], "k/d's ChildAdded");
+    assert_eq!(queued(&master, parent), ["k"], "k/d's ChildAdded");
 }
 
 // EV-1, EV-9
@@ -321,8 +308,8 @@ async fn events_of_a_later_change_come_after_those_still_owed() {
     while master.engine.events.owes() {
         master.deliver_events();
     }
-    assert_eq!(heard(&master, last), ["a", "b"]);
-    assert_eq!(heard(&master, sessions[0]), ["a", "b"]);
+    assert_eq!(queued(&master, last), ["a", "b"]);
+    assert_eq!(queued(&master, sessions[0]), ["a", "b"]);
 }
 
 // EV-9
@@ -336,7 +323,7 @@ async fn a_subscription_made_after_a_change_does_not_hear_of_it() {
     while master.engine.events.owes() {
         master.deliver_events();
     }
-    assert_eq!(heard(&master, late), Vec::<String>::new());
+    assert_eq!(queued(&master, late), Vec::<String>::new());
 }
 
 // EV-9, ERR-16
