@@ -511,8 +511,8 @@ impl Events {
             if self.cut_off.contains(&payer) {
                 continue; // its sessions hear `EventsLost` instead
             }
-            let owed = self.owed_by.entry(payer).or_default();
-            if *owed + ids.len() > self.budget.fanout_per_payer {
+            let owed = self.owed_by.get(&payer).copied().unwrap_or(0);
+            if owed + ids.len() > self.budget.fanout_per_payer {
                 // The payer's subscriptions owe more than its share: what
                 // they are owed is dropped, and what they would be owed
                 // until its sessions hear `EventsLost` is never queued, so
@@ -528,7 +528,7 @@ impl Events {
                 }));
                 continue;
             }
-            *owed += ids.len();
+            *self.owed_by.entry(payer).or_default() += ids.len();
             self.owed += ids.len();
             self.outbox.push_back(Pending::FanOut(FanOut {
                 index,
