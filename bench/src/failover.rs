@@ -181,7 +181,7 @@ async fn preload(addr: &str, nodes: u64) -> anyhow::Result<()> {
     use futures::stream::{self, StreamExt, TryStreamExt};
     let clients = crate::load::open(8, "connecting", |_| {
         let addr = addr.to_string();
-        async move { anyhow::Ok(Client::connect(addr).await?) }
+        async move { through_failovers(|| Client::connect(addr.clone())).await }
     })
     .await?;
     let bar = crate::progress::bar(nodes, "writing nodes");
@@ -225,7 +225,7 @@ impl Held {
     async fn open(addr: &str, shape: Shape) -> anyhow::Result<Held> {
         let clients = crate::load::open(shape.connections, "connecting", |_| {
             let addr = addr.to_string();
-            async move { anyhow::Ok(Client::connect(addr).await?) }
+            async move { through_failovers(|| Client::connect(addr.clone())).await }
         })
         .await?;
         let back = Arc::new(AtomicU64::new(0));
