@@ -221,15 +221,6 @@ impl ReplyTx {
         self.id
     }
 
-    /// Gives back what `reserve` counted.
-    fn unreserve(&mut self) {
-        let bytes = std::mem::take(&mut self.reserved);
-        self.flow.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
-        self.flow
-            .all_queued_bytes
-            .fetch_sub(bytes, Ordering::AcqRel);
-    }
-
     /// Queues the reply; fails if the connection is gone.
     pub(crate) fn send(mut self, body: Result<Response, Error>) -> Result<(), Undelivered> {
         let to = self.to.take().expect("a reply is sent once");
@@ -241,18 +232,26 @@ impl ReplyTx {
         to: &mpsc::UnboundedSender<Reply>,
         body: Result<Response, Error>,
     ) -> Result<(), Undelivered> {
-        self.unreserve();
         if let Some(meter) = &self.meter {
             let outcome = body.as_ref().map(|_| ()).map_err(|e| e.code);
             let took = meter.since.map(|since| since.elapsed());
             self.flow.metrics.answered(meter.kind, outcome, took);
         }
-        let bytes = approx_len(&body);
+        // A reply reserved when decided is counted already, as what it
+        // was then: the body sent is that one, or the short refusal of a
+        // reply dropped unsent, which the reservation more than covers.
+        let bytes = match std::mem::take(&mut self.reserved) {
+            0 => {
+                let bytes = approx_len(&body);
+                self.flow.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+                self.flow
+                    .all_queued_bytes
+                    .fetch_add(bytes, Ordering::AcqRel);
+                bytes
+            }
+            reserved => reserved,
+        };
         self.flow.queued.fetch_add(1, Ordering::AcqRel);
-        self.flow.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        self.flow
-            .all_queued_bytes
-            .fetch_add(bytes, Ordering::AcqRel);
         let reply = Reply {
             id: self.id,
             body: Box::new(body),

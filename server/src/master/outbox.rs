@@ -59,43 +59,43 @@ impl Engine {
 
     /// Sends `result` through `reply` once everything logged before it is
     /// durable.
-    pub(crate) fn deliver(&mut self, mut reply: ReplyTx, result: Result<Response, Error>) {
-        reply.reserve(&result);
-        self.out.push_back(Effect::Reply {
-            reply,
-            result,
-            grant: None,
-            waits: true,
-        });
+    pub(crate) fn deliver(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+        self.reply(reply, result, None, true);
     }
 
     /// Sends `result` through `reply` at once, ahead of replies waiting
     /// for the disk: for a reply that tells of nothing logged, such as a
     /// KeepAlive's lease with no events (`STORE-1`), which must not wait
     /// behind another client's bulk write.
-    pub(crate) fn deliver_at_once(&mut self, mut reply: ReplyTx, result: Result<Response, Error>) {
-        reply.reserve(&result);
-        self.out.push_back(Effect::Reply {
-            reply,
-            result,
-            grant: None,
-            waits: false,
-        });
+    pub(crate) fn deliver_at_once(&mut self, reply: ReplyTx, result: Result<Response, Error>) {
+        self.reply(reply, result, None, false);
     }
 
     /// As `deliver`, for a reply that tells its session of `grant`.
     pub(crate) fn deliver_telling(
         &mut self,
-        mut reply: ReplyTx,
+        reply: ReplyTx,
         result: Result<Response, Error>,
         grant: Sequencer,
+    ) {
+        self.reply(reply, result, Some(grant), true);
+    }
+
+    /// Counts the reply against its connection's budget as it is decided
+    /// (`CONN-9`), and leaves it to be sent.
+    fn reply(
+        &mut self,
+        mut reply: ReplyTx,
+        result: Result<Response, Error>,
+        grant: Option<Sequencer>,
+        waits: bool,
     ) {
         reply.reserve(&result);
         self.out.push_back(Effect::Reply {
             reply,
             result,
-            grant: Some(grant),
-            waits: true,
+            grant,
+            waits,
         });
     }
 
