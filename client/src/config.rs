@@ -84,10 +84,11 @@ pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(600);
 
 // Releases (`LOCK-4`).
 
-/// Releases sent for one give-back at most: the first, one more for each
-/// later acquire it turns out the session was answered for since, and
-/// one more for each that went out with no answer back.
-pub(crate) const RELEASE_TRIES: usize = 3;
+/// Releases sent for one give-back refused as stale at most (one more for
+/// each later acquire it turns out the session was answered for since);
+/// and, while a session closes, releases that went out with no answer
+/// back (otherwise those ride through a fail-over, `LOCK-15`).
+pub(crate) const RELEASE_TRIES: u32 = 3;
 
 // Elections.
 

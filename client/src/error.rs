@@ -126,6 +126,20 @@ impl ClientError {
         )
     }
 
+    /// Whether the master may be gone, changing or too busy for now, and
+    /// an idempotent request rides through it: asked again once the
+    /// session is back in contact (`LOCK-15`).
+    pub(crate) fn rides_through(&self) -> bool {
+        match self.remedy() {
+            Remedy::Reconnect | Remedy::OutcomeUnknown | Remedy::Retry => true,
+            Remedy::RetryAfter(_) => matches!(
+                self.code(),
+                Some(ErrorCode::FailoverInProgress { .. } | ErrorCode::Congested { .. })
+            ),
+            _ => false,
+        }
+    }
+
     /// The server's error code, when the server answered with one.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client::Client;
-use crate::config::{SessionOptions, DESTROY_TIMEOUT, PROBE_TIMEOUT};
+use crate::config::{SessionOptions, DESTROY_TIMEOUT, PROBE_TIMEOUT, RELEASE_TRIES};
 use crate::error::ClientError;
 use crate::events::{Route, SubscriptionEvent};
 use crate::release::release_holding;
@@ -331,7 +331,10 @@ impl Keeper {
             // Every guard is lost already, and so is any an answer still on
             // its way would make: a release refused as stale goes again,
             // naming the later acquire.
-            let release = release_holding(&self.client, self.token, &key, heard, |_| true);
+            // A few tries at once: the session is closing, and the time
+            // it may take is bounded here.
+            let back = |failures| std::future::ready(Ok(failures + 1 < RELEASE_TRIES));
+            let release = release_holding(&self.client, self.token, &key, heard, |_| true, back);
             let _ = tokio::time::timeout(DESTROY_TIMEOUT, release).await;
         }
         let request = Request::DestroySession {

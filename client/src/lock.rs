@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{
-    Acquire, ErrorCode, LockMode, Remedy, Request, Response, Sequencer, SessionId,
-};
+use leasehold_protocol::{Acquire, LockMode, Request, Response, Sequencer, SessionId};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -258,7 +256,9 @@ impl Drop for LockGuard {
 /// acquire of it answered (`LOCK-4`).
 async fn release(session: &Session, key: &str, heard: u64) -> Result<(), ClientError> {
     let again = |latest| session.dispatch().release_refused(key, latest);
-    release_holding(session.client(), session.token(), key, heard, again).await
+    let until = Instant::now() + session.client().request_timeout();
+    let back = |failures| async move { session.back(until, failures).await.map(|()| true) };
+    release_holding(session.client(), session.token(), key, heard, again, back).await
 }
 
 /// Releases `session`'s lock of `key` naming `heard` in a task of its
@@ -356,7 +356,7 @@ impl Session {
             let (sequencer, index) = match answer {
                 Ok(Response::Acquired { sequencer, index }) => (sequencer, index),
                 Ok(other) => return Err(unexpected(other)),
-                Err(e) if rides_through(&e) => {
+                Err(e) if e.rides_through() => {
                     let until = give_up.max(Instant::now() + patience);
                     self.back(until, failures).await?;
                     failures += 1;
@@ -429,10 +429,6 @@ impl Session {
     }
 }
 
-/// Whether a lock's acquire that failed so rides through: the request may
-/// not have reached the master, or its answer may not have reached this
-/// client, or the master was failing over; the session lives on, and
-/// asking again is safe (`LOCK-15`).
 /// Resolves once the session's state has changed since `states` was last
 /// seen (it left `Normal`: contact was lost) and it is `Normal` again, or
 /// over; never if the session is gone.
@@ -446,17 +442,6 @@ pub(crate) async fn back_in_contact(mut states: watch::Receiver<SessionState>) {
         .is_err();
     if gone {
         std::future::pending::<()>().await;
-    }
-}
-
-pub(crate) fn rides_through(e: &ClientError) -> bool {
-    match e.remedy() {
-        Remedy::Reconnect | Remedy::OutcomeUnknown | Remedy::Retry => true,
-        Remedy::RetryAfter(_) => matches!(
-            e.code(),
-            Some(ErrorCode::FailoverInProgress { .. } | ErrorCode::Congested { .. })
-        ),
-        _ => false,
     }
 }
 

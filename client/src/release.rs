@@ -7,6 +7,8 @@
 //! it. Named by its acquire, such a release is refused (`StaleRelease`)
 //! and the lock stays with the holding the later answer told of.
 
+use std::future::Future;
+
 use leasehold_protocol::{ErrorCode, Remedy, Request, Response, SessionToken};
 
 use crate::client::{unexpected, Client};
@@ -21,20 +23,29 @@ use crate::error::ClientError;
 /// otherwise the lock stays with whatever will, and this is `Ok`. A
 /// release whose answer never came goes again on the connection the
 /// client has now: named by its acquire, a copy of it arriving late
-/// changes nothing the second did not.
-pub(crate) async fn release_holding(
+/// changes nothing the second did not. A release that failed so because
+/// its master was gone, changing or busy goes again once `back(failures)`
+/// says to (`Ok(true)`): waiting for the session to be back in contact, as
+/// an acquire does (`LOCK-15`).
+pub(crate) async fn release_holding<B>(
     client: &Client,
     session: SessionToken,
     key: &str,
     mut acquired: u64,
     again: impl Fn(u64) -> bool,
-) -> Result<(), ClientError> {
-    let mut tries = 0;
+    mut back: impl FnMut(u32) -> B,
+) -> Result<(), ClientError>
+where
+    B: Future<Output = Result<bool, ClientError>>,
+{
+    // Releases refused as stale, and releases that failed for want of a
+    // master, each counted on their own.
+    let mut renewals = 0;
+    let mut failures = 0;
     // Set once a release went out with no answer back: it may have been
     // carried out.
     let mut unanswered = false;
     loop {
-        tries += 1;
         let request = Request::Release {
             key: key.to_string(),
             session,
@@ -48,17 +59,20 @@ pub(crate) async fn release_holding(
                     if !again(latest) {
                         return Ok(());
                     }
-                    if tries >= RELEASE_TRIES {
+                    renewals += 1;
+                    if renewals >= RELEASE_TRIES {
                         return Err(e);
                     }
                     acquired = latest;
                 }
                 // The earlier release was carried out after all.
                 Some(ErrorCode::LockNotHeld) if unanswered => return Ok(()),
-                _ if tries < RELEASE_TRIES
-                    && matches!(e.remedy(), Remedy::Reconnect | Remedy::OutcomeUnknown) =>
-                {
+                _ if e.rides_through() => {
                     unanswered |= e.remedy() == Remedy::OutcomeUnknown;
+                    if !back(failures).await? {
+                        return Err(e);
+                    }
+                    failures += 1;
                 }
                 _ => return Err(e),
             },

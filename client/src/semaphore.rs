@@ -25,7 +25,7 @@ use crate::config::{LEAVE_TRIES, LONGEST_WAIT};
 use crate::error::ClientError;
 use crate::events::{SubscribeOptions, SubscriptionEvent};
 use crate::kv::{DeleteOptions, PutOptions};
-use crate::lock::{rides_through, LockGuard, LockOptions};
+use crate::lock::{LockGuard, LockOptions};
 use crate::session::Session;
 use crate::session_machine::SessionState;
 use crate::subscription::Subscription;
@@ -134,7 +134,7 @@ impl Semaphore {
             };
             match entered.await {
                 Ok(entered) => break entered,
-                Err(e) if rides_through(&e) => self.back(deadline, &mut failures).await?,
+                Err(e) if e.rides_through() => self.back(deadline, &mut failures).await?,
                 Err(e) => return Err(e),
             }
         };
@@ -149,7 +149,7 @@ impl Semaphore {
                     // fail-over: once it is back, look again (`LOCK-15`).
                     // What an attempt writes is compare-and-set, safe to
                     // try again whatever became of the last try.
-                    Err(e) if rides_through(&e) => {
+                    Err(e) if e.rides_through() => {
                         self.back(deadline, &mut failures).await?;
                         continue;
                     }

@@ -561,6 +561,38 @@ async fn a_waiter_rides_through_a_restart_and_gets_the_lock() {
     drop(server);
 }
 
+// LOCK-15, LOCK-4: a release asked for while the master is down is not
+// lost: it goes once the session is back, and the lock is free at once
+// for another session (no lock-delay: released, not expired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_back() {
+    let dir = TempDir::new("durability-release");
+    let server = start(durable(&dir)).await;
+    let addr = server.addr;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let holder = waiting_session(&client, "holder").await;
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    server.shutdown().await.unwrap();
+    let release = tokio::spawn(guard.release());
+    // Tries against no master at all come first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!release.is_finished(), "{:?}", release.await);
+    let server = start_on(addr, durable(&dir)).await;
+    tokio::time::timeout(Duration::from_secs(20), release)
+        .await
+        .expect("the release ends")
+        .unwrap()
+        .expect("the release is carried out, not an error");
+    let other = Client::connect(addr.to_string()).await.unwrap();
+    let next = waiting_session(&other, "next").await;
+    let taken = next.try_lock("k", LockOptions::exclusive()).await;
+    assert!(taken.is_ok(), "{:?}", taken.err());
+    drop(server);
+}
+
 // LOCK-15: a candidate's campaign and a semaphore's waiter ride through a
 // restart too, and lead, or take a slot, once the holder lets go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
