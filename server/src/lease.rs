@@ -28,7 +28,9 @@ struct Lease<H> {
     duration: Duration,
     /// When the session's timer is due; [`UNARMED`] if it is not set.
     timer: Millis,
-    held: Option<H>,
+    /// Boxed: most sessions hold nothing at a time (a `KeepAliveAll`
+    /// holds none), and a held KeepAlive is several times a lease's size.
+    held: Option<Box<H>>,
 }
 
 /// The lease, the held KeepAlive and the timer of every live session.
@@ -117,25 +119,26 @@ impl<H> Leases<H> {
         let lease = self.leases.remove(&id)?;
         self.timers.remove(&(lease.timer, id));
         self.holding -= usize::from(lease.held.is_some());
-        lease.held
+        lease.held.map(|held| *held)
     }
 
     /// Holds `held` for `id`; a session without a lease holds nothing.
     /// Returns what was held before.
     pub fn hold(&mut self, id: SessionId, held: H) -> Option<H> {
-        let before = self.leases.get_mut(&id)?.held.replace(held);
+        let before = self.leases.get_mut(&id)?.held.replace(Box::new(held));
+        let before = before.map(|held| *held);
         self.holding += usize::from(before.is_none());
         before
     }
 
     /// The KeepAlive held for `id`.
     pub fn held(&self, id: SessionId) -> Option<&H> {
-        self.leases.get(&id)?.held.as_ref()
+        self.leases.get(&id)?.held.as_deref()
     }
 
     /// Takes the KeepAlive held for `id` out of its lease.
     pub fn take_held(&mut self, id: SessionId) -> Option<H> {
-        let held = self.leases.get_mut(&id)?.held.take();
+        let held = self.leases.get_mut(&id)?.held.take().map(|held| *held);
         self.holding -= usize::from(held.is_some());
         held
     }

@@ -12,16 +12,27 @@ use leasehold_protocol::{Error, ErrorCode, SessionId};
 
 /// What each peer address holds of one resource, and who holds each item,
 /// so that an item given back is given back to whoever took it.
+///
+/// A master keeps an entry here for each of up to a million sessions: an
+/// item names its taker by a slot number and its amount in 32 bits, 8
+/// bytes where an address and a 64-bit amount took 32.
 #[derive(Debug)]
 pub(crate) struct Ledger<K> {
-    used: HashMap<IpAddr, u64>,
-    holder: HashMap<K, (IpAddr, u64)>,
+    /// Each peer that holds anything, by slot: its address, what it
+    /// holds, and how many items.
+    peers: Vec<Taker>,
+    slot_of: HashMap<IpAddr, u32>,
+    /// Slots of peers that no longer hold anything, to be used again.
+    free: Vec<u32>,
+    holder: HashMap<K, (u32, u32)>,
 }
 
 impl<K> Default for Ledger<K> {
     fn default() -> Self {
         Ledger {
-            used: HashMap::new(),
+            peers: Vec::new(),
+            slot_of: HashMap::new(),
+            free: Vec::new(),
             holder: HashMap::new(),
         }
     }
@@ -30,43 +41,88 @@ impl<K> Default for Ledger<K> {
 impl<K: Hash + Eq> Ledger<K> {
     /// How much `peer` holds.
     pub(crate) fn used(&self, peer: IpAddr) -> u64 {
-        self.used.get(&peer).copied().unwrap_or(0)
+        self.slot_of
+            .get(&peer)
+            .map_or(0, |slot| self.peers[*slot as usize].used)
     }
 
     /// What `peer` would hold with `item` at `amount` instead of as now.
     pub(crate) fn used_with(&self, peer: IpAddr, item: &K, amount: u64) -> u64 {
         let mine = match self.holder.get(item) {
-            Some((holder, had)) if *holder == peer => *had,
+            Some((slot, had)) if self.peers[*slot as usize].peer == peer => u64::from(*had),
             _ => 0,
         };
-        self.used(peer) - mine + amount
+        self.used(peer) - mine + u64::from(narrow(amount))
     }
 
     /// The peer address that holds `item`, if any does.
     pub(crate) fn holder(&self, item: &K) -> Option<IpAddr> {
-        self.holder.get(item).map(|(peer, _)| *peer)
+        self.holder
+            .get(item)
+            .map(|(slot, _)| self.peers[*slot as usize].peer)
     }
 
     /// Counts `item` against `peer`, at `amount`; an item held before,
     /// by anyone, is given back first.
     pub(crate) fn take(&mut self, item: K, peer: IpAddr, amount: u64) {
         self.give_back(&item);
-        *self.used.entry(peer).or_default() += amount;
-        self.holder.insert(item, (peer, amount));
+        let amount = narrow(amount);
+        let slot = match self.slot_of.get(&peer) {
+            Some(slot) => *slot,
+            None => {
+                let taker = Taker {
+                    peer,
+                    used: 0,
+                    items: 0,
+                };
+                let slot = match self.free.pop() {
+                    Some(slot) => {
+                        self.peers[slot as usize] = taker;
+                        slot
+                    }
+                    None => {
+                        self.peers.push(taker);
+                        (self.peers.len() - 1) as u32
+                    }
+                };
+                self.slot_of.insert(peer, slot);
+                slot
+            }
+        };
+        let taker = &mut self.peers[slot as usize];
+        taker.used += u64::from(amount);
+        taker.items += 1;
+        self.holder.insert(item, (slot, amount));
     }
 
     /// Gives `item` back to whoever took it; nothing if no one did.
     pub(crate) fn give_back(&mut self, item: &K) {
-        let Some((peer, amount)) = self.holder.remove(item) else {
+        let Some((slot, amount)) = self.holder.remove(item) else {
             return;
         };
-        if let Some(used) = self.used.get_mut(&peer) {
-            *used -= amount;
-            if *used == 0 {
-                self.used.remove(&peer);
-            }
+        let taker = &mut self.peers[slot as usize];
+        taker.used -= u64::from(amount);
+        taker.items -= 1;
+        if taker.items == 0 {
+            self.slot_of.remove(&taker.peer);
+            self.free.push(slot);
         }
     }
+}
+
+/// A peer address that holds items of a ledger.
+#[derive(Debug)]
+struct Taker {
+    peer: IpAddr,
+    used: u64,
+    items: u64,
+}
+
+/// An item's amount as the ledger keeps it: no item (a node's key and
+/// contents, bounded by a frame) comes near 4 GiB, and one that did would
+/// count as 4 GiB, taken and given back alike.
+fn narrow(amount: u64) -> u32 {
+    u32::try_from(amount).unwrap_or(u32::MAX)
 }
 
 /// Every quota the master keeps.
@@ -134,5 +190,37 @@ mod tests {
         assert_eq!(bytes.used_with(b, &"k".to_string(), 30), 30);
         bytes.take("k".to_string(), b, 30);
         assert_eq!((bytes.used(a), bytes.used(b)), (0, 30));
+    }
+
+    #[test]
+    fn a_peer_that_held_nothing_for_a_while_is_counted_afresh() {
+        let (a, b) = peers();
+        let mut sessions = Ledger::default();
+        sessions.take(1u64, a, 1);
+        sessions.give_back(&1);
+        // b takes the slot a left; a comes back in a slot of its own.
+        sessions.take(2, b, 1);
+        sessions.take(3, a, 1);
+        sessions.take(4, a, 1);
+        assert_eq!((sessions.used(a), sessions.used(b)), (2, 1));
+        assert_eq!(
+            (sessions.holder(&2), sessions.holder(&3)),
+            (Some(b), Some(a))
+        );
+        sessions.give_back(&2);
+        assert_eq!((sessions.used(a), sessions.used(b)), (2, 0));
+        assert_eq!(sessions.holder(&4), Some(a));
+    }
+
+    #[test]
+    fn an_item_of_no_amount_keeps_its_takers_place() {
+        let (a, b) = peers();
+        let mut bytes = Ledger::default();
+        bytes.take("empty".to_string(), a, 0);
+        bytes.take("full".to_string(), a, 5);
+        bytes.give_back(&"full".to_string());
+        bytes.take("other".to_string(), b, 7);
+        assert_eq!(bytes.holder(&"empty".to_string()), Some(a));
+        assert_eq!((bytes.used(a), bytes.used(b)), (0, 7));
     }
 }
