@@ -247,6 +247,11 @@ pub(crate) const REQUESTS_IN_TURNS: usize = 1024;
 pub(crate) const CONNECTION_WRITE_QUEUE: usize = 256;
 /// Initial read and write buffer of a connection, in bytes.
 pub(crate) const CONNECTION_BUFFER: usize = 1024;
+/// A connection's read or write buffer that grew past this for a large
+/// frame goes back to `CONNECTION_BUFFER` once it is empty: a master
+/// holds thousands of connections, each renewing its sessions in one
+/// large `KeepAliveAll` every few seconds and idle in between.
+pub(crate) const CONNECTION_BUFFER_KEPT: usize = 4096;
 /// Replies written before a flush at most; the codec also flushes on its
 /// own whenever its buffer fills.
 pub(crate) const CONNECTION_WRITE_BATCH: usize = 64;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
     ClientFrame, CodecError, Error, ErrorCode, FrameCodec, Hello, Request, ServerFrame, Welcome,
@@ -25,8 +26,8 @@ use tracing::debug;
 use crate::caller::Caller;
 use crate::config::Config;
 use crate::config::{
-    CONNECTION_BUFFER, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE, LINGER, LINGER_BYTES,
-    REFUSAL_DRAIN_BUFFER, REFUSAL_DRAIN_BYTES, SHUTDOWN_LINGER,
+    CONNECTION_BUFFER, CONNECTION_BUFFER_KEPT, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE,
+    LINGER, LINGER_BYTES, REFUSAL_DRAIN_BUFFER, REFUSAL_DRAIN_BYTES, SHUTDOWN_LINGER,
 };
 use crate::master::{request_name, MasterHandle};
 use crate::reply::{Flow, Reply, ReplyTx};
@@ -40,7 +41,7 @@ type Writer<S> = FramedWrite<WriteHalf<S>, Codec>;
 pub(crate) async fn serve<S>(
     stream: S,
     master: MasterHandle,
-    config: Config,
+    config: Arc<Config>,
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     caller: Caller,
     shutdown: CancellationToken,
@@ -126,7 +127,16 @@ pub(crate) async fn serve<S>(
             true => SHUTDOWN_LINGER,
             false => LINGER,
         };
-        close_lingering(writer, reader.into_inner(), error, &config, linger).await;
+        // Boxed, as the handshake is: the task keeps no room for it while
+        // it serves.
+        Box::pin(close_lingering(
+            writer,
+            reader.into_inner(),
+            error,
+            &config,
+            linger,
+        ))
+        .await;
     }
 }
 
@@ -341,6 +351,7 @@ async fn requests<S: AsyncRead>(
         };
         last_frame = tokio::time::Instant::now();
         incomplete_at_last_check = false;
+        shrink_if_idle(reader.read_buffer_mut());
         let (id, request) = match frame? {
             Ok(ClientFrame::Request { id, body }) => (id, body),
             Ok(ClientFrame::Hello(_)) => {
@@ -389,7 +400,7 @@ async fn write_replies<S: AsyncWrite>(
     mut queue: mpsc::UnboundedReceiver<Reply>,
     flow: Arc<Flow>,
     done: CancellationToken,
-    config: Config,
+    config: Arc<Config>,
 ) -> Option<Writer<S>> {
     let taken = |reply: &Reply| {
         if reply.limited {
@@ -443,6 +454,14 @@ async fn write_replies<S: AsyncWrite>(
         if !flush(&mut writer, &config).await {
             return None;
         }
+        shrink_if_idle(writer.write_buffer_mut());
+    }
+}
+
+/// Gives back what an empty buffer grew to for a large frame.
+fn shrink_if_idle(buffer: &mut BytesMut) {
+    if buffer.is_empty() && buffer.capacity() > CONNECTION_BUFFER_KEPT {
+        *buffer = BytesMut::with_capacity(CONNECTION_BUFFER);
     }
 }
 

@@ -165,6 +165,8 @@ async fn serve<L: Listener>(
         }));
     }
     let all_queued_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // One copy that every connection shares, rather than one each.
+    let shared = std::sync::Arc::new(config.clone());
     // The master stops by itself only when its store failed.
     let master_ended = async {
         let _ = (&mut task).await;
@@ -180,11 +182,15 @@ async fn serve<L: Listener>(
         shutdown,
         master_ended,
         |incoming, ip| {
-            let (master, config) = (master.clone(), config.clone());
+            let (master, config) = (master.clone(), shared.clone());
             let (all_queued_bytes, shutdown) =
                 (all_queued_bytes.clone(), connections.child_token());
             async move {
-                if let Some((stream, hello_by)) = incoming.establish(&config, &shutdown).await {
+                // Boxed: a connection's task keeps no room for the
+                // handshake's state once it serves (`CONN-8`'s thousands
+                // of connections).
+                let established = Box::pin(incoming.establish(&config, &shutdown)).await;
+                if let Some((stream, hello_by)) = established {
                     let caller = Caller::new(ip, stream.certified());
                     connection::serve(
                         stream,

@@ -51,7 +51,7 @@ enum Role {
         /// next.
         connections: CancellationToken,
         /// The master's configuration: its epoch is what `Welcome` says.
-        config: Box<Config>,
+        config: Arc<Config>,
     },
     Follower {
         /// The master's address, if this member knows of one.
@@ -163,6 +163,8 @@ pub async fn serve_member_with_http<L: Listener>(
         stop.clone(),
     ));
     let all_queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // One copy that every connection shares, rather than one each.
+    let shared = Arc::new(config.clone());
     let stopped = std::future::pending();
     let Accepted {
         mut tasks,
@@ -180,7 +182,7 @@ pub async fn serve_member_with_http<L: Listener>(
                 ip,
                 member.clone(),
                 role.clone(),
-                config.clone(),
+                shared.clone(),
                 all_queued_bytes.clone(),
                 stop.clone(),
             )
@@ -202,11 +204,13 @@ async fn connected<S: super::network::Served>(
     ip: std::net::IpAddr,
     member: Member,
     role: watch::Receiver<Role>,
-    config: Config,
+    config: Arc<Config>,
     all_queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     stop: CancellationToken,
 ) {
-    let Some((stream, hello_by)) = incoming.establish(&config, &stop).await else {
+    // Boxed: a connection's task keeps no room for the handshake's state
+    // once it serves.
+    let Some((stream, hello_by)) = Box::pin(incoming.establish(&config, &stop)).await else {
         return;
     };
     let certified = stream.certified();
@@ -251,7 +255,7 @@ async fn connected<S: super::network::Served>(
                     connection::serve(
                         stream,
                         handle,
-                        *config,
+                        config,
                         all_queued_bytes,
                         crate::caller::Caller::new(ip, certified),
                         connections.child_token(),
@@ -260,7 +264,7 @@ async fn connected<S: super::network::Served>(
                     .await
                 }
                 Role::Follower { master } => {
-                    connection::redirect(stream, master, config, hello_by).await
+                    connection::redirect(stream, master, (*config).clone(), hello_by).await
                 }
             }
         }
@@ -350,7 +354,7 @@ async fn lead(
             Some(master) => Role::Master {
                 handle: master.handle.clone(),
                 connections: master.connections.clone(),
-                config: Box::new(master.config.clone()),
+                config: Arc::new(master.config.clone()),
             },
             None => Role::Follower {
                 master: m.current_leader.filter(|l| *l != me).and_then(|l| {
