@@ -134,6 +134,11 @@ enum Scenario {
         /// Lease of every session.
         #[arg(long, value_parser = parse_duration, default_value = "12s")]
         lease: Duration,
+        /// Renew each connection's sessions together, every half lease,
+        /// in KeepAliveAll requests (KA-10), rather than with a held
+        /// KeepAlive each (Leasehold only).
+        #[arg(long)]
+        keepalive_all: bool,
     },
     /// Exclusive lock acquire+release round trips: 1 client on 1 key, 64
     /// clients on 64 keys, 64 clients on 1 key (or the one shape given).
@@ -472,16 +477,22 @@ async fn main() -> anyhow::Result<()> {
             sessions,
             connections,
             lease,
+            keepalive_all,
         } => {
+            if keepalive_all && !common.peers.is_empty() {
+                bail!("--keepalive-all is Leasehold's own request: run it without --peer");
+            }
             let shape = sessions::Shape {
                 sessions,
                 connections,
                 lease,
                 hold: timed(30),
+                keepalive_all,
             };
             let parameters = serde_json::json!({
                 "sessions": sessions, "connections": connections,
                 "lease_ms": lease.as_millis() as u64, "hold_ms": shape.hold.as_millis() as u64,
+                "keepalive_all": keepalive_all,
             });
             compare(&common, "sessions", true, parameters, |system| async move {
                 sessions::run(&system, shape).await

@@ -6,7 +6,17 @@
 //! Leasehold's sessions are driven over the raw protocol: a hundred
 //! thousand client-library sessions would spend this machine's two cores
 //! in the load generator rather than in the master being measured.
+//!
+//! With `--keepalive-all` a connection renews all its sessions together,
+//! in `KeepAliveAll` requests (`KA-10`) sent every half lease, as a proxy
+//! or a process with many sessions would: the shape for a million
+//! sessions, where a million held KeepAlives would cost the master a
+//! waiting request each. Connections then come from as many loopback
+//! addresses as the master's per-address session quota (`QUOTA-2`) asks
+//! for, as many client hosts would.
 
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +24,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
-    Authority, Behavior, ClientFrame, CreateSession, ErrorCode, FrameCodec, Hello, KeepAlive,
-    Request, Response, ServerFrame, SessionId, SessionSecret, SessionToken, DEFAULT_MAX_FRAME,
+    keepalive_all_limit, Authority, Behavior, ClientFrame, CreateSession, ErrorCode, FrameCodec,
+    Hello, KeepAlive, Request, Response, ServerFrame, SessionId, SessionSecret, SessionToken,
+    DEFAULT_MAX_FRAME,
 };
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tokio_util::codec::Framed;
 
@@ -34,7 +45,20 @@ pub struct Shape {
     pub lease: Duration,
     /// How long the sessions are held once all exist.
     pub hold: Duration,
+    /// Renew each connection's sessions together, every half lease, in
+    /// `KeepAliveAll` requests rather than a held KeepAlive each.
+    pub keepalive_all: bool,
 }
+
+/// Sessions a connection renewing its sessions together asks for at once.
+const CREATIONS_IN_FLIGHT: usize = 4;
+
+/// Sessions the bench opens from one loopback address at most: half the
+/// master's default per-address quota (`QUOTA-2`).
+const SESSIONS_PER_ADDRESS: usize = 50_000;
+/// Connections from one loopback address at most: half the master's
+/// default per-address cap (`CONN-8`).
+const CONNECTIONS_PER_ADDRESS: usize = 2_048;
 
 pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let shape = Shape {
@@ -46,15 +70,29 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let before = Meter::start(&system.pids);
     let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
     let per = shape.sessions.div_ceil(shape.connections.max(1));
+    let connections = shape.sessions.div_ceil(per.max(1));
+    let addresses = (shape.sessions.div_ceil(SESSIONS_PER_ADDRESS))
+        .max(connections.div_ceil(CONNECTIONS_PER_ADDRESS))
+        .max(1);
     let mut tasks = Vec::new();
     let mut remaining = shape.sessions;
     while remaining > 0 {
         let n = per.min(remaining);
         remaining -= n;
         let (system, tally, phase) = (system.clone(), tally.clone(), measuring.subscribe());
+        let from_index = tasks.len();
+        let from = from_index % addresses;
         tasks.push(tokio::spawn(async move {
             match system.kind {
-                Kind::Leasehold => hold_leasehold(&system.addr, n, shape.lease, tally, phase).await,
+                Kind::Leasehold => {
+                    let stream = connect_from(&system.addr, from).await?;
+                    if shape.keepalive_all {
+                        let share = from_index as f64 / connections as f64;
+                        renew_together(stream, share, n, shape.lease, tally, phase).await
+                    } else {
+                        hold_leasehold(stream, n, shape.lease, tally, phase).await
+                    }
+                }
                 #[cfg(feature = "etcd")]
                 Kind::Etcd => {
                     crate::etcd::hold_sessions(&system.addr, n, shape.lease, tally, phase).await
@@ -134,7 +172,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
                     "us",
                     span.cpu.as_secs_f64() * 1e6 / renewals.max(1) as f64,
                 )
-                .target(40.0),
+                .target(10.0),
             );
         }
         figures.push(Figure::lower(
@@ -149,7 +187,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
                 "B",
                 grown as f64 / shape.sessions as f64,
             )
-            .target(512.0),
+            .target(400.0),
         );
     }
     figures.push(
@@ -177,62 +215,105 @@ async fn reply(
     }
 }
 
-/// One connection holding `n` sessions until the phase is `Closing`, then
-/// destroying them.
+/// A connection to `addr` from the `from`th loopback address after
+/// 127.0.0.1 (itself for the first), when `addr` is on loopback.
+async fn connect_from(addr: &str, from: usize) -> anyhow::Result<TcpStream> {
+    let target: SocketAddr = tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .with_context(|| format!("{addr} names no address"))?;
+    let stream = match target.ip() {
+        IpAddr::V4(ip) if ip.is_loopback() && from > 0 => {
+            let octets = u32::from(Ipv4Addr::new(127, 0, 0, 1)) + from as u32;
+            let socket = TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(Ipv4Addr::from(octets).into(), 0))?;
+            socket.connect(target).await?
+        }
+        _ => TcpStream::connect(target).await?,
+    };
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Says Hello on `stream`: the framed connection and the master's epoch.
+async fn hello(stream: TcpStream) -> anyhow::Result<(Framing, u64)> {
+    let mut framed: Framing = Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME));
+    framed.send(ClientFrame::Hello(Hello::current())).await?;
+    match framed.next().await {
+        Some(Ok(ServerFrame::Welcome(w))) => Ok((framed, w.epoch)),
+        other => bail!("expected Welcome, got {other:?}"),
+    }
+}
+
+/// Asks for the session the request id `id` names by its index.
+async fn ask_for_session(framed: &mut Framing, id: usize, lease: Duration) -> anyhow::Result<()> {
+    let create = Request::CreateSession(CreateSession {
+        name: "bench".into(),
+        lease_ms: Some(lease.as_millis() as u64),
+        lock_delay_ms: Some(0),
+        behavior: Behavior::Release,
+        checks: Vec::new(),
+    });
+    let id = id as u64;
+    Ok(framed
+        .feed(ClientFrame::Request { id, body: create })
+        .await?)
+}
+
+/// A placeholder for a session not created yet.
+fn nobody() -> SessionToken {
+    SessionToken {
+        id: SessionId::nil(),
+        secret: SessionSecret::from_bytes([0; 16]),
+    }
+}
+
+/// The token a `SessionCreated` answer gives.
+fn created(body: Result<Response, leasehold_protocol::Error>) -> anyhow::Result<SessionToken> {
+    match body {
+        Ok(Response::SessionCreated {
+            session, secret, ..
+        }) => Ok(SessionToken {
+            id: session,
+            secret,
+        }),
+        other => bail!("CreateSession failed: {other:?}"),
+    }
+}
+
+/// Says Hello on `stream` and creates `n` sessions: the framed
+/// connection, the master's epoch and the sessions' tokens.
+async fn open_sessions(
+    stream: TcpStream,
+    n: usize,
+    lease: Duration,
+) -> anyhow::Result<(Framing, u64, Vec<SessionToken>)> {
+    let (mut framed, epoch) = hello(stream).await?;
+    // Pipelined, well under the in-flight limit.
+    for i in 0..n {
+        ask_for_session(&mut framed, i, lease).await?;
+    }
+    framed.flush().await?;
+    let mut sessions = vec![nobody(); n];
+    for _ in 0..n {
+        let (id, body) = reply(&mut framed).await?;
+        *sessions
+            .get_mut(id as usize)
+            .context("reply to an unknown request")? = created(body)?;
+    }
+    Ok((framed, epoch, sessions))
+}
+
+/// One connection holding `n` sessions, each with a held KeepAlive, until
+/// the phase is `Closing`, then destroying them.
 async fn hold_leasehold(
-    addr: &str,
+    stream: TcpStream,
     n: usize,
     lease: Duration,
     tally: Arc<Tally>,
     mut phase: watch::Receiver<Phase>,
 ) -> anyhow::Result<()> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let mut framed: Framing = Framed::new(stream, FrameCodec::new(DEFAULT_MAX_FRAME));
-    framed.send(ClientFrame::Hello(Hello::current())).await?;
-    let mut epoch = match framed.next().await {
-        Some(Ok(ServerFrame::Welcome(w))) => w.epoch,
-        other => bail!("expected Welcome, got {other:?}"),
-    };
-    // Request ids name the session by index; creation requests are
-    // pipelined (well under the in-flight limit).
-    for i in 0..n {
-        let create = Request::CreateSession(CreateSession {
-            name: "bench".into(),
-            lease_ms: Some(lease.as_millis() as u64),
-            lock_delay_ms: Some(0),
-            behavior: Behavior::Release,
-            checks: Vec::new(),
-        });
-        framed
-            .feed(ClientFrame::Request {
-                id: i as u64,
-                body: create,
-            })
-            .await?;
-    }
-    framed.flush().await?;
-    let nobody = SessionToken {
-        id: SessionId::nil(),
-        secret: SessionSecret::from_bytes([0; 16]),
-    };
-    let mut sessions = vec![nobody; n];
-    for _ in 0..n {
-        match reply(&mut framed).await? {
-            (
-                id,
-                Ok(Response::SessionCreated {
-                    session, secret, ..
-                }),
-            ) => {
-                sessions[id as usize] = SessionToken {
-                    id: session,
-                    secret,
-                }
-            }
-            (_, other) => bail!("CreateSession failed: {other:?}"),
-        }
-    }
+    let (mut framed, mut epoch, sessions) = open_sessions(stream, n, lease).await?;
     let keepalive = |session, epoch| {
         Request::KeepAlive(KeepAlive {
             session,
@@ -286,10 +367,16 @@ async fn hold_leasehold(
             }
         }
     }
-    // End the sessions, so a master given with --addr is left as found.
-    // Replies still owed (held KeepAlives, answered on destruction) are
-    // read until every destruction is acknowledged or 10 s pass.
-    let base = n as u64;
+    destroy(framed, &sessions).await
+}
+
+/// Ends `sessions`, so a master given with --addr is left as found.
+/// Replies still owed (held KeepAlives, answered on destruction) are read
+/// until every destruction is acknowledged or 10 s pass.
+async fn destroy(mut framed: Framing, sessions: &[SessionToken]) -> anyhow::Result<()> {
+    let n = sessions.len();
+    // Ids above any a request of the run used.
+    let base = 1 << 40;
     for (i, s) in sessions.iter().enumerate() {
         framed
             .feed(ClientFrame::Request {
@@ -314,4 +401,119 @@ async fn hold_leasehold(
     })
     .await;
     Ok(())
+}
+
+/// One connection holding `n` sessions, renewed together every half
+/// lease in `KeepAliveAll` requests (`KA-10`), each answered at once,
+/// until the phase is `Closing`, then destroying them.
+async fn renew_together(
+    stream: TcpStream,
+    share: f64,
+    n: usize,
+    lease: Duration,
+    tally: Arc<Tally>,
+    mut phase: watch::Receiver<Phase>,
+) -> anyhow::Result<()> {
+    // A master serves its connections by turns, each connection's
+    // requests in order (`CONN-13`): a renewal must not wait behind a
+    // long line of this connection's creations, so only a few are asked
+    // for at a time. Each session is renewed from the first round after
+    // it exists.
+    let (mut framed, mut epoch) = hello(stream).await?;
+    let mut asked_for = n.min(CREATIONS_IN_FLIGHT);
+    for i in 0..asked_for {
+        ask_for_session(&mut framed, i, lease).await?;
+    }
+    framed.flush().await?;
+    let mut sessions = vec![nobody(); n];
+    let per_request = keepalive_all_limit(DEFAULT_MAX_FRAME);
+    // Connections start their rounds spread over the first half lease (by
+    // their `share` of it), so the master sees a steady rate rather than
+    // a crowd every half lease.
+    let every = lease / 2;
+    let offset = every.mul_f64(share);
+    let mut rounds = tokio::time::interval_at(tokio::time::Instant::now() + offset, every);
+    rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Sessions the master has not ended, and those a request in flight
+    // renews, by request id.
+    let mut alive = vec![false; n];
+    let mut asked: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut next_id = n as u64;
+    loop {
+        let mut ask = Vec::new();
+        tokio::select! {
+            changed = phase.changed() => {
+                if changed.is_err() || *phase.borrow() == Phase::Closing {
+                    break;
+                }
+            }
+            _ = rounds.tick() => {
+                // A session whose previous round is unanswered is not
+                // asked for twice.
+                let waiting: HashSet<usize> = asked.values().flatten().copied().collect();
+                ask = (0..n).filter(|i| alive[*i] && !waiting.contains(i)).collect();
+            }
+            frame = reply(&mut framed) => {
+                let (id, body) = frame?;
+                if let Some(session) = sessions.get_mut(id as usize) {
+                    *session = created(body)?;
+                    alive[id as usize] = true;
+                    tally.created.fetch_add(1, Ordering::Relaxed);
+                    if asked_for < n {
+                        ask_for_session(&mut framed, asked_for, lease).await?;
+                        framed.flush().await?;
+                        asked_for += 1;
+                    }
+                    continue;
+                }
+                let renewed = asked.remove(&id).context("reply to an unknown request")?;
+                let answers = match body {
+                    Ok(Response::KeepAliveAll { answers }) if answers.len() == renewed.len() => answers,
+                    Ok(other) => bail!("unexpected reply {other:?}"),
+                    Err(e) => bail!("KeepAliveAll failed: {e}"),
+                };
+                let measuring = *phase.borrow() == Phase::Measuring;
+                for (i, answer) in renewed.into_iter().zip(answers) {
+                    match answer.map_err(|e| e.code) {
+                        Ok(_) if measuring => {
+                            tally.renewals.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        // Asked again at once, in the master's epoch.
+                        Err(ErrorCode::WrongEpoch { current }) => {
+                            epoch = current;
+                            ask.push(i);
+                        }
+                        Err(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
+                            tally.expired.fetch_add(1, Ordering::Relaxed);
+                            alive[i] = false;
+                        }
+                        Err(code) => bail!("KeepAlive failed: {code:?}"),
+                    }
+                }
+            }
+        }
+        for chunk in ask.chunks(per_request) {
+            let all = chunk
+                .iter()
+                .map(|&i| KeepAlive {
+                    session: sessions[i],
+                    epoch,
+                    acked_seq: 0,
+                    hold: false,
+                })
+                .collect();
+            let body = Request::KeepAliveAll(all);
+            framed
+                .feed(ClientFrame::Request { id: next_id, body })
+                .await?;
+            asked.insert(next_id, chunk.to_vec());
+            next_id += 1;
+        }
+        if !ask.is_empty() {
+            framed.flush().await?;
+        }
+    }
+    sessions.retain(|s| *s != nobody());
+    destroy(framed, &sessions).await
 }

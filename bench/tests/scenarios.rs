@@ -62,6 +62,26 @@ fn sessions_holds_every_session_without_a_spurious_expiration() {
 }
 
 #[test]
+fn sessions_renewed_together_hold_without_a_spurious_expiration() {
+    let report = bench(&[
+        "sessions",
+        "--sessions",
+        "60",
+        "--connections",
+        "3",
+        "--keepalive-all",
+        "--lease",
+        "3s",
+        "--duration",
+        "3s",
+    ]);
+    assert_eq!(report["parameters"]["keepalive_all"], true);
+    assert_eq!(figure(&report, "sessions held"), 60.0);
+    assert_eq!(figure(&report, "spurious expirations"), 0.0);
+    assert!(figure(&report, "KeepAlive replies/s") > 0.0);
+}
+
+#[test]
 fn lock_cycles_a_contended_lock() {
     let report = bench(&[
         "lock",
