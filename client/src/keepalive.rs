@@ -331,9 +331,12 @@ impl Keeper {
             // Every guard is lost already, and so is any an answer still on
             // its way would make: a release refused as stale goes again,
             // naming the later acquire.
-            // A few tries at once: the session is closing, and the time
-            // it may take is bounded here.
-            let back = |failures| std::future::ready(Ok(failures + 1 < RELEASE_TRIES));
+            // A few tries, a short pause apart: the session is closing,
+            // and the time it may take is bounded here.
+            let back = |failures: u32| async move {
+                tokio::time::sleep(Duration::from_millis(50 << failures.min(4))).await;
+                Ok(failures + 1 < RELEASE_TRIES)
+            };
             let release = release_holding(&self.client, self.token, &key, heard, |_| true, back);
             let _ = tokio::time::timeout(DESTROY_TIMEOUT, release).await;
         }

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::{unexpected, Client};
-use crate::config::LONGEST_WAIT;
+use crate::config::{LONGEST_WAIT, RELEASE_RIDES};
 use crate::error::ClientError;
 use crate::events::LockSignal;
 use crate::release::release_holding;
@@ -256,8 +256,20 @@ impl Drop for LockGuard {
 /// acquire of it answered (`LOCK-4`).
 async fn release(session: &Session, key: &str, heard: u64) -> Result<(), ClientError> {
     let again = |latest| session.dispatch().release_refused(key, latest);
-    let until = Instant::now() + session.client().request_timeout();
-    let back = |failures| async move { session.back(until, failures).await.map(|()| true) };
+    // After each failure the session has a request timeout to be back
+    // (the failed call may have taken one already); past that, or past
+    // `RELEASE_RIDES` failures, the failure itself is the answer.
+    let patience = session.client().request_timeout();
+    let back = |failures| async move {
+        if failures >= RELEASE_RIDES {
+            return Ok(false);
+        }
+        match session.back(Instant::now() + patience, failures).await {
+            Ok(()) => Ok(true),
+            Err(ClientError::Timeout(_)) => Ok(false),
+            Err(other) => Err(other),
+        }
+    };
     release_holding(session.client(), session.token(), key, heard, again, back).await
 }
 

@@ -458,9 +458,15 @@ async fn write_replies<S: AsyncWrite>(
     }
 }
 
-/// Gives back what an empty buffer grew to for a large frame.
+/// Gives back what an empty buffer grew to for a large frame. Its
+/// capacity counts only what lies past the frames already taken out of
+/// it: reclaiming (which never allocates) first shows the whole.
 fn shrink_if_idle(buffer: &mut BytesMut) {
-    if buffer.is_empty() && buffer.capacity() > CONNECTION_BUFFER_KEPT {
+    if !buffer.is_empty() {
+        return;
+    }
+    buffer.try_reclaim(CONNECTION_BUFFER_KEPT + 1);
+    if buffer.capacity() > CONNECTION_BUFFER_KEPT {
         *buffer = BytesMut::with_capacity(CONNECTION_BUFFER);
     }
 }
@@ -612,6 +618,33 @@ mod tests {
     }
 
     // WIRE-5
+    #[tokio::test]
+    async fn a_buffer_grown_for_a_large_frame_is_given_back_once_it_is_taken() {
+        let (mut ours, theirs) = tokio::io::duplex(1 << 20);
+        let mut reader = FramedRead::with_capacity(
+            theirs,
+            FrameCodec::<ClientFrame, ServerFrame>::new(1 << 20),
+            CONNECTION_BUFFER,
+        );
+        let big = ClientFrame::Request {
+            id: 1,
+            body: Request::Get {
+                key: "k".repeat(64 << 10),
+                stat_only: true,
+            },
+        };
+        let mut writer = FramedWrite::new(
+            &mut ours,
+            FrameCodec::<ServerFrame, ClientFrame>::new(1 << 20),
+        );
+        writer.send(big).await.unwrap();
+        assert!(reader.next().await.unwrap().is_ok());
+        let buffer = reader.read_buffer_mut();
+        shrink_if_idle(buffer);
+        let kept = buffer.try_reclaim(CONNECTION_BUFFER_KEPT + 1);
+        assert!(!kept, "the buffer still holds {} bytes", buffer.capacity());
+    }
+
     #[tokio::test]
     async fn a_reply_too_large_for_a_frame_becomes_a_limit_reached_reply() {
         let (written, frame) = reply_through(1024, big_reply()).await;
