@@ -465,8 +465,7 @@ fn shrink_if_idle(buffer: &mut BytesMut) {
     if !buffer.is_empty() {
         return;
     }
-    buffer.try_reclaim(CONNECTION_BUFFER_KEPT + 1);
-    if buffer.capacity() > CONNECTION_BUFFER_KEPT {
+    if buffer.try_reclaim(CONNECTION_BUFFER_KEPT + 1) {
         *buffer = BytesMut::with_capacity(CONNECTION_BUFFER);
     }
 }
