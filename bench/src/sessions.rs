@@ -11,9 +11,12 @@
 //! in `KeepAliveAll` requests (`KA-10`) sent every half lease, as a proxy
 //! or a process with many sessions would: the shape for a million
 //! sessions, where a million held KeepAlives would cost the master a
-//! waiting request each. Connections then come from as many loopback
-//! addresses as the master's per-address session quota (`QUOTA-2`) asks
-//! for, as many client hosts would.
+//! waiting request each.
+//!
+//! In either mode, connections to a master on loopback come from as many
+//! loopback addresses (127.0.0.1, .2, ...) as the master's per-address
+//! quotas on sessions (`QUOTA-2`) and connections (`CONN-8`) ask for, as
+//! many client hosts would: two for the default 100,000 sessions.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
