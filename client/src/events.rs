@@ -205,6 +205,12 @@ pub(crate) struct Dispatch {
     /// Keys this client holds locks on, or asks for; released before a
     /// close destroys the session (`LOCK-11`).
     pub(crate) locks: BTreeMap<String, HeldLock>,
+    /// Keys no guard holds any more whose releases are still under way
+    /// (riding through a fail-over, `LOCK-15`), each with the latest
+    /// acquire heard and how many releases of it are under way: a close
+    /// releases these too, or destroying the session would put them in
+    /// lock-delay rather than hand them on (`LOCK-11`).
+    releasing: BTreeMap<String, (u64, u32)>,
     /// Semaphore contender keys still being deleted (`SEM-4`).
     pub(crate) leaving: std::collections::BTreeSet<String>,
     /// Semaphore contender keys being made, by one task of the session at
@@ -280,6 +286,39 @@ impl Dispatch {
         let heard = lock.heard;
         self.locks.remove(key);
         Some(heard)
+    }
+
+    /// A release of `key`, naming `heard`, is under way.
+    pub(crate) fn release_started(&mut self, key: &str, heard: u64) {
+        let entry = self.releasing.entry(key.to_string()).or_insert((heard, 0));
+        entry.0 = entry.0.max(heard);
+        entry.1 += 1;
+    }
+
+    /// A release of `key` is over, however it ended.
+    pub(crate) fn release_ended(&mut self, key: &str) {
+        if let Some(entry) = self.releasing.get_mut(key) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                self.releasing.remove(key);
+            }
+        }
+    }
+
+    /// What a close releases before it destroys the session (`LOCK-11`):
+    /// every key the session holds, asks for, or is still releasing, each
+    /// naming the latest acquire of it heard.
+    pub(crate) fn to_release_on_close(&self) -> BTreeMap<String, u64> {
+        let mut keys: BTreeMap<String, u64> = self
+            .releasing
+            .iter()
+            .map(|(key, &(heard, _))| (key.clone(), heard))
+            .collect();
+        for (key, lock) in &self.locks {
+            let heard = keys.entry(key.clone()).or_insert(0);
+            *heard = (*heard).max(lock.heard);
+        }
+        keys
     }
 
     /// A release of `key` was refused: the session asked for the lock
@@ -552,6 +591,30 @@ mod tests {
         let _ = d.acquiring("asked");
         assert!(!d.release_refused("asked", 8), "an answer is still to come");
         assert_eq!(d.acquire_ended("asked", None, false), Some(8));
+    }
+
+    // LOCK-11, LOCK-15: a key whose release is still under way (riding
+    // through a fail-over) is released by a close too, naming the latest
+    // acquire heard, until the last release of it ends.
+    #[test]
+    fn a_close_releases_the_keys_whose_releases_are_still_under_way() {
+        let mut d = Dispatch::default();
+        let _ = d.acquiring("k");
+        assert_eq!(d.acquire_ended("k", Some(5), true), None);
+        assert_eq!(d.guard_gone("k"), Some(5));
+        d.release_started("k", 5);
+        let _ = d.acquiring("k");
+        assert_eq!(d.acquire_ended("k", Some(9), true), None);
+        assert_eq!(d.guard_gone("k"), Some(9));
+        d.release_started("k", 9);
+        let _ = d.acquiring("held");
+        assert_eq!(d.acquire_ended("held", Some(3), true), None);
+        let close = |d: &Dispatch| d.to_release_on_close().into_iter().collect::<Vec<_>>();
+        assert_eq!(close(&d), [("held".to_string(), 3), ("k".to_string(), 9)]);
+        d.release_ended("k");
+        assert_eq!(close(&d), [("held".to_string(), 3), ("k".to_string(), 9)]);
+        d.release_ended("k");
+        assert_eq!(close(&d), [("held".to_string(), 3)]);
     }
 
     // LOCK-11: once the session closes, a guard made from an answer still

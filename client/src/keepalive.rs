@@ -315,7 +315,7 @@ impl Keeper {
         // Destroying invalidates the session, which would start lock-delay
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).
-        let held: Vec<(String, u64)> = {
+        let held = {
             let mut dispatch = self.shared.dispatch();
             // Guards stop counting as held before the first release, so no
             // holder acts on a lock someone else may already have; guards
@@ -324,8 +324,10 @@ impl Keeper {
             for lock in dispatch.locks.values() {
                 lock.signal.send_modify(|s| s.lost = true);
             }
-            let heard = dispatch.locks.iter();
-            heard.map(|(key, lock)| (key.clone(), lock.heard)).collect()
+            // Releases riding through a fail-over wait for a session that
+            // is normal again, which this one no longer becomes: the close
+            // carries them out.
+            dispatch.to_release_on_close()
         };
         for (key, heard) in held {
             // Every guard is lost already, and so is any an answer still on

@@ -232,9 +232,9 @@ impl LockGuard {
     /// it still: then it is given back when the last of them goes.
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.released = true;
-        let last = self.session.dispatch().guard_gone(&self.key);
+        let last = Releasing::after_guard(&self.session, &self.key);
         match last {
-            Some(heard) => release(&self.session, &self.key, heard).await,
+            Some(releasing) => release(releasing).await,
             None => Ok(()),
         }
     }
@@ -245,16 +245,56 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let last = self.session.dispatch().guard_gone(&self.key);
-        if let Some(heard) = last {
-            release_in_background(&self.session, &self.key, heard);
+        if let Some(releasing) = Releasing::after_guard(&self.session, &self.key) {
+            release_in_background(releasing);
         }
     }
 }
 
-/// Gives back `session`'s lock of `key`, naming `heard`, the latest
-/// acquire of it answered (`LOCK-4`).
-async fn release(session: &Session, key: &str, heard: u64) -> Result<(), ClientError> {
+/// A release of a session's lock under way, known to the session until it
+/// ends, so that a close meanwhile gives the lock back too (`LOCK-11`).
+struct Releasing {
+    session: Session,
+    key: String,
+    /// The latest acquire of the lock answered.
+    heard: u64,
+}
+
+impl Releasing {
+    fn new(session: &Session, key: &str, heard: u64) -> Releasing {
+        session.dispatch().release_started(key, heard);
+        Releasing {
+            session: session.clone(),
+            key: key.to_string(),
+            heard,
+        }
+    }
+
+    /// A guard of `key` is gone: the release to make, if it was the last
+    /// (`LOCK-4`).
+    fn after_guard(session: &Session, key: &str) -> Option<Releasing> {
+        let last = session.dispatch().guard_gone(key);
+        last.map(|heard| Releasing::new(session, key, heard))
+    }
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        self.session.dispatch().release_ended(&self.key);
+    }
+}
+
+/// Gives back a session's lock, naming the latest acquire of it answered
+/// (`LOCK-4`). A close of the session gives back every lock of it, this
+/// one included, before it destroys the session (`LOCK-11`): once the
+/// session is closing, the release ends as the close does.
+async fn release(releasing: Releasing) -> Result<(), ClientError> {
+    let (session, key, heard) = (&releasing.session, releasing.key.as_str(), releasing.heard);
+    let closing = || session.dispatch().closing;
+    if closing() {
+        session.expired().await;
+        return Ok(());
+    }
     let again = |latest| session.dispatch().release_refused(key, latest);
     // After each failure the session has a request timeout to be back
     // (the failed call may have taken one already); past that, or past
@@ -270,16 +310,22 @@ async fn release(session: &Session, key: &str, heard: u64) -> Result<(), ClientE
             Err(other) => Err(other),
         }
     };
-    release_holding(session.client(), session.token(), key, heard, again, back).await
+    let released = release_holding(session.client(), session.token(), key, heard, again, back);
+    match released.await {
+        Err(_) if closing() => {
+            session.expired().await;
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// Releases `session`'s lock of `key` naming `heard` in a task of its
 /// own (best effort), from where nothing can wait for it: a drop.
-fn release_in_background(session: &Session, key: &str, heard: u64) {
+fn release_in_background(releasing: Releasing) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let (session, key) = (session.clone(), key.to_string());
         runtime.spawn(async move {
-            let _ = release(&session, &key, heard).await;
+            let _ = release(releasing).await;
         });
     }
 }
@@ -381,9 +427,8 @@ impl Session {
                 // for it: give it back unless a guard holds it.
                 asking.answered(index, true);
                 drop(asking);
-                let last = self.dispatch().guard_gone(key);
-                if let Some(heard) = last {
-                    let _ = release(self, key, heard).await;
+                if let Some(releasing) = Releasing::after_guard(self, key) {
+                    let _ = release(releasing).await;
                 }
                 return Err(ClientError::Protocol(
                     "the master sent a malformed sequencer".into(),
@@ -498,7 +543,7 @@ impl Drop for Asking<'_> {
         // A guard let the lock go while this acquire waited for its answer,
         // which made none: the release waited for it.
         if let Some(heard) = ended {
-            release_in_background(self.session, self.key, heard);
+            release_in_background(Releasing::new(self.session, self.key, heard));
         }
     }
 }

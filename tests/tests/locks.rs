@@ -198,6 +198,24 @@ async fn closing_a_session_hands_its_locks_on_without_lock_delay() {
     next.try_lock("k", LockOptions::exclusive()).await.unwrap();
 }
 
+// LOCK-11: a close gives back every lock of the session, those whose
+// guards are still out included: releasing such a guard afterwards finds
+// its lock given back already, and says so rather than fail.
+#[tokio::test]
+async fn a_guard_released_after_its_session_closed_finds_the_lock_given_back() {
+    let (_server, client) = setup().await;
+    let leaving = session(&client, Duration::from_secs(30)).await;
+    let guard = leaving
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    leaving.clone().close().await.unwrap();
+    assert_eq!(leaving.state(), SessionState::Closed);
+    guard.release().await.unwrap();
+    let next = session(&client, Duration::ZERO).await;
+    next.try_lock("k", LockOptions::exclusive()).await.unwrap();
+}
+
 // LOCK-6
 #[tokio::test]
 async fn a_destroyed_session_leaves_its_locks_in_lock_delay() {
