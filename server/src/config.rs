@@ -5,6 +5,7 @@ use std::time::Duration;
 use leasehold_protocol::{Limits, DEFAULT_MAX_FRAME, MAX_FRAME_CAP};
 
 use crate::observe::MasterObserver;
+use crate::time::Span;
 
 /// Lease a session gets when it asks for none (`SES-2`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(12);
@@ -476,6 +477,12 @@ impl Config {
         if self.min_lease.is_zero() {
             return fail("the minimum lease must be more than zero".into());
         }
+        if self.max_lease > Span::MAX || self.max_lock_delay > Span::MAX {
+            return fail(format!(
+                "the maximum lease and lock-delay must be at most {:?} (about 49 days)",
+                Span::MAX
+            ));
+        }
         if self.default_lock_delay > self.max_lock_delay {
             return fail(format!(
                 "the default lock-delay {:?} exceeds the maximum {:?}",
@@ -612,6 +619,14 @@ mod tests {
             },
             Config {
                 max_frame: 60,
+                ..Config::default()
+            },
+            Config {
+                max_lease: Duration::from_secs(50 * 86_400),
+                ..Config::default()
+            },
+            Config {
+                max_lock_delay: Duration::from_secs(50 * 86_400),
                 ..Config::default()
             },
             Config {

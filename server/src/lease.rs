@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use leasehold_protocol::SessionId;
 
-use crate::time::{whole_millis, Millis};
+use crate::time::{whole_millis, Millis, Span};
 
 /// A timer that is not set.
 const UNARMED: Millis = Millis::NEVER;
@@ -25,7 +25,7 @@ const UNARMED: Millis = Millis::NEVER;
 #[derive(Debug)]
 struct Lease<H> {
     expires_at: Millis,
-    duration: Duration,
+    duration: Span,
     /// When the session's timer is due; [`UNARMED`] if it is not set.
     timer: Millis,
     /// Boxed: most sessions hold nothing at a time (a `KeepAliveAll`
@@ -56,8 +56,8 @@ impl<H> Default for Leases<H> {
 impl<H> Leases<H> {
     /// Starts the lease of a new session at `now` (`LEASE-1`). Its timer is
     /// not set.
-    pub fn start(&mut self, id: SessionId, duration: Duration, now: Millis) -> Millis {
-        let expires_at = now + duration;
+    pub fn start(&mut self, id: SessionId, duration: Span, now: Millis) -> Millis {
+        let expires_at = now + Duration::from(duration);
         let lease = Lease {
             expires_at,
             duration,
@@ -75,7 +75,7 @@ impl<H> Leases<H> {
     /// (`LEASE-2`). Returns the new expiry, or `None` for an unknown session.
     pub fn extend(&mut self, id: SessionId, now: Millis) -> Option<Millis> {
         let lease = self.leases.get_mut(&id)?;
-        lease.expires_at = lease.expires_at.max(now + lease.duration);
+        lease.expires_at = lease.expires_at.max(now + Duration::from(lease.duration));
         Some(lease.expires_at)
     }
 
@@ -95,7 +95,8 @@ impl<H> Leases<H> {
     /// `LEASE-5`) and at most a quarter (so short leases are still held).
     pub fn answer_held_at(&self, id: SessionId, margin: Duration) -> Option<Millis> {
         let lease = self.leases.get(&id)?;
-        let margin = margin.max(lease.duration / 20).min(lease.duration / 4);
+        let duration = Duration::from(lease.duration);
+        let margin = margin.max(duration / 20).min(duration / 4);
         Some(Millis::from_millis(
             lease
                 .expires_at
@@ -194,7 +195,11 @@ mod tests {
     fn leases_of(n: u128) -> Leases {
         let mut leases: Leases = Leases::default();
         for i in 1..=n {
-            leases.start(SessionId::from_u128(i), Duration::from_secs(12), at(0));
+            leases.start(
+                SessionId::from_u128(i),
+                Duration::from_secs(12).into(),
+                at(0),
+            );
         }
         leases
     }
@@ -241,7 +246,7 @@ mod tests {
     fn a_new_lease_runs_one_duration_from_its_start() {
         let mut leases: Leases = Leases::default();
         assert_eq!(
-            leases.start(id(), Duration::from_secs(12), at(1_000)),
+            leases.start(id(), Duration::from_secs(12).into(), at(1_000)),
             at(13_000)
         );
         assert_eq!(
@@ -254,7 +259,7 @@ mod tests {
     #[test]
     fn extending_never_moves_a_lease_backward() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_secs(10), at(5_000));
+        leases.start(id(), Duration::from_secs(10).into(), at(5_000));
         assert_eq!(leases.extend(id(), at(1_000)), Some(at(15_000)));
         assert_eq!(leases.extend(id(), at(8_000)), Some(at(18_000)));
     }
@@ -263,7 +268,7 @@ mod tests {
     #[test]
     fn a_held_keepalive_is_answered_a_margin_before_expiry() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_secs(12), at(0));
+        leases.start(id(), Duration::from_secs(12).into(), at(0));
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),
             Some(at(10_000))
@@ -274,7 +279,7 @@ mod tests {
     #[test]
     fn the_margin_is_at_least_a_twentieth_of_a_long_lease() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_secs(60), at(0));
+        leases.start(id(), Duration::from_secs(60).into(), at(0));
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_millis(100)),
             Some(at(57_000))
@@ -285,7 +290,7 @@ mod tests {
     #[test]
     fn the_margin_is_at_most_a_quarter_of_a_short_lease() {
         let mut leases: Leases = Leases::default();
-        leases.start(id(), Duration::from_millis(1_000), at(0));
+        leases.start(id(), Duration::from_millis(1_000).into(), at(0));
         assert_eq!(
             leases.answer_held_at(id(), Duration::from_secs(2)),
             Some(at(750))

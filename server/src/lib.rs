@@ -162,5 +162,5 @@ pub use state::{
 };
 pub use status_page::{lock_json, master_json};
 pub use store::{Record, Recovered, Snapshot, Store, StoreSizes, SyncCount};
-pub use time::Millis;
+pub use time::{Millis, Span};
 pub use tls::{ServerTls, TlsError, TlsFiles};

@@ -132,7 +132,7 @@ mod tests {
     /// One session's lease of 12 s, granted at 0.
     fn one_lease() -> Leases<&'static str> {
         let mut leases = Leases::default();
-        leases.start(id(1), Duration::from_secs(12), at(0));
+        leases.start(id(1), Duration::from_secs(12).into(), at(0));
         leases
     }
 

@@ -83,8 +83,90 @@ impl fmt::Display for Millis {
     }
 }
 
+/// A session's lease or lock-delay: a length of time in whole
+/// milliseconds, up to [`Span::MAX`] (about 49 days), in four bytes, since
+/// a master keeps several for each of a million sessions. The store holds
+/// it exactly as it holds a [`Duration`], so what earlier versions wrote
+/// reads back alike.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_server::Span;
+///
+/// let lease = Span::from(Duration::from_millis(12_000));
+/// assert_eq!(Duration::from(lease), Duration::from_secs(12));
+/// assert_eq!(Span::from(Duration::from_micros(1_999)).as_millis(), 1);
+/// assert_eq!(Duration::from(Span::from(Duration::MAX)), Span::MAX);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Span(u32);
+
+impl Span {
+    /// The longest span: `u32::MAX` milliseconds.
+    pub const MAX: Duration = Duration::from_millis(u32::MAX as u64);
+
+    /// Whole milliseconds.
+    pub const fn as_millis(self) -> u64 {
+        self.0 as u64
+    }
+}
+
+impl From<Duration> for Span {
+    /// Rounded down to whole milliseconds; saturates at [`Span::MAX`].
+    fn from(d: Duration) -> Span {
+        Span(u32::try_from(d.as_millis()).unwrap_or(u32::MAX))
+    }
+}
+
+impl From<Span> for Duration {
+    fn from(span: Span) -> Duration {
+        Duration::from_millis(span.as_millis())
+    }
+}
+
+impl Serialize for Span {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Duration::from(*self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Span, D::Error> {
+        let d = Duration::deserialize(deserializer)?;
+        if d > Span::MAX {
+            return Err(serde::de::Error::custom(format!(
+                "a lease or lock-delay of {d:?}, longer than the longest a master keeps ({:?})",
+                Span::MAX
+            )));
+        }
+        Ok(Span::from(d))
+    }
+}
+
 /// Master time `ms`, for tests that spell instants as numbers.
 #[cfg(test)]
 pub(crate) const fn at(ms: u64) -> Millis {
     Millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode, encode};
+
+    // STORE-6: a span is stored exactly as the Duration earlier versions
+    // stored, and read back from those bytes.
+    #[test]
+    fn a_span_is_stored_as_a_duration_was() {
+        let d = Duration::from_millis(12_345);
+        assert_eq!(encode(&Span::from(d)), encode(&d));
+        assert_eq!(decode::<Span>(&encode(&d)).unwrap(), Span::from(d));
+    }
+
+    #[test]
+    fn a_stored_duration_longer_than_a_span_is_refused_not_cut() {
+        let long = Span::MAX + Duration::from_millis(1);
+        let error = decode::<Span>(&encode(&long)).unwrap_err().to_string();
+        assert!(error.contains("longer than the longest"), "{error}");
+    }
 }

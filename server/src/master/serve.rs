@@ -210,7 +210,7 @@ impl Engine {
                     session: self.counted_session(s.id, call.peer),
                     secret: s.secret,
                     epoch: self.config.epoch,
-                    lease: LeaseGrant::conservative(s.lease.as_millis() as u64, 0),
+                    lease: LeaseGrant::conservative(s.lease.as_millis(), 0),
                 })
             }
             Request::DestroySession { session, authority } => self

@@ -373,8 +373,8 @@ impl Engine {
         Some(SessionInfo {
             session: s.id,
             name: s.name.to_string(),
-            lease_ms: s.lease.as_millis() as u64,
-            lock_delay_ms: s.lock_delay.as_millis() as u64,
+            lease_ms: s.lease.as_millis(),
+            lock_delay_ms: s.lock_delay.as_millis(),
             behavior: s.behavior,
             lease_remaining_ms: self.leases.remaining(id, now).map_or(0, whole_millis),
             keepalive_held: self.leases.held(id).is_some_and(|h| !h.reply.is_closed()),

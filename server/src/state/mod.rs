@@ -280,10 +280,10 @@ impl State {
         let session = Session {
             id,
             name: name.into_boxed_str(),
-            lease,
-            lock_delay,
+            lease: lease.into(),
+            lock_delay: lock_delay.into(),
             behavior,
-            checks: checks.into_boxed_slice(),
+            checks: checks.into(),
             secret,
         };
         self.sessions.insert(id, session.clone());
@@ -306,7 +306,14 @@ impl State {
         self.may_cache.remove(&id);
         self.access.owners.remove(&id);
         self.checks.unbind(id, &session.checks);
-        self.invalidate_locks(id, session.behavior, session.lock_delay, index, now, events);
+        self.invalidate_locks(
+            id,
+            session.behavior,
+            session.lock_delay.into(),
+            index,
+            now,
+            events,
+        );
         events.push(StateEvent::SessionEnded { id, cause });
         for key in self.namespace.ephemeral_of(id) {
             // Another session's lock on the node goes with it, as with any
@@ -613,7 +620,7 @@ mod tests {
     #[test]
     fn a_session_without_a_lease_gets_the_default_lease() {
         let (reply, events) = state().apply(create(1, None, None), at(0));
-        assert_eq!(created(reply).lease, Duration::from_secs(12));
+        assert_eq!(created(reply).lease, Duration::from_secs(12).into());
         assert_eq!(
             events,
             vec![StateEvent::SessionCreated {
@@ -639,11 +646,11 @@ mod tests {
         let mut s = state();
         assert_eq!(
             created(s.apply(create(1, None, Some(0)), at(0)).0).lock_delay,
-            Duration::ZERO
+            Duration::ZERO.into()
         );
         assert_eq!(
             created(s.apply(create(2, None, None), at(0)).0).lock_delay,
-            Duration::from_secs(15)
+            Duration::from_secs(15).into()
         );
     }
 
