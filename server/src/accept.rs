@@ -9,6 +9,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 use tracing::warn;
@@ -152,10 +153,12 @@ where
                             admission.admit(ip);
                             let tls = config.tls.as_ref().map(|tls| tls.acceptor());
                             let serving = serve(Incoming { stream, tls }, ip);
-                            tasks.spawn(async move {
-                                serving.await;
-                                ip
-                            });
+                            // Mapped, not awaited in an async block: a
+                            // block would hold the connection's future
+                            // twice (as captured, then as awaited), each
+                            // task twice its size for as long as the
+                            // connection lives.
+                            tasks.spawn(serving.map(move |()| ip));
                         }
                     }
                 }
