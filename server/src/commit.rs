@@ -872,7 +872,7 @@ mod tests {
     }
 
     fn code_of(replies: &mut mpsc::UnboundedReceiver<crate::reply::Reply>) -> ErrorCode {
-        match *replies.try_recv().expect("a reply").body {
+        match replies.try_recv().expect("a reply").into_body() {
             Err(e) => e.code,
             Ok(r) => panic!("{r:?}"),
         }

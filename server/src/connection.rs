@@ -403,12 +403,12 @@ async fn write_replies<S: AsyncWrite>(
     config: Arc<Config>,
 ) -> Option<Writer<S>> {
     let taken = |reply: &Reply| {
-        if reply.limited {
+        if reply.limited() {
             flow.limited.fetch_sub(1, Ordering::AcqRel);
         }
-        flow.queued_bytes.fetch_sub(reply.bytes, Ordering::AcqRel);
+        flow.queued_bytes.fetch_sub(reply.bytes(), Ordering::AcqRel);
         flow.all_queued_bytes
-            .fetch_sub(reply.bytes, Ordering::AcqRel);
+            .fetch_sub(reply.bytes(), Ordering::AcqRel);
         flow.unanswered.fetch_sub(1, Ordering::AcqRel);
         flow.queued.fetch_sub(1, Ordering::AcqRel);
         flow.drained.notify_one();
@@ -438,8 +438,8 @@ async fn write_replies<S: AsyncWrite>(
         while let Some(reply) = next {
             taken(&reply);
             let frame = ServerFrame::Reply {
-                id: reply.id,
-                body: *reply.body,
+                id: reply.id(),
+                body: reply.into_body(),
             };
             if !write_frame(&mut writer, frame, &config, Flushing::Later).await {
                 return None;

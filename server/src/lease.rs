@@ -31,7 +31,15 @@ struct Lease<H> {
     /// Boxed: most sessions hold nothing at a time (a `KeepAliveAll`
     /// holds none), and a held KeepAlive is several times a lease's size.
     held: Option<Box<H>>,
+    /// The quota slot of the address that created the session
+    /// (`QUOTA-2`), [`NO_CREATOR`] if none counts it: kept here, in room
+    /// the lease has spare, rather than in a table of its own.
+    creator: u32,
 }
+
+/// The creator slot of a session no address counts (one recovered after a
+/// restart, or created without a peer address).
+const NO_CREATOR: u32 = u32::MAX;
 
 /// The lease, the held KeepAlive and the timer of every live session.
 #[derive(Debug)]
@@ -63,8 +71,12 @@ impl<H> Leases<H> {
             duration,
             timer: UNARMED,
             held: None,
+            creator: NO_CREATOR,
         };
         if let Some(previous) = self.leases.insert(id, lease) {
+            if let Some(lease) = self.leases.get_mut(&id) {
+                lease.creator = previous.creator;
+            }
             self.timers.remove(&(previous.timer, id));
             self.holding -= usize::from(previous.held.is_some());
         }
@@ -142,6 +154,20 @@ impl<H> Leases<H> {
         let held = self.leases.get_mut(&id)?.held.take().map(|held| *held);
         self.holding -= usize::from(held.is_some());
         held
+    }
+
+    /// Records the quota slot of the address that created `id`
+    /// (`QUOTA-2`); a session without a lease records nothing.
+    pub fn set_creator(&mut self, id: SessionId, slot: u32) {
+        if let Some(lease) = self.leases.get_mut(&id) {
+            lease.creator = slot;
+        }
+    }
+
+    /// The quota slot of the address that created `id`, if one counts it.
+    pub fn creator(&self, id: SessionId) -> Option<u32> {
+        let creator = self.leases.get(&id)?.creator;
+        (creator != NO_CREATOR).then_some(creator)
     }
 
     /// How many KeepAlives are held.
@@ -295,5 +321,24 @@ mod tests {
             leases.answer_held_at(id(), Duration::from_secs(2)),
             Some(at(750))
         );
+    }
+
+    // QUOTA-2: the creator's quota slot rides in the lease, in room it
+    // has spare: a lease stays 32 bytes, and a lease started again keeps
+    // the slot it had.
+    #[test]
+    fn a_lease_keeps_its_creators_slot_in_32_bytes() {
+        assert_eq!(std::mem::size_of::<Lease<()>>(), 32);
+        let mut leases: Leases = Leases::default();
+        assert_eq!(leases.creator(id()), None);
+        leases.set_creator(id(), 3);
+        assert_eq!(leases.creator(id()), None, "no lease, nothing recorded");
+        leases.start(id(), Duration::from_secs(12).into(), at(0));
+        assert_eq!(leases.creator(id()), None);
+        leases.set_creator(id(), 3);
+        leases.start(id(), Duration::from_secs(12).into(), at(5));
+        assert_eq!(leases.creator(id()), Some(3));
+        leases.remove(id());
+        assert_eq!(leases.creator(id()), None);
     }
 }

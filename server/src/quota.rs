@@ -56,6 +56,7 @@ impl<K: Hash + Eq> Ledger<K> {
     }
 
     /// The peer address that holds `item`, if any does.
+    #[cfg(test)]
     pub(crate) fn holder(&self, item: &K) -> Option<IpAddr> {
         self.holder
             .get(item)
@@ -67,6 +68,41 @@ impl<K: Hash + Eq> Ledger<K> {
     pub(crate) fn take(&mut self, item: K, peer: IpAddr, amount: u64) {
         self.give_back(&item);
         let amount = narrow(amount);
+        let slot = self.count(peer, amount);
+        self.holder.insert(item, (slot, amount));
+    }
+
+    /// Gives `item` back to whoever took it; nothing if no one did.
+    pub(crate) fn give_back(&mut self, item: &K) {
+        let Some((slot, amount)) = self.holder.remove(item) else {
+            return;
+        };
+        self.uncount(slot, amount);
+    }
+}
+
+impl<K> Ledger<K> {
+    /// Counts an item against `peer`, at `amount`, without an entry for
+    /// it here: the caller keeps the slot returned, which names `peer`
+    /// until the item is given back with [`Ledger::give_back_kept`]. A
+    /// million sessions keep theirs in their leases, in room a lease has
+    /// spare, rather than in a table here.
+    pub(crate) fn take_kept(&mut self, peer: IpAddr, amount: u64) -> u32 {
+        self.count(peer, narrow(amount))
+    }
+
+    /// Gives back an item taken with [`Ledger::take_kept`].
+    pub(crate) fn give_back_kept(&mut self, slot: u32, amount: u64) {
+        self.uncount(slot, narrow(amount));
+    }
+
+    /// The peer a kept slot names.
+    pub(crate) fn peer_of(&self, slot: u32) -> IpAddr {
+        self.peers[slot as usize].peer
+    }
+
+    /// Counts `amount` against `peer`; returns its slot.
+    fn count(&mut self, peer: IpAddr, amount: u32) -> u32 {
         let slot = match self.slot_of.get(&peer) {
             Some(slot) => *slot,
             None => {
@@ -92,14 +128,12 @@ impl<K: Hash + Eq> Ledger<K> {
         let taker = &mut self.peers[slot as usize];
         taker.used += u64::from(amount);
         taker.items += 1;
-        self.holder.insert(item, (slot, amount));
+        slot
     }
 
-    /// Gives `item` back to whoever took it; nothing if no one did.
-    pub(crate) fn give_back(&mut self, item: &K) {
-        let Some((slot, amount)) = self.holder.remove(item) else {
-            return;
-        };
+    /// Takes `amount` and one item off the taker in `slot`, freeing the
+    /// slot once it holds nothing.
+    fn uncount(&mut self, slot: u32, amount: u32) {
         let taker = &mut self.peers[slot as usize];
         taker.used -= u64::from(amount);
         taker.items -= 1;
@@ -130,7 +164,8 @@ fn narrow(amount: u64) -> u32 {
 pub(crate) struct Quotas {
     /// Health checks, by name (`QUOTA-1`).
     pub(crate) checks: Ledger<String>,
-    /// Live sessions (`QUOTA-2`).
+    /// Live sessions (`QUOTA-2`), whose creators' slots their leases
+    /// keep ([`Ledger::take_kept`]): no entry per session here.
     pub(crate) sessions: Ledger<SessionId>,
     /// Subscriptions, by id (`QUOTA-3`).
     pub(crate) subscriptions: Ledger<u64>,
@@ -222,5 +257,27 @@ mod tests {
         bytes.take("other".to_string(), b, 7);
         assert_eq!(bytes.holder(&"empty".to_string()), Some(a));
         assert_eq!((bytes.used(a), bytes.used(b)), (0, 7));
+    }
+
+    // QUOTA-2: an item whose slot its caller keeps counts against its
+    // taker like any other, names it by the slot while held, and frees
+    // the slot for another address once its taker holds nothing.
+    #[test]
+    fn an_item_kept_by_slot_counts_and_is_given_back_by_it() {
+        let (a, b) = peers();
+        let mut sessions: Ledger<SessionId> = Ledger::default();
+        let first = sessions.take_kept(a, 1);
+        let second = sessions.take_kept(a, 1);
+        assert_eq!(first, second, "one slot per address");
+        assert_eq!(sessions.peer_of(first), a);
+        assert_eq!(sessions.used(a), 2);
+        sessions.give_back_kept(first, 1);
+        assert_eq!(sessions.used(a), 1);
+        sessions.give_back_kept(second, 1);
+        assert_eq!(sessions.used(a), 0);
+        let other = sessions.take_kept(b, 1);
+        assert_eq!(other, first, "the freed slot is used again");
+        assert_eq!(sessions.peer_of(other), b);
+        assert!(sessions.holder.is_empty(), "no entry per item");
     }
 }

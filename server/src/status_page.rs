@@ -131,7 +131,7 @@ impl Asker {
         let reply = ReplyTx::new(to, Arc::new(Flow::default()), 0, false);
         master.call(request, reply, caller).await;
         match tokio::time::timeout(STATUS_PAGE_ASK_TIMEOUT, replies.recv()).await {
-            Ok(Some(reply)) => *reply.body,
+            Ok(Some(reply)) => reply.into_body(),
             Ok(None) => Err(Error::new(ErrorCode::Internal, "the master stopped")),
             Err(_) => Err(Error::new(
                 ErrorCode::Internal,

@@ -172,7 +172,7 @@ impl Engine {
             .map_or(Principal::Anonymous, |owner| owner.principal());
         super::auditing::by(record, &owner)
             .session(session)
-            .peer(self.quotas.sessions.holder(&session))
+            .peer(self.creator(session))
     }
 
     fn on_event(&mut self, event: StateEvent, now: Millis) {
@@ -274,7 +274,9 @@ impl Engine {
                     now,
                     cause,
                 });
-                self.quotas.sessions.give_back(&id);
+                if let Some(slot) = self.leases.creator(id) {
+                    self.quotas.sessions.give_back_kept(slot, 1);
+                }
                 self.failover_pending.remove(&id);
                 self.unheard.remove(&id);
                 self.cache.forget_session(id);

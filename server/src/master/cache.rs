@@ -195,7 +195,9 @@ impl Engine {
                 i,
                 now,
                 |session, keys| {
-                    let owner = quotas.sessions.holder(&session);
+                    let owner = leases
+                        .creator(session)
+                        .map(|slot| quotas.sessions.peer_of(slot));
                     events.invalidate(session, keys, owner, max_bytes)
                 },
                 |session| leases.expires_at(session).unwrap_or(now),

@@ -220,7 +220,7 @@ impl Engine {
     /// (`EV-3`, `Engine::step`). Only live sessions have queues: one that
     /// ended hears no more.
     pub(crate) fn deliver_events(&mut self) {
-        let (state, sessions) = (&self.state, &self.quotas.sessions);
+        let (state, sessions, leases) = (&self.state, &self.quotas.sessions, &self.leases);
         let access = state.access();
         let unfiltered = self.config.unsafe_unfiltered_events;
         let may_hear = |session: SessionId, kind: &EventKind| {
@@ -237,7 +237,12 @@ impl Engine {
         };
         self.events.drain(
             FANOUT_SLICE,
-            |session| state.session(session).map(|_| sessions.holder(&session)),
+            |session| {
+                let creator = leases.creator(session);
+                state
+                    .session(session)
+                    .map(|_| creator.map(|slot| sessions.peer_of(slot)))
+            },
             may_hear,
         );
     }

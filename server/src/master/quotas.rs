@@ -100,8 +100,15 @@ impl Engine {
         peer: Option<std::net::IpAddr>,
     ) -> SessionId {
         if let Some(peer) = peer {
-            self.quotas.sessions.take(id, peer, 1);
+            let slot = self.quotas.sessions.take_kept(peer, 1);
+            self.leases.set_creator(id, slot);
         }
         id
+    }
+
+    /// The address that created `session`, if one counts it (`QUOTA-2`).
+    pub(super) fn creator(&self, session: SessionId) -> Option<std::net::IpAddr> {
+        let slot = self.leases.creator(session)?;
+        Some(self.quotas.sessions.peer_of(slot))
     }
 }

@@ -65,7 +65,7 @@ async fn call_from(
     loop {
         master.durable();
         if let Ok(reply) = rx.try_recv() {
-            return *reply.body;
+            return reply.into_body();
         }
         assert!(master.commit.is_some(), "answered at once without a store");
         super::durable(&mut master.commit)
@@ -650,7 +650,7 @@ async fn a_grant_nobody_heard_keeps_the_lock_another_reply_told_its_session_of()
     let told = loop {
         master.durable();
         if let Ok(reply) = second.try_recv() {
-            break *reply.body;
+            break reply.into_body();
         }
         super::durable(&mut master.commit)
             .await
@@ -727,7 +727,7 @@ async fn answer_on(
     loop {
         master.durable();
         if let Ok(reply) = rx.try_recv() {
-            return *reply.body;
+            return reply.into_body();
         }
         super::durable(&mut master.commit)
             .await
@@ -1202,7 +1202,7 @@ fn send(
 fn answered(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
 ) -> Option<Result<Response, Error>> {
-    rx.try_recv().ok().map(|r| *r.body)
+    rx.try_recv().ok().map(|r| r.into_body())
 }
 
 /// The reply that comes once the store has what it waits for.
