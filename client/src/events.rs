@@ -219,6 +219,9 @@ pub(crate) struct Dispatch {
     /// The session is closing: every guard counts as lost, those made from
     /// answers still to come too (`LOCK-11`).
     pub(crate) closing: bool,
+    /// The close gave back the session's locks and destroyed it: a
+    /// release that failed while it closed is done (`LOCK-11`).
+    pub(crate) closed_cleanly: bool,
     /// The session has ended: a stream installed from now on ends at once,
     /// since nothing would end it later (`EV-8`).
     ended: bool,

@@ -126,6 +126,9 @@ impl Keeper {
                         Err(_) => (true, None),
                     };
                     let outcome = if destroy { self.destroy().await } else { Ok(()) };
+                    // Before the session ends: releases waiting for it read
+                    // this once it has (`LOCK-11`).
+                    self.shared.dispatch().closed_cleanly = destroy && outcome.is_ok();
                     // Ended for this client: every clone must see it (CS-8).
                     let actions = self.machine.on_close();
                     self.execute(actions, &mut in_flight);

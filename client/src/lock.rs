@@ -286,15 +286,12 @@ impl Drop for Releasing {
 
 /// Gives back a session's lock, naming the latest acquire of it answered
 /// (`LOCK-4`). A close of the session gives back every lock of it, this
-/// one included, before it destroys the session (`LOCK-11`): once the
-/// session is closing, the release ends as the close does.
+/// one included, before it destroys the session (`LOCK-11`): a release
+/// that fails once the session is closing ends as the close does, with
+/// success if the close succeeded, and with its own failure if not.
 async fn release(releasing: Releasing) -> Result<(), ClientError> {
     let (session, key, heard) = (&releasing.session, releasing.key.as_str(), releasing.heard);
     let closing = || session.dispatch().closing;
-    if closing() {
-        session.expired().await;
-        return Ok(());
-    }
     let again = |latest| session.dispatch().release_refused(key, latest);
     // After each failure the session has a request timeout to be back
     // (the failed call may have taken one already); past that, or past
@@ -312,9 +309,12 @@ async fn release(releasing: Releasing) -> Result<(), ClientError> {
     };
     let released = release_holding(session.client(), session.token(), key, heard, again, back);
     match released.await {
-        Err(_) if closing() => {
+        Err(e) if closing() => {
             session.expired().await;
-            Ok(())
+            match session.dispatch().closed_cleanly {
+                true => Ok(()),
+                false => Err(e),
+            }
         }
         other => other,
     }

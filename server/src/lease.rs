@@ -157,11 +157,12 @@ impl<H> Leases<H> {
     }
 
     /// Records the quota slot of the address that created `id`
-    /// (`QUOTA-2`); a session without a lease records nothing.
-    pub fn set_creator(&mut self, id: SessionId, slot: u32) {
-        if let Some(lease) = self.leases.get_mut(&id) {
-            lease.creator = slot;
-        }
+    /// (`QUOTA-2`); returns the slot it replaces, to be given back. A
+    /// session without a lease records nothing.
+    pub fn set_creator(&mut self, id: SessionId, slot: u32) -> Option<u32> {
+        let lease = self.leases.get_mut(&id)?;
+        let before = std::mem::replace(&mut lease.creator, slot);
+        (before != NO_CREATOR).then_some(before)
     }
 
     /// The quota slot of the address that created `id`, if one counts it.
@@ -331,13 +332,14 @@ mod tests {
         assert_eq!(std::mem::size_of::<Lease<()>>(), 32);
         let mut leases: Leases = Leases::default();
         assert_eq!(leases.creator(id()), None);
-        leases.set_creator(id(), 3);
+        assert_eq!(leases.set_creator(id(), 3), None);
         assert_eq!(leases.creator(id()), None, "no lease, nothing recorded");
         leases.start(id(), Duration::from_secs(12).into(), at(0));
         assert_eq!(leases.creator(id()), None);
-        leases.set_creator(id(), 3);
+        assert_eq!(leases.set_creator(id(), 3), None);
         leases.start(id(), Duration::from_secs(12).into(), at(5));
         assert_eq!(leases.creator(id()), Some(3));
+        assert_eq!(leases.set_creator(id(), 4), Some(3), "the slot replaced");
         leases.remove(id());
         assert_eq!(leases.creator(id()), None);
     }

@@ -131,15 +131,12 @@ impl Serialize for Span {
 }
 
 impl<'de> Deserialize<'de> for Span {
+    /// As [`Span::from`]: a longer span, which versions before spans let a
+    /// server configure, reads as [`Span::MAX`] (`STORE-6`), so that a
+    /// data directory holding one still opens, whether it is in a
+    /// snapshot or in a command replayed from the log.
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Span, D::Error> {
-        let d = Duration::deserialize(deserializer)?;
-        if d > Span::MAX {
-            return Err(serde::de::Error::custom(format!(
-                "a lease or lock-delay of {d:?}, longer than the longest a master keeps ({:?})",
-                Span::MAX
-            )));
-        }
-        Ok(Span::from(d))
+        Duration::deserialize(deserializer).map(Span::from)
     }
 }
 
@@ -163,10 +160,15 @@ mod tests {
         assert_eq!(decode::<Span>(&encode(&d)).unwrap(), Span::from(d));
     }
 
+    // STORE-6: a lease longer than a span, which earlier versions let a
+    // server configure, reads as the longest span rather than failing the
+    // data directory that holds it.
     #[test]
-    fn a_stored_duration_longer_than_a_span_is_refused_not_cut() {
-        let long = Span::MAX + Duration::from_millis(1);
-        let error = decode::<Span>(&encode(&long)).unwrap_err().to_string();
-        assert!(error.contains("longer than the longest"), "{error}");
+    fn a_stored_duration_longer_than_a_span_reads_as_the_longest() {
+        let long = Duration::from_secs(2000 * 3600);
+        assert_eq!(
+            decode::<Span>(&encode(&long)).unwrap(),
+            Span::from(Span::MAX)
+        );
     }
 }

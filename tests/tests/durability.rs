@@ -593,6 +593,31 @@ async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_
     drop(server);
 }
 
+// LOCK-11: a release that fails while its session closes ends as the
+// close does: a close that could not reach the master gave nothing back,
+// and the release says so rather than report the lock given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_waiting_on_a_close_that_failed_fails_too() {
+    let dir = TempDir::new("durability-release-close");
+    let server = start(durable(&dir)).await;
+    let addr = server.addr;
+    let client = Client::connect(addr.to_string()).await.unwrap();
+    let holder = waiting_session(&client, "holder").await;
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    server.shutdown().await.unwrap();
+    let release = tokio::spawn(guard.release());
+    let closed = holder.close().await;
+    assert!(closed.is_err(), "nothing to close it on: {closed:?}");
+    let released = tokio::time::timeout(Duration::from_secs(20), release)
+        .await
+        .expect("the release ends with the close")
+        .unwrap();
+    assert!(released.is_err(), "{released:?}");
+}
+
 // LOCK-15: a candidate's campaign and a semaphore's waiter ride through a
 // restart too, and lead, or take a slot, once the holder lets go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

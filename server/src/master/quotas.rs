@@ -101,7 +101,9 @@ impl Engine {
     ) -> SessionId {
         if let Some(peer) = peer {
             let slot = self.quotas.sessions.take_kept(peer, 1);
-            self.leases.set_creator(id, slot);
+            if let Some(before) = self.leases.set_creator(id, slot) {
+                self.quotas.sessions.give_back_kept(before, 1);
+            }
         }
         id
     }
