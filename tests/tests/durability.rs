@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use leasehold::{
-    Change, Client, ErrorCode, LockOptions, PutOptions, SessionOptions, SessionState,
+    Change, Client, ErrorCode, LockGuard, LockOptions, PutOptions, SessionOptions, SessionState,
     SubscribeOptions, SubscriptionEvent,
 };
 use leasehold_server::Config;
@@ -561,13 +561,12 @@ async fn a_waiter_rides_through_a_restart_and_gets_the_lock() {
     drop(server);
 }
 
-// LOCK-15, LOCK-4: a release asked for while the master is down is not
-// lost: it goes once the session is back, and the lock is free at once
-// for another session (no lock-delay: released, not expired).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_back() {
-    let dir = TempDir::new("durability-release");
-    let server = start(durable(&dir)).await;
+/// A session holding the lock of `k` on a master over `dir`, which has
+/// just stopped: its address, the client, the session and the guard.
+async fn holding_k_as_the_master_stops(
+    dir: &TempDir,
+) -> (std::net::SocketAddr, Client, leasehold::Session, LockGuard) {
+    let server = start(durable(dir)).await;
     let addr = server.addr;
     let client = Client::connect(addr.to_string()).await.unwrap();
     let holder = waiting_session(&client, "holder").await;
@@ -576,6 +575,16 @@ async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_
         .await
         .unwrap();
     server.shutdown().await.unwrap();
+    (addr, client, holder, guard)
+}
+
+// LOCK-15, LOCK-4: a release asked for while the master is down is not
+// lost: it goes once the session is back, and the lock is free at once
+// for another session (no lock-delay: released, not expired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_back() {
+    let dir = TempDir::new("durability-release");
+    let (addr, _client, _holder, guard) = holding_k_as_the_master_stops(&dir).await;
     let release = tokio::spawn(guard.release());
     // Tries against no master at all come first.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -599,15 +608,7 @@ async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_waiting_on_a_close_that_failed_fails_too() {
     let dir = TempDir::new("durability-release-close");
-    let server = start(durable(&dir)).await;
-    let addr = server.addr;
-    let client = Client::connect(addr.to_string()).await.unwrap();
-    let holder = waiting_session(&client, "holder").await;
-    let guard = holder
-        .try_lock("k", LockOptions::exclusive())
-        .await
-        .unwrap();
-    server.shutdown().await.unwrap();
+    let (_addr, _client, holder, guard) = holding_k_as_the_master_stops(&dir).await;
     let release = tokio::spawn(guard.release());
     let closed = holder.close().await;
     assert!(closed.is_err(), "nothing to close it on: {closed:?}");
