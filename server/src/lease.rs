@@ -66,17 +66,16 @@ impl<H> Leases<H> {
     /// not set.
     pub fn start(&mut self, id: SessionId, duration: Span, now: Millis) -> Millis {
         let expires_at = now + Duration::from(duration);
+        // Started again, a lease keeps whom the session is counted against.
+        let creator = self.leases.get(&id).map_or(NO_CREATOR, |l| l.creator);
         let lease = Lease {
             expires_at,
             duration,
             timer: UNARMED,
             held: None,
-            creator: NO_CREATOR,
+            creator,
         };
         if let Some(previous) = self.leases.insert(id, lease) {
-            if let Some(lease) = self.leases.get_mut(&id) {
-                lease.creator = previous.creator;
-            }
             self.timers.remove(&(previous.timer, id));
             self.holding -= usize::from(previous.held.is_some());
         }

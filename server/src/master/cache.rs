@@ -195,9 +195,7 @@ impl Engine {
                 i,
                 now,
                 |session, keys| {
-                    let owner = leases
-                        .creator(session)
-                        .map(|slot| quotas.sessions.peer_of(slot));
+                    let owner = super::quotas::creator(leases, &quotas.sessions, session);
                     events.invalidate(session, keys, owner, max_bytes)
                 },
                 |session| leases.expires_at(session).unwrap_or(now),

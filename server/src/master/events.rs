@@ -238,10 +238,8 @@ impl Engine {
         self.events.drain(
             FANOUT_SLICE,
             |session| {
-                let creator = leases.creator(session);
-                state
-                    .session(session)
-                    .map(|_| creator.map(|slot| sessions.peer_of(slot)))
+                let creator = super::quotas::creator(leases, sessions, session);
+                state.session(session).map(|_| creator)
             },
             may_hear,
         );

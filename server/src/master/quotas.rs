@@ -5,6 +5,8 @@
 use leasehold_protocol::{Error, Request, SessionId};
 
 use super::Engine;
+use crate::lease::Leases;
+use crate::quota::Ledger;
 use crate::tally::Limit;
 
 impl Engine {
@@ -110,7 +112,17 @@ impl Engine {
 
     /// The address that created `session`, if one counts it (`QUOTA-2`).
     pub(super) fn creator(&self, session: SessionId) -> Option<std::net::IpAddr> {
-        let slot = self.leases.creator(session)?;
-        Some(self.quotas.sessions.peer_of(slot))
+        creator(&self.leases, &self.quotas.sessions, session)
     }
+}
+
+/// The address that created `session`, if one counts it (`QUOTA-2`): the
+/// slot its lease keeps, in the session ledger. Apart from the engine, for
+/// callers that hold other parts of it borrowed.
+pub(super) fn creator<H>(
+    leases: &Leases<H>,
+    sessions: &Ledger<SessionId>,
+    session: SessionId,
+) -> Option<std::net::IpAddr> {
+    leases.creator(session).map(|slot| sessions.peer_of(slot))
 }
