@@ -25,16 +25,16 @@ pub struct Cell {
 }
 
 impl Cell {
-    /// Starts the members on free loopback ports and waits until one of
-    /// them serves as master.
-    pub async fn start(bin: &Path, name: &str) -> anyhow::Result<Cell> {
+    /// Starts the members on free loopback ports, with `args` given to
+    /// each one's `serve`, and waits until one of them serves as master.
+    pub async fn start(bin: &Path, name: &str, args: &[String]) -> anyhow::Result<Cell> {
         // The ports are found by binding and letting go: every member must
         // know the others' addresses before any of them listens. Another
         // process may take one meanwhile; then the cell is tried again on
         // new ports.
         let mut last = None;
         for _ in 0..3 {
-            match Cell::start_once(bin, name).await {
+            match Cell::start_once(bin, name, args).await {
                 Ok(cell) => {
                     cell.master().await?;
                     // A client served through the list of members, as the
@@ -48,7 +48,7 @@ impl Cell {
         Err(last.expect("tried").context("the cell did not start"))
     }
 
-    async fn start_once(bin: &Path, name: &str) -> anyhow::Result<Cell> {
+    async fn start_once(bin: &Path, name: &str, args: &[String]) -> anyhow::Result<Cell> {
         let mut addrs = BTreeMap::new();
         for id in 1..=MEMBERS {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -64,7 +64,7 @@ impl Cell {
         let cell_id = format!("leasehold-bench-{}", uuid::Uuid::new_v4().simple());
         let mut members = BTreeMap::new();
         for (&id, addr) in &addrs {
-            let member = Master::start_member(bin, name, &spec, &cell_id, id, addr).await?;
+            let member = Master::start_member(bin, name, (&spec, &cell_id), id, addr, args).await?;
             if member.addr() != addr {
                 bail!("member {id} listens on {}, not {addr}", member.addr());
             }

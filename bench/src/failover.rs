@@ -17,6 +17,7 @@ use crate::cell::Cell;
 pub use crate::failover_peer::Shape;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 use crate::failover_peer::{Peer, Tally};
+use crate::failover_raw::RawHeld;
 use crate::master::{serving, Master};
 use crate::report::Figure;
 use crate::system::{Kind, System};
@@ -69,6 +70,17 @@ fn new_master(after: Duration) -> Figure {
     Figure::lower("new master serving", "ms", ms(after))
 }
 
+/// `serve`'s arguments for a master that keeps the run's sessions, the
+/// sessions a creation lost to a fail-over leaves until they expire, and
+/// the new client's: past the default limit only when the run needs it.
+fn room_for(shape: Shape) -> Vec<String> {
+    let needed = shape.sessions + shape.sessions / 10 + 100;
+    if needed <= leasehold_server::DEFAULT_MAX_SESSIONS {
+        return Vec::new();
+    }
+    vec!["--max-sessions".to_string(), needed.to_string()]
+}
+
 /// How long a failover is given before the run fails.
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -77,7 +89,7 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     // starts: a million acknowledged writes would take most of a minute
     // and measure nothing this scenario is about.
     let nodes = shape.nodes;
-    let mut master = Master::start_with(bin, "failover", move |dir| {
+    let mut master = Master::start_with(bin, "failover", &room_for(shape), move |dir| {
         crate::recovery::build(dir, 0, nodes)
     })
     .await?;
@@ -85,7 +97,7 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     // The handshake waits for recovery, which a million nodes make longer
     // than a client's connect timeout.
     serving(&addr).await?;
-    let held = Held::open(&addr, shape).await?;
+    let mut held = Holders::open(&addr, shape).await?;
 
     held.arm();
     let started = Instant::now();
@@ -97,21 +109,24 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     if lock_taken >= PATIENCE {
         bail!("no lock could be taken within {PATIENCE:?} of the restart");
     }
-    let expired = held.close();
+    let reconnected = held.connections_back();
+    let expired = held.close().await?;
     master.stop().await;
-    Ok(figures(listening(restarted), all_back, lock_taken, expired))
+    let mut figures = figures(listening(restarted), all_back, lock_taken, expired);
+    figures.extend(reconnected);
+    Ok(figures)
 }
 
 /// The cell's master is killed and not started again: how long until a
 /// surviving member serves as master under a higher epoch, until every
 /// session is `Normal` again and until a new client can take a lock.
 async fn leasehold_cell(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
-    let mut cell = Cell::start(bin, "failover").await?;
+    let mut cell = Cell::start(bin, "failover", &room_for(shape)).await?;
     let addr = cell.addr();
     // A cell's data directories hold a Raft log: the nodes are written
     // through the master, as the peers' are.
     preload(&addr, shape.nodes).await?;
-    let held = Held::open(&addr, shape).await?;
+    let mut held = Holders::open(&addr, shape).await?;
     let (master, epoch) = cell.master().await?;
     let survivors = cell.others(master);
 
@@ -142,9 +157,12 @@ async fn leasehold_cell(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>>
     if lock_taken >= PATIENCE {
         bail!("no lock could be taken within {PATIENCE:?} of the kill");
     }
-    let expired = held.close();
+    let reconnected = held.connections_back();
+    let expired = held.close().await?;
     cell.stop().await;
-    Ok(figures(new_master(elected), all_back, lock_taken, expired))
+    let mut figures = figures(new_master(elected), all_back, lock_taken, expired);
+    figures.extend(reconnected);
+    Ok(figures)
 }
 
 /// Runs a setup call again while the master changes under it, as a client
@@ -206,6 +224,54 @@ async fn preload(addr: &str, nodes: u64) -> anyhow::Result<()> {
         .with_context(|| format!("writing {nodes} nodes took over {limit:?}"))??;
     bar.finish_and_clear();
     Ok(())
+}
+
+/// The sessions a run holds: by the client library, or over the raw
+/// protocol (`--keepalive-all`).
+enum Holders {
+    Library(Held),
+    Raw(RawHeld),
+}
+
+impl Holders {
+    async fn open(addr: &str, shape: Shape) -> anyhow::Result<Holders> {
+        Ok(if shape.keepalive_all {
+            Holders::Raw(RawHeld::open(addr, shape).await?)
+        } else {
+            Holders::Library(Held::open(addr, shape).await?)
+        })
+    }
+
+    fn arm(&self) {
+        match self {
+            Holders::Library(held) => held.arm(),
+            Holders::Raw(held) => held.arm(),
+        }
+    }
+
+    async fn all_back(&mut self, started: Instant) -> anyhow::Result<Duration> {
+        match self {
+            Holders::Library(held) => held.all_back(started).await,
+            Holders::Raw(held) => held.all_back(started).await,
+        }
+    }
+
+    /// The raw holders' figure: when every connection was made again.
+    fn connections_back(&self) -> Option<Figure> {
+        match self {
+            Holders::Library(_) => None,
+            Holders::Raw(held) => held
+                .connections_back()
+                .map(|after| Figure::lower("every connection made again", "ms", ms(after))),
+        }
+    }
+
+    async fn close(self) -> anyhow::Result<u64> {
+        match self {
+            Holders::Library(held) => Ok(held.close()),
+            Holders::Raw(held) => held.close().await,
+        }
+    }
 }
 
 /// Sessions kept alive by the client library over a few connections,

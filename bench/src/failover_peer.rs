@@ -12,6 +12,9 @@ pub struct Shape {
     pub sessions: usize,
     pub nodes: u64,
     pub connections: usize,
+    /// Leasehold's sessions held over the raw protocol, renewed together
+    /// in `KeepAliveAll` requests, rather than by the client library.
+    pub keepalive_all: bool,
 }
 
 /// What the failover scenario needs of a peer.

@@ -18,6 +18,7 @@ mod chart;
 mod clients;
 mod failover;
 mod failover_peer;
+mod failover_raw;
 mod fanout;
 mod fanout_arrivals;
 mod inprocess;
@@ -191,6 +192,12 @@ enum Scenario {
         nodes: u64,
         #[arg(long, default_value_t = 1_000)]
         connections: usize,
+        /// Hold the sessions over the raw protocol, each connection
+        /// renewing its sessions together in KeepAliveAll requests (KA-10),
+        /// as `sessions --keepalive-all` does: the shape for a million
+        /// sessions (Leasehold only).
+        #[arg(long)]
+        keepalive_all: bool,
     },
     /// A canary session kept alive while attackers abuse the master, one
     /// pattern at a time: its worst KeepAlive round trip, whether it left
@@ -327,7 +334,7 @@ impl Common {
         if kind == Kind::Leasehold && self.addr.is_none() && start {
             let bin = master::find_binary(self.server_bin.as_deref())?;
             if self.cell {
-                let cell = Cell::start(&bin, name).await?;
+                let cell = Cell::start(&bin, name, &[]).await?;
                 let system = System {
                     kind,
                     addr: cell.addr(),
@@ -568,17 +575,23 @@ async fn main() -> anyhow::Result<()> {
             sessions,
             nodes,
             connections,
+            keepalive_all,
         } => {
             if common.addr.is_some() {
                 bail!("failover kills and restarts the master: run it without --addr");
+            }
+            if keepalive_all && !common.peers.is_empty() {
+                bail!("--keepalive-all is Leasehold's own request: run it without --peer");
             }
             let shape = failover::Shape {
                 sessions,
                 nodes,
                 connections,
+                keepalive_all,
             };
             let parameters = serde_json::json!({
                 "sessions": sessions, "nodes": nodes, "connections": connections,
+                "keepalive_all": keepalive_all,
             });
             let bin = master::find_binary(common.server_bin.as_deref())?;
             let cell = common.cell;

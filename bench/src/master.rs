@@ -77,17 +77,18 @@ impl Master {
     /// Starts `bin serve` on a free loopback port over a fresh data
     /// directory under the system's temporary directory.
     pub async fn start(bin: &Path, name: &str) -> anyhow::Result<Master> {
-        Master::start_with(bin, name, |_| Ok(())).await
+        Master::start_with(bin, name, &[], |_| Ok(())).await
     }
 
-    /// Like [`Master::start`], with the data directory first filled by
-    /// `prepare`.
+    /// Like [`Master::start`], with `args` given to `serve` too, and the
+    /// data directory first filled by `prepare`.
     pub async fn start_with(
         bin: &Path,
         name: &str,
+        args: &[String],
         prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
     ) -> anyhow::Result<Master> {
-        let mut master = Master::new(bin, name, "127.0.0.1:0", Vec::new())?;
+        let mut master = Master::new(bin, name, "127.0.0.1:0", args.to_vec())?;
         prepare(&master.scratch.join("data"))?;
         master.spawn().await?;
         // A restart must come back on the same address.
@@ -114,17 +115,17 @@ impl Master {
 
     /// Starts `bin serve` as member `node` of the cell `cell` (`1=ADDR,...`)
     /// named `cell_id`, on the address `cell` gives it, over a fresh data
-    /// directory. It returns once the member listens, which is before the
-    /// cell has a master.
+    /// directory, with `extra` given to `serve` too. It returns once the
+    /// member listens, which is before the cell has a master.
     pub async fn start_member(
         bin: &Path,
         name: &str,
-        cell: &str,
-        cell_id: &str,
+        (cell, cell_id): (&str, &str),
         node: u64,
         listen: &str,
+        extra: &[String],
     ) -> anyhow::Result<Master> {
-        let args = vec![
+        let mut args = vec![
             "--cell".to_string(),
             cell.to_string(),
             "--cell-id".to_string(),
@@ -132,6 +133,7 @@ impl Master {
             "--node".to_string(),
             node.to_string(),
         ];
+        args.extend_from_slice(extra);
         let mut member = Master::new(bin, &format!("{name}-{node}"), listen, args)?;
         member.spawn().await?;
         Ok(member)

@@ -54,7 +54,7 @@ pub struct Shape {
 }
 
 /// Sessions a connection renewing its sessions together asks for at once.
-const CREATIONS_IN_FLIGHT: usize = 4;
+pub(crate) const CREATIONS_IN_FLIGHT: usize = 4;
 
 /// Sessions the bench opens from one loopback address at most: half the
 /// master's default per-address quota (`QUOTA-2`).
@@ -74,9 +74,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
     let per = shape.sessions.div_ceil(shape.connections.max(1));
     let connections = shape.sessions.div_ceil(per.max(1));
-    let addresses = (shape.sessions.div_ceil(SESSIONS_PER_ADDRESS))
-        .max(connections.div_ceil(CONNECTIONS_PER_ADDRESS))
-        .max(1);
+    let addresses = addresses_for(shape.sessions, connections);
     let mut tasks = Vec::new();
     let mut remaining = shape.sessions;
     while remaining > 0 {
@@ -204,7 +202,15 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     Ok(figures)
 }
 
-type Framing = Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>;
+/// Loopback addresses `sessions` sessions over `connections` connections
+/// come from, to stay inside the master's per-address quotas.
+pub(crate) fn addresses_for(sessions: usize, connections: usize) -> usize {
+    (sessions.div_ceil(SESSIONS_PER_ADDRESS))
+        .max(connections.div_ceil(CONNECTIONS_PER_ADDRESS))
+        .max(1)
+}
+
+pub(crate) type Framing = Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>;
 
 async fn reply(
     framed: &mut Framing,
@@ -220,7 +226,7 @@ async fn reply(
 
 /// A connection to `addr` from the `from`th loopback address after
 /// 127.0.0.1 (itself for the first), when `addr` is on loopback.
-async fn connect_from(addr: &str, from: usize) -> anyhow::Result<TcpStream> {
+pub(crate) async fn connect_from(addr: &str, from: usize) -> anyhow::Result<TcpStream> {
     let target: SocketAddr = tokio::net::lookup_host(addr)
         .await?
         .next()
@@ -249,7 +255,11 @@ async fn hello(stream: TcpStream) -> anyhow::Result<(Framing, u64)> {
 }
 
 /// Asks for the session the request id `id` names by its index.
-async fn ask_for_session(framed: &mut Framing, id: usize, lease: Duration) -> anyhow::Result<()> {
+pub(crate) async fn ask_for_session(
+    framed: &mut Framing,
+    id: usize,
+    lease: Duration,
+) -> anyhow::Result<()> {
     let create = Request::CreateSession(CreateSession {
         name: "bench".into(),
         lease_ms: Some(lease.as_millis() as u64),
@@ -264,7 +274,7 @@ async fn ask_for_session(framed: &mut Framing, id: usize, lease: Duration) -> an
 }
 
 /// A placeholder for a session not created yet.
-fn nobody() -> SessionToken {
+pub(crate) fn nobody() -> SessionToken {
     SessionToken {
         id: SessionId::nil(),
         secret: SessionSecret::from_bytes([0; 16]),
@@ -272,7 +282,9 @@ fn nobody() -> SessionToken {
 }
 
 /// The token a `SessionCreated` answer gives.
-fn created(body: Result<Response, leasehold_protocol::Error>) -> anyhow::Result<SessionToken> {
+pub(crate) fn created(
+    body: Result<Response, leasehold_protocol::Error>,
+) -> anyhow::Result<SessionToken> {
     match body {
         Ok(Response::SessionCreated {
             session, secret, ..
@@ -376,7 +388,7 @@ async fn hold_leasehold(
 /// Ends `sessions`, so a master given with --addr is left as found.
 /// Replies still owed (held KeepAlives, answered on destruction) are read
 /// until every destruction is acknowledged or 10 s pass.
-async fn destroy(mut framed: Framing, sessions: &[SessionToken]) -> anyhow::Result<()> {
+pub(crate) async fn destroy(mut framed: Framing, sessions: &[SessionToken]) -> anyhow::Result<()> {
     let n = sessions.len();
     // Ids above any a request of the run used.
     let base = 1 << 40;

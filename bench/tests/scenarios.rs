@@ -190,6 +190,43 @@ fn failover_brings_every_session_back() {
 }
 
 #[test]
+fn failover_of_sessions_renewed_together_brings_every_session_back() {
+    let report = bench(&[
+        "failover",
+        "--keepalive-all",
+        "--sessions",
+        "300",
+        "--nodes",
+        "200",
+        "--connections",
+        "3",
+    ]);
+    assert_eq!(report["parameters"]["keepalive_all"], true);
+    assert_eq!(figure(&report, "sessions expired"), 0.0);
+    assert!(figure(&report, "every session Normal again") > 0.0);
+    assert!(figure(&report, "a new lock taken") > 0.0);
+}
+
+#[test]
+fn failover_in_a_cell_of_sessions_renewed_together_brings_every_session_back() {
+    let report = bench(&[
+        "failover",
+        "--cell",
+        "--keepalive-all",
+        "--sessions",
+        "300",
+        "--nodes",
+        "200",
+        "--connections",
+        "3",
+    ]);
+    assert_eq!(report["scenario"], "failover-cell");
+    assert_eq!(figure(&report, "sessions expired"), 0.0);
+    assert!(figure(&report, "new master serving") > 0.0);
+    assert!(figure(&report, "every session Normal again") > 0.0);
+}
+
+#[test]
 fn a_cell_of_three_members_cycles_a_contended_lock() {
     let report = bench(&[
         "lock",

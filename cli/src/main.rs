@@ -505,6 +505,10 @@ struct ServeArgs {
     /// Health checks one peer address may create.
     #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_CHECKS_PER_PEER)]
     max_checks_per_peer: usize,
+    /// Live sessions the master keeps at most; past it CreateSession is
+    /// refused with a reason.
+    #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_SESSIONS)]
+    max_sessions: usize,
     /// Live sessions one peer address may have created.
     #[arg(long, default_value_t = leasehold_server::DEFAULT_MAX_SESSIONS_PER_PEER)]
     max_sessions_per_peer: usize,
@@ -1197,6 +1201,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         http_hosts: args.http_host.clone(),
         disk_reserve: args.disk_reserve,
         max_checks_per_peer: args.max_checks_per_peer,
+        max_sessions: args.max_sessions,
         max_sessions_per_peer: args.max_sessions_per_peer,
         max_subscriptions_per_peer: args.max_subscriptions_per_peer,
         max_waiters_per_peer: args.max_waiters_per_peer,
@@ -1355,7 +1360,7 @@ async fn listen_until_stopped(
         let signal = signal.await;
         tracing::info!("{signal}: shutting down");
     };
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = leasehold_server::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}{from}"))?;
     let addr = listener.local_addr()?;

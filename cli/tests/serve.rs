@@ -559,3 +559,31 @@ fn a_flag_and_the_flag_it_needs_may_come_one_from_the_file() {
     );
     assert!(printed.contains("  # config file"), "{printed}");
 }
+
+// `--max-sessions` bounds the live sessions of the whole master (the
+// SPEC's limits table): one past it is refused with `LimitReached`, and
+// one ending makes room again.
+#[tokio::test]
+async fn max_sessions_refuses_the_session_past_it_until_one_ends() {
+    let (mut child, addr) = common::spawn_serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--in-memory",
+        "--max-sessions",
+        "2",
+    ]);
+    let client = leasehold::Client::connect(addr).await.unwrap();
+    let options = || leasehold::SessionOptions::new("bounded");
+    let first = client.create_session(options()).await.unwrap();
+    let _second = client.create_session(options()).await.unwrap();
+    let refused = client.create_session(options()).await.expect_err("refused");
+    assert_eq!(
+        refused.code(),
+        Some(leasehold_protocol::ErrorCode::LimitReached),
+        "{refused}"
+    );
+    first.close().await.unwrap();
+    client.create_session(options()).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}

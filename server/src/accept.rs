@@ -14,10 +14,44 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 use tracing::warn;
 
-use crate::config::{Config, ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, MAX_REFUSING};
+use crate::config::{Config, ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, LISTEN_BACKLOG, MAX_REFUSING};
 use crate::connection;
 use crate::incoming::Incoming;
 use crate::memory::Trim;
+
+/// Listens on `addr` (`HOST:PORT`; the first of its addresses that can be
+/// bound) with a queue of [`LISTEN_BACKLOG`] connections, where tokio's
+/// own `bind` queues 128: the connections of every client coming back
+/// together after a fail-over wait their turn rather than their SYN's
+/// retransmission a second later (`CONN-8`).
+///
+/// ```no_run
+/// # async fn example() -> std::io::Result<()> {
+/// let listener = leasehold_server::bind("127.0.0.1:7171").await?;
+/// # Ok(()) }
+/// ```
+pub async fn bind(addr: &str) -> io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for at in tokio::net::lookup_host(addr).await? {
+        let socket = match at {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        // A master restarted on its port while its old connections linger
+        // in TIME_WAIT binds it again, as tokio's `bind` allows.
+        socket.set_reuseaddr(true)?;
+        match socket.bind(at).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address names no address to listen on",
+        )
+    }))
+}
 
 /// A source of connections.
 pub trait Listener: Send + 'static {
@@ -187,5 +221,44 @@ where
         ended,
         tasks,
         refusing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the kernel allows a listener to queue at most.
+    fn somaxconn() -> usize {
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(128)
+    }
+
+    // CONN-8: clients coming back together are queued, not dropped. A
+    // connection past a full queue loses its SYN and is retried after 1,
+    // 3, 7 s...: nobody accepts here, so with tokio's 128 it never lands.
+    #[tokio::test]
+    async fn a_listener_queues_hundreds_of_connections_nobody_accepted_yet() {
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let n = 600.min(somaxconn().saturating_sub(8));
+        let connects = (0..n).map(|_| {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                tokio::net::TcpStream::connect(addr),
+            )
+        });
+        let connected = futures::future::join_all(connects).await;
+        let landed = connected.iter().filter(|c| matches!(c, Ok(Ok(_)))).count();
+        assert_eq!(landed, n, "of {n} connections, {landed} were queued");
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn binding_an_address_that_names_nothing_is_refused() {
+        assert!(bind("no-such-host.invalid:7171").await.is_err());
+        assert!(bind("127.0.0.1:notaport").await.is_err());
     }
 }

@@ -130,6 +130,11 @@ pub(crate) const REFUSAL_DRAIN_BUFFER: usize = 512;
 /// How many characters of a name or address a peer gave a refusal or a
 /// log line repeats (`CELL-4`): never the whole of unbounded input.
 pub(crate) const SHOWN_CHARS: usize = 64;
+/// Connections the kernel queues for the accept loop (`CONN-8`; the
+/// kernel caps it at `net.core.somaxconn`). Every client comes back at
+/// once after a restart or a fail-over: a connection past a full queue
+/// loses its SYN and waits a second for the retransmission.
+pub const LISTEN_BACKLOG: u32 = 4096;
 /// How long the accept loop first waits after accepting failed (out of
 /// file descriptors, typically), doubling up to [`ACCEPT_BACKOFF_MAX`].
 pub(crate) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);

@@ -138,7 +138,7 @@ mod tls;
 mod upgrade;
 mod watch;
 
-pub use accept::Listener;
+pub use accept::{bind, Listener};
 pub use audit::{AuditConfig, AuditLog};
 pub use backup::{Backup, BackupError, BackupSummary};
 pub use check::{check_name, Check, Checks, MAX_CHECKS, MAX_CHECKS_PER_SESSION};
