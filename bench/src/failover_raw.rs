@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use futures::{SinkExt, StreamExt};
 use leasehold_protocol::{
     keepalive_all_limit, ClientFrame, ErrorCode, EventKind, FrameCodec, Hello, KeepAlive,
-    KeepAliveGrant, Request, Response, ServerFrame, SessionToken, DEFAULT_MAX_FRAME,
+    KeepAliveGrant, Remedy, Request, Response, ServerFrame, SessionToken, DEFAULT_MAX_FRAME,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -368,6 +368,16 @@ impl Holder {
                 Some(Ok(other)) => return Err(failed(format!("unexpected frame {other:?}"))),
             };
             if let Some(token) = sessions.tokens.get_mut(id as usize) {
+                if let Err(e) = &body {
+                    // A master stopping refuses what it has not done, then
+                    // closes (`CELL-7`): asked again of the next master.
+                    if matches!(
+                        e.code.remedy(),
+                        Remedy::Retry | Remedy::RetryAfter(_) | Remedy::OutcomeUnknown
+                    ) {
+                        return Err(Ended::Broken);
+                    }
+                }
                 *token = created(body).map_err(Ended::Failed)?;
                 sessions.alive[id as usize] = true;
                 self.tally.created.fetch_add(1, Ordering::Relaxed);

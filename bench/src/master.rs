@@ -243,7 +243,13 @@ impl Drop for Master {
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
         }
-        let _ = std::fs::remove_dir_all(&self.scratch);
+        // LEASEHOLD_BENCH_KEEP keeps the data directory and `master.log`
+        // of every master, to find out why a run failed.
+        if std::env::var_os("LEASEHOLD_BENCH_KEEP").is_some() {
+            eprintln!("kept {}", self.scratch.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.scratch);
+        }
     }
 }
 

@@ -281,6 +281,42 @@ impl Events {
         self.tell(session, EventKind::Failover { epoch }, None)
     }
 
+    /// Queues `Failover { epoch }` as the first event of each of
+    /// `sessions` (ascending ids) on a master that queued nothing yet, as
+    /// [`Events::push_failover`] would one by one, with the table built
+    /// whole: at a million sessions, a tenth of the time. No session is
+    /// woken: nothing is held before the master serves. Returns the
+    /// events' sequence number (1), or `None` having done nothing, when
+    /// the queues are not empty or the master's budget would not hold
+    /// them all (then each is pushed on its own, `EV-4`).
+    pub(crate) fn push_failovers(&mut self, sessions: &[SessionId], epoch: u64) -> Option<u64> {
+        let kind = EventKind::Failover { epoch };
+        let size = encoded_size_of(&kind);
+        let bytes = size.checked_mul(sessions.len())?;
+        if !self.queues.is_empty() || self.queued_bytes + bytes > self.budget.all {
+            return None;
+        }
+        self.queues = sessions
+            .iter()
+            .map(|&id| {
+                let first = Event {
+                    seq: 1,
+                    kind: kind.clone(),
+                };
+                let queue = Queue {
+                    next_seq: 2,
+                    pending: VecDeque::from([first]),
+                    bytes: size,
+                    owner: None,
+                };
+                (id, queue)
+            })
+            .collect();
+        self.queued_bytes += bytes;
+        self.queued_total += sessions.len() as u64;
+        Some(1)
+    }
+
     /// Queues `kind` for `session` at once, ahead of fan-out still owed
     /// (it reports no change, so no order with changes is kept), and
     /// marks the session's held KeepAlive for an answer. Returns the

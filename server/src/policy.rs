@@ -88,13 +88,8 @@ pub(crate) struct Promotion<H> {
 /// What taking over `state` at `now` requires, as etcd's `Promote` extends
 /// every lease when a member becomes leader.
 pub(crate) fn promote<H>(state: &State, now: Millis) -> Promotion<H> {
-    let mut leases = Leases::default();
-    let mut sessions = Vec::new();
-    for session in state.sessions() {
-        let expires = leases.start(session.id, session.lease, now);
-        leases.arm(session.id, expires);
-        sessions.push(session.id);
-    }
+    let sessions: Vec<SessionId> = state.sessions().map(|s| s.id).collect();
+    let leases = Leases::recovered(state.sessions().map(|s| (s.id, s.lease)), now);
     let mut lock_delays = Vec::new();
     let mut lines = Vec::new();
     for (key, lock) in state.locks().iter() {

@@ -244,29 +244,35 @@ impl Engine {
         let now = self.now;
         let promotion = policy::promote(&self.state, now);
         self.leases = promotion.leases;
-        for id in promotion.sessions {
-            if let Some(expires) = self.leases.expires_at(id) {
-                self.observe(|| MasterEvent::Granted {
-                    session: id,
-                    now,
-                    expires,
-                    why: Grant::Failover,
-                });
-            }
-            let seq = self.events.push_failover(id, self.config.epoch);
+        let sessions = promotion.sessions;
+        // Every table here is built whole from the sessions in ascending
+        // order: at a million sessions, inserting each took seconds.
+        let pushed = self.events.push_failovers(&sessions, self.config.epoch);
+        for &id in &sessions {
+            let Some(expires) = self.leases.expires_at(id) else {
+                continue;
+            };
+            self.observe(|| MasterEvent::Granted {
+                session: id,
+                now,
+                expires,
+                why: Grant::Failover,
+            });
+            let seq = match pushed {
+                Some(seq) => seq,
+                None => self.events.push_failover(id, self.config.epoch),
+            };
             // Its client may serve a cache filled under the previous
             // master until it hears of this one or the lease it may have
             // had runs out (`CACHE-7`).
             // Only a session that ever cached: the others never served a
             // read without the master.
-            if let Some(expires) = self.leases.expires_at(id) {
-                if self.state.may_cache.contains(&id) {
-                    self.cache.recovered(id, seq, expires);
-                }
+            if self.state.may_cache.contains(&id) {
+                self.cache.recovered(id, seq, expires);
             }
-            self.failover_pending.insert(id);
-            self.unheard.insert(id);
         }
+        self.failover_pending = sessions.iter().copied().collect();
+        self.unheard = sessions.into_iter().collect();
         for (key, until) in promotion.lock_delays {
             self.timers.insert(until, Timer::LockDelayEnd(key));
         }
