@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_protocol::{Sequencer, SessionId};
 
+use super::recovering::Recovering;
 use super::{Call, Effect};
 use crate::acquire::Acquires;
 use crate::config::Config;
@@ -89,9 +90,9 @@ pub(crate) struct Engine {
     pub(crate) quotas: crate::quota::Quotas,
     /// Recovered sessions that have not yet acknowledged the fail-over
     /// event; only KeepAlives are served for them (`FO-5`).
-    pub(crate) failover_pending: BTreeSet<SessionId>,
+    pub(crate) failover_pending: Recovering,
     /// Recovered sessions no KeepAlive has named yet (`FO-2`).
-    pub(crate) unheard: BTreeSet<SessionId>,
+    pub(crate) unheard: Recovering,
     /// What this master's replies told of each holding (`LOCK-9`).
     pub(crate) told: BTreeMap<(SessionId, String), Told>,
     /// Give-backs decided and not yet applied, by session, key and lock
