@@ -150,6 +150,11 @@ pub(crate) struct Events {
     /// kind (`EV-5`).
     pub(crate) by_session: BTreeMap<SessionId, BTreeMap<(String, bool), u64>>,
     pub(crate) queues: BTreeMap<SessionId, Queue>,
+    /// The sequence number of the next event of each session whose queue
+    /// emptied (`EV-1`): an acknowledged session costs this entry, not a
+    /// queue and its buffer (after a fail-over, every session's, about
+    /// 200 bytes each).
+    pub(crate) quiet: BTreeMap<SessionId, u64>,
     pub(crate) next_subscription: u64,
     /// Sessions with new events whose held KeepAlive is still to answer.
     pub(crate) woken: BTreeSet<SessionId>,
@@ -218,8 +223,12 @@ impl Events {
                 freed += queue.pending.pop_front().map_or(0, |e| encoded_size(&e));
             }
             queue.bytes -= freed;
-            let owner = queue.owner;
+            let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
             self.release(owner, freed);
+            if empty {
+                self.queues.remove(&session);
+                self.quiet.insert(session, next_seq);
+            }
         }
     }
 
@@ -293,7 +302,8 @@ impl Events {
         let kind = EventKind::Failover { epoch };
         let size = encoded_size_of(&kind);
         let bytes = size.checked_mul(sessions.len())?;
-        if !self.queues.is_empty() || self.queued_bytes + bytes > self.budget.all {
+        let fresh = self.queues.is_empty() && self.quiet.is_empty();
+        if !fresh || self.queued_bytes + bytes > self.budget.all {
             return None;
         }
         self.queues = sessions
@@ -385,11 +395,14 @@ impl Events {
         owner: Option<IpAddr>,
     ) -> usize {
         let size = encoded_size_of(&kind);
-        let queue = self.queues.entry(session).or_insert_with(|| Queue {
-            next_seq: 1,
-            owner,
-            ..Queue::default()
-        });
+        let queue = match self.queues.entry(session) {
+            std::collections::btree_map::Entry::Occupied(queue) => queue.into_mut(),
+            std::collections::btree_map::Entry::Vacant(vacant) => vacant.insert(Queue {
+                next_seq: self.quiet.remove(&session).unwrap_or(1),
+                owner,
+                ..Queue::default()
+            }),
+        };
         let owner = queue.owner;
         let peer_used = owner.map_or(0, |p| self.queued_by_peer.get(&p).copied().unwrap_or(0));
         let full = queue.pending.len() >= EVENT_QUEUE
@@ -436,6 +449,7 @@ impl Events {
         if let Some(queue) = self.queues.remove(&session) {
             self.release(queue.owner, queue.bytes);
         }
+        self.quiet.remove(&session);
         let ids: Vec<u64> = self
             .by_session
             .remove(&session)
@@ -768,5 +782,62 @@ impl Events {
         if self.outbox.is_empty() {
             self.owed = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events() -> Events {
+        Events {
+            budget: EventBudget {
+                per_peer: 1 << 20,
+                all: 1 << 20,
+                fanout_per_payer: 1 << 20,
+            },
+            ..Events::default()
+        }
+    }
+
+    fn seqs(events: &Events, session: SessionId) -> Vec<u64> {
+        events
+            .queues
+            .get(&session)
+            .map(|q| q.pending.iter().map(|e| e.seq).collect())
+            .unwrap_or_default()
+    }
+
+    // EV-1, EV-2: a session whose events were all acknowledged keeps no
+    // queue, and its next event follows the last it had.
+    #[test]
+    fn an_acknowledged_session_keeps_no_queue_and_numbers_on() {
+        let mut events = events();
+        let s = SessionId::from_u128(7);
+        assert_eq!(events.push_failovers(&[s], 3), Some(1));
+        events.acknowledge(s, 1);
+        assert!(!events.queues.contains_key(&s));
+        assert_eq!(events.queued_bytes, 0);
+        assert_eq!(events.tell(s, EventKind::EventsLost, None), 2);
+        assert_eq!(seqs(&events, s), vec![2]);
+        events.acknowledge(s, 1);
+        assert_eq!(
+            seqs(&events, s),
+            vec![2],
+            "an old acknowledgement drops nothing"
+        );
+        events.acknowledge(s, 2);
+        assert_eq!(events.tell(s, EventKind::EventsLost, None), 3);
+    }
+
+    #[test]
+    fn a_forgotten_session_leaves_nothing_behind() {
+        let mut events = events();
+        let s = SessionId::from_u128(9);
+        events.tell(s, EventKind::EventsLost, None);
+        events.acknowledge(s, 1);
+        events.forget_session(s);
+        assert!(events.quiet.is_empty() && events.queues.is_empty());
+        assert_eq!(events.tell(s, EventKind::EventsLost, None), 1);
     }
 }
