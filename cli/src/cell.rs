@@ -34,11 +34,34 @@ async fn dial(addr: &str) -> std::io::Result<leasehold::BoxTransport> {
     connector.connect().await
 }
 
+/// `--request-timeout`, the bound on each member's answer.
+fn request_timeout() -> std::time::Duration {
+    crate::REQUEST_TIMEOUT
+        .get()
+        .copied()
+        .unwrap_or(leasehold::REQUEST_TIMEOUT)
+}
+
+/// `exchange` with the member at `addr`, given `--request-timeout` to
+/// answer in, connection included: a member that accepts and never
+/// answers does not hold the command for ever.
+async fn within_timeout<T, F>(addr: &str, exchange: F) -> std::io::Result<T>
+where
+    F: std::future::Future<Output = std::io::Result<T>>,
+{
+    let limit = request_timeout();
+    tokio::time::timeout(limit, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{addr} did not answer within {limit:?} (--request-timeout)"),
+            ))
+        })
+}
+
 async fn ask(addr: &str) -> Answer {
-    let status = match dial(addr).await {
-        Ok(stream) => query_status_on(stream).await,
-        Err(e) => Err(e),
-    };
+    let status = within_timeout(addr, async { query_status_on(dial(addr).await?).await }).await;
     match status {
         Ok(status) => Answer::Member(status),
         Err(error) => match crate::connect(addr).await {
@@ -228,7 +251,8 @@ fn to_json(addr: &str, s: &MemberStatus) -> serde_json::Value {
 /// the members `addrs` names (separated by commas) in turn, following the
 /// one that says who leads, until the leader answers. Prints the members
 /// after the change. Exit status 0 once done, 69 if no leader could be
-/// reached, 1 if refused or not carried through.
+/// reached, 1 if refused or not carried through, 3 if a member asked gave
+/// no answer within `--request-timeout` (the change may be carried out).
 pub(crate) async fn change(
     addrs: &str,
     json: bool,
@@ -251,12 +275,24 @@ pub(crate) async fn change(
         if !asked.insert(addr.clone()) {
             continue;
         }
-        let reply = match dial(&addr).await {
-            Ok(stream) => change_members_on(stream, &request).await,
-            Err(e) => Err(e),
+        let stream = match within_timeout(&addr, dial(&addr)).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                last_error = format!("{addr}: {error}");
+                continue;
+            }
         };
-        let reply = match reply {
+        // Once asked, a member that does not answer may still carry the
+        // change out: asking the next one could ask for it twice.
+        let reply = match within_timeout(&addr, change_members_on(stream, &request)).await {
             Ok(reply) => reply,
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                eprintln!(
+                    "leasehold: {error}: the change may still be carried out; `leasehold cell \
+                     status` shows the members"
+                );
+                return Ok(ExitCode::from(crate::OUTCOME_UNKNOWN));
+            }
             Err(error) => {
                 last_error = format!("{addr}: {error}");
                 continue;

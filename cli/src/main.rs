@@ -618,7 +618,9 @@ enum CellCommand {
     /// names. Exit status 69 when no member serves as master.
     Status,
     /// Add member ID, which the others reach at ADDR, as a voter: start it
-    /// first with `serve --join`. It catches up before it votes.
+    /// first with `serve --join`. It catches up before it votes. Exit
+    /// status 3 when the leader gave no answer within --request-timeout
+    /// (the change may still be carried out: see `cell status`).
     Add {
         /// ID=HOST:PORT
         #[arg(value_parser = parse_member)]
@@ -626,7 +628,8 @@ enum CellCommand {
         #[command(flatten)]
         right: ChangeRight,
     },
-    /// Remove member ID from the cell; stop its process afterwards.
+    /// Remove member ID from the cell; stop its process afterwards. Exit
+    /// status 3 as for `add`.
     Remove {
         id: u64,
         #[command(flatten)]
@@ -841,7 +844,7 @@ static IGNORED_BY_SERVE: OnceLock<Vec<&'static str>> = OnceLock::new();
 static SERVER_TLS: OnceLock<Option<(std::path::PathBuf, std::path::PathBuf)>> = OnceLock::new();
 
 /// `--request-timeout`, for every client this process makes.
-static REQUEST_TIMEOUT: OnceLock<Duration> = OnceLock::new();
+pub(crate) static REQUEST_TIMEOUT: OnceLock<Duration> = OnceLock::new();
 
 /// Reads an operator token: the file's contents without surrounding
 /// whitespace, so a trailing newline from `echo` does not count.

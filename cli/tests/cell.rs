@@ -348,3 +348,56 @@ async fn cell_status_exits_69_when_no_member_serves_as_master() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("no master"), "{said}");
 }
+
+// A member that accepts and never answers: `cell remove` gives up after
+// --request-timeout, saying the change may still be carried out (exit 3:
+// outcome unknown), and `cell status` reports it unreachable (exit 69),
+// rather than either waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cell_commands_give_up_on_a_member_that_never_answers() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // Accepted and held open, read from, never answered.
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let secret = std::env::temp_dir().join(format!("leasehold-silent-{}", std::process::id()));
+    std::fs::write(&secret, "a cell secret of sixteen bytes or more").unwrap();
+    // Each command is given a minute, far past its 300 ms, and killed
+    // after it: a command that waits for ever fails the test, not hangs it.
+    let run = |args: &[&str]| {
+        let started = Instant::now();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["--addr", &addr, "--request-timeout", "300ms"])
+            .args(args)
+            .env("LEASEHOLD_CELL_SECRET_FILE", &secret)
+            .env_remove("LEASEHOLD_OPERATOR_TOKEN_FILE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("leasehold {args:?} still waits after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (child.wait_with_output().unwrap(), started.elapsed())
+    };
+    // Blocking this worker: the other serves the silent listener.
+    let (removed, _) = run(&["cell", "remove", "2"]);
+    assert_eq!(removed.status.code(), Some(3), "{removed:?}");
+    let said = String::from_utf8_lossy(&removed.stderr);
+    assert!(
+        said.contains("--request-timeout") && said.contains("may still"),
+        "{said}"
+    );
+    let (status, _) = run(&["cell", "status"]);
+    assert_eq!(status.status.code(), Some(69), "{status:?}");
+    silent.abort();
+    let _ = std::fs::remove_file(&secret);
+}
