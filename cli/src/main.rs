@@ -1217,6 +1217,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     // Checked before the data directory is opened, which may create it or
     // cut a torn log tail: a refused configuration leaves it untouched.
     config.validate()?;
+    warn_about_margin(&config);
     config.tls = server_tls(&args)?;
     if let Some(path) = &args.audit_log {
         let audit = leasehold_server::AuditConfig {
@@ -1373,6 +1374,20 @@ async fn listen_until_stopped(
         println!("listening on {addr}");
     }
     Ok((listener, addr, stop))
+}
+
+/// Says at start when `--keepalive-margin` is past a quarter of the
+/// longest lease: every session's margin is then a quarter of its lease
+/// (`KA-2`), and the flag changes nothing a session sees.
+fn warn_about_margin(config: &leasehold_server::Config) {
+    if config.keepalive_margin > config.max_lease / 4 {
+        tracing::warn!(
+            "--keepalive-margin {:?} is more than a quarter of the longest lease (--max-lease \
+             {:?}): every session's margin is capped at a quarter of its lease",
+            config.keepalive_margin,
+            config.max_lease
+        );
+    }
 }
 
 /// Says at start, on a single master and on each cell member alike, that

@@ -587,3 +587,33 @@ async fn max_sessions_refuses_the_session_past_it_until_one_ends() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+// KA-2: a margin past a quarter of the longest lease is capped for every
+// session; the master says so at start rather than take it silently.
+#[test]
+fn a_keepalive_margin_past_a_quarter_of_the_longest_lease_is_warned_of() {
+    let mut child = start(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--in-memory",
+            "--keepalive-margin",
+            "30s",
+        ],
+        &[],
+    );
+    assert!(first_line(&mut child).starts_with("listening on"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let said = stderr_of(&mut child);
+    assert!(
+        said.contains("--keepalive-margin 30s") && said.contains("capped at a quarter"),
+        "{said}"
+    );
+    let mut quiet = start(&["serve", "--listen", "127.0.0.1:0", "--in-memory"], &[]);
+    assert!(first_line(&mut quiet).starts_with("listening on"));
+    let _ = quiet.kill();
+    let _ = quiet.wait();
+    assert!(!stderr_of(&mut quiet).contains("--keepalive-margin"));
+}
