@@ -543,7 +543,9 @@ struct ServeArgs {
     #[arg(long, default_value = "leasehold")]
     cell_id: String,
     /// Join a cell that runs already: wait to be added with `leasehold
-    /// cell add` rather than found a new cell. Only on an empty --data-dir.
+    /// cell add` rather than found a new cell. On a --data-dir that holds
+    /// a log already it changes nothing: the member comes back as its log
+    /// says, so a unit that always passes --join restarts cleanly.
     #[arg(long, requires = "cell")]
     join: bool,
     /// A file holding the cell's shared secret: every member presents it

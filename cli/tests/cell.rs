@@ -280,6 +280,33 @@ async fn a_cells_snapshot_is_saved_from_any_member_and_restores() {
     assert!(restored.status.success(), "{restored:?}");
     let store = leasehold_server::Backup::read(&file).unwrap().summary();
     assert_eq!(store.nodes, 1, "{store:?}");
+    // A member's directory restored for member 1 is refused to member 2,
+    // which would never serve on it, with what to do instead.
+    let member = dir.join("member-1");
+    let restored = run(&[
+        "snapshot",
+        "restore",
+        file.to_str().unwrap(),
+        "--data-dir",
+        member.to_str().unwrap(),
+        "--cell",
+        "1=127.0.0.1:1",
+        "--node",
+        "1",
+    ]);
+    assert!(restored.status.success(), "{restored:?}");
+    let started = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&member)
+        .args(["--cell", "1=127.0.0.1:1,2=127.0.0.1:2", "--node", "2"])
+        .output()
+        .unwrap();
+    assert!(!started.status.success(), "{started:?}");
+    let said = String::from_utf8_lossy(&started.stderr);
+    assert!(
+        said.contains("member 1's") && said.contains("--node 1"),
+        "{said}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

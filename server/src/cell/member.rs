@@ -18,6 +18,7 @@ use super::{CellTypes, NodeId};
 pub use crate::config::DEFAULT_SNAPSHOT_EVERY;
 use crate::disk::StoreError;
 use crate::state::Bounds;
+use leasehold_protocol::excerpt;
 
 /// Raft's timers (SPEC `CELL-5`). The master lease is derived from the
 /// election timeout, so every member of a cell must use the same.
@@ -159,7 +160,10 @@ impl Member {
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
         let (volume, lock): (Arc<dyn Volume>, _) = match &config.storage {
-            Storage::Dir(dir) => (Arc::new(DirVolume::new(dir)), Some(take_dir(dir)?)),
+            Storage::Dir(dir) => (
+                Arc::new(DirVolume::new(dir)),
+                Some(take_dir(dir, config.id)?),
+            ),
             Storage::Volume(volume) => (volume.clone(), None),
         };
         let log = CellLog::open(volume.clone())?;
@@ -273,10 +277,18 @@ fn newer_cell_format(text: &str) -> Option<u32> {
     (n > 5).then_some(n)
 }
 
-/// Takes a member's data directory: creates it, or checks that it is a
-/// cell member's, and locks it. A single master's directory is refused, not
-/// taken over: its state is not a cell's log.
-pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
+/// The file naming the member a data directory belongs to.
+pub(super) const NODE_FILE: &str = "NODE";
+
+/// Takes member `node`'s data directory: creates it, or checks that it is
+/// a cell member's, and this member's, and locks it. A single master's
+/// directory is refused, not taken over: its state is not a cell's log. So
+/// is another member's (its `NODE` file names it): its log holds that
+/// member's votes, and a directory restored for one member (`OPS-6`)
+/// names only that one in its membership, so under another id it would
+/// never serve. A directory without the file, from an earlier Leasehold or
+/// new, is this member's from now on.
+pub(super) fn take_dir(dir: &std::path::Path, node: NodeId) -> Result<TakenDir, StoreError> {
     use crate::disk::{corrupt, io_error, write_atomically};
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let format = dir.join("FORMAT");
@@ -342,6 +354,34 @@ pub(super) fn take_dir(dir: &std::path::Path) -> Result<TakenDir, StoreError> {
             dir,
             "another member or master is using it (LOCK is held)",
         ));
+    }
+    match std::fs::read_to_string(dir.join(NODE_FILE)) {
+        Ok(text) => match text.trim().parse::<NodeId>() {
+            Ok(owner) if owner == node => {}
+            Ok(owner) => {
+                return Err(corrupt(
+                    dir,
+                    format!(
+                        "it is member {owner}'s (its NODE file says so), and this member is \
+                         {node}: start it with --node {owner}, or start member {node} on a new \
+                         directory and add it with `leasehold cell add`"
+                    ),
+                ))
+            }
+            Err(_) => {
+                return Err(corrupt(
+                    dir,
+                    format!(
+                        "its NODE file names no member ({}): it is damaged",
+                        excerpt(text.trim(), 20)
+                    ),
+                ))
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            write_atomically(dir, NODE_FILE, format!("{node}\n").as_bytes())?;
+        }
+        Err(e) => return Err(io_error(&dir.join(NODE_FILE))(e)),
     }
     Ok(TakenDir { lock, upgrade })
 }

@@ -54,6 +54,11 @@ pub(crate) fn restore_member(
     let bounds = snapshot.state.bounds.clone();
     build_beside(dir, |building| {
         write_atomically(building, "FORMAT", super::member::FORMAT.as_bytes())?;
+        write_atomically(
+            building,
+            super::member::NODE_FILE,
+            format!("{node}\n").as_bytes(),
+        )?;
         write_atomically(building, FILE, &snapshot_file(&meta, &encode(&replica)))?;
         // Reading it as a member starts is the check that it reads.
         let volume = Arc::new(DirVolume::new(building));

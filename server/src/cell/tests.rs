@@ -597,7 +597,7 @@ fn a_cell_format_2_directory_is_carried_forward() {
     for file in ["FORMAT", "raft-log", "raft-snapshot"] {
         std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
     }
-    let taken = member::take_dir(&dir).expect("a cell format 2 directory is taken");
+    let taken = member::take_dir(&dir, 1).expect("a cell format 2 directory is taken");
     let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
     let log = CellLog::open(volume.clone()).expect("its log decodes");
     assert!(!log.is_empty());
@@ -661,7 +661,7 @@ fn a_cell_format_3_directory_is_carried_forward() {
     for file in ["FORMAT", "raft-log", "raft-snapshot"] {
         std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
     }
-    let taken = member::take_dir(&dir).expect("a cell format 3 directory is taken");
+    let taken = member::take_dir(&dir, 1).expect("a cell format 3 directory is taken");
     let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
     let log = CellLog::open(volume.clone()).expect("its log decodes");
     assert!(!log.is_empty());
@@ -696,7 +696,7 @@ fn a_cell_format_4_directory_is_carried_forward() {
     for file in ["FORMAT", "raft-log", "raft-snapshot"] {
         std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
     }
-    let taken = member::take_dir(&dir).expect("a cell format 4 directory is taken");
+    let taken = member::take_dir(&dir, 1).expect("a cell format 4 directory is taken");
     let volume: Arc<dyn Volume> = Arc::new(DirVolume::new(&dir));
     let log = CellLog::open(volume.clone()).expect("its log decodes");
     assert!(!log.is_empty());
@@ -719,6 +719,30 @@ fn a_cell_format_4_directory_is_carried_forward() {
     assert_eq!(state.access().rules().len(), 1, "svc/ reader read");
 }
 
+// A member's directory is refused to another member, naming both; one
+// without a NODE file (an earlier Leasehold's) is taken and named.
+#[test]
+fn a_members_directory_is_refused_to_another_member() {
+    let dir = member_dir("node-named", 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _guard = PathGuard(dir.clone());
+    drop(member::take_dir(&dir, 1).expect("a new directory is taken"));
+    assert_eq!(std::fs::read_to_string(dir.join("NODE")).unwrap(), "1\n");
+    drop(member::take_dir(&dir, 1).expect("taken again by its member"));
+    let refused = member::take_dir(&dir, 2)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        refused.contains("member 1's") && refused.contains("this member is 2"),
+        "{refused}"
+    );
+    assert!(refused.contains("--node 1"), "{refused}");
+    std::fs::remove_file(dir.join("NODE")).unwrap();
+    drop(member::take_dir(&dir, 2).expect("an unnamed directory is taken"));
+    assert_eq!(std::fs::read_to_string(dir.join("NODE")).unwrap(), "2\n");
+}
+
 // A directory a newer Leasehold wrote is refused, naming both formats.
 #[test]
 fn a_cell_directory_of_a_newer_format_is_refused_naming_both() {
@@ -727,7 +751,7 @@ fn a_cell_directory_of_a_newer_format_is_refused_naming_both() {
     std::fs::create_dir_all(&dir).unwrap();
     let _guard = PathGuard(dir.clone());
     std::fs::write(dir.join("FORMAT"), "leasehold-cell 9\n").unwrap();
-    let refused = member::take_dir(&dir).err().expect("refused");
+    let refused = member::take_dir(&dir, 1).err().expect("refused");
     let refused = refused.to_string();
     assert!(
         refused.contains("newer Leasehold (cell format 9)"),
