@@ -28,7 +28,7 @@ use tokio_util::codec::Framed;
 
 use crate::failover_peer::Shape;
 use crate::sessions::{
-    addresses_for, ask_for_session, connect_from, created, destroy, nobody, Framing,
+    addresses_for, ask_for_session, connect_from, created, destroy, nobody, until_created, Framing,
     CREATIONS_IN_FLIGHT,
 };
 
@@ -90,22 +90,7 @@ impl RawHeld {
             tasks.push(tokio::spawn(holder.run()));
         }
         let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
-        let deadline = Instant::now() + Duration::from_secs(600);
-        loop {
-            let created = tally.created.load(Ordering::Relaxed);
-            bar.set_position(created);
-            if created as usize >= shape.sessions {
-                break;
-            }
-            if let Some(t) = tasks.iter().position(|t| t.is_finished()) {
-                tasks.remove(t).await??;
-                bail!("a connection ended while creating sessions");
-            }
-            if Instant::now() > deadline {
-                bail!("creating {} sessions took over 600 s", shape.sessions);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_created(&tally.created, shape.sessions, &mut tasks, &bar).await?;
         bar.finish_and_clear();
         Ok(RawHeld {
             sessions: shape.sessions,

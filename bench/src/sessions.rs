@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,23 +109,7 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         }));
     }
     // Every session exists before the measured span starts.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let created = tally.created.load(Ordering::Relaxed);
-        bar.set_position(created);
-        if created as usize >= shape.sessions {
-            break;
-        }
-        if let Some(t) = tasks.iter().position(|t| t.is_finished()) {
-            let task = tasks.remove(t);
-            task.await??;
-            bail!("a connection ended while creating sessions");
-        }
-        if Instant::now() > deadline {
-            bail!("creating {} sessions took over 600 s", shape.sessions);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_created(&tally.created, shape.sessions, &mut tasks, &bar).await?;
     bar.finish_and_clear();
     let creation = before.span();
     // One lease later every session has renewed at least once, so the
@@ -200,6 +184,33 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
         .target(0.0),
     );
     Ok(figures)
+}
+
+/// Waits until `created` counts `wanted` sessions, showing it on `bar`:
+/// fails if a connection's task ends first (with its error, if it had
+/// one) or if it takes over 600 s.
+pub(crate) async fn until_created(
+    created: &AtomicU64,
+    wanted: usize,
+    tasks: &mut Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let made = created.load(Ordering::Relaxed);
+        bar.set_position(made);
+        if made as usize >= wanted {
+            return Ok(());
+        }
+        if let Some(t) = tasks.iter().position(|t| t.is_finished()) {
+            tasks.remove(t).await??;
+            bail!("a connection ended while creating sessions");
+        }
+        if Instant::now() > deadline {
+            bail!("creating {wanted} sessions took over 600 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Loopback addresses `sessions` sessions over `connections` connections
