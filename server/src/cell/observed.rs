@@ -99,6 +99,13 @@ pub(super) fn health(
     if serving {
         return Health::serving();
     }
+    if m.membership_config.membership().get_node(&m.id).is_none() {
+        return Health::not_serving(format!(
+            "not a member of the cell as far as this member knows: waiting to be added \
+             (`leasehold cell add {}=ADDR`), or removed",
+            m.id
+        ));
+    }
     let Some(leader) = m.current_leader else {
         return Health::not_serving("no master: the cell has no leader this member knows of");
     };
@@ -121,4 +128,22 @@ pub(super) fn health(
         ));
     }
     Health::serving()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // OPS-3: a member started with --join that nobody added yet says so,
+    // rather than that the cell has no leader.
+    #[test]
+    fn a_member_waiting_to_be_added_says_so() {
+        let fresh: RaftMetrics<NodeId, BasicNode> = RaftMetrics::new_initial(4);
+        let health = health(&fresh, false, None, Duration::from_secs(1));
+        let said = format!("{health:?}");
+        assert!(
+            said.contains("waiting to be added") && said.contains("cell add 4="),
+            "{said}"
+        );
+    }
 }
