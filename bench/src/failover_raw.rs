@@ -28,7 +28,7 @@ use tokio_util::codec::Framed;
 
 use crate::failover_peer::Shape;
 use crate::sessions::{
-    addresses_for, ask_for_session, connect_from, created, destroy, nobody, until_created, Framing,
+    ask_for_session, connect_from, created, destroy, nobody, split, until_created, Framing,
     CREATIONS_IN_FLIGHT,
 };
 
@@ -69,14 +69,10 @@ impl RawHeld {
         let members = crate::system::members(addr);
         let tally = Arc::new(Tally::default());
         let (closing, _) = watch::channel(false);
-        let per = shape.sessions.div_ceil(shape.connections.max(1)).max(1);
-        let connections = shape.sessions.div_ceil(per);
-        let addresses = addresses_for(shape.sessions, connections);
+        let (shares, addresses) = split(shape.sessions, shape.connections);
+        let connections = shares.len();
         let mut tasks = Vec::new();
-        let mut remaining = shape.sessions;
-        while remaining > 0 {
-            let n = per.min(remaining);
-            remaining -= n;
+        for n in shares {
             let index = tasks.len();
             let holder = Holder {
                 members: members.clone(),

@@ -72,14 +72,10 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let (measuring, _) = watch::channel(Phase::Creating);
     let before = Meter::start(&system.pids);
     let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
-    let per = shape.sessions.div_ceil(shape.connections.max(1));
-    let connections = shape.sessions.div_ceil(per.max(1));
-    let addresses = addresses_for(shape.sessions, connections);
+    let (shares, addresses) = split(shape.sessions, shape.connections);
+    let connections = shares.len();
     let mut tasks = Vec::new();
-    let mut remaining = shape.sessions;
-    while remaining > 0 {
-        let n = per.min(remaining);
-        remaining -= n;
+    for n in shares {
         let (system, tally, phase) = (system.clone(), tally.clone(), measuring.subscribe());
         let from_index = tasks.len();
         let from = from_index % addresses;
@@ -213,12 +209,19 @@ pub(crate) async fn until_created(
     }
 }
 
-/// Loopback addresses `sessions` sessions over `connections` connections
-/// come from, to stay inside the master's per-address quotas.
-pub(crate) fn addresses_for(sessions: usize, connections: usize) -> usize {
-    (sessions.div_ceil(SESSIONS_PER_ADDRESS))
-        .max(connections.div_ceil(CONNECTIONS_PER_ADDRESS))
-        .max(1)
+/// How `sessions` sessions spread over at most `connections` connections:
+/// each connection's share, and how many loopback addresses they come
+/// from, to stay inside the master's per-address quotas.
+pub(crate) fn split(sessions: usize, connections: usize) -> (Vec<usize>, usize) {
+    let per = sessions.div_ceil(connections.max(1)).max(1);
+    let shares: Vec<usize> = (0..sessions)
+        .step_by(per)
+        .map(|first| per.min(sessions - first))
+        .collect();
+    let addresses = (sessions.div_ceil(SESSIONS_PER_ADDRESS))
+        .max(shares.len().div_ceil(CONNECTIONS_PER_ADDRESS))
+        .max(1);
+    (shares, addresses)
 }
 
 pub(crate) type Framing = Framed<TcpStream, FrameCodec<ServerFrame, ClientFrame>>;
@@ -542,4 +545,20 @@ async fn renew_together(
     }
     sessions.retain(|s| *s != nobody());
     destroy(framed, &sessions).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn sessions_split_evenly_over_the_connections_and_addresses_the_quotas_ask_for() {
+        assert_eq!(split(10, 4), (vec![3, 3, 3, 1], 1));
+        assert_eq!(split(3, 10), (vec![1, 1, 1], 1));
+        assert_eq!(split(0, 4), (vec![], 1));
+        let (shares, addresses) = split(1_000_000, 10_000);
+        assert_eq!(shares.len(), 10_000);
+        assert!(shares.iter().all(|&n| n == 100));
+        assert_eq!(addresses, 20);
+    }
 }
