@@ -216,20 +216,28 @@ pub(crate) fn encoded_size_of(kind: &EventKind) -> usize {
 
 impl Events {
     /// Drops what the client has acknowledged (`EV-2`).
-    pub(crate) fn acknowledge(&mut self, session: SessionId, acked: u64) {
-        if let Some(queue) = self.queues.get_mut(&session) {
-            let mut freed = 0;
-            while queue.pending.front().is_some_and(|e| e.seq <= acked) {
-                freed += queue.pending.pop_front().map_or(0, |e| encoded_size(&e));
-            }
-            queue.bytes -= freed;
-            let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
-            self.release(owner, freed);
-            if empty {
-                self.queues.remove(&session);
-                self.quiet.insert(session, next_seq);
-            }
+    /// Returns whether the session's fail-over event still waits to be
+    /// acknowledged (`FO-5`), read in the same look at its queue.
+    pub(crate) fn acknowledge(&mut self, session: SessionId, acked: u64) -> bool {
+        let Some(queue) = self.queues.get_mut(&session) else {
+            return false;
+        };
+        let mut freed = 0;
+        while queue.pending.front().is_some_and(|e| e.seq <= acked) {
+            freed += queue.pending.pop_front().map_or(0, |e| encoded_size(&e));
         }
+        queue.bytes -= freed;
+        let failover_left = queue
+            .pending
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Failover { .. }));
+        let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
+        self.release(owner, freed);
+        if empty {
+            self.queues.remove(&session);
+            self.quiet.insert(session, next_seq);
+        }
+        failover_left
     }
 
     /// Gives back `bytes` of queued events to the master's and `owner`'s
@@ -372,16 +380,6 @@ impl Events {
         self.push(session, kind, owner);
         self.woken.insert(session);
         self.queues.get(&session).map_or(0, |q| q.next_seq - 1)
-    }
-
-    /// Whether the session's fail-over event still waits to be
-    /// acknowledged.
-    pub(crate) fn failover_unacknowledged(&self, session: SessionId) -> bool {
-        self.queues.get(&session).is_some_and(|q| {
-            q.pending
-                .iter()
-                .any(|e| matches!(e.kind, EventKind::Failover { .. }))
-        })
     }
 
     /// Queues `kind` for `session`, created by `owner`. An event past the
@@ -815,7 +813,8 @@ mod tests {
         let mut events = events();
         let s = SessionId::from_u128(7);
         assert_eq!(events.push_failovers(&[s], 3), Some(1));
-        events.acknowledge(s, 1);
+        assert!(events.acknowledge(s, 0), "the fail-over event still waits");
+        assert!(!events.acknowledge(s, 1));
         assert!(!events.queues.contains_key(&s));
         assert_eq!(events.queued_bytes, 0);
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 2);

@@ -37,6 +37,18 @@ struct Lease<H> {
     creator: u32,
 }
 
+/// When a KeepAlive held for `lease` is answered (`Leases::answer_held_at`).
+fn held_answer_at<H>(lease: &Lease<H>, margin: Duration) -> Millis {
+    let duration = Duration::from(lease.duration);
+    let margin = margin.max(duration / 20).min(duration / 4);
+    Millis::from_millis(
+        lease
+            .expires_at
+            .as_millis()
+            .saturating_sub(whole_millis(margin)),
+    )
+}
+
 /// The creator slot of a session no address counts (one recovered after a
 /// restart, or created without a peer address).
 const NO_CREATOR: u32 = u32::MAX;
@@ -118,6 +130,49 @@ impl<H> Leases<H> {
         Some(lease.expires_at)
     }
 
+    /// Extends the lease of `id` from `now` if `extend` (as
+    /// [`Leases::extend`]), and makes sure its timer comes no later than
+    /// the lease's end; returns that end, or `None` for an unknown session.
+    ///
+    /// A timer already set earlier is left where it is: firing early costs
+    /// a look and a new timer at the end ([`Leases::rearm_if_early`]),
+    /// while moving it costs a removal from the middle of every timer, on
+    /// every renewal. A session renewed every half lease is thus touched
+    /// once a lease, near the timers' ends, where they are warm.
+    pub fn renew(&mut self, id: SessionId, now: Millis, extend: bool) -> Option<Millis> {
+        let lease = self.leases.get_mut(&id)?;
+        if extend {
+            lease.expires_at = lease.expires_at.max(now + Duration::from(lease.duration));
+        }
+        if lease.timer > lease.expires_at {
+            self.timers.remove(&(lease.timer, id));
+            lease.timer = lease.expires_at;
+            self.timers.insert((lease.timer, id));
+        }
+        Some(lease.expires_at)
+    }
+
+    /// For a timer just popped: if what it serves (`Leases::due`) is
+    /// still to come after `now`, sets it again for then and says so, in
+    /// one lookup. The timer of a renewed lease comes early (see
+    /// [`Leases::renew`]); this is all it then costs.
+    pub fn rearm_if_early(&mut self, id: SessionId, margin: Duration, now: Millis) -> bool {
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return false;
+        };
+        let due = if lease.held.is_some() {
+            held_answer_at(lease, margin)
+        } else {
+            lease.expires_at
+        };
+        if lease.timer != UNARMED || due <= now {
+            return false;
+        }
+        lease.timer = due;
+        self.timers.insert((due, id));
+        true
+    }
+
     /// When the lease of `id` ends.
     pub fn expires_at(&self, id: SessionId) -> Option<Millis> {
         self.leases.get(&id).map(|l| l.expires_at)
@@ -133,15 +188,9 @@ impl<H> Leases<H> {
     /// twentieth of the lease (so a client's drift allowance never eats it:
     /// `LEASE-5`) and at most a quarter (so short leases are still held).
     pub fn answer_held_at(&self, id: SessionId, margin: Duration) -> Option<Millis> {
-        let lease = self.leases.get(&id)?;
-        let duration = Duration::from(lease.duration);
-        let margin = margin.max(duration / 20).min(duration / 4);
-        Some(Millis::from_millis(
-            lease
-                .expires_at
-                .as_millis()
-                .saturating_sub(whole_millis(margin)),
-        ))
+        self.leases
+            .get(&id)
+            .map(|lease| held_answer_at(lease, margin))
     }
 
     /// When the timer of `id` is due: the answer of its held KeepAlive if
@@ -265,6 +314,60 @@ mod tests {
         };
         assert_eq!(due(&mut whole), due(&mut one_by_one));
         assert_eq!(whole.holding(), 0);
+    }
+
+    // LEASE-2, LEASE-3: a renewal moves the end, not an earlier timer.
+    #[test]
+    fn a_renewal_leaves_a_timer_set_earlier_where_it_is() {
+        let mut leases = leases_of(1);
+        leases.arm(id(), at(12_000));
+        assert_eq!(leases.renew(id(), at(6_000), true), Some(at(18_000)));
+        assert_eq!(leases.next_due(), Some(at(12_000)));
+    }
+
+    // LEASE-3: a timer never comes after the lease's end.
+    #[test]
+    fn a_renewal_sets_an_unset_or_later_timer_for_the_leases_end() {
+        let mut leases = leases_of(1);
+        assert_eq!(leases.renew(id(), at(1_000), true), Some(at(13_000)));
+        assert_eq!(leases.next_due(), Some(at(13_000)));
+        leases.arm(id(), at(50_000));
+        assert_eq!(leases.renew(id(), at(2_000), false), Some(at(13_000)));
+        assert_eq!(leases.next_due(), Some(at(13_000)));
+    }
+
+    // LEASE-3
+    #[test]
+    fn a_timer_that_came_early_is_set_again_for_the_leases_end() {
+        let mut leases = leases_of(1);
+        leases.arm(id(), at(12_000));
+        leases.renew(id(), at(6_000), true);
+        assert_eq!(leases.pop_due(at(12_000)), Some(id()));
+        assert!(leases.rearm_if_early(id(), Duration::from_secs(1), at(12_000)));
+        assert_eq!(leases.next_due(), Some(at(18_000)));
+    }
+
+    // KA-2: with a KeepAlive held, what is due is its answer.
+    #[test]
+    fn a_timer_that_came_early_is_set_again_for_the_held_answer() {
+        let mut leases = leases_of(1);
+        leases.arm(id(), at(12_000));
+        leases.renew(id(), at(6_000), true);
+        leases.hold(id(), ());
+        assert_eq!(leases.pop_due(at(12_000)), Some(id()));
+        assert!(leases.rearm_if_early(id(), Duration::from_secs(1), at(12_000)));
+        assert_eq!(leases.next_due(), Some(at(17_000)));
+    }
+
+    // SES-6: a timer whose time has come is handled, not put off.
+    #[test]
+    fn a_timer_whose_time_has_come_is_not_set_again() {
+        let mut leases = leases_of(1);
+        leases.arm(id(), at(12_000));
+        assert_eq!(leases.pop_due(at(12_000)), Some(id()));
+        assert!(!leases.rearm_if_early(id(), Duration::from_secs(1), at(12_000)));
+        assert!(!leases.is_armed(id()));
+        assert!(!leases.rearm_if_early(SessionId::from_u128(9), Duration::ZERO, at(0)));
     }
 
     fn id() -> SessionId {

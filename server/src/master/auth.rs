@@ -57,6 +57,16 @@ impl Engine {
         token: &SessionToken,
         principal: &Principal,
     ) -> Result<(), Error> {
+        self.check_token_of_live(token, principal).map(|_| ())
+    }
+
+    /// As [`Engine::check_token`], and says whether the session is live,
+    /// from the same lookup.
+    pub(crate) fn check_token_of_live(
+        &self,
+        token: &SessionToken,
+        principal: &Principal,
+    ) -> Result<bool, Error> {
         match self.state.session(token.id) {
             Some(session) if !session.secret.matches(&token.secret) => Err(denied(format!(
                 "the secret does not match session {}: only its creator may act for it",
@@ -69,9 +79,9 @@ impl Engine {
                     token.id,
                     owner.described()
                 ))),
-                _ => Ok(()),
+                _ => Ok(true),
             },
-            None => Ok(()),
+            None => Ok(false),
         }
     }
 

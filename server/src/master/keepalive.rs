@@ -25,7 +25,7 @@ impl Engine {
         let id = ka.session.id;
         let hold = ka.hold;
         self.tally.keepalives += 1;
-        if let Err(refused) = self.admit(ka, now) {
+        if let Err(refused) = self.admit(ka, false, now) {
             self.deliver(reply, Err(refused));
             return;
         }
@@ -87,14 +87,16 @@ impl Engine {
         for ka in all {
             let id = ka.session.id;
             let admitted = if named.insert(id) {
-                self.check_token(&ka.session, principal) // AUTH-2, ID-5
-                    .and_then(|()| self.admit(ka, now))
+                self.check_token_of_live(&ka.session, principal) // AUTH-2, ID-5
+                    .and_then(|live| self.admit(ka, live, now))
             } else {
                 let twice = format!("session {id} is named twice");
                 Err(Error::new(ErrorCode::InvalidArgument, twice))
             };
             if !closed {
-                let answer = admitted.and_then(|()| self.grant(id, now, now, &mut budget, false));
+                // Admitted at `now`, so its lease has not run out.
+                let answer =
+                    admitted.and_then(|()| self.grant_live(id, now, now, &mut budget, false));
                 answers.push(answer.map_err(shortened));
             }
         }
@@ -116,21 +118,23 @@ impl Engine {
 
     /// What every KeepAlive does before it is held or answered: refuses a
     /// wrong epoch or a session that is not live, takes the events it
-    /// acknowledges, and answers the one held before it.
-    fn admit(&mut self, ka: KeepAlive, now: Millis) -> Result<(), Error> {
+    /// acknowledges, and answers the one held before it. `live` says the
+    /// caller has just seen the session in the state, so it is not looked
+    /// up again.
+    fn admit(&mut self, ka: KeepAlive, live: bool, now: Millis) -> Result<(), Error> {
         let id = ka.session.id;
         if ka.epoch != self.config.epoch {
             return Err(self.wrong_epoch(ka.epoch)); // KA-6
         }
         // A lease that ran out is never revived, even if its timer has not
         // been handled yet (SES-6).
-        if self.state.session(id).is_none() || self.end_if_ran_out(id, now) {
+        if !(live || self.state.session(id).is_some()) || self.end_if_ran_out(id, now) {
             return Err(self.ended(id)); // KA-7
         }
         self.unheard.remove(&id);
-        self.events.acknowledge(id, ka.acked_seq); // EV-2
+        let failover_left = self.events.acknowledge(id, ka.acked_seq); // EV-2
         self.cache.acknowledged(id, ka.acked_seq); // CACHE-3
-        if self.failover_pending.contains(&id) && !self.events.failover_unacknowledged(id) {
+        if !failover_left {
             self.failover_pending.remove(&id); // FO-5
         }
         if let Some(previous) = self.take_held(id) {
@@ -201,6 +205,19 @@ impl Engine {
         if self.end_if_ran_out(id, now) {
             return Err(self.ended(id));
         }
+        self.grant_live(id, received_at, now, budget, first_regardless)
+    }
+
+    /// [`Engine::grant`] for a session already found not to have run out
+    /// at `now`.
+    fn grant_live(
+        &mut self,
+        id: SessionId,
+        received_at: Millis,
+        now: Millis,
+        budget: &mut usize,
+        first_regardless: bool,
+    ) -> Result<KeepAliveGrant, Error> {
         let events = if *budget == 0 {
             Vec::new()
         } else {
@@ -211,15 +228,10 @@ impl Engine {
         // client serve its cache longer: the lease stays as it was when
         // the cacher was told (`CACHE-6`).
         let carried = events.last().map_or(0, |e| e.seq);
-        let expires = if self.cache.untold_beyond(id, carried) {
-            self.leases.expires_at(id)
-        } else {
-            self.leases.extend(id, now)
-        };
-        let Some(expires) = expires else {
+        let extend = !self.cache.untold_beyond(id, carried);
+        let Some(expires) = self.leases.renew(id, now, extend) else {
             return Err(self.state.missing_session(id));
         };
-        self.leases.arm(id, expires);
         self.observe(|| MasterEvent::Granted {
             session: id,
             now,
@@ -242,6 +254,11 @@ impl Engine {
     /// its time.
     pub(crate) fn session_timer_fired(&mut self, id: SessionId, backlog: usize) {
         let (now, margin) = (self.now, self.config.keepalive_margin);
+        // Renewals leave a timer early (`Leases::renew`): most fire with
+        // nothing due, and are set again for what is.
+        if self.leases.rearm_if_early(id, margin, now) {
+            return;
+        }
         if policy::held_answer_due(&self.leases, id, margin, now) {
             let due = self.leases.due(id, margin).unwrap_or(now);
             // The margin in force: the configured one, kept within the
