@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use common::cell::Cell;
 use common::Running;
-use leasehold::{Client, Election, LockOptions, Semaphore, Session, SessionOptions, SessionState};
+use leasehold::{
+    Client, Election, LockOptions, Remedy, Semaphore, Session, SessionOptions, SessionState,
+};
 use tokio::time::Instant;
 
 const LOCK: &str = "wq/a";
@@ -34,6 +36,23 @@ where
     }
 }
 
+/// The holder's session. A loaded machine may move a new cell's master
+/// while it is created; a creation whose outcome is unknown is made again
+/// (one left over holds nothing, and its lease runs out).
+async fn create_holder(client: &Client) -> Session {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let options = SessionOptions::new("holder").lease(Duration::from_secs(10));
+        match client.create_session(options).await {
+            Ok(session) => return session,
+            Err(e) if e.remedy() != Remedy::GiveUp && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the holder's session: {e}"),
+        }
+    }
+}
+
 /// A holder of the lock, the election and the semaphore's one slot, and
 /// one CLI process waiting behind it for each, each waiter in line.
 struct Queue {
@@ -43,10 +62,7 @@ struct Queue {
 
 async fn queue_behind_a_holder(addrs: &str) -> (Queue, Holdings) {
     let client = Client::connect(addrs).await.unwrap();
-    let holder = client
-        .create_session(SessionOptions::new("holder").lease(Duration::from_secs(10)))
-        .await
-        .unwrap();
+    let holder = create_holder(&client).await;
     let guard = holder
         .try_lock(LOCK, LockOptions::exclusive())
         .await

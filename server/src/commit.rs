@@ -40,6 +40,33 @@ pub(crate) struct Compaction {
     pub(crate) min_log_bytes: u64,
 }
 
+impl Compaction {
+    /// Whether a store `since` records past its snapshot, of `sizes`, is
+    /// due a snapshot, `freed` bytes of contents having been deleted or
+    /// overwritten since that snapshot (`STORE-2`, and see
+    /// [`Committer::wants_snapshot`]).
+    pub(crate) fn due(&self, since: u64, sizes: StoreSizes, freed: u64) -> bool {
+        let StoreSizes {
+            log_bytes: log,
+            snapshot_bytes: snapshot,
+        } = sizes;
+        let min = self.min_log_bytes;
+        since >= self.every.max(1) || log >= min.max(LOG_TO_SNAPSHOT * snapshot) || {
+            let live = (snapshot + log).saturating_sub(freed);
+            freed >= min.max(LOG_TO_SNAPSHOT * live)
+        }
+    }
+}
+
+/// Where a store's log stands when a committer takes it over: how many
+/// records it holds past the snapshot, and what the namespace's count of
+/// freed bytes was when that snapshot was taken.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Logged {
+    pub(crate) since_snapshot: u64,
+    pub(crate) freed_at_snapshot: u64,
+}
+
 /// What the writer last reported of the store's sizes, how many
 /// compactions it has done, and whether its disk is full.
 #[derive(Debug, Default)]
@@ -494,6 +521,7 @@ impl Committer {
         store: Box<dyn Store>,
         next_seq: u64,
         compaction: Compaction,
+        logged: Logged,
         metrics: crate::metrics::Metrics,
     ) -> Committer {
         let (progress_tx, progress) = watch::channel(Durable::Upto(0));
@@ -533,8 +561,8 @@ impl Committer {
             jobs,
             writer,
             next_seq,
-            since_snapshot: 0,
-            freed_at_snapshot: 0,
+            since_snapshot: logged.since_snapshot,
+            freed_at_snapshot: logged.freed_at_snapshot,
             compaction: Compaction {
                 every: compaction.every.max(1),
                 ..compaction
@@ -654,16 +682,12 @@ impl Committer {
         if self.sizes.compactions.load(Ordering::Acquire) < self.compactions || self.disk_full() {
             return false;
         }
-        let log = self.sizes.log_bytes.load(Ordering::Acquire);
-        let snapshot = self.sizes.snapshot_bytes.load(Ordering::Acquire);
-        let min = self.compaction.min_log_bytes;
-        self.since_snapshot >= self.compaction.every
-            || log >= min.max(LOG_TO_SNAPSHOT * snapshot)
-            || {
-                let freed = freed.saturating_sub(self.freed_at_snapshot);
-                let live = (snapshot + log).saturating_sub(freed);
-                freed >= min.max(LOG_TO_SNAPSHOT * live)
-            }
+        let sizes = StoreSizes {
+            log_bytes: self.sizes.log_bytes.load(Ordering::Acquire),
+            snapshot_bytes: self.sizes.snapshot_bytes.load(Ordering::Acquire),
+        };
+        let freed = freed.saturating_sub(self.freed_at_snapshot);
+        self.compaction.due(self.since_snapshot, sizes, freed)
     }
 
     /// Has the writer replace the log so far with `snapshot`, taken of the
@@ -779,6 +803,8 @@ mod tests {
                 snapshot: None,
                 records: Vec::new(),
                 next_seq: 0,
+                carried_forward: false,
+                snapshot_written: None,
             })
         }
         fn location(&self) -> String {
@@ -822,8 +848,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("leasehold-seal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = crate::file_store::FileStore::open(&dir).unwrap();
-        let mut commit =
-            Committer::start(Box::new(store), 0, NEVER, crate::metrics::Metrics::new());
+        let mut commit = Committer::start(
+            Box::new(store),
+            0,
+            NEVER,
+            Logged::default(),
+            crate::metrics::Metrics::new(),
+        );
         commit.append(Record::Epoch(7));
         let (reply, _replies) = crate::reply::channel(1);
         commit.reply(reply, Ok(Response::Destroyed), None);
@@ -923,6 +954,7 @@ mod tests {
             Box::new(store.clone()),
             0,
             NEVER,
+            Logged::default(),
             crate::metrics::Metrics::new(),
         );
         commit.append(Record::Epoch(7));
@@ -947,6 +979,7 @@ mod tests {
             Box::new(store.clone()),
             0,
             NEVER,
+            Logged::default(),
             crate::metrics::Metrics::new(),
         );
         commit.append(Record::Epoch(7));
@@ -970,6 +1003,7 @@ mod tests {
             Box::new(store.clone()),
             0,
             NEVER,
+            Logged::default(),
             crate::metrics::Metrics::new(),
         );
         let began = tokio::time::Instant::now();

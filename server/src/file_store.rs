@@ -158,11 +158,18 @@ impl FileStore {
         }
         let snapshot_path = dir.join("snapshot");
         let snapshot = read_snapshot(&snapshot_path)?;
-        let snapshot_bytes = fs::metadata(&snapshot_path).map_or(0, |m| m.len());
+        let snapshot_file = fs::metadata(&snapshot_path).ok();
+        let snapshot_bytes = snapshot_file.as_ref().map_or(0, |m| m.len());
         let log_path = dir.join("log");
         let log = read_log(&log_path)?;
         let valid_len = log.as_ref().map(|l| l.valid_len);
-        let recovered = recovered(dir, snapshot, log)?;
+        let mut recovered = recovered(dir, snapshot, log)?;
+        recovered.carried_forward = upgrade.is_some();
+        recovered.snapshot_written = recovered
+            .snapshot
+            .as_ref()
+            .and(snapshot_file)
+            .and_then(|m| m.modified().ok());
         if let Some(was) = upgrade {
             // Read whole: from now on the log may hold commands the
             // earlier format does not know, so an earlier master must

@@ -489,8 +489,8 @@ impl Metrics {
         snapshot_age_seconds.set(f64::NAN);
         r.register_with_unit(
             "snapshot_age",
-            "Time since this master last wrote a snapshot of its data directory; NaN before it \
-             wrote one, and on a cell's members, whose snapshots are the log's",
+            "Time since the snapshot in the data directory was written; NaN while it has none, \
+             and on a cell's members, whose snapshots are the log's",
             Unit::Seconds,
             snapshot_age_seconds.clone(),
         );
@@ -716,6 +716,17 @@ impl Metrics {
         self.inner
             .snapshot_written_ms
             .store(unix_ms().max(1), Ordering::Release);
+    }
+
+    /// The data directory's snapshot, which this master recovered from and
+    /// did not rewrite, was written at `at`.
+    pub(crate) fn snapshot_found(&self, at: std::time::SystemTime) {
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.inner
+            .snapshot_written_ms
+            .store(ms.max(1), Ordering::Release);
     }
 
     /// One fsync of `records` records, which took `took`.

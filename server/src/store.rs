@@ -63,6 +63,12 @@ pub struct Recovered {
     pub records: Vec<Record>,
     /// Sequence number the next appended record gets.
     pub next_seq: u64,
+    /// Whether the store was written in an earlier format and is carried
+    /// forward: recovery then rewrites its snapshot in this one's at once
+    /// (`STORE-2`, `STORE-6`).
+    pub carried_forward: bool,
+    /// When the snapshot was written, where the store knows.
+    pub snapshot_written: Option<std::time::SystemTime>,
 }
 
 /// Where a master keeps its durable state: a snapshot, and a log of the
@@ -320,6 +326,8 @@ pub(crate) fn recovered(
             snapshot,
             records: Vec::new(),
             next_seq: from,
+            carried_forward: false,
+            snapshot_written: None,
         });
     };
     if base > from {
@@ -344,5 +352,7 @@ pub(crate) fn recovered(
         snapshot,
         records,
         next_seq,
+        carried_forward: false,
+        snapshot_written: None,
     })
 }
