@@ -749,6 +749,46 @@ pub(crate) const NO_INPUT: u8 = 66;
 /// restore` into a directory that is not empty.
 pub(crate) const CANT_CREATE: u8 = 73;
 
+/// The data directory could not be read or written (EX_IOERR): `serve`.
+pub(crate) const IO_ERROR: u8 = 74;
+
+/// The exit status of an error that is not a client's: `serve` that could
+/// not start, or a command's own configuration. Sorted, as README's table
+/// says, by what to look at: the command line (64), the data directory's
+/// contents (65), its disk (74), a process that holds it (75), the
+/// address (69), or the settings (78).
+fn setup_status(e: &anyhow::Error) -> u8 {
+    use leasehold_server::{cell::MemberError, ServerError, StoreError};
+    fn store(e: &StoreError) -> u8 {
+        match e {
+            StoreError::Corrupt { .. } => MALFORMED,
+            StoreError::InUse { .. } => BUSY,
+            StoreError::Io { .. } | StoreError::RecoveredTwice => IO_ERROR,
+        }
+    }
+    if let Some(e) = e.downcast_ref::<ConfigError>() {
+        return e.status;
+    }
+    if let Some(e) = e.downcast_ref::<StoreError>() {
+        return store(e);
+    }
+    match e.downcast_ref::<ServerError>() {
+        Some(ServerError::Store(e)) => return store(e),
+        Some(ServerError::Config(_)) => return CONFIG,
+        Some(ServerError::StoreFailed) => return IO_ERROR,
+        None => {}
+    }
+    match e.downcast_ref::<MemberError>() {
+        Some(MemberError::Store(e)) => return store(e),
+        Some(MemberError::Config(_)) => return CONFIG,
+        Some(MemberError::Engine(_)) | None => {}
+    }
+    if e.downcast_ref::<leasehold_server::ConfigError>().is_some() {
+        return CONFIG;
+    }
+    1
+}
+
 /// `text` with its control characters escaped: an error may quote what a
 /// user or another client typed, which must not rewrite the terminal.
 pub(crate) fn printable(text: &str) -> String {
@@ -1143,7 +1183,7 @@ fn main() -> ExitCode {
             Err(e) => {
                 let client = e.downcast_ref::<ClientError>();
                 let code = match client {
-                    None => e.downcast_ref::<ConfigError>().map_or(1, |e| e.status),
+                    None => setup_status(&e),
                     Some(ClientError::Connect { .. }) => UNREACHABLE,
                     Some(ClientError::Tls(_)) => CONFIG,
                     Some(e) if e.code() == Some(leasehold::ErrorCode::PermissionDenied) => {
@@ -1191,6 +1231,21 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         (None, Some(addr)) => (addr, " (from --addr or LEASEHOLD_ADDR)"),
         (None, None) => (DEFAULT_ADDR.to_string(), ""),
     };
+    // Before the data directory is opened (which may create it): an
+    // address with no port to listen on is the command line's mistake.
+    if !listen
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    {
+        return Err(ConfigError {
+            status: USAGE,
+            why: format!(
+                "cannot listen on {}{from}: give HOST:PORT, with a port from 0 to 65535",
+                printable(&listen)
+            ),
+        }
+        .into());
+    }
     #[cfg(unix)]
     raise_open_files_limit();
     let mut config = leasehold_server::Config {
@@ -1220,7 +1275,7 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
     // cut a torn log tail: a refused configuration leaves it untouched.
     config.validate()?;
     warn_about_margin(&config);
-    config.tls = server_tls(&args)?;
+    config.tls = server_tls(&args).map_err(|e| ConfigError::config(format!("{e:#}")))?;
     if let Some(path) = &args.audit_log {
         let audit = leasehold_server::AuditConfig {
             max_bytes: args.audit_log_max_bytes,
@@ -1237,7 +1292,10 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
-                .with_context(|| format!("cannot listen on {addr} (--http-listen)"))?,
+                .map_err(|e| ConfigError {
+                    status: UNREACHABLE,
+                    why: format!("cannot listen on {addr} (--http-listen): {e}"),
+                })?,
         ),
         None => None,
     };
@@ -1366,9 +1424,19 @@ async fn listen_until_stopped(
         let signal = signal.await;
         tracing::info!("{signal}: shutting down");
     };
-    let listener = leasehold_server::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}{from}"))?;
+    let listener = leasehold_server::bind(listen).await.map_err(|e| {
+        // A port that is not one is the command line's fault; an address
+        // in use, or not this host's, is the address's.
+        let status = if e.kind() == std::io::ErrorKind::InvalidInput {
+            USAGE
+        } else {
+            UNREACHABLE
+        };
+        ConfigError {
+            status,
+            why: format!("cannot listen on {listen}{from}: {e}"),
+        }
+    })?;
     let addr = listener.local_addr()?;
     if json {
         println!("{}", serde_json::json!({ "listening": addr.to_string() }));

@@ -168,7 +168,11 @@ fn a_second_master_on_a_busy_data_directory_fails_before_announcing_an_address()
     let _ = first.kill();
     let _ = first.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(!status.success());
+    assert_eq!(
+        status.code(),
+        Some(75),
+        "free once the other stops: try again"
+    );
     assert_eq!(first_line(&mut second), "", "announced an address");
     let stderr = stderr_of(&mut second);
     assert!(stderr.contains("another master"), "{stderr}");
@@ -195,6 +199,67 @@ fn a_refused_configuration_leaves_the_data_directory_untouched() {
     assert!(!status.success());
     assert_eq!(first_line(&mut serve), "", "announced an address");
     assert!(!dir.exists(), "the data directory was created");
+}
+
+/// Runs `serve` with `args` until it gives up; its exit status.
+fn serve_status(args: &[&str]) -> Option<i32> {
+    let mut serve = start(args, &[]);
+    let status = exit_within(&mut serve, Duration::from_secs(10));
+    assert_eq!(first_line(&mut serve), "", "announced an address");
+    status.code()
+}
+
+// README's exit statuses: a port that is not one is the command line's
+// mistake, and nothing is created for it.
+#[test]
+fn serve_with_no_port_to_listen_on_exits_64_before_making_its_data_directory() {
+    let dir = scratch("no-port");
+    let args = ["serve", "--listen", "127.0.0.1:99999", "--data-dir"];
+    assert_eq!(
+        serve_status(&[&args[..], &[dir.to_str().unwrap()]].concat()),
+        Some(64)
+    );
+    assert!(!dir.exists(), "the data directory was created");
+}
+
+// README's exit statuses: an address another process listens on.
+#[test]
+fn serve_on_an_address_in_use_exits_69() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    assert_eq!(
+        serve_status(&["serve", "--in-memory", "--listen", &addr]),
+        Some(69)
+    );
+}
+
+// README's exit statuses, STORE-2: a damaged data directory is never
+// reset; restarting cannot mend it.
+#[test]
+fn serve_on_a_damaged_data_directory_exits_65() {
+    let dir = scratch("damaged");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("stray"), "not Leasehold's").unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir"];
+    let status = serve_status(&[&args[..], &[dir.to_str().unwrap()]].concat());
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status, Some(65));
+}
+
+// README's exit statuses: settings that cannot work, a TLS file that
+// cannot be read among them.
+#[test]
+fn serve_with_settings_that_cannot_work_exits_78() {
+    let leases = ["--min-lease", "10s", "--max-lease", "1s"];
+    let base = ["serve", "--in-memory", "--listen", "127.0.0.1:0"];
+    assert_eq!(serve_status(&[&base[..], &leases[..]].concat()), Some(78));
+    let tls = [
+        "--tls-cert",
+        "/nonexistent/cert.pem",
+        "--tls-key",
+        "/nonexistent/key.pem",
+    ];
+    assert_eq!(serve_status(&[&base[..], &tls[..]].concat()), Some(78));
 }
 
 /// The answer to `GET path` from the HTTP server at `addr`.

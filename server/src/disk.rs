@@ -24,6 +24,10 @@ pub enum StoreError {
     /// that fails its checksums. It is never reset silently.
     #[error("data directory {path} is unusable: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// Another master (or member) has the directory open: its `LOCK` is
+    /// held. Not damage: it is free again once that process stops.
+    #[error("data directory {path} is in use: {holder} has it open (its LOCK is held)")]
+    InUse { path: PathBuf, holder: &'static str },
     /// What the store held was asked for a second time: a store is
     /// recovered once, when its master starts. A bug, not damage.
     #[error("the store's contents were already recovered: a store is recovered once, by the master that starts on it")]

@@ -154,7 +154,10 @@ impl FileStore {
             .open(&lock_path)
             .map_err(io_error(&lock_path))?;
         if lock.try_lock().is_err() {
-            return Err(corrupt(dir, "another master is using it (LOCK is held)"));
+            return Err(StoreError::InUse {
+                path: dir.to_path_buf(),
+                holder: "another master",
+            });
         }
         let snapshot_path = dir.join("snapshot");
         let snapshot = read_snapshot(&snapshot_path)?;

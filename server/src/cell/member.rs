@@ -350,10 +350,10 @@ pub(super) fn take_dir(dir: &std::path::Path, node: NodeId) -> Result<TakenDir, 
         .open(&path)
         .map_err(io_error(&path))?;
     if lock.try_lock().is_err() {
-        return Err(corrupt(
-            dir,
-            "another member or master is using it (LOCK is held)",
-        ));
+        return Err(StoreError::InUse {
+            path: dir.to_path_buf(),
+            holder: "another member or master",
+        });
     }
     match std::fs::read_to_string(dir.join(NODE_FILE)) {
         Ok(text) => match text.trim().parse::<NodeId>() {
