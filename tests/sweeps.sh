@@ -16,7 +16,7 @@ dir=$1 bin=$(realpath "$2"); shift 2
 mkdir -p "$dir/chunks"
 cd "$dir"
 # Scenarios with no lock-delay of their own get 2 s in the range with it.
-no_delay="lease-edges late-release lock-contention-no-delay election-no-delay cell-master-isolated cell5-master-isolated"
+no_delay="lease-edges late-release lock-contention-no-delay election-no-delay cell-master-isolated cell5-master-isolated cell-restart-in-lease cell-slow-step-down"
 for scenario in "$@"; do
   for mode in with without; do
     if [ "$mode" = with ]; then
