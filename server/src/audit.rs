@@ -261,13 +261,10 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::Scratch;
 
-    fn dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("leasehold-audit-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn dir(name: &str) -> Scratch {
+        Scratch::new(&format!("audit-{name}"))
     }
 
     fn lines(path: &Path) -> Vec<serde_json::Value> {

@@ -126,6 +126,8 @@ mod prefixed;
 mod quota;
 mod recovery;
 mod reply;
+#[cfg(test)]
+mod scratch;
 mod server;
 mod session;
 mod state;

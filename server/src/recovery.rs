@@ -132,28 +132,11 @@ pub(crate) fn open(
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     use super::*;
     use crate::file_store::FileStore;
-
-    /// A scratch data directory, removed when dropped.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            let dir = std::env::temp_dir()
-                .join(format!("leasehold-recovery-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            Scratch(dir)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
     /// Starts and stops a master on `dir`, snapshotting after `every`
     /// records; returns the epoch it took.
@@ -171,25 +154,21 @@ mod tests {
     // STORE-2: the log goes on from where it was.
     #[test]
     fn a_restart_within_the_bounds_writes_no_snapshot_and_keeps_the_log() {
-        let scratch = Scratch::new("within");
-        assert_eq!(start_and_stop(&scratch.0, 1_000), 1);
-        assert_eq!(start_and_stop(&scratch.0, 1_000), 2);
-        assert!(!scratch.0.join("snapshot").exists());
-        assert_eq!(
-            start_and_stop(&scratch.0, 1_000),
-            3,
-            "both epochs read back"
-        );
+        let scratch = Scratch::new("recovery-within");
+        assert_eq!(start_and_stop(&scratch, 1_000), 1);
+        assert_eq!(start_and_stop(&scratch, 1_000), 2);
+        assert!(!scratch.join("snapshot").exists());
+        assert_eq!(start_and_stop(&scratch, 1_000), 3, "both epochs read back");
     }
 
     // STORE-2: a log past a bound is snapshotted before anything is served.
     #[test]
     fn a_restart_past_a_bound_writes_the_snapshot_first() {
-        let scratch = Scratch::new("past");
-        start_and_stop(&scratch.0, 1_000);
-        assert!(!scratch.0.join("snapshot").exists());
-        assert_eq!(start_and_stop(&scratch.0, 2), 2);
-        assert!(scratch.0.join("snapshot").exists());
-        assert_eq!(start_and_stop(&scratch.0, 1_000), 3);
+        let scratch = Scratch::new("recovery-past");
+        start_and_stop(&scratch, 1_000);
+        assert!(!scratch.join("snapshot").exists());
+        assert_eq!(start_and_stop(&scratch, 2), 2);
+        assert!(scratch.join("snapshot").exists());
+        assert_eq!(start_and_stop(&scratch, 1_000), 3);
     }
 }

@@ -417,20 +417,16 @@ mod tests {
     use super::*;
     use crate::state::command;
     use std::fs::OpenOptions;
-    use std::path::PathBuf;
 
     use openraft::{CommittedLeaderId, EntryPayload};
 
     use crate::cell::volume::{DirVolume, MemoryVolume};
 
     use crate::cell::Proposal;
+    use crate::scratch::Scratch;
 
-    fn dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("leasehold-cell-log-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn dir(name: &str) -> Scratch {
+        Scratch::new(&format!("cell-log-{name}"))
     }
 
     fn open(dir: &Path) -> Result<CellLog, StoreError> {
