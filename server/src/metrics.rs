@@ -721,12 +721,9 @@ impl Metrics {
     /// The data directory's snapshot, which this master recovered from and
     /// did not rewrite, was written at `at`.
     pub(crate) fn snapshot_found(&self, at: std::time::SystemTime) {
-        let ms = at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         self.inner
             .snapshot_written_ms
-            .store(ms.max(1), Ordering::Release);
+            .store(unix_ms_of(at).max(1), Ordering::Release);
     }
 
     /// One fsync of `records` records, which took `took`.
@@ -739,8 +736,11 @@ impl Metrics {
 /// Milliseconds since the Unix epoch, by the wall clock: ages shown to
 /// operators are wall-clock ages.
 fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    unix_ms_of(std::time::SystemTime::now())
+}
+
+fn unix_ms_of(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 

@@ -151,6 +151,34 @@ mod tests {
         config.epoch
     }
 
+    /// The snapshot age `/metrics` shows after starting a master on `dir`.
+    fn snapshot_age_after_start(dir: &Path) -> String {
+        let mut config = Config {
+            disk_reserve: 0,
+            ..Config::default()
+        };
+        let store = FileStore::open(dir).unwrap();
+        drop(open(&mut config, Some(Box::new(store))).unwrap());
+        let figures = config.metrics.encode();
+        let line = figures
+            .lines()
+            .find(|l| l.starts_with("leasehold_snapshot_age_seconds "))
+            .expect("the snapshot's age is shown");
+        line.rsplit(' ').next().unwrap().to_string()
+    }
+
+    // STORE-2, OPS-1: the age shown is the directory's snapshot's, even
+    // one this master did not write.
+    #[test]
+    fn a_restart_that_keeps_the_log_shows_the_age_of_the_snapshot_it_found() {
+        let scratch = Scratch::new("recovery-age");
+        assert_eq!(snapshot_age_after_start(&scratch), "NaN", "no snapshot yet");
+        start_and_stop(&scratch, 1);
+        assert!(scratch.join("snapshot").exists());
+        let age: f64 = snapshot_age_after_start(&scratch).parse().unwrap();
+        assert!((0.0..600.0).contains(&age), "{age}");
+    }
+
     // STORE-2: the log goes on from where it was.
     #[test]
     fn a_restart_within_the_bounds_writes_no_snapshot_and_keeps_the_log() {
