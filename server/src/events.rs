@@ -216,9 +216,15 @@ pub(crate) fn encoded_size_of(kind: &EventKind) -> usize {
 
 impl Events {
     /// Drops what the client has acknowledged (`EV-2`).
-    /// Returns whether the session's fail-over event still waits to be
-    /// acknowledged (`FO-5`), read in the same look at its queue.
-    pub(crate) fn acknowledge(&mut self, session: SessionId, acked: u64) -> bool {
+    /// With `failover_awaited`, returns whether the session's fail-over
+    /// event still waits to be acknowledged (`FO-5`), read in the same look
+    /// at its queue; without, false, and the queue is not walked.
+    pub(crate) fn acknowledge(
+        &mut self,
+        session: SessionId,
+        acked: u64,
+        failover_awaited: bool,
+    ) -> bool {
         let Some(queue) = self.queues.get_mut(&session) else {
             return false;
         };
@@ -227,10 +233,11 @@ impl Events {
             freed += queue.pending.pop_front().map_or(0, |e| encoded_size(&e));
         }
         queue.bytes -= freed;
-        let failover_left = queue
-            .pending
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Failover { .. }));
+        let failover_left = failover_awaited
+            && queue
+                .pending
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::Failover { .. }));
         let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
         self.release(owner, freed);
         if empty {
@@ -813,19 +820,22 @@ mod tests {
         let mut events = events();
         let s = SessionId::from_u128(7);
         assert_eq!(events.push_failovers(&[s], 3), Some(1));
-        assert!(events.acknowledge(s, 0), "the fail-over event still waits");
-        assert!(!events.acknowledge(s, 1));
+        assert!(
+            events.acknowledge(s, 0, true),
+            "the fail-over event still waits"
+        );
+        assert!(!events.acknowledge(s, 1, true));
         assert!(!events.queues.contains_key(&s));
         assert_eq!(events.queued_bytes, 0);
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 2);
         assert_eq!(seqs(&events, s), vec![2]);
-        events.acknowledge(s, 1);
+        events.acknowledge(s, 1, false);
         assert_eq!(
             seqs(&events, s),
             vec![2],
             "an old acknowledgement drops nothing"
         );
-        events.acknowledge(s, 2);
+        events.acknowledge(s, 2, false);
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 3);
     }
 
@@ -834,7 +844,7 @@ mod tests {
         let mut events = events();
         let s = SessionId::from_u128(9);
         events.tell(s, EventKind::EventsLost, None);
-        events.acknowledge(s, 1);
+        events.acknowledge(s, 1, false);
         events.forget_session(s);
         assert!(events.quiet.is_empty() && events.queues.is_empty());
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 1);
