@@ -617,6 +617,34 @@ fn cell_membership_seed_920167_holds_every_invariant() {
     assert!(report.passed(), "{}", report.summary(&run));
 }
 
+// CELL-9: in `cell-removal-crash` seed 5000629 the master crashed as the
+// removal of m3 turned joint. m3, which never took the joint entry, asked
+// for votes first in every round (its election timer is the shortest) and
+// could never win; m1, the rightful candidate, asked in the same term and
+// lost the tie to m3's higher id. The members' own refusals of m3 said
+// nothing of their longer logs, so m3 never waited: 31 s with no master.
+// A refusal now names where the refuser's log ends.
+#[test]
+fn cell_removal_crash_seed_5000629_holds_every_invariant() {
+    let (run, report) = judged("cell-removal-crash", 5_000_629, Settings::default());
+    assert!(report.passed(), "{}", report.summary(&run));
+}
+
+// CELL-9: in `cell-removal-crash` seed 5001668 the first master crashed as
+// m4's addition turned joint and came back as leader of its old term; it
+// answered the operator `Done` from that joint configuration, which nobody
+// had taken, so m4 never became a voter. Later m5's addition turned joint
+// as the master crashed; m2, the one other voter, lacked the joint entry
+// and refused m5, whose requests kept m1's timer from running out: no
+// master until the end. Either fix alone passes the seed: `Done` now waits
+// for a committed configuration, and a candidate ahead in the log is heard
+// while no leader runs.
+#[test]
+fn cell_removal_crash_seed_5001668_holds_every_invariant() {
+    let (run, report) = judged("cell-removal-crash", 5_001_668, Settings::default());
+    assert!(report.passed(), "{}", report.summary(&run));
+}
+
 // LOCK-15, SEM-4: in `semaphore` seed 2 a permit's release, given up on
 // during a partition, left the contender key held while its give-back ran
 // on; the session's next wait found itself in its own way and ended with an

@@ -206,7 +206,18 @@ pub(crate) async fn change(
     let raft = &member.raft;
     match request.change {
         Change::Add { id, addr } => {
-            if !voters.contains(&id) {
+            if newest_voters(&membership).contains(&id) {
+                // Already a voter of the newest configuration this member
+                // holds; `Done` only once that is committed. Otherwise
+                // the change finishes here (a joint one left by a master
+                // that crashed), or the engine says one is under way.
+                if !settled(member).await {
+                    let ids = BTreeSet::from([id]);
+                    if let Err(e) = commit(member, ChangeMembers::AddVoterIds(ids)).await {
+                        return e;
+                    }
+                }
+            } else {
                 let learner = tokio::time::timeout(
                     CATCH_UP,
                     raft.add_learner(id, BasicNode::new(&addr), true),
@@ -259,6 +270,10 @@ pub(crate) async fn change(
                 if let Err(e) = commit(member, change).await {
                     return e;
                 }
+            } else if !settled(member).await {
+                return ChangeReply::Failed(format!(
+                    "member {id} is gone from a configuration not yet committed: ask again"
+                ));
             }
         }
     }
@@ -271,6 +286,41 @@ pub(crate) async fn change(
             .map(|(id, node)| (*id, node.addr.clone()))
             .collect(),
     }
+}
+
+/// The voters of the newest configuration in `membership`: the new one
+/// while a change is joint.
+fn newest_voters(membership: &openraft::Membership<NodeId, BasicNode>) -> BTreeSet<NodeId> {
+    membership
+        .get_joint_config()
+        .last()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Whether this member still leads, by a quorum asked now, and the
+/// membership it holds is one configuration, committed: only then may a
+/// change it already shows be answered `Done` without a commit. A master
+/// restarted as leader of its old term holds the joint configuration it
+/// proposed before it crashed, which nobody may have taken; answering from
+/// it told the operator a member was added that never was (`cell-removal-
+/// crash` seed 5001668).
+async fn settled(member: &Member) -> bool {
+    let asked = tokio::time::timeout(MEMBERSHIP_COMMIT, member.raft.ensure_linearizable()).await;
+    if !matches!(asked, Ok(Ok(_))) {
+        return false;
+    }
+    let m = member.raft.metrics().borrow().clone();
+    is_settled(&m.membership_config, m.last_applied.as_ref())
+}
+
+/// Whether `stored` is one configuration whose entry is applied by
+/// `applied`, so committed.
+fn is_settled(
+    stored: &openraft::StoredMembership<NodeId, BasicNode>,
+    applied: Option<&openraft::LogId<NodeId>>,
+) -> bool {
+    stored.membership().get_joint_config().len() == 1 && stored.log_id().as_ref() <= applied
 }
 
 /// Whether member `id` came to hold the log up to `index`, by the
@@ -340,7 +390,55 @@ pub async fn request_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
 
 #[cfg(test)]
 mod tests {
-    use super::Right;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+
+    use super::{is_settled, Right};
+    use crate::cell::NodeId;
+
+    fn at(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn stored(configs: &[&[NodeId]], index: u64) -> StoredMembership<NodeId, BasicNode> {
+        let configs: Vec<BTreeSet<NodeId>> = configs
+            .iter()
+            .map(|voters| voters.iter().copied().collect())
+            .collect();
+        let nodes: BTreeMap<NodeId, BasicNode> = configs
+            .iter()
+            .flatten()
+            .map(|id| (*id, BasicNode::new(format!("m{id}:7171"))))
+            .collect();
+        StoredMembership::new(Some(at(index)), Membership::new(configs, nodes))
+    }
+
+    // CELL-9: a change already shown is `Done` only from one configuration
+    // that is applied, so committed.
+    #[test]
+    fn only_an_applied_single_configuration_is_settled() {
+        assert!(is_settled(&stored(&[&[1, 2, 3]], 90), Some(&at(93))));
+        assert!(is_settled(&stored(&[&[1, 2, 3]], 93), Some(&at(93))));
+    }
+
+    // CELL-9: cell-removal-crash seed 5001668: a master restarted as
+    // leader of its old term holds the joint configuration it proposed at
+    // 94 and has applied only 93; it must not say the member was added.
+    #[test]
+    fn a_configuration_not_yet_applied_is_not_settled() {
+        assert!(!is_settled(&stored(&[&[1, 2, 3, 4]], 94), Some(&at(93))));
+        assert!(!is_settled(&stored(&[&[1, 2, 3]], 1), None));
+    }
+
+    // CELL-9: a joint configuration is a change under way, committed or not.
+    #[test]
+    fn a_joint_configuration_is_not_settled() {
+        assert!(!is_settled(
+            &stored(&[&[1, 2, 3], &[1, 2, 3, 4]], 94),
+            Some(&at(95))
+        ));
+    }
 
     const TOKEN: &str = "the operator token, long enough";
     const SECRET: &str = "the cell's secret, long enough";

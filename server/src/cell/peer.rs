@@ -216,12 +216,12 @@ pub async fn serve<S: Served>(
                     if stopped {
                         PeerResponse::Vote(answer)
                     } else {
-                        PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
+                        PeerResponse::Vote(Ok(vote_refused(m.vote, member)))
                     }
                 } else {
                     // See `may_campaign`: a vote for it would never make a
                     // master, and a request must not depose one (CELL-9).
-                    PeerResponse::Vote(Ok(VoteResponse::new(m.vote, None, false)))
+                    PeerResponse::Vote(Ok(vote_refused(m.vote, member)))
                 }
             }
             PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
@@ -230,6 +230,17 @@ pub async fn serve<S: Served>(
             return;
         }
     }
+}
+
+/// A refused vote that names where this member's log ends, as the
+/// engine's own refusals do (`CELL-9`). A candidate told of a longer log
+/// waits twice the longest election timeout before it stands again; told
+/// nothing, a candidate that can never win (the member being removed, a
+/// log behind, whose timer runs shortest) would stand first in every
+/// round, and each round's rightful candidate, asking in the same term,
+/// would lose to its higher id (`cell-removal-crash` seed 5000629).
+fn vote_refused(vote: openraft::Vote<NodeId>, member: &Member) -> VoteResponse<NodeId> {
+    VoteResponse::new(vote, member.log.last_log_id(), false)
 }
 
 /// Whether member `me`, holding `membership`, stands for election when
@@ -269,27 +280,28 @@ fn newest_voter(membership: &openraft::Membership<NodeId, BasicNode>, id: NodeId
 /// Whether this member, holding `membership` and a log that ends at
 /// `ours`, hears `candidate` ask for its vote with a log that ends at
 /// `theirs` (`CELL-9`): a voter of the newest configuration it knows (the
-/// new one while a change is joint), or a voter of the old one only that
-/// holds entries this member lacks, unless a leader of the newest
-/// configuration has been heard from within the election timeout (`led`).
+/// new one while a change is joint), or any other candidate that holds
+/// entries this member lacks, unless a leader of the newest configuration
+/// has been heard from within the election timeout (`led`).
 ///
-/// The old-half voter is heard for a cell that has no other way to finish
-/// the change; once a leader of the newest configuration runs, it would
+/// A candidate ahead of this member may hold a configuration this member
+/// has not taken yet. The member being added, when the master crashed as
+/// the change turned joint, may be the only candidate left that can win:
+/// refused, while its requests kept the one other candidate's timer from
+/// running out, it left the cell with no master (`cell-removal-crash` seed
+/// 5001668). The member being removed may likewise hold entries the others
+/// lack, and then only it can finish the change.
+///
+/// Once a leader of the newest configuration runs, such a candidate would
 /// only take votes that depose that leader: openraft orders the votes of
-/// one term by member id, so a vote given to the removed member outranks
-/// the leader's in its own term, and the leader steps down at its next
-/// append here, before it can bring this member up to date.
-///
-/// A member removed (still running) or not yet added would otherwise
-/// depose the master with every request, for a vote no configuration
-/// counts. And once a removal is committed, a voter that still holds the
-/// joint configuration must not give its vote to the removed member: the
-/// members that hold the new configuration refuse it, so it can never win,
-/// yet each higher term it asks at would take that vote from every
-/// rightful candidate, and the cell would have no master at all. While the
-/// change is still joint, though, the member being removed may be the one
-/// that holds entries the others lack, and then only it can be elected
-/// and finish the change: it is heard.
+/// one term by member id, so a vote given to it outranks the leader's in
+/// its own term, and the leader steps down at its next append here, before
+/// it can bring this member up to date. A member removed (still running)
+/// or not yet added would otherwise depose the master with every request,
+/// for a vote no configuration counts. And a candidate no further ahead
+/// than this member takes nothing a rightful candidate could not take: a
+/// removed member asking at ever higher terms would take this vote from
+/// every rightful candidate, and the cell would have no master at all.
 pub(crate) fn may_campaign(
     membership: &openraft::Membership<NodeId, BasicNode>,
     candidate: NodeId,
@@ -297,12 +309,11 @@ pub(crate) fn may_campaign(
     ours: Option<&openraft::LogId<NodeId>>,
     led: bool,
 ) -> bool {
-    let configs = membership.get_joint_config();
-    let newest = configs
+    let newest = membership
+        .get_joint_config()
         .last()
         .is_some_and(|voters| voters.contains(&candidate));
-    let older = configs.iter().any(|voters| voters.contains(&candidate));
-    newest || (older && theirs > ours && !led)
+    newest || (theirs > ours && !led)
 }
 
 #[cfg(test)]
@@ -349,7 +360,7 @@ mod tests {
         assert!(heard(&membership(&[&[1, 2, 3]]), 2));
     }
 
-    // CELL-9: not even with a longer log.
+    // CELL-9
     #[test]
     fn a_member_outside_the_configuration_may_not_ask_for_votes() {
         let cell = membership(&[&[1, 2, 3]]);
@@ -357,9 +368,32 @@ mod tests {
         assert!(!may_campaign(
             &cell,
             4,
-            at(3, 9).as_ref(),
+            at(2, 6).as_ref(),
             at(2, 7).as_ref(),
             false
+        ));
+    }
+
+    // CELL-9: cell-removal-crash seed 5001668: m5's addition turned joint
+    // as the master crashed; m2 never took the joint entry, and m5, ahead
+    // of it, is a voter of a configuration m2 does not hold yet.
+    #[test]
+    fn a_member_outside_the_configuration_ahead_in_the_log_is_heard_while_no_leader_runs() {
+        let cell = membership(&[&[1, 2]]);
+        let (theirs, ours) = (at(3, 321), at(3, 320));
+        assert!(may_campaign(
+            &cell,
+            5,
+            theirs.as_ref(),
+            ours.as_ref(),
+            false
+        ));
+        assert!(!may_campaign(
+            &cell,
+            5,
+            theirs.as_ref(),
+            ours.as_ref(),
+            true
         ));
     }
 
