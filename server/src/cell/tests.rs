@@ -422,12 +422,23 @@ async fn an_added_member_catches_up_and_votes_and_a_removed_one_leaves() {
         .get_node(&4)
         .is_none());
 
-    let reply = cell.change(Change::Add { id: 4, addr }).await;
+    let reply = cell
+        .change(Change::Add {
+            id: 4,
+            addr: addr.clone(),
+        })
+        .await;
     let ChangeReply::Done { voters, members } = reply else {
         panic!("{reply:?}");
     };
     assert_eq!(voters, [1, 2, 3, 4].into());
     assert_eq!(members.len(), 4);
+    // Adding it again changes nothing.
+    let again = cell.change(Change::Add { id: 4, addr }).await;
+    assert!(
+        matches!(&again, ChangeReply::Done { voters, .. } if voters.len() == 4),
+        "{again:?}"
+    );
     let last = write_commands(&cell, 5).await;
     eventually("the new member applied the log", || {
         cell.members[&4].machine.replica().applied.map(|l| l.index) >= Some(last)
