@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use common::{spawn_serve, BIN};
 use leasehold_tests::certs::Pki;
+use leasehold_tests::fixture::TempDir;
 
-fn dir(test: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("leasehold-cli-tls-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory of its own for each test, removed with everything in it
+/// when the test ends.
+fn dir(test: &str) -> TempDir {
+    TempDir::new(&format!("cli-tls-{test}"))
 }
 
 fn leasehold(addr: &str, args: &[&str]) -> Output {

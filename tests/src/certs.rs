@@ -36,7 +36,8 @@ pub struct Pki {
 impl Pki {
     /// A new CA named `name`, with a server and a client certificate it
     /// signed, written under `dir` as `NAME-ca.pem`, `NAME-server.pem` ...
-    pub fn new(dir: &Path, name: &str) -> Pki {
+    pub fn new(dir: impl AsRef<Path>, name: &str) -> Pki {
+        let dir = dir.as_ref();
         std::fs::create_dir_all(dir).unwrap();
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();

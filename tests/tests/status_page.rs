@@ -399,7 +399,7 @@ async fn with_tls_the_port_speaks_https_and_a_client_certificate_names_the_princ
     assert_eq!(status["identity"]["principal"], "ops");
     assert_eq!(status["identity"]["via"], "certificate");
 
-    let other = Pki::new(&dir.path().join("other"), "forged");
+    let other = Pki::new(dir.path().join("other"), "forged");
     let forged = RawTls::load(
         &pki.ca,
         Some((&other.client.cert, &other.client.key)),

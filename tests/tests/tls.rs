@@ -10,15 +10,15 @@ use leasehold::{
 use leasehold_protocol::{ClientFrame, ErrorCode, Hello};
 use leasehold_server::{Config, ServerTls, TlsFiles};
 use leasehold_tests::certs::{Pair, Pki};
+use leasehold_tests::fixture::TempDir;
 use leasehold_tests::raw::RawConnection;
 use leasehold_tests::server::{start, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A directory of its own for each test's certificates.
-fn dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("leasehold-tls-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A directory of its own for each test's certificates, removed with
+/// everything in it when the test ends.
+fn dir(test: &str) -> TempDir {
+    TempDir::new(&format!("tls-{test}"))
 }
 
 fn server_tls(pki: &Pki, client_ca: Option<&PathBuf>) -> ServerTls {
@@ -66,7 +66,8 @@ fn said(error: &ClientError) -> String {
 // TLS-1, TLS-2: a client that trusts the master's CA is served over TLS.
 #[tokio::test]
 async fn a_client_that_trusts_the_masters_ca_is_served_over_tls() {
-    let pki = Pki::new(&dir("served"), "cell");
+    let d = dir("served");
+    let pki = Pki::new(&d, "cell");
     let (server, _) = tls_master(&pki, None).await;
     let client = connect(&server, TlsOptions::new(&pki.ca)).await.unwrap();
     let session = client
@@ -86,7 +87,8 @@ async fn a_client_that_trusts_the_masters_ca_is_served_over_tls() {
 // place of the address's host.
 #[tokio::test]
 async fn the_certificate_is_checked_against_an_explicit_server_name() {
-    let pki = Pki::new(&dir("name"), "cell");
+    let d = dir("name");
+    let pki = Pki::new(&d, "cell");
     let (server, _) = tls_master(&pki, None).await;
     let named = TlsOptions::new(&pki.ca).server_name("localhost");
     connect(&server, named).await.expect("localhost is named");
@@ -122,7 +124,8 @@ async fn a_master_signed_by_another_ca_is_refused_with_the_reason() {
 // read, not left hanging.
 #[tokio::test]
 async fn a_plaintext_client_on_a_tls_port_is_told_to_use_tls() {
-    let pki = Pki::new(&dir("plaintext-client"), "cell");
+    let d = dir("plaintext-client");
+    let pki = Pki::new(&d, "cell");
     let (server, _) = tls_master(&pki, None).await;
     let mut raw = RawConnection::connect(server.addr).await;
     raw.send(ClientFrame::Hello(Hello::current())).await;
@@ -137,7 +140,8 @@ async fn a_plaintext_client_on_a_tls_port_is_told_to_use_tls() {
 // TLS there, at once.
 #[tokio::test]
 async fn a_tls_client_on_a_plaintext_port_says_the_server_does_not_speak_tls() {
-    let pki = Pki::new(&dir("tls-client"), "cell");
+    let d = dir("tls-client");
+    let pki = Pki::new(&d, "cell");
     let server = start(Config::default()).await;
     let refused = connect(&server, TlsOptions::new(&pki.ca))
         .await
@@ -232,7 +236,8 @@ async fn a_reload_serves_new_connections_with_the_new_certificate_and_drops_nobo
 // no other.
 #[tokio::test]
 async fn garbage_instead_of_a_client_hello_closes_only_that_connection() {
-    let pki = Pki::new(&dir("garbage"), "cell");
+    let d = dir("garbage");
+    let pki = Pki::new(&d, "cell");
     let (server, _) = tls_master(&pki, None).await;
     let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let mut garbage = vec![22u8, 3, 1, 0, 40];
@@ -250,7 +255,8 @@ async fn garbage_instead_of_a_client_hello_closes_only_that_connection() {
 // handshake timeout.
 #[tokio::test]
 async fn a_handshake_that_never_finishes_is_cut_at_the_handshake_timeout() {
-    let pki = Pki::new(&dir("stalled"), "cell");
+    let d = dir("stalled");
+    let pki = Pki::new(&d, "cell");
     let server = start(Config {
         tls: Some(server_tls(&pki, None)),
         handshake_timeout: Duration::from_millis(300),
