@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use futures::{SinkExt, StreamExt};
+use leasehold_protocol::backoff::retry_delay;
 use leasehold_protocol::{
     keepalive_all_limit, ClientFrame, ErrorCode, EventKind, FrameCodec, Hello, KeepAlive,
     KeepAliveGrant, Remedy, Request, Response, ServerFrame, SessionToken, DEFAULT_MAX_FRAME,
@@ -245,9 +246,9 @@ impl Holder {
                 bail!("no master served {:?} within {PATIENCE:?}", self.members);
             }
             attempt += 1;
-            let backoff =
-                Duration::from_millis(50u64 << (attempt - 1).min(5)).min(Duration::from_secs(1));
-            tokio::time::sleep(backoff).await;
+            // Drawn as the library draws a session's (`CS-2`); the share
+            // of the lease differs between connections.
+            tokio::time::sleep(retry_delay(attempt, self.share.to_bits())).await;
         }
     }
 

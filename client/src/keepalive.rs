@@ -74,6 +74,13 @@ fn sorted(result: Result<Response, ClientError>) -> Reply {
     }
 }
 
+/// What draws a session's waits between retries: its id, which differs
+/// between sessions (and replays the same in a simulation).
+pub(crate) fn salt_of(token: &SessionToken) -> u64 {
+    let (high, low) = token.id.as_u64_pair();
+    high ^ low
+}
+
 impl Keeper {
     pub(crate) fn new(
         client: Client,
@@ -95,6 +102,7 @@ impl Keeper {
             options.grace,
             options.clock_drift,
             client.clock().now(),
+            salt_of(&token),
         );
         Keeper {
             client,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use leasehold_protocol::backoff::retry_delay;
 use leasehold_protocol::{Acquire, LockMode, Request, Response, Sequencer, SessionId};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -10,6 +11,7 @@ use crate::client::{unexpected, Client};
 use crate::config::{LONGEST_WAIT, RELEASE_RIDES};
 use crate::error::ClientError;
 use crate::events::LockSignal;
+use crate::keepalive::salt_of;
 use crate::release::release_holding;
 use crate::session::Session;
 use crate::session_machine::SessionState;
@@ -460,7 +462,7 @@ impl Session {
         // probes do, rather than hammer a master that is not there. A
         // change of state (a fail-over, jeopardy) ends the pause early:
         // what counts then is when the session is normal again.
-        let pause = Duration::from_millis(50u64 << failures.min(5)).min(Duration::from_secs(1));
+        let pause = retry_delay(failures + 1, salt_of(&self.token()));
         states.borrow_and_update();
         let paused = async {
             tokio::select! {

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use leasehold_protocol::backoff::retry_delay;
 use leasehold_protocol::{Event, EventKind, LeaseGrant};
 use tokio::time::Instant;
 
@@ -64,11 +65,6 @@ impl SessionState {
     pub fn is_final(self) -> bool {
         matches!(self, SessionState::Expired | SessionState::Closed)
     }
-}
-
-/// Delay before retry number `attempt` (from 1): 50 ms doubling to 1 s.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(50u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(1))
 }
 
 /// What a KeepAlive came back with, sorted by what the machine does about
@@ -142,18 +138,23 @@ pub(crate) struct SessionMachine {
     /// The highest event sequence number delivered, acknowledged on the
     /// next KeepAlive.
     delivered: u64,
+    /// Draws this session's waits between retries (`CS-2`), so that the
+    /// sessions of a master that crashed do not all come back at once.
+    salt: u64,
 }
 
 impl SessionMachine {
     /// A session that was just created (or attached to) under `epoch`,
     /// whose local lease ends at `local_expiry`; the first KeepAlive goes
-    /// out at `now`.
+    /// out at `now`. `salt` differs between sessions (their ids): it
+    /// draws the waits between retries.
     pub(crate) fn new(
         epoch: u64,
         local_expiry: Instant,
         grace: Duration,
         drift: f64,
         now: Instant,
+        salt: u64,
     ) -> Self {
         SessionMachine {
             state: SessionState::Normal,
@@ -170,6 +171,7 @@ impl SessionMachine {
             in_flight: 0,
             unheld: 0,
             delivered: 0,
+            salt,
         }
     }
 
@@ -235,7 +237,7 @@ impl SessionMachine {
             if self.state == SessionState::Jeopardy {
                 // Keep probing until a reply comes or grace ends.
                 self.probes += 1;
-                self.send_at = Some(now + backoff(self.probes));
+                self.send_at = Some(now + retry_delay(self.probes, self.salt));
             }
         }
         actions
@@ -322,7 +324,7 @@ impl SessionMachine {
                     && self.in_flight == 0
                 {
                     self.failures += 1;
-                    self.send_at = Some(now + backoff(self.failures));
+                    self.send_at = Some(now + retry_delay(self.failures, self.salt));
                 }
             }
         }
@@ -402,10 +404,17 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    const SALT: u64 = 7;
+
+    /// The wait before retry `n` of the machine's session.
+    fn wait(n: u32) -> Duration {
+        retry_delay(n, SALT)
+    }
+
     /// A session created at `t0` with a 12 s local lease, epoch 1, no drift.
     fn machine() -> (SessionMachine, Instant) {
         let t0 = Instant::now();
-        (SessionMachine::new(1, t0 + LEASE, GRACE, 0.0, t0), t0)
+        (SessionMachine::new(1, t0 + LEASE, GRACE, 0.0, t0, SALT), t0)
     }
 
     fn grant(epoch: u64, remaining: Duration, held: Duration) -> Reply {
@@ -519,22 +528,35 @@ mod tests {
         let expiry = into_jeopardy(&mut m, t0);
         assert_eq!(sends(&m.on_tick(expiry)), [false]);
         // While the probe is unanswered no other goes out, but the
-        // schedule goes on: 50 ms, then 100 ms, ...
-        assert_eq!(m.deadline(), Some(expiry + ms(50)));
-        assert!(sends(&m.on_tick(expiry + ms(50))).is_empty());
-        assert_eq!(m.deadline(), Some(expiry + ms(150)));
+        // schedule goes on: up to 50 ms, then up to 100 ms, ...
+        let first = expiry + wait(1);
+        assert_eq!(m.deadline(), Some(first));
+        assert!(sends(&m.on_tick(first)).is_empty());
+        let second = first + wait(2);
+        assert_eq!(m.deadline(), Some(second));
         // The probe fails; the next one goes out on the schedule.
-        let failed = m.on_reply(expiry, false, Reply::Failed, expiry + ms(120));
+        let failed = m.on_reply(expiry, false, Reply::Failed, first + ms(10));
         assert!(failed.is_empty(), "{failed:?}");
-        assert_eq!(sends(&m.on_tick(expiry + ms(150))), [false]);
-        assert_eq!(m.deadline(), Some(expiry + ms(350)));
+        assert_eq!(sends(&m.on_tick(second)), [false]);
+        assert_eq!(m.deadline(), Some(second + wait(3)));
     }
 
-    // CS-2
+    // CS-2: each session draws its own waits, between half the step's
+    // ceiling and all of it.
     #[test]
-    fn backoff_doubles_from_50_ms_to_1_s() {
-        let delays: Vec<u64> = (1..=8).map(|n| backoff(n).as_millis() as u64).collect();
-        assert_eq!(delays, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+    fn sessions_draw_their_own_waits_within_the_step() {
+        let t0 = Instant::now();
+        let deadlines: std::collections::BTreeSet<Instant> = (0..20u64)
+            .map(|salt| {
+                let mut m = SessionMachine::new(1, t0 + LEASE, GRACE, 0.0, t0, salt);
+                m.on_tick(t0);
+                m.on_reply(t0, false, Reply::Failed, t0);
+                let deadline = m.deadline().unwrap();
+                assert!(deadline >= t0 + ms(25) && deadline <= t0 + ms(50));
+                deadline
+            })
+            .collect();
+        assert!(deadlines.len() > 10, "{deadlines:?}");
     }
 
     // CS-3
@@ -806,11 +828,11 @@ mod tests {
     fn a_failed_keepalive_in_normal_is_retried_with_backoff() {
         let (mut m, t0) = machine();
         m.on_tick(t0);
-        for (n, delay) in [(1, 50), (2, 100), (3, 200)] {
-            let now = t0 + ms(n * 1_000);
+        for n in 1..=3 {
+            let now = t0 + ms(u64::from(n) * 1_000);
             m.on_reply(now, false, Reply::Failed, now);
-            assert_eq!(m.deadline(), Some(now + ms(delay)), "retry {n}");
-            assert_eq!(sends(&m.on_tick(now + ms(delay))), [false]);
+            assert_eq!(m.deadline(), Some(now + wait(n)), "retry {n}");
+            assert_eq!(sends(&m.on_tick(now + wait(n))), [false]);
         }
         assert_eq!(m.state(), Normal, "only the local lease decides");
     }
@@ -829,7 +851,7 @@ mod tests {
             m.on_tick(now);
         }
         m.on_reply(now, false, Reply::Failed, now);
-        assert_eq!(m.deadline(), Some(now + ms(1_000)), "backing off");
+        assert_eq!(m.deadline(), Some(now + wait(6)), "backing off");
         let connected = now + ms(30);
         m.on_connected(connected);
         assert_eq!(m.deadline(), Some(connected));
@@ -843,7 +865,7 @@ mod tests {
         let expiry = into_jeopardy(&mut m, t0);
         assert_eq!(sends(&m.on_tick(expiry)), [false]);
         m.on_reply(expiry, false, Reply::Failed, expiry + ms(10));
-        assert_eq!(m.deadline(), Some(expiry + ms(50)));
+        assert_eq!(m.deadline(), Some(expiry + wait(1)));
         m.on_connected(expiry + ms(20));
         assert_eq!(sends(&m.on_tick(expiry + ms(20))), [false]);
     }

@@ -34,6 +34,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod backoff;
 pub mod codec;
 pub mod error;
 pub mod message;
