@@ -299,8 +299,9 @@ async fn release(releasing: Releasing) -> Result<(), ClientError> {
     // (the failed call may have taken one already); past that, or past
     // `RELEASE_RIDES` failures, the failure itself is the answer.
     let patience = session.client().request_timeout();
-    let back = |failures| async move {
-        if failures >= RELEASE_RIDES {
+    let began = Instant::now();
+    let back = move |failures| async move {
+        if !release_rides_on(failures, began.elapsed(), patience) {
             return Ok(false);
         }
         match session.back(Instant::now() + patience, failures).await {
@@ -320,6 +321,17 @@ async fn release(releasing: Releasing) -> Result<(), ClientError> {
         }
         other => other,
     }
+}
+
+/// Whether a release that has failed `failures` times for want of a
+/// master, `elapsed` after it began, is sent again once its session is
+/// back (`LOCK-15`): always within `patience` (a request timeout), so a
+/// master away for less is ridden through however quickly each try
+/// fails while the session still counts as normal; after that, up to
+/// [`RELEASE_RIDES`] failures, so a master that keeps failing over does not
+/// keep a release going for ever.
+fn release_rides_on(failures: u32, elapsed: Duration, patience: Duration) -> bool {
+    elapsed < patience || failures < RELEASE_RIDES
 }
 
 /// Releases `session`'s lock of `key` naming `heard` in a task of its
@@ -562,5 +574,31 @@ impl Client {
             Response::SequencerChecked { valid } => Ok(valid),
             other => Err(unexpected(other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    // LOCK-15: a master away for less than a request timeout is ridden
+    // through, however many quick failures the release meets meanwhile
+    // (each try fails at once while the session's lease still runs).
+    #[test]
+    fn a_release_rides_through_quick_failures_within_a_request_timeout() {
+        for failures in [0, RELEASE_RIDES, 10 * RELEASE_RIDES] {
+            assert!(release_rides_on(failures, Duration::from_secs(4), PATIENCE));
+        }
+    }
+
+    // LOCK-15: past a request timeout, a few more tries, then the failure
+    // is the answer.
+    #[test]
+    fn past_a_request_timeout_a_release_gives_up_after_its_rides() {
+        let late = PATIENCE + Duration::from_secs(1);
+        assert!(release_rides_on(RELEASE_RIDES - 1, late, PATIENCE));
+        assert!(!release_rides_on(RELEASE_RIDES, late, PATIENCE));
     }
 }
