@@ -272,7 +272,8 @@ pub(crate) async fn change(
                 }
             } else if !settled(member).await {
                 return ChangeReply::Failed(format!(
-                    "member {id} is gone from a configuration not yet committed: ask again"
+                    "member {id} is not in the configuration this member holds, but that \
+                     configuration is not committed, or a change is under way: ask again"
                 ));
             }
         }
