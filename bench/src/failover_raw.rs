@@ -5,7 +5,8 @@
 //! sessions would not fit beside the master on this machine's two cores.
 //!
 //! A connection that breaks comes back the way the client library's does:
-//! at once, then after 50 ms doubling to 1 s; to the members of a cell in
+//! at once, then after waits drawn under a ceiling of 50 ms doubling to
+//! 1 s (`CS-2`); to the members of a cell in
 //! turn, going where a `Redirect` names (`CELL-7`). On the new connection
 //! every session is renewed at once in the epoch its `Welcome` announced;
 //! a session is back (`Normal`, `FO-6`) when an answer carries its

@@ -87,12 +87,13 @@ pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(600);
 /// Releases sent for one give-back refused as stale at most (one more for
 /// each later acquire it turns out the session was answered for since);
 /// and, while a session closes, releases that failed for want of a master
-/// (otherwise those ride through a fail-over, up to `RELEASE_RIDES`).
+/// (otherwise those ride through a fail-over, `RELEASE_RIDES`).
 pub(crate) const RELEASE_TRIES: u32 = 3;
-/// Releases of one give-back that failed for want of a master, each
-/// followed by the session coming back, before the failure is the answer
-/// (`LOCK-15`): a master that keeps failing over does not keep a release
-/// going for ever.
+/// Releases of one give-back that failed for want of a master, in all,
+/// past which a failure is the answer once a request timeout has passed
+/// since the release began (`LOCK-15`): a master away for less is ridden
+/// through however often the release fails, and a master that keeps
+/// failing over does not keep a release going for ever.
 pub(crate) const RELEASE_RIDES: u32 = 8;
 
 // Elections.

@@ -296,8 +296,9 @@ async fn release(releasing: Releasing) -> Result<(), ClientError> {
     let closing = || session.dispatch().closing;
     let again = |latest| session.dispatch().release_refused(key, latest);
     // After each failure the session has a request timeout to be back
-    // (the failed call may have taken one already); past that, or past
-    // `RELEASE_RIDES` failures, the failure itself is the answer.
+    // (the failed call may have taken one already); the release is sent
+    // again however often it fails within a request timeout of its start,
+    // and after that until its `RELEASE_RIDES`th failure in all.
     let patience = session.client().request_timeout();
     let began = Instant::now();
     let back = move |failures| async move {

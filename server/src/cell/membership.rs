@@ -204,20 +204,29 @@ pub(crate) async fn change(
     let membership = m.membership_config.membership().clone();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let raft = &member.raft;
-    match request.change {
-        Change::Add { id, addr } => {
-            if newest_voters(&membership).contains(&id) {
-                // Already a voter of the newest configuration this member
-                // holds; `Done` only once that is committed. Otherwise
-                // the change finishes here (a joint one left by a master
-                // that crashed), or the engine says one is under way.
-                if !settled(member).await {
-                    let ids = BTreeSet::from([id]);
-                    if let Err(e) = commit(member, ChangeMembers::AddVoterIds(ids)).await {
-                        return e;
-                    }
+    if shows(&membership, &request.change) {
+        // `Done` with nothing changed only from a configuration that is
+        // one and committed, confirmed by a quorum now.
+        match settled(member).await {
+            Some(now) if shows(&now, &request.change) => {}
+            Some(_) => {
+                return ChangeReply::Failed(
+                    "the members changed while this was asked: ask again".into(),
+                )
+            }
+            None => {
+                // A joint change a crashed master left is finished here,
+                // to its newest configuration; one not yet committed is
+                // refused by the engine as under way.
+                let newest = newest_voters(&membership);
+                if let Err(e) = commit(member, ChangeMembers::ReplaceAllVoters(newest)).await {
+                    return e;
                 }
-            } else {
+            }
+        }
+    } else {
+        match request.change {
+            Change::Add { id, addr } => {
                 let learner = tokio::time::timeout(
                     CATCH_UP,
                     raft.add_learner(id, BasicNode::new(&addr), true),
@@ -251,9 +260,7 @@ pub(crate) async fn change(
                     return e;
                 }
             }
-        }
-        Change::Remove { id } => {
-            if membership.get_node(&id).is_some() {
+            Change::Remove { id } => {
                 if voters.len() == 1 && voters.contains(&id) {
                     return ChangeReply::Refused(format!(
                         "member {id} is the cell's only voter: a cell needs one"
@@ -270,11 +277,6 @@ pub(crate) async fn change(
                 if let Err(e) = commit(member, change).await {
                     return e;
                 }
-            } else if !settled(member).await {
-                return ChangeReply::Failed(format!(
-                    "member {id} is not in the configuration this member holds, but that \
-                     configuration is not committed, or a change is under way: ask again"
-                ));
             }
         }
     }
@@ -299,20 +301,30 @@ fn newest_voters(membership: &openraft::Membership<NodeId, BasicNode>) -> BTreeS
         .unwrap_or_default()
 }
 
-/// Whether this member still leads, by a quorum asked now, and the
-/// membership it holds is one configuration, committed: only then may a
-/// change it already shows be answered `Done` without a commit. A master
+/// The membership this member holds, if it still leads, by a quorum asked
+/// now, and that membership is one configuration, committed: only then
+/// may a change it already shows be answered `Done` without a commit. A master
 /// restarted as leader of its old term holds the joint configuration it
 /// proposed before it crashed, which nobody may have taken; answering from
 /// it told the operator a member was added that never was (`cell-removal-
 /// crash` seed 5001668).
-async fn settled(member: &Member) -> bool {
+async fn settled(member: &Member) -> Option<openraft::Membership<NodeId, BasicNode>> {
     let asked = tokio::time::timeout(MEMBERSHIP_COMMIT, member.raft.ensure_linearizable()).await;
     if !matches!(asked, Ok(Ok(_))) {
-        return false;
+        return None;
     }
     let m = member.raft.metrics().borrow().clone();
     is_settled(&m.membership_config, m.last_applied.as_ref())
+        .then(|| m.membership_config.membership().clone())
+}
+
+/// Whether `membership` already shows `change` done: the member added is
+/// a voter of its newest configuration, the member removed is in none.
+fn shows(membership: &openraft::Membership<NodeId, BasicNode>, change: &Change) -> bool {
+    match change {
+        Change::Add { id, .. } => newest_voters(membership).contains(id),
+        Change::Remove { id } => membership.get_node(id).is_none(),
+    }
 }
 
 /// Whether `stored` is one configuration whose entry is applied by
@@ -395,7 +407,7 @@ mod tests {
 
     use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
 
-    use super::{is_settled, Right};
+    use super::{is_settled, shows, Change, Right};
     use crate::cell::NodeId;
 
     fn at(index: u64) -> LogId<NodeId> {
@@ -430,6 +442,56 @@ mod tests {
     fn a_configuration_not_yet_applied_is_not_settled() {
         assert!(!is_settled(&stored(&[&[1, 2, 3, 4]], 94), Some(&at(93))));
         assert!(!is_settled(&stored(&[&[1, 2, 3]], 1), None));
+    }
+
+    fn membership(configs: &[&[NodeId]], learners: &[NodeId]) -> Membership<NodeId, BasicNode> {
+        let stored = stored(configs, 1);
+        let mut nodes: BTreeMap<NodeId, BasicNode> = stored
+            .membership()
+            .nodes()
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        for id in learners {
+            nodes.insert(*id, BasicNode::new(format!("m{id}:7171")));
+        }
+        Membership::new(stored.membership().get_joint_config().clone(), nodes)
+    }
+
+    fn add(id: NodeId) -> Change {
+        Change::Add {
+            id,
+            addr: format!("m{id}:7171"),
+        }
+    }
+
+    // CELL-9: an addition is shown done once the member votes in the
+    // newest configuration; a learner, or a voter of the old half only,
+    // is not added yet.
+    #[test]
+    fn an_addition_is_shown_by_a_voter_of_the_newest_configuration() {
+        assert!(shows(&membership(&[&[1, 2, 3, 4]], &[]), &add(4)));
+        assert!(shows(
+            &membership(&[&[1, 2, 3], &[1, 2, 3, 4]], &[]),
+            &add(4)
+        ));
+        assert!(!shows(&membership(&[&[1, 2, 3]], &[4]), &add(4)));
+        assert!(!shows(
+            &membership(&[&[1, 2, 3, 4], &[1, 2, 3]], &[]),
+            &add(4)
+        ));
+    }
+
+    // CELL-9: a removal is shown done once the member is in no
+    // configuration and no longer a learner either.
+    #[test]
+    fn a_removal_is_shown_once_the_member_is_gone_from_every_configuration() {
+        let remove = |id| Change::Remove { id };
+        assert!(shows(&membership(&[&[1, 2, 4]], &[]), &remove(3)));
+        assert!(!shows(
+            &membership(&[&[1, 2, 3, 4], &[1, 2, 4]], &[]),
+            &remove(3)
+        ));
+        assert!(!shows(&membership(&[&[1, 2, 4]], &[3]), &remove(3)));
     }
 
     // CELL-9: a joint configuration is a change under way, committed or not.

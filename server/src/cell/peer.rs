@@ -234,7 +234,8 @@ pub async fn serve<S: Served>(
 
 /// A refused vote that names where this member's log ends, as the
 /// engine's own refusals do (`CELL-9`). A candidate told of a longer log
-/// waits twice the longest election timeout before it stands again; told
+/// during its election waits twice the longest election timeout on top of
+/// its own timeout before it stands again; told
 /// nothing, a candidate that can never win (the member being removed, a
 /// log behind, whose timer runs shortest) would stand first in every
 /// round, and each round's rightful candidate, asking in the same term,
@@ -298,10 +299,10 @@ fn newest_voter(membership: &openraft::Membership<NodeId, BasicNode>, id: NodeId
 /// its own term, and the leader steps down at its next append here, before
 /// it can bring this member up to date. A member removed (still running)
 /// or not yet added would otherwise depose the master with every request,
-/// for a vote no configuration counts. And a candidate no further ahead
-/// than this member takes nothing a rightful candidate could not take: a
-/// removed member asking at ever higher terms would take this vote from
-/// every rightful candidate, and the cell would have no master at all.
+/// for a vote no configuration counts. And one that is not ahead of this
+/// member is refused even with no leader running: a removed member asking
+/// at ever higher terms would take this vote from every rightful
+/// candidate, and the cell would have no master at all.
 pub(crate) fn may_campaign(
     membership: &openraft::Membership<NodeId, BasicNode>,
     candidate: NodeId,

@@ -433,12 +433,23 @@ async fn an_added_member_catches_up_and_votes_and_a_removed_one_leaves() {
     };
     assert_eq!(voters, [1, 2, 3, 4].into());
     assert_eq!(members.len(), 4);
-    // Adding it again changes nothing.
+    // Adding it again changes nothing: no configuration is written.
+    let leader = cell.leader().unwrap();
+    let written = || {
+        *cell.members[&leader]
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .log_id()
+    };
+    let before = written();
     let again = cell.change(Change::Add { id: 4, addr }).await;
     assert!(
         matches!(&again, ChangeReply::Done { voters, .. } if voters.len() == 4),
         "{again:?}"
     );
+    assert_eq!(written(), before);
     let last = write_commands(&cell, 5).await;
     eventually("the new member applied the log", || {
         cell.members[&4].machine.replica().applied.map(|l| l.index) >= Some(last)
