@@ -623,7 +623,8 @@ fn cell_membership_seed_920167_holds_every_invariant() {
 // could never win; m1, the rightful candidate, asked in the same term and
 // lost the tie to m3's higher id. The members' own refusals of m3 said
 // nothing of their longer logs, so m3 never waited: 31 s with no master.
-// A refusal now names where the refuser's log ends.
+// A refusal now names where the refuser's log ends. (Since the pause of
+// CELL-12, which also breaks that cycle, the seed passes without it too.)
 #[test]
 fn cell_removal_crash_seed_5000629_holds_every_invariant() {
     let (run, report) = judged("cell-removal-crash", 5_000_629, Settings::default());
@@ -638,10 +639,24 @@ fn cell_removal_crash_seed_5000629_holds_every_invariant() {
 // and refused m5, whose requests kept m1's timer from running out: no
 // master until the end. Either fix alone passes the seed: `Done` now waits
 // for a committed configuration, and a candidate ahead in the log is heard
-// while no leader runs.
+// while no leader runs. (Since CELL-12 it passes without both as well.)
 #[test]
 fn cell_removal_crash_seed_5001668_holds_every_invariant() {
     let (run, report) = judged("cell-removal-crash", 5_001_668, Settings::default());
+    assert!(report.passed(), "{}", report.summary(&run));
+}
+
+// CELL-12: in `cell-removal-crash` seed 5001425 the master, m3, crashed as
+// its own removal turned joint, came back and passed the joint entry on to
+// m1 and m2 but not to m4. m1 and m2, whose election timeouts openraft had
+// drawn equal, stood together in every round and split the votes; m3,
+// outside the new configuration but still standing, took m4's vote each
+// round a moment before they asked in the same term, and m4 ranked m3's
+// higher id first: 16 s without a master, every session expired. A member
+// whose round failed now pauses for a drawn time before it stands again.
+#[test]
+fn cell_removal_crash_seed_5001425_holds_every_invariant() {
+    let (run, report) = judged("cell-removal-crash", 5_001_425, Settings::default());
     assert!(report.passed(), "{}", report.summary(&run));
 }
 

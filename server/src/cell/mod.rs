@@ -50,6 +50,7 @@ mod observed;
 mod peer;
 mod peer_tls;
 mod restore;
+mod rounds;
 mod run;
 mod runtime;
 mod status;

@@ -188,14 +188,25 @@ pub async fn serve<S: Served>(
                         && newest_voter(membership, leader)
                 });
                 let broken = member.config.broken;
+                let ours = member.log.last_log_id();
                 let voter = broken.hear_any_candidate
                     || may_campaign(
                         membership,
                         hello.from,
                         rpc.last_log_id.as_ref(),
-                        member.log.last_log_id().as_ref(),
+                        ours.as_ref(),
                         led,
                     );
+                tracing::debug!(
+                    from = hello.from,
+                    vote = %rpc.vote,
+                    theirs = ?rpc.last_log_id,
+                    ours = ?ours,
+                    led,
+                    configs = ?membership.get_joint_config(),
+                    heard = voter,
+                    "vote request"
+                );
                 if voter {
                     let vote = rpc.vote;
                     let answer = raft.vote(rpc).await;

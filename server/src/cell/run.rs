@@ -26,6 +26,8 @@ use tracing::{info, warn};
 use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
 use super::peer::{first_frame, may_stand, FirstFrame, Proof};
+use super::rounds::Rounds;
+use super::runtime::ElectionRng;
 use super::{CellTypes, NodeId, Outcome, Proposal};
 use crate::accept::{accept_loop, Accepted, Listener};
 use crate::codec::encode;
@@ -316,15 +318,26 @@ async fn lead(
     let mut metrics = member.raft.metrics();
     let mut running: Option<Running> = None;
     let mut standing = true;
+    let mut rounds = Rounds::default();
     loop {
         let m = metrics.borrow_and_update().clone();
         // Checked at least every heartbeat: whether to stand for election
-        // when the leader goes silent (CELL-9).
+        // when the leader goes silent (CELL-9), or not yet after a round
+        // of its own that failed (CELL-12).
         let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
         let led_by = led_by.map(|(leader, at)| (leader, at.elapsed()));
         let election_max = member.config.timing.election_max;
-        let stand = member.config.broken.hear_any_candidate
-            || may_stand(m.membership_config.membership(), me, led_by, election_max);
+        let instant = tokio::time::Instant::now();
+        let candidate_in = (m.state == ServerState::Candidate && m.vote.leader_id.node_id == me)
+            .then_some(m.vote.leader_id.term);
+        let leader_known = m.current_leader.is_some();
+        rounds.observe(candidate_in, leader_known, instant, || {
+            let most = election_max.as_millis().max(1) as u64;
+            Duration::from_millis(rand::Rng::gen_range(&mut ElectionRng, 0..most))
+        });
+        let stand = (member.config.broken.hear_any_candidate
+            || may_stand(m.membership_config.membership(), me, led_by, election_max))
+            && !rounds.paused(instant);
         if stand != standing {
             member.raft.runtime_config().elect(stand);
             standing = stand;
