@@ -403,11 +403,12 @@ pub async fn request_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
     use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
 
     use super::{is_settled, shows, Change, Right};
+    use crate::cell::tests::membership_of;
     use crate::cell::NodeId;
 
     fn at(index: u64) -> LogId<NodeId> {
@@ -415,16 +416,7 @@ mod tests {
     }
 
     fn stored(configs: &[&[NodeId]], index: u64) -> StoredMembership<NodeId, BasicNode> {
-        let configs: Vec<BTreeSet<NodeId>> = configs
-            .iter()
-            .map(|voters| voters.iter().copied().collect())
-            .collect();
-        let nodes: BTreeMap<NodeId, BasicNode> = configs
-            .iter()
-            .flatten()
-            .map(|id| (*id, BasicNode::new(format!("m{id}:7171"))))
-            .collect();
-        StoredMembership::new(Some(at(index)), Membership::new(configs, nodes))
+        StoredMembership::new(Some(at(index)), membership_of(configs))
     }
 
     // CELL-9: a change already shown is `Done` only from one configuration

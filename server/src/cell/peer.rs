@@ -330,26 +330,16 @@ pub(crate) fn may_campaign(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Duration;
 
     use openraft::{BasicNode, CommittedLeaderId, LogId, Membership};
 
-    use std::time::Duration;
-
     use super::{may_campaign, may_stand};
+    use crate::cell::tests::membership_of;
     use crate::cell::NodeId;
 
     fn membership(configs: &[&[NodeId]]) -> Membership<NodeId, BasicNode> {
-        let configs: Vec<BTreeSet<NodeId>> = configs
-            .iter()
-            .map(|voters| voters.iter().copied().collect())
-            .collect();
-        let nodes: BTreeMap<NodeId, BasicNode> = configs
-            .iter()
-            .flatten()
-            .map(|id| (*id, BasicNode::new(format!("127.0.0.1:{id}"))))
-            .collect();
-        Membership::new(configs, nodes)
+        membership_of(configs)
     }
 
     fn at(term: u64, index: u64) -> Option<LogId<NodeId>> {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::ServerState;
+use openraft::{BasicNode, ServerState};
 
 use super::*;
 use crate::codec::encode;
@@ -12,6 +12,21 @@ use crate::state::Bounds;
 use membership::Right;
 
 const TEST_OPERATOR_TOKEN: &str = "the operator token of the tests";
+
+/// A membership of `configs` (two while a change is joint), each voter
+/// at `m<id>:7171`.
+pub(crate) fn membership_of(configs: &[&[NodeId]]) -> openraft::Membership<NodeId, BasicNode> {
+    let configs: Vec<std::collections::BTreeSet<NodeId>> = configs
+        .iter()
+        .map(|voters| voters.iter().copied().collect())
+        .collect();
+    let nodes: BTreeMap<NodeId, BasicNode> = configs
+        .iter()
+        .flatten()
+        .map(|id| (*id, BasicNode::new(format!("m{id}:7171"))))
+        .collect();
+    openraft::Membership::new(configs, nodes)
+}
 
 struct Cell {
     name: String,
