@@ -10,7 +10,7 @@ use leasehold::{
 };
 use serde_json::json;
 
-use crate::run::{supervise, until_lost, RunArgs};
+use crate::run::{held_at_start, supervise, until_lost, RunArgs};
 use crate::session::SessionArgs;
 use crate::NOT_FOUND;
 
@@ -99,7 +99,8 @@ pub(crate) async fn lock(
     let sequencer = Some(guard.sequencer().to_hex());
     let what = format!("the lock on {key}");
     // Given back however the command ended, or failed to start.
-    let code = supervise(&run, &what, guard.is_held(), sequencer, lost).await;
+    let held = held_at_start(&session, || guard.is_held()).await;
+    let code = supervise(&run, &what, held, sequencer, lost).await;
     let _ = guard.release().await;
     let _ = session.close().await;
     code
@@ -181,7 +182,8 @@ pub(crate) async fn elect(
     let lost = until_lost(&session, run.stop_on, || term.lost(), || term.is_leader());
     let sequencer = Some(term.sequencer().to_hex());
     let what = format!("leadership of {key}");
-    let code = supervise(&run, &what, term.is_leader(), sequencer, lost).await;
+    let held = held_at_start(&session, || term.is_leader()).await;
+    let code = supervise(&run, &what, held, sequencer, lost).await;
     let _ = term.resign().await;
     let _ = session.close().await;
     code
@@ -205,7 +207,8 @@ pub(crate) async fn semaphore(
     eprintln!("leasehold: holding a slot in {prefix}");
     let lost = until_lost(&session, run.stop_on, || permit.lost(), || permit.is_held());
     let what = format!("the slot in {prefix}");
-    let code = supervise(&run, &what, permit.is_held(), None, lost).await;
+    let held = held_at_start(&session, || permit.is_held()).await;
+    let code = supervise(&run, &what, held, None, lost).await;
     let _ = permit.release().await;
     let _ = session.close().await;
     code

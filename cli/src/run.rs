@@ -89,6 +89,21 @@ pub(crate) async fn until_lost<F, Fut>(
     }
 }
 
+/// Whether a holding just answered can be relied on, to start CMD. The
+/// answer may come while the session is still in jeopardy: after a
+/// fail-over the new master can answer the holding's last request before
+/// the KeepAlive that renews the session's lease comes back. CMD is not
+/// running yet, so whatever `--stop-on` says, this waits for the
+/// jeopardy's outcome first (`cli/tests/waiters.rs` saw a semaphore's slot
+/// given up as lost so, its session normal moments later).
+pub(crate) async fn held_at_start(session: &Session, held: impl Fn() -> bool) -> bool {
+    if session.state() == SessionState::Jeopardy {
+        let mut states = session.watch_state();
+        let _ = states.wait_for(|s| *s != SessionState::Jeopardy).await;
+    }
+    held()
+}
+
 /// The hidden subcommand that runs the guard.
 pub(crate) const GUARD_SUBCOMMAND: &str = "supervisor-guard";
 
