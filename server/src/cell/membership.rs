@@ -436,17 +436,17 @@ mod tests {
         assert!(!is_settled(&stored(&[&[1, 2, 3]], 1), None));
     }
 
+    /// `configs`, with `learners` beside their voters.
     fn membership(configs: &[&[NodeId]], learners: &[NodeId]) -> Membership<NodeId, BasicNode> {
-        let stored = stored(configs, 1);
-        let mut nodes: BTreeMap<NodeId, BasicNode> = stored
-            .membership()
+        let voting = membership_of(configs);
+        let mut nodes: BTreeMap<NodeId, BasicNode> = voting
             .nodes()
             .map(|(id, node)| (*id, node.clone()))
             .collect();
         for id in learners {
             nodes.insert(*id, BasicNode::new(format!("m{id}:7171")));
         }
-        Membership::new(stored.membership().get_joint_config().clone(), nodes)
+        Membership::new(voting.get_joint_config().clone(), nodes)
     }
 
     fn add(id: NodeId) -> Change {
