@@ -660,6 +660,24 @@ fn cell_removal_crash_seed_5001425_holds_every_invariant() {
     assert!(report.passed(), "{}", report.summary(&run));
 }
 
+// CELL-9: in `cell-removal-crash` seed 6000938 (no lock-delay) the master,
+// m3, crashed 50 ms after starting its own removal and came back holding
+// the joint entry, as did m1 and m2; m4 lacked it. m3, whose election timer
+// runs shortest, stood again and again: m1 and m2 refused it, m4 granted,
+// and each round raised the term, which m1 and m2 took on from m3's answers
+// and m4's, and their timers started again. With no master for 30 s, every
+// session expired. The member being removed now keeps from standing after
+// a voter of the new configuration with a log as long refused it.
+#[test]
+fn cell_removal_crash_seed_6000938_without_lock_delay_holds_every_invariant() {
+    let settings = Settings {
+        lock_delay: Some(std::time::Duration::ZERO),
+        ..Settings::default()
+    };
+    let (run, report) = judged("cell-removal-crash", 6_000_938, settings);
+    assert!(report.passed(), "{}", report.summary(&run));
+}
+
 // LOCK-15, SEM-4: in `semaphore` seed 2 a permit's release, given up on
 // during a partition, left the contender key held while its give-back ran
 // on; the session's next wait found itself in its own way and ended with an

@@ -13,6 +13,7 @@ use super::lease::MasterLease;
 use super::log::CellLog;
 use super::machine::CellMachine;
 use super::network::{CellNetwork, Dialer};
+use super::rounds::Outstood;
 use super::volume::{DirVolume, Volume};
 use super::{CellTypes, NodeId};
 pub use crate::config::DEFAULT_SNAPSHOT_EVERY;
@@ -111,6 +112,9 @@ pub struct Member {
     /// The last leader that sent this member entries or a heartbeat, and
     /// when (`CELL-9`).
     pub(crate) led_by: Arc<std::sync::Mutex<Option<(NodeId, tokio::time::Instant)>>>,
+    /// The last member that refused this one's vote holding a log at
+    /// least as long, and when (`CELL-9`).
+    pub(crate) outstood: Outstood,
     /// When a refusal of each peer was last logged: a peer refused keeps
     /// retrying, and its refusals are logged once a minute, not each time.
     pub(crate) refusals_logged:
@@ -182,6 +186,7 @@ impl Member {
         });
         let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone())
             .with_secret(config.secret.clone());
+        let outstood = network.outstood();
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -210,6 +215,7 @@ impl Member {
             lease,
             log,
             led_by: Arc::default(),
+            outstood,
             refusals_logged: Arc::default(),
             _lock: lock.map(|taken| Arc::new(taken.lock)),
         })

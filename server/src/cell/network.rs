@@ -31,6 +31,7 @@ use tokio_util::codec::Framed;
 
 use super::frame::FrameCodec;
 use super::lease::MasterLease;
+use super::rounds::Outstood;
 use super::{CellTypes, NodeId};
 use crate::codec::{decode, encode};
 pub use crate::config::MAX_PEER_FRAME;
@@ -163,6 +164,7 @@ pub struct CellNetwork {
     dialer: Arc<dyn Dialer>,
     lease: Arc<MasterLease>,
     reach: Arc<Reach>,
+    outstood: Outstood,
 }
 
 /// Which members this one could not reach at its last call, so that an
@@ -206,7 +208,14 @@ impl CellNetwork {
             dialer,
             lease,
             reach: Arc::default(),
+            outstood: Outstood::default(),
         }
+    }
+
+    /// Where this member's vote requests note a refusal by a member whose
+    /// log ends at or past this one's (`CELL-9`).
+    pub(crate) fn outstood(&self) -> Outstood {
+        self.outstood.clone()
     }
 
     /// Presents `secret` to the other members (`CELL-4`).
@@ -231,6 +240,7 @@ impl RaftNetworkFactory<CellTypes> for CellNetwork {
             dialer: self.dialer.clone(),
             lease: self.lease.clone(),
             reach: self.reach.clone(),
+            outstood: self.outstood.clone(),
             conn: None,
         }
     }
@@ -243,6 +253,7 @@ pub struct PeerClient {
     dialer: Arc<dyn Dialer>,
     lease: Arc<MasterLease>,
     reach: Arc<Reach>,
+    outstood: Outstood,
     conn: Option<Framed<Box<dyn PeerStream>, FrameCodec>>,
 }
 
@@ -381,8 +392,15 @@ impl RaftNetwork<CellTypes> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let ours = rpc.last_log_id;
         match self.call(PeerRequest::Vote(rpc), &option).await? {
             PeerResponse::Vote(answer) => {
+                if let Ok(refused) = &answer {
+                    if !refused.vote_granted && refused.last_log_id >= ours {
+                        self.outstood
+                            .note(self.hello.to, tokio::time::Instant::now());
+                    }
+                }
                 answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))
             }
             _ => Err(self.unexpected()),

@@ -255,12 +255,17 @@ fn vote_refused(vote: openraft::Vote<NodeId>, member: &Member) -> VoteResponse<N
     VoteResponse::new(vote, member.log.last_log_id(), false)
 }
 
+/// A member this one heard from, and how long ago.
+pub(crate) type Heard = Option<(NodeId, Duration)>;
+
 /// Whether member `me`, holding `membership`, stands for election when
 /// its leader goes silent (`CELL-9`): always as a voter of the newest
 /// configuration; otherwise (the member being removed, still a voter of
-/// the old half of a joint change) only once no leader that is a voter of
-/// the newest configuration has been heard for twice the longest election
-/// timeout (`led_by`: that leader, and how long ago).
+/// the old half of a joint change) only once, for twice the longest
+/// election timeout, no leader that is a voter of the newest
+/// configuration has been heard (`led_by`: that leader, and how long ago)
+/// and no such voter has refused this member's vote request holding a log
+/// at least as long as its own (`outstood`: that voter, and how long ago).
 ///
 /// Its candidacy would be refused anyway while such a leader runs, but it
 /// would still cost the cell its master: standing raises the member's own
@@ -269,18 +274,26 @@ fn vote_refused(vote: openraft::Vote<NodeId>, member: &Member) -> VoteResponse<N
 /// term, this member rejects the new leader's first append with its own
 /// higher vote, and the leader steps down. Round after round, the cell
 /// had no master (`cell-membership` seed 920167). Kept from standing, it
-/// stays a term behind, and the next leader's appends are taken. It may
-/// still stand once the newest configuration's voters have been silent
-/// long enough: it may then be the only member able to finish the change.
+/// stays a term behind, and the next leader's appends are taken.
+///
+/// With no leader running, a voter of the newest configuration whose log
+/// is at least as long is a candidate at least as able to win, and will
+/// stand; this member's rounds would only raise the term, which the
+/// rightful candidates take on from its answers and from the voters it
+/// asks, and each time their election timers start again
+/// (`cell-removal-crash` seed 6000938). It may still stand once the
+/// newest configuration's voters have been silent long enough: it may
+/// then be the only member able to finish the change.
 pub(crate) fn may_stand(
     membership: &openraft::Membership<NodeId, BasicNode>,
     me: NodeId,
-    led_by: Option<(NodeId, Duration)>,
+    (led_by, outstood): (Heard, Heard),
     election_max: Duration,
 ) -> bool {
-    newest_voter(membership, me)
-        || !led_by
-            .is_some_and(|(leader, ago)| ago < 2 * election_max && newest_voter(membership, leader))
+    let recent_rightful = |heard: Heard| {
+        heard.is_some_and(|(voter, ago)| ago < 2 * election_max && newest_voter(membership, voter))
+    };
+    newest_voter(membership, me) || !(recent_rightful(led_by) || recent_rightful(outstood))
 }
 
 /// Whether `id` is a voter of the newest configuration of `membership`.
@@ -480,8 +493,8 @@ mod tests {
     fn a_voter_of_the_newest_configuration_always_stands() {
         let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
         let led = Some((2, Duration::from_millis(10)));
-        assert!(may_stand(&joint, 1, led, ELECTION_MAX));
-        assert!(may_stand(&joint, 4, None, ELECTION_MAX));
+        assert!(may_stand(&joint, 1, (led, None), ELECTION_MAX));
+        assert!(may_stand(&joint, 4, (None, None), ELECTION_MAX));
     }
 
     // CELL-9: cell-membership seed 920167
@@ -489,12 +502,12 @@ mod tests {
     fn the_member_being_removed_does_not_stand_while_a_rightful_leader_is_heard() {
         let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
         let led = Some((2, Duration::from_millis(10)));
-        assert!(!may_stand(&joint, 3, led, ELECTION_MAX));
+        assert!(!may_stand(&joint, 3, (led, None), ELECTION_MAX));
         // Heard long enough ago, it may stand: perhaps only it can finish
         // the change.
         let silent = Some((2, 2 * ELECTION_MAX));
-        assert!(may_stand(&joint, 3, silent, ELECTION_MAX));
-        assert!(may_stand(&joint, 3, None, ELECTION_MAX));
+        assert!(may_stand(&joint, 3, (silent, None), ELECTION_MAX));
+        assert!(may_stand(&joint, 3, (None, None), ELECTION_MAX));
     }
 
     #[test]
@@ -506,14 +519,35 @@ mod tests {
         assert!(may_stand(
             &joint,
             3,
-            Some((3, Duration::ZERO)),
+            (Some((3, Duration::ZERO)), None),
             ELECTION_MAX
         ));
         assert!(may_stand(
             &three_removed,
             3,
-            Some((5, Duration::ZERO)),
+            (Some((5, Duration::ZERO)), None),
             ELECTION_MAX
         ));
+    }
+
+    // CELL-9: cell-removal-crash seed 6000938
+    #[test]
+    fn the_member_being_removed_does_not_stand_after_a_rightful_voter_outstood_it() {
+        let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
+        let outstood = Some((1, Duration::from_millis(10)));
+        assert!(!may_stand(&joint, 3, (None, outstood), ELECTION_MAX));
+        // Long enough ago, it may stand: that voter may be gone.
+        let long_ago = Some((1, 2 * ELECTION_MAX));
+        assert!(may_stand(&joint, 3, (None, long_ago), ELECTION_MAX));
+        // A voter of the old half only is no rightful candidate.
+        let old_half = membership(&[&[1, 2, 3, 4, 5], &[1, 2, 4]]);
+        assert!(may_stand(
+            &old_half,
+            3,
+            (None, Some((5, Duration::ZERO))),
+            ELECTION_MAX
+        ));
+        // A voter of the newest configuration stands whoever outstood it.
+        assert!(may_stand(&joint, 4, (None, outstood), ELECTION_MAX));
     }
 }

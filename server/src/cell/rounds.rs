@@ -14,9 +14,12 @@
 //! member keeps from standing for a pause drawn up to the longest
 //! election timeout, so that tied rounds come apart.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::NodeId;
 
 /// What this member knows of its own rounds.
 #[derive(Debug, Default)]
@@ -55,6 +58,33 @@ impl Rounds {
     /// Whether this member keeps from standing at `now`.
     pub(crate) fn paused(&self, now: Instant) -> bool {
         self.paused_until.is_some_and(|until| now < until)
+    }
+}
+
+/// The last member that refused this member's vote request while its own
+/// log ended at or past the candidate's, and when (`CELL-9`). Such a
+/// member is a candidate at least as able to win as this one: when it is
+/// a voter of the newest configuration and this member is not (the member
+/// being removed, during the change), this member keeps from standing for
+/// a while. Its rounds would win nothing, and each would raise its vote
+/// to a new term that the rightful candidates take on from its answers
+/// and from the voters it asks, resetting their election timers: a
+/// member being removed whose timer runs shortest kept the cell without
+/// a master for 30 s after it crashed and came back
+/// (`cell-removal-crash` seed 6000938).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outstood(Arc<Mutex<Option<(NodeId, Instant)>>>);
+
+impl Outstood {
+    /// `refuser` refused a vote request, holding a log that ends at or
+    /// past the candidate's, at `now`.
+    pub(crate) fn note(&self, refuser: NodeId, now: Instant) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((refuser, now));
+    }
+
+    /// The last such refuser, and when.
+    pub(crate) fn last(&self) -> Option<(NodeId, Instant)> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -326,6 +326,10 @@ async fn lead(
         // of its own that failed (CELL-12).
         let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
         let led_by = led_by.map(|(leader, at)| (leader, at.elapsed()));
+        let outstood = member
+            .outstood
+            .last()
+            .map(|(voter, at)| (voter, at.elapsed()));
         let election_max = member.config.timing.election_max;
         let instant = tokio::time::Instant::now();
         let candidate_in = (m.state == ServerState::Candidate && m.vote.leader_id.node_id == me)
@@ -336,7 +340,12 @@ async fn lead(
             Duration::from_millis(rand::Rng::gen_range(&mut ElectionRng, 0..most))
         });
         let stand = (member.config.broken.hear_any_candidate
-            || may_stand(m.membership_config.membership(), me, led_by, election_max))
+            || may_stand(
+                m.membership_config.membership(),
+                me,
+                (led_by, outstood),
+                election_max,
+            ))
             && !rounds.paused(instant);
         if stand != standing {
             member.raft.runtime_config().elect(stand);
