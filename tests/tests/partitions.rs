@@ -251,6 +251,25 @@ fn a_leader_that_keeps_its_lease_while_asked_for_a_higher_vote_is_caught() {
     );
 }
 
+// CELL-9: a leader asked for a change its configuration already shows
+// answers `Done` only once a quorum confirms that configuration is one and
+// committed. In `cell-removal-crash` seed 5001668 a master restarted as
+// leader of its old term held a joint configuration nobody else had taken;
+// answering at once, it told the operator m4 was added, and the cell went
+// on without m4.
+#[test]
+fn a_done_answered_from_a_configuration_nobody_took_is_caught() {
+    let settings = Settings {
+        broken_cell: BrokenRules {
+            done_unsettled: true,
+            ..BrokenRules::default()
+        },
+        ..Settings::default()
+    };
+    let (run, report) = judged("cell-removal-crash", 5_001_668, settings);
+    assert!(!report.of("members").is_empty(), "{}", report.summary(&run));
+}
+
 // CS-1: the short partitions really happened, and nobody left Normal.
 #[test]
 fn a_partition_inside_the_local_lease_never_leaves_normal() {

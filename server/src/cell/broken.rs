@@ -28,6 +28,10 @@ pub struct BrokenRules {
     /// Every member hears every candidate and stands whenever its leader
     /// goes silent, whichever configuration it is in (`CELL-9`).
     pub hear_any_candidate: bool,
+    /// A leader asked for a change its configuration already shows answers
+    /// `Done` at once, without confirming with a quorum that the
+    /// configuration is one and committed (`CELL-9`).
+    pub done_unsettled: bool,
     /// Not a rule but a slow machine: the member's task that starts and
     /// stops its master notices this late that the member no longer
     /// leads. The master lease must stop the master without it.

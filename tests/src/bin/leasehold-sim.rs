@@ -76,7 +76,9 @@ struct Knobs {
     /// (followers refuse rivals for half the window the master lease
     /// counts on, CELL-6), `yield` (a leader asked for a higher vote keeps
     /// its lease, CELL-6), `candidate` (members hear every candidate and
-    /// always stand, CELL-9).
+    /// always stand, CELL-9), `settled` (a leader answers `Done` for a
+    /// change its configuration shows without confirming that
+    /// configuration is committed, CELL-9).
     #[arg(long = "break-cell-rule", value_enum)]
     break_cell_rule: Vec<CellRule>,
 }
@@ -88,6 +90,7 @@ enum CellRule {
     RefusalWindow,
     Yield,
     Candidate,
+    Settled,
 }
 
 impl Knobs {
@@ -114,6 +117,7 @@ impl Knobs {
                 }
                 CellRule::Yield => broken.keep_lease_when_asked = true,
                 CellRule::Candidate => broken.hear_any_candidate = true,
+                CellRule::Settled => broken.done_unsettled = true,
             }
         }
         if let Some(ms) = self.lock_delay_ms {

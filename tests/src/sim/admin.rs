@@ -59,8 +59,12 @@ pub async fn run(trace: Trace, members: Vec<String>, changes: Vec<Scheduled>) ->
             sleep(Duration::from_millis(250)).await;
         };
         let outcome = match done {
-            Some(_) => "done",
-            None => "given-up",
+            Some(ChangeReply::Done { voters, .. }) => {
+                let voters = voters.into_iter().collect();
+                trace.push(HOST, What::Configured { voters });
+                "done"
+            }
+            _ => "given-up",
         };
         trace.push(HOST, fault(&format!("{what}-{outcome}"), &name));
     }

@@ -76,6 +76,22 @@ impl Registry {
         })
     }
 
+    /// The voters of each configuration the leader of the newest term
+    /// holds, if a member leads.
+    fn configuration(&self) -> Option<Vec<Vec<u64>>> {
+        let leader = self.leader()?;
+        let members = self.0.lock().unwrap();
+        let metrics = members.get(&leader)?.raft().metrics();
+        let m = metrics.borrow();
+        let configs = m.membership_config.membership().get_joint_config();
+        Some(
+            configs
+                .iter()
+                .map(|c| c.iter().copied().collect())
+                .collect(),
+        )
+    }
+
     /// Each running member's replica whose applied index is not the one
     /// `last` has for it: the index and a digest of what it holds.
     fn replicas(&self, last: &BTreeMap<String, u64>) -> Vec<(String, u64, u64)> {
@@ -107,6 +123,8 @@ impl Registry {
 #[derive(Default)]
 pub struct Sampler {
     last: BTreeMap<String, u64>,
+    /// The leader's membership when it last changed.
+    configuration: Option<Vec<Vec<u64>>>,
 }
 
 impl Sampler {
@@ -114,6 +132,12 @@ impl Sampler {
         for (name, index, digest) in registry.replicas(&self.last) {
             self.last.insert(name.clone(), index);
             trace.push_at(at, &name, What::Replica { index, digest });
+        }
+        if let Some(configs) = registry.configuration() {
+            if self.configuration.as_ref() != Some(&configs) {
+                self.configuration = Some(configs.clone());
+                trace.push_at(at, "cell", What::Configuration { configs });
+            }
         }
     }
 }

@@ -333,16 +333,16 @@ impl Scenario {
     /// Whether a run of this scenario gives the check `invariant` something
     /// to judge, so that a run in which it judged nothing is a test that
     /// could not fail. What a scenario runs says which: a single master has
-    /// no replicas to compare; semaphore slots carry no sequencer to fence
-    /// writes with; clients that only read and write hold no lock and wait
-    /// for none.
+    /// no replicas to compare and no members to change; semaphore slots
+    /// carry no sequencer to fence writes with; clients that only read and
+    /// write hold no lock and wait for none.
     pub fn expects(&self, invariant: &str) -> bool {
-        use super::check::{access, cache, exclusion, fencing, replicas, waits};
+        use super::check::{access, cache, exclusion, fencing, members, replicas, waits};
         let locks = self.role.is_none_or(|role| {
             matches!(role, Role::Locker | Role::Elector | Role::SemaphoreHolder)
         });
         match invariant {
-            replicas::NAME => self.members > 0,
+            replicas::NAME | members::NAME => self.members > 0,
             cache::NAME => !self.quiet,
             access::NAME => self.access,
             fencing::NAME => locks && self.role != Some(Role::SemaphoreHolder),

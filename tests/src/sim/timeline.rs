@@ -57,7 +57,10 @@ pub fn svg(run: &Run, report: &Report) -> String {
             {
                 continue
             }
-            What::RunStarted { .. } | What::RunEnded { .. } => continue,
+            What::RunStarted { .. }
+            | What::RunEnded { .. }
+            | What::Configured { .. }
+            | What::Configuration { .. } => continue,
             _ => &e.who,
         };
         if !lanes.contains(lane) {

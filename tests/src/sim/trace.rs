@@ -183,6 +183,12 @@ pub enum What {
     /// A cell member's replica had applied the log up to `index`, and
     /// held what `digest` sums up.
     Replica { index: u64, digest: u64 },
+    /// The operator was told a change of members is done: the voters now
+    /// (`CELL-9`).
+    Configured { voters: Vec<u64> },
+    /// The cell's leader (of the newest term) holds a membership of these
+    /// voters, one set, or two while a change is joint.
+    Configuration { configs: Vec<Vec<u64>> },
 }
 
 /// The trace of one run, shared by every host.

@@ -41,6 +41,7 @@ pub mod fencing;
 pub mod history;
 pub mod linearizable;
 pub mod masters;
+pub mod members;
 pub mod replicas;
 pub mod states;
 pub mod waits;
@@ -232,6 +233,7 @@ pub fn all(trace: &[Entry]) -> Report {
     add(containment::NAME, containment::check(run));
     add(failover::NAME, failover::check(run));
     add(masters::NAME, masters::check(run));
+    add(members::NAME, members::check(run));
     add(replicas::NAME, replicas::check(run));
     add(access::NAME, access::check(run));
     report.transitions = transitions;
