@@ -11,6 +11,9 @@
 # BINARY is a copy of a release leasehold-sim, so that a rebuild does not
 # change it halfway. Run it at low priority beside other work:
 #   nice -n 19 tests/sweeps.sh /var/tmp/sweeps ./leasehold-sim-abc123 semaphore random
+# Several drivers may share DIR and scenarios: each claims a run
+# (chunks/<tag>.claim holds its process id) before it starts it, and a
+# claim whose driver is gone is taken over.
 set -uo pipefail
 dir=$1 bin=$(realpath "$2"); shift 2
 mkdir -p "$dir/chunks"
@@ -28,6 +31,12 @@ for scenario in "$@"; do
     for k in 0 1 2 3 4 5 6 7 8 9; do
       first=$((base + k * 500)) tag=$scenario.$mode.$k
       [ -f "chunks/$tag.done" ] && continue
+      claim=chunks/$tag.claim
+      if ! (set -o noclobber; echo $$ >"$claim") 2>/dev/null; then
+        owner=$(cat "$claim" 2>/dev/null)
+        [ -n "$owner" ] && [ "$owner" != $$ ] && kill -0 "$owner" 2>/dev/null && continue
+        echo $$ >"$claim"
+      fi
       started=$(date +%s)
       "$bin" sweep --scenario "$scenario" --seeds 500 --first-seed "$first" --jobs 1 "${extra[@]}" \
         >"chunks/$tag.out" 2>&1
