@@ -121,7 +121,7 @@ async fn members_started_with_the_cell_in_leasehold_addr_listen_on_their_own_add
 // account (state dumps, each retry) is left to RUST_LOG.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_is_one_line_in_each_other_members_log() {
-    let mut cell = Cell::start_logging("quiet", true, true);
+    let mut cell = Cell::start_as("quiet", true);
     let (master, _) = cell.master().await;
     let down = if master == 3 { 2 } else { 3 };
     // What each member logged before the kill: on a loaded machine a
@@ -159,7 +159,7 @@ async fn a_member_down_is_one_line_in_each_other_members_log() {
 // that anyone may end any session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_without_an_operator_token_warns_at_start() {
-    let cell = Cell::start_logging("no-operator", true, true);
+    let cell = Cell::start_as("no-operator", true);
     cell.master().await;
     for id in cell.members.keys() {
         let log = std::fs::read_to_string(cell.dir.join(format!("log-{id}"))).unwrap();

@@ -244,36 +244,32 @@ fn cell_status_against_a_tls_master_says_it_is_no_member() {
 fn a_cell_speaking_mutual_tls_serves_clients_and_status_over_tls() {
     let d = dir("tls-cell");
     let pki = Pki::new(&d, "cell");
-    let (addrs, cell) = common::cell::three_members();
     let ca = pki.ca.to_str().unwrap();
-    let mut children = Vec::new();
-    for (i, addr) in addrs.iter().enumerate() {
-        let member = &pki.members[i];
-        let node = (i + 1).to_string();
-        let data = d.join(format!("m{node}"));
-        let (child, listening) = common::spawn_serve_logging(
-            &[
-                "--cell",
-                &cell,
-                "--node",
-                &node,
-                "--listen",
-                addr,
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--tls-cert",
-                member.cert.to_str().unwrap(),
-                "--tls-key",
-                member.key.to_str().unwrap(),
-                "--tls-client-ca",
-                ca,
-            ],
-            &[],
-            std::process::Stdio::null(),
-        );
-        assert_eq!(&listening, addr);
-        children.push(child);
-    }
+    let members = common::cell::start_three(&d, |id, addr, cell, _| {
+        let member = &pki.members[id as usize - 1];
+        let data = d.join(format!("m{id}"));
+        let _ = std::fs::remove_dir_all(&data);
+        let args = [
+            "--cell",
+            cell,
+            "--node",
+            &id.to_string(),
+            "--listen",
+            addr,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--tls-cert",
+            member.cert.to_str().unwrap(),
+            "--tls-key",
+            member.key.to_str().unwrap(),
+            "--tls-client-ca",
+            ca,
+        ];
+        (args.iter().map(|a| a.to_string()).collect(), Vec::new())
+    });
+    let addrs: Vec<String> = members.values().map(|(_, addr)| addr.clone()).collect();
+    let mut children: Vec<std::process::Child> =
+        members.into_values().map(|(child, _)| child).collect();
     let every = addrs.join(",");
     let (cert, key) = (
         pki.client.cert.to_str().unwrap(),

@@ -26,6 +26,58 @@ pub fn three_members() -> (Vec<String>, String) {
     (addrs, cell)
 }
 
+/// Starts three `leasehold serve` members on fresh loopback ports, each
+/// with the arguments and environment `member(id, addr, cell, every)`
+/// gives (`cell`: the `--cell` list; `every`: the addresses joined by
+/// commas), its log in `log-ID` under `dir`.
+///
+/// The ports are chosen before any member listens, and on a busy machine
+/// another process can take one in between (an outgoing connection's
+/// port comes from the same range): that member says the address is in
+/// use and exits, the others are stopped, and the three start again on new
+/// ports: `member` is asked again, and must name a fresh data directory
+/// (a member that started founded a cell on the old ports). Any other
+/// failure to start fails the test with the member's log.
+#[allow(dead_code)]
+pub fn start_three(
+    dir: impl AsRef<std::path::Path>,
+    member: impl Fn(u64, &str, &str, &str) -> (Vec<String>, Vec<(String, String)>),
+) -> BTreeMap<u64, (Child, String)> {
+    'ports: for _attempt in 0..5 {
+        let (addrs, cell) = three_members();
+        let every = addrs.join(",");
+        let mut members = BTreeMap::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let id = (i + 1) as u64;
+            let (args, env) = member(id, addr, &cell, &every);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let log_path = dir.as_ref().join(format!("log-{id}"));
+            let log = std::fs::File::create(&log_path).unwrap();
+            match super::try_spawn_serve(&args, &env, std::process::Stdio::from(log)) {
+                Ok((child, listening)) => {
+                    assert_eq!(&listening, addr);
+                    members.insert(id, (child, addr.clone()));
+                }
+                Err(_) => {
+                    for (child, _) in members.values_mut() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                    if log.contains("Address already in use") {
+                        continue 'ports;
+                    }
+                    panic!("member {id} did not start:\n{log}");
+                }
+            }
+        }
+        return members;
+    }
+    panic!("five sets of ports were each taken before the members listened");
+}
+
 /// Three members on free loopback ports, each with its own data directory.
 pub struct Cell {
     pub members: BTreeMap<u64, (Child, String)>,
@@ -39,46 +91,33 @@ impl Cell {
 
     /// Without `listen`, members get no `--listen` and `LEASEHOLD_ADDR`
     /// names every member, as a shell set up for the cell's clients has it.
+    /// Each member's log goes to `log-ID` in the cell's directory.
     pub fn start_as(name: &str, listen: bool) -> Cell {
-        Cell::start_logging(name, listen, false)
-    }
-
-    /// With `logs`, each member's log goes to `log-ID` in the cell's
-    /// directory.
-    pub fn start_logging(name: &str, listen: bool, logs: bool) -> Cell {
         let dir = std::env::temp_dir().join(format!("leasehold-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let (addrs, cell) = three_members();
-        let mut members = BTreeMap::new();
-        let every = addrs.join(",");
+        std::fs::create_dir_all(&dir).unwrap();
         // As README's cell has it: a secret the members share, which is
         // also the operator's right to change them (`CELL-10`).
-        std::fs::create_dir_all(&dir).unwrap();
         let secret = dir.join("cell-secret");
         std::fs::write(&secret, format!("the secret of cell {name}\n")).unwrap();
-        for (i, addr) in addrs.iter().enumerate() {
-            let id = (i + 1) as u64;
+        let members = start_three(&dir, |id, addr, cell, every| {
             let data = dir.join(format!("m{id}"));
-            let node = id.to_string();
-            let mut args = vec!["--cell", &cell, "--node", &node, "--cell-id", name];
-            args.extend(["--data-dir", data.to_str().unwrap()]);
-            args.extend(["--cell-secret-file", secret.to_str().unwrap()]);
-            let env: Vec<(&str, &str)> = if listen {
-                args.extend(["--listen", addr]);
-                Vec::new()
+            let _ = std::fs::remove_dir_all(&data);
+            let mut args: Vec<String> = ["--cell", cell, "--node", &id.to_string()]
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            args.extend(["--cell-id".into(), name.into()]);
+            args.extend(["--data-dir".into(), data.to_str().unwrap().into()]);
+            args.extend(["--cell-secret-file".into(), secret.to_str().unwrap().into()]);
+            let mut env = Vec::new();
+            if listen {
+                args.extend(["--listen".into(), addr.into()]);
             } else {
-                vec![("LEASEHOLD_ADDR", every.as_str())]
-            };
-            let stderr = if logs {
-                let log = std::fs::File::create(dir.join(format!("log-{id}"))).unwrap();
-                std::process::Stdio::from(log)
-            } else {
-                std::process::Stdio::null()
-            };
-            let (child, listening) = super::spawn_serve_logging(&args, &env, stderr);
-            assert_eq!(&listening, addr);
-            members.insert(id, (child, addr.clone()));
-        }
+                env.push(("LEASEHOLD_ADDR".to_string(), every.to_string()));
+            }
+            (args, env)
+        });
         Cell { members, dir }
     }
 

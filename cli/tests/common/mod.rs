@@ -33,6 +33,18 @@ pub fn spawn_serve_with_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Stri
 
 /// [`spawn_serve_with_env`], the server's log going to `stderr`.
 pub fn spawn_serve_logging(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> (Child, String) {
+    try_spawn_serve(args, env, stderr)
+        .unwrap_or_else(|line| panic!("unexpected first line {line:?}"))
+}
+
+/// [`spawn_serve_logging`], or the first line the server printed instead
+/// of where it listens (empty if it exited first), the server reaped.
+#[allow(dead_code)]
+pub fn try_spawn_serve(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> Result<(Child, String), String> {
     let mut child = Command::new(BIN)
         .args(["serve", "--min-lease", "100ms"])
         .args(args)
@@ -45,12 +57,14 @@ pub fn spawn_serve_logging(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .expect("read the listening line");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    (child, addr)
+    match line.trim().strip_prefix("listening on ") {
+        Some(addr) => Ok((child, addr.to_string())),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(line)
+        }
+    }
 }
 
 /// A `leasehold serve` on a free loopback port, killed on drop.
