@@ -251,6 +251,28 @@ fn a_leader_that_keeps_its_lease_while_asked_for_a_higher_vote_is_caught() {
     );
 }
 
+// CELL-9: the member being removed keeps from standing after a voter of
+// the new configuration with a log as long refused it; standing anyway,
+// its rounds keep restarting the rightful candidates' timers, and the cell
+// stays without a master (`cell-removal-crash` seed 6000938).
+#[test]
+fn a_member_being_removed_that_stands_after_it_was_outstood_is_caught() {
+    let settings = Settings {
+        lock_delay: Some(std::time::Duration::ZERO),
+        broken_cell: BrokenRules {
+            stand_when_outstood: true,
+            ..BrokenRules::default()
+        },
+        ..Settings::default()
+    };
+    let (run, report) = judged("cell-removal-crash", 6_000_938, settings);
+    assert!(
+        !report.of("failover").is_empty(),
+        "{}",
+        report.summary(&run)
+    );
+}
+
 // CELL-9: a leader asked for a change its configuration already shows
 // answers `Done` only once a quorum confirms that configuration is one and
 // committed. In `cell-removal-crash` seed 5001668 a master restarted as

@@ -28,6 +28,9 @@ pub struct BrokenRules {
     /// Every member hears every candidate and stands whenever its leader
     /// goes silent, whichever configuration it is in (`CELL-9`).
     pub hear_any_candidate: bool,
+    /// The member being removed stands even after a voter of the new
+    /// configuration with a log as long refused it (`CELL-9`).
+    pub stand_when_outstood: bool,
     /// A leader asked for a change its configuration already shows answers
     /// `Done` at once, without confirming with a quorum that the
     /// configuration is one and committed (`CELL-9`).

@@ -329,7 +329,8 @@ async fn lead(
         let outstood = member
             .outstood
             .last()
-            .map(|(voter, at)| (voter, at.elapsed()));
+            .map(|(voter, at)| (voter, at.elapsed()))
+            .filter(|_| !member.config.broken.stand_when_outstood);
         let election_max = member.config.timing.election_max;
         let instant = tokio::time::Instant::now();
         let candidate_in = (m.state == ServerState::Candidate && m.vote.leader_id.node_id == me)

@@ -76,7 +76,9 @@ struct Knobs {
     /// (followers refuse rivals for half the window the master lease
     /// counts on, CELL-6), `yield` (a leader asked for a higher vote keeps
     /// its lease, CELL-6), `candidate` (members hear every candidate and
-    /// always stand, CELL-9), `settled` (a leader answers `Done` for a
+    /// always stand, CELL-9), `outstood` (the member being removed stands
+    /// after a voter of the new configuration with as long a log refused
+    /// it, CELL-9), `settled` (a leader answers `Done` for a
     /// change its configuration shows without confirming that
     /// configuration is committed, CELL-9).
     #[arg(long = "break-cell-rule", value_enum)]
@@ -90,6 +92,7 @@ enum CellRule {
     RefusalWindow,
     Yield,
     Candidate,
+    Outstood,
     Settled,
 }
 
@@ -117,6 +120,7 @@ impl Knobs {
                 }
                 CellRule::Yield => broken.keep_lease_when_asked = true,
                 CellRule::Candidate => broken.hear_any_candidate = true,
+                CellRule::Outstood => broken.stand_when_outstood = true,
                 CellRule::Settled => broken.done_unsettled = true,
             }
         }
