@@ -366,7 +366,8 @@ impl Session {
     /// ```
     pub async fn lock(&self, key: &str, options: LockOptions) -> Result<LockGuard, ClientError> {
         let wait = options.timeout.unwrap_or(LONGEST_WAIT).min(LONGEST_WAIT);
-        self.acquire(key, options, Some(wait)).await
+        self.acquire(key, options, Some(wait), Withdraw::OnDrop)
+            .await
     }
 
     /// Takes the lock of `key` only if it can be had at once; fails with
@@ -376,7 +377,7 @@ impl Session {
         key: &str,
         options: LockOptions,
     ) -> Result<LockGuard, ClientError> {
-        self.acquire(key, options, None).await
+        self.acquire(key, options, None, Withdraw::OnDrop).await
     }
 
     /// Asks for the lock of `key`, waiting in line up to `wait` (`None`:
@@ -385,11 +386,17 @@ impl Session {
     /// back this asks again (`LOCK-15`). The master keeps its place in
     /// line for it (`LOCK-3`, `FO-4`), or says it holds the lock already
     /// if it was granted meanwhile (`LOCK-2`).
+    ///
+    /// An acquire that ends with no answer from the master (the caller
+    /// dropped the future, or it gave up riding through an outage) is
+    /// withdrawn, unless it is itself a withdrawal (`withdraw`): see
+    /// [`withdraw_in_background`].
     async fn acquire(
         &self,
         key: &str,
         options: LockOptions,
         wait: Option<Duration>,
+        withdraw: Withdraw,
     ) -> Result<LockGuard, ClientError> {
         let deadline = wait.map(|wait| Instant::now() + wait);
         // A try rides through one outage of a request timeout at most.
@@ -398,6 +405,9 @@ impl Session {
         // Registered before the request goes out: a LockLost the keeper
         // delivers before this task sees the reply must not be dropped.
         let mut asking = Asking::new(self, key);
+        if withdraw == Withdraw::OnDrop {
+            asking.withdraw = Some(options.clone());
+        }
         let signal = asking.signal.clone();
         let mut failures = 0;
         loop {
@@ -426,6 +436,11 @@ impl Session {
                 answer = call => answer,
                 () = back_in_contact(states) => continue,
             };
+            if matches!(answer, Ok(_) | Err(ClientError::Server(_))) {
+                // The master answered: nothing of this acquire stands in
+                // its line any more.
+                asking.withdraw = None;
+            }
             let (sequencer, index) = match answer {
                 Ok(Response::Acquired { sequencer, index }) => (sequencer, index),
                 Ok(other) => return Err(unexpected(other)),
@@ -528,6 +543,17 @@ struct Asking<'a> {
     signal: watch::Receiver<LockSignal>,
     /// The answer's index, and whether a guard was made for it.
     answer: Option<(u64, bool)>,
+    /// The acquire to withdraw if this one ends before the master answered
+    /// it: it may still wait in the master's line.
+    withdraw: Option<LockOptions>,
+}
+
+/// Whether an acquire that ends unanswered is withdrawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Withdraw {
+    OnDrop,
+    /// It is itself a withdrawal.
+    Never,
 }
 
 impl<'a> Asking<'a> {
@@ -538,6 +564,7 @@ impl<'a> Asking<'a> {
             key,
             signal,
             answer: None,
+            withdraw: None,
         }
     }
 
@@ -560,6 +587,27 @@ impl Drop for Asking<'_> {
         if let Some(heard) = ended {
             release_in_background(Releasing::new(self.session, self.key, heard));
         }
+        if let Some(options) = self.withdraw.take() {
+            withdraw_in_background(self.session.clone(), self.key.to_string(), options);
+        }
+    }
+}
+
+/// Withdraws an acquire of `key` that ended before the master answered it
+/// (`LOCK-17`). It may still wait in the master's line, and be granted
+/// there later with nobody to hear the answer: the session would hold the
+/// lock, and nobody else get it, until the session ended. The same acquire
+/// with no wait takes its place and ends it (`LOCK-3`); if the session
+/// holds the lock by then (granted meanwhile, or free now), it is answered
+/// as a holder asking again (`LOCK-2`) or granted, and given back at once.
+fn withdraw_in_background(session: Session, key: String, options: LockOptions) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let taken = session.acquire(&key, options, None, Withdraw::Never).await;
+            if let Ok(guard) = taken {
+                let _ = guard.release().await;
+            }
+        });
     }
 }
 

@@ -320,6 +320,89 @@ async fn dropping_a_guard_releases_the_lock() {
     }
 }
 
+/// Waits until `key`'s line on the master is `waiters` long.
+async fn line_of(client: &Client, key: &str, waiters: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.lock_info(key).await.unwrap().waiters_total != waiters {
+        assert!(
+            Instant::now() < deadline,
+            "the line never became {waiters} long"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+// LOCK-17: a wait given up by its caller leaves the master's line, and the
+// lock goes to nobody when its holder lets it go.
+#[tokio::test]
+async fn a_wait_given_up_by_its_caller_leaves_the_line() {
+    let (_server, client) = setup().await;
+    let holder = session(&client, Duration::ZERO).await;
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let waiter = session(&client, Duration::ZERO).await;
+    let wait = waiter.lock("k", LockOptions::exclusive());
+    let given_up = tokio::time::timeout(Duration::from_millis(300), wait).await;
+    assert!(given_up.is_err(), "the wait was still under way");
+    line_of(&client, "k", 0).await;
+    guard.release().await.unwrap();
+    let info = client.lock_info("k").await.unwrap();
+    assert!(info.holders.is_empty(), "{info:?}");
+    assert!(waiter.state() == SessionState::Normal);
+}
+
+// LOCK-17: a wait granted as its caller gave up on it, the grant still on
+// its way, is given back: the session does not keep a lock nobody heard it
+// was granted.
+#[tokio::test]
+async fn a_lock_granted_to_a_wait_given_up_is_given_back() {
+    let (server, client) = setup().await;
+    let holder = session(&client, Duration::ZERO).await;
+    let guard = holder
+        .try_lock("k", LockOptions::exclusive())
+        .await
+        .unwrap();
+    let proxy = Proxy::start(server.addr).await;
+    let proxied = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let waiter = session(&proxied, Duration::ZERO).await;
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("k", LockOptions::exclusive()).await })
+    };
+    line_of(&client, "k", 1).await;
+    // The master grants the wait; its answer waits in the relay while the
+    // caller gives up.
+    proxy.set(Link::Hold);
+    guard.release().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client
+        .lock_info("k")
+        .await
+        .unwrap()
+        .holders
+        .first()
+        .map(|h| h.0)
+        != Some(waiter.id())
+    {
+        assert!(Instant::now() < deadline, "the wait was never granted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    waiting.abort();
+    let _ = waiting.await;
+    proxy.set(Link::Pass);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !client.lock_info("k").await.unwrap().holders.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter's session kept the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(waiter.state(), SessionState::Normal);
+}
+
 // LOCK-11, LOCK-10: a closing session's guards count as lost before any of
 // its locks is released, so no two holders act at once.
 #[tokio::test]
