@@ -397,8 +397,8 @@ impl RaftNetwork<CellTypes> for PeerClient {
             PeerResponse::Vote(answer) => {
                 if let Ok(refused) = &answer {
                     if !refused.vote_granted && refused.last_log_id >= ours {
-                        self.outstood
-                            .note(self.hello.to, tokio::time::Instant::now());
+                        let now = tokio::time::Instant::now();
+                        self.outstood.note(self.hello.to, now, ours);
                     }
                 }
                 answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.hello.to, e)))

@@ -265,7 +265,8 @@ pub(crate) type Heard = Option<(NodeId, Duration)>;
 /// election timeout, no leader that is a voter of the newest
 /// configuration has been heard (`led_by`: that leader, and how long ago)
 /// and no such voter has refused this member's vote request holding a log
-/// at least as long as its own (`outstood`: that voter, and how long ago).
+/// at least as long as its own (`outstood`: each refuser, and how long
+/// ago).
 ///
 /// Its candidacy would be refused anyway while such a leader runs, but it
 /// would still cost the cell its master: standing raises the member's own
@@ -287,13 +288,14 @@ pub(crate) type Heard = Option<(NodeId, Duration)>;
 pub(crate) fn may_stand(
     membership: &openraft::Membership<NodeId, BasicNode>,
     me: NodeId,
-    (led_by, outstood): (Heard, Heard),
+    (led_by, outstood): (Heard, &[(NodeId, Duration)]),
     election_max: Duration,
 ) -> bool {
-    let recent_rightful = |heard: Heard| {
-        heard.is_some_and(|(voter, ago)| ago < 2 * election_max && newest_voter(membership, voter))
+    let recent_rightful = |(voter, ago): (NodeId, Duration)| {
+        ago < 2 * election_max && newest_voter(membership, voter)
     };
-    newest_voter(membership, me) || !(recent_rightful(led_by) || recent_rightful(outstood))
+    newest_voter(membership, me)
+        || !(led_by.is_some_and(recent_rightful) || outstood.iter().copied().any(recent_rightful))
 }
 
 /// Whether `id` is a voter of the newest configuration of `membership`.
@@ -493,8 +495,8 @@ mod tests {
     fn a_voter_of_the_newest_configuration_always_stands() {
         let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
         let led = Some((2, Duration::from_millis(10)));
-        assert!(may_stand(&joint, 1, (led, None), ELECTION_MAX));
-        assert!(may_stand(&joint, 4, (None, None), ELECTION_MAX));
+        assert!(may_stand(&joint, 1, (led, &[]), ELECTION_MAX));
+        assert!(may_stand(&joint, 4, (None, &[]), ELECTION_MAX));
     }
 
     // CELL-9: cell-membership seed 920167
@@ -502,12 +504,12 @@ mod tests {
     fn the_member_being_removed_does_not_stand_while_a_rightful_leader_is_heard() {
         let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
         let led = Some((2, Duration::from_millis(10)));
-        assert!(!may_stand(&joint, 3, (led, None), ELECTION_MAX));
+        assert!(!may_stand(&joint, 3, (led, &[]), ELECTION_MAX));
         // Heard long enough ago, it may stand: perhaps only it can finish
         // the change.
         let silent = Some((2, 2 * ELECTION_MAX));
-        assert!(may_stand(&joint, 3, (silent, None), ELECTION_MAX));
-        assert!(may_stand(&joint, 3, (None, None), ELECTION_MAX));
+        assert!(may_stand(&joint, 3, (silent, &[]), ELECTION_MAX));
+        assert!(may_stand(&joint, 3, (None, &[]), ELECTION_MAX));
     }
 
     #[test]
@@ -519,13 +521,13 @@ mod tests {
         assert!(may_stand(
             &joint,
             3,
-            (Some((3, Duration::ZERO)), None),
+            (Some((3, Duration::ZERO)), &[]),
             ELECTION_MAX
         ));
         assert!(may_stand(
             &three_removed,
             3,
-            (Some((5, Duration::ZERO)), None),
+            (Some((5, Duration::ZERO)), &[]),
             ELECTION_MAX
         ));
     }
@@ -534,20 +536,18 @@ mod tests {
     #[test]
     fn the_member_being_removed_does_not_stand_after_a_rightful_voter_outstood_it() {
         let joint = membership(&[&[1, 2, 3, 4], &[1, 2, 4]]);
-        let outstood = Some((1, Duration::from_millis(10)));
-        assert!(!may_stand(&joint, 3, (None, outstood), ELECTION_MAX));
+        let outstood = [(1, Duration::from_millis(10))];
+        assert!(!may_stand(&joint, 3, (None, &outstood), ELECTION_MAX));
         // Long enough ago, it may stand: that voter may be gone.
-        let long_ago = Some((1, 2 * ELECTION_MAX));
-        assert!(may_stand(&joint, 3, (None, long_ago), ELECTION_MAX));
-        // A voter of the old half only is no rightful candidate.
+        let long_ago = [(1, 2 * ELECTION_MAX)];
+        assert!(may_stand(&joint, 3, (None, &long_ago), ELECTION_MAX));
+        // A voter of the old half only is no rightful candidate, and does
+        // not hide one that is.
         let old_half = membership(&[&[1, 2, 3, 4, 5], &[1, 2, 4]]);
-        assert!(may_stand(
-            &old_half,
-            3,
-            (None, Some((5, Duration::ZERO))),
-            ELECTION_MAX
-        ));
+        let both = [(1, Duration::ZERO), (5, Duration::ZERO)];
+        assert!(may_stand(&old_half, 3, (None, &both[1..]), ELECTION_MAX));
+        assert!(!may_stand(&old_half, 3, (None, &both), ELECTION_MAX));
         // A voter of the newest configuration stands whoever outstood it.
-        assert!(may_stand(&joint, 4, (None, outstood), ELECTION_MAX));
+        assert!(may_stand(&joint, 4, (None, &outstood), ELECTION_MAX));
     }
 }

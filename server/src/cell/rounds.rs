@@ -14,9 +14,11 @@
 //! member keeps from standing for a pause drawn up to the longest
 //! election timeout, so that tied rounds come apart.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use openraft::LogId;
 use tokio::time::Instant;
 
 use super::NodeId;
@@ -61,30 +63,40 @@ impl Rounds {
     }
 }
 
-/// The last member that refused this member's vote request while its own
-/// log ended at or past the candidate's, and when (`CELL-9`). Such a
-/// member is a candidate at least as able to win as this one: when it is
-/// a voter of the newest configuration and this member is not (the member
-/// being removed, during the change), this member keeps from standing for
-/// a while. Its rounds would win nothing, and each would raise its vote
-/// to a new term that the rightful candidates take on from its answers
-/// and from the voters it asks, resetting their election timers: a
-/// member being removed whose timer runs shortest kept the cell without
-/// a master for 30 s after it crashed and came back
-/// (`cell-removal-crash` seed 6000938).
+/// The members that refused this member's vote requests while their logs
+/// ended at or past the candidate's, each with when and the log the
+/// candidate asked with (`CELL-9`). Such a member is a candidate at least
+/// as able to win as this one: when it is a voter of the newest
+/// configuration and this member is not (the member being removed, during
+/// the change), this member keeps from standing for a while. Its rounds
+/// would win nothing, and each would raise its vote to a new term that the
+/// rightful candidates take on from its answers and from the voters it
+/// asks, resetting their election timers: a member being removed whose
+/// timer runs shortest kept the cell without a master for 30 s after it
+/// crashed and came back (`cell-removal-crash` seed 6000938).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Outstood(Arc<Mutex<Option<(NodeId, Instant)>>>);
+pub(crate) struct Outstood(Arc<Mutex<Refusals>>);
+
+type Refusals = BTreeMap<NodeId, (Instant, Option<LogId<NodeId>>)>;
 
 impl Outstood {
-    /// `refuser` refused a vote request, holding a log that ends at or
-    /// past the candidate's, at `now`.
-    pub(crate) fn note(&self, refuser: NodeId, now: Instant) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((refuser, now));
+    /// `refuser` refused, at `now`, a vote request this member sent with
+    /// its log ending at `asked`, its own log ending at or past that.
+    pub(crate) fn note(&self, refuser: NodeId, now: Instant, asked: Option<LogId<NodeId>>) {
+        let mut refusals = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        refusals.insert(refuser, (now, asked));
     }
 
-    /// The last such refuser, and when.
-    pub(crate) fn last(&self) -> Option<(NodeId, Instant)> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// Each refuser, and when, whose refusal still speaks of this member's
+    /// log, which ends at `ours` now: once the log has grown past what it
+    /// asked with (it led, and wrote), the refuser may be behind it.
+    pub(crate) fn refusers(&self, ours: Option<LogId<NodeId>>) -> Vec<(NodeId, Instant)> {
+        let refusals = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        refusals
+            .iter()
+            .filter(|(_, (_, asked))| ours <= *asked)
+            .map(|(refuser, (at, _))| (*refuser, *at))
+            .collect()
     }
 }
 
@@ -130,5 +142,31 @@ mod tests {
         rounds.observe(None, true, now, || PAUSE);
         rounds.observe(Some(5), false, now, || PAUSE);
         assert!(!rounds.paused(now));
+    }
+
+    fn at(term: u64, index: u64) -> Option<LogId<NodeId>> {
+        Some(LogId::new(openraft::CommittedLeaderId::new(term, 1), index))
+    }
+
+    // CELL-9: every refuser is kept, not only the last to answer.
+    #[test]
+    fn each_refuser_is_kept() {
+        let now = Instant::now();
+        let outstood = Outstood::default();
+        outstood.note(1, now, at(1, 5));
+        outstood.note(5, now, at(1, 5));
+        let refusers: Vec<NodeId> = outstood.refusers(at(1, 5)).iter().map(|r| r.0).collect();
+        assert_eq!(refusers, [1, 5]);
+    }
+
+    // CELL-9: a refusal measured against a log this member has since grown
+    // past says nothing of the log now.
+    #[test]
+    fn a_refusal_of_a_shorter_log_no_longer_counts() {
+        let now = Instant::now();
+        let outstood = Outstood::default();
+        outstood.note(1, now, at(1, 5));
+        assert!(outstood.refusers(at(2, 6)).is_empty());
+        assert_eq!(outstood.refusers(at(1, 4)).len(), 1);
     }
 }

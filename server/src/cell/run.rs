@@ -326,11 +326,16 @@ async fn lead(
         // of its own that failed (CELL-12).
         let led_by = *member.led_by.lock().unwrap_or_else(|e| e.into_inner());
         let led_by = led_by.map(|(leader, at)| (leader, at.elapsed()));
-        let outstood = member
-            .outstood
-            .last()
-            .map(|(voter, at)| (voter, at.elapsed()))
-            .filter(|_| !member.config.broken.stand_when_outstood);
+        let outstood: Vec<(NodeId, Duration)> = if member.config.broken.stand_when_outstood {
+            Vec::new()
+        } else {
+            let ours = member.log.last_log_id();
+            let refusers = member.outstood.refusers(ours);
+            refusers
+                .into_iter()
+                .map(|(voter, at)| (voter, at.elapsed()))
+                .collect()
+        };
         let election_max = member.config.timing.election_max;
         let instant = tokio::time::Instant::now();
         let candidate_in = (m.state == ServerState::Candidate && m.vote.leader_id.node_id == me)
@@ -344,7 +349,7 @@ async fn lead(
             || may_stand(
                 m.membership_config.membership(),
                 me,
-                (led_by, outstood),
+                (led_by, &outstood),
                 election_max,
             ))
             && !rounds.paused(instant);
