@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::cell::Cell;
+use common::cell::{cli_riding_elections, Cell};
 use common::traffic::{locker, writer, Acknowledged};
 use leasehold::{Client, LockOptions, SessionOptions, SessionState};
 use tokio::time::Instant;
@@ -172,10 +172,7 @@ async fn a_member_without_an_operator_token_warns_at_start() {
 
 /// `leasehold cell status` against `addrs`.
 fn cell_status(addrs: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["--addr", addrs, "cell", "status"])
-        .output()
-        .expect("run leasehold cell status")
+    cli_riding_elections(&["--addr", addrs, "cell", "status"])
 }
 
 // CELL-8: given one member, `cell status` learns the configuration from
@@ -197,18 +194,15 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
         );
     }
     let removed = if master == 3 { 2 } else { 3 };
-    let remove = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "--addr",
-            &cell.addrs(),
-            "cell",
-            "remove",
-            &removed.to_string(),
-            "--cell-secret-file",
-            cell.secret_file().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let remove = cli_riding_elections(&[
+        "--addr",
+        &cell.addrs(),
+        "cell",
+        "remove",
+        &removed.to_string(),
+        "--cell-secret-file",
+        cell.secret_file().to_str().unwrap(),
+    ]);
     assert!(remove.status.success(), "{remove:?}");
     let out = cell_status(&cell.addrs());
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
@@ -226,10 +220,7 @@ async fn status_prints_the_masters_figures_then_every_member() {
     let cell = Cell::start("status-figures");
     let (master, _) = cell.master().await;
     let other = if master == 1 { 2 } else { 1 };
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["--addr", &cell.members[&other].1, "status"])
-        .output()
-        .unwrap();
+    let out = cli_riding_elections(&["--addr", &cell.members[&other].1, "status"]);
     assert!(out.status.success(), "{out:?}");
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(printed.starts_with("version "), "{printed}");
@@ -255,11 +246,9 @@ async fn a_cells_snapshot_is_saved_from_any_member_and_restores() {
     let (master, _) = cell.master().await;
     let other = if master == 1 { 2 } else { 1 };
     let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["--addr", &cell.members[&other].1])
-            .args(args)
-            .output()
-            .unwrap()
+        let mut all = vec!["--addr", cell.members[&other].1.as_str()];
+        all.extend_from_slice(args);
+        cli_riding_elections(&all)
     };
     let put = run(&["put", "svc/db", "10.0.0.5"]);
     assert!(put.status.success(), "{put:?}");

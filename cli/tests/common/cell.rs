@@ -199,3 +199,28 @@ impl Cell {
         assert!(sent.success(), "kill {signal} {pid}");
     }
 }
+
+/// Runs `leasehold` with `args`, and again (up to five times in all, 200
+/// ms apart) while it exits 3 (the outcome is unknown) or 69 (no master
+/// reached). On a loaded machine a new cell's members can hold an election
+/// again soon after the first master was seen, and a command cut off by it
+/// learns only that. For commands whose repetition changes nothing the
+/// test looks at.
+#[allow(dead_code)]
+pub fn cli_riding_elections(args: &[&str]) -> std::process::Output {
+    let run = || {
+        std::process::Command::new(super::BIN)
+            .args(args)
+            .output()
+            .expect("run leasehold")
+    };
+    let mut out = run();
+    for _ in 1..5 {
+        if !matches!(out.status.code(), Some(3 | 69)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        out = run();
+    }
+    out
+}
