@@ -1,0 +1,273 @@
+//! A connection to a master or a cell, and the calls that need no session.
+
+use std::sync::Mutex;
+
+use leasehold::{ClientConfig, DeleteOptions, PutOptions, SessionOptions};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use crate::errors;
+use crate::runtime;
+use crate::session::{positive, Session};
+use crate::values::{contents, maybe_seconds, seconds, Node, Stat};
+
+/// A client of a Leasehold master, or of the master of the cell whose
+/// members ``addr`` lists (``"a:7171,b:7171,c:7171"``). Safe to share
+/// between threads. Use it as a context manager: leaving the block closes
+/// its connections.
+#[pyclass(module = "leasehold._leasehold", name = "Client", frozen)]
+pub struct Client {
+    inner: Mutex<Option<leasehold::Client>>,
+    addr: String,
+}
+
+impl Client {
+    fn client(&self) -> PyResult<leasehold::Client> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .clone()
+            .ok_or_else(|| errors::raise("RequestRefused", "the client is closed".into(), &[]))
+    }
+}
+
+/// The sequencer's bytes, from bytes or the hex the CLI prints.
+fn sequencer_bytes(value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(bytes) = value.cast::<PyBytes>() {
+        return Ok(bytes.as_bytes().to_vec());
+    }
+    if let Ok(text) = value.cast::<PyString>() {
+        let text = text.to_cow()?;
+        return leasehold::Sequencer::from_hex(text.trim())
+            .map(|s| s.to_bytes())
+            .ok_or_else(|| PyValueError::new_err("not a sequencer's hex"));
+    }
+    Err(PyTypeError::new_err(
+        "a sequencer is bytes, or its hex as str",
+    ))
+}
+
+#[pymethods]
+impl Client {
+    /// Connects, failing at once if no master can be reached.
+    /// ``timeout``: seconds allowed for connecting and for each request's
+    /// answer; ``token``: a bearer token the connection acts with.
+    #[staticmethod]
+    #[pyo3(signature = (addr, *, timeout=None, token=None, operator_token=None))]
+    fn connect(
+        py: Python<'_>,
+        addr: String,
+        timeout: Option<Bound<'_, PyAny>>,
+        token: Option<String>,
+        operator_token: Option<String>,
+    ) -> PyResult<Client> {
+        let mut config = ClientConfig::default();
+        if let Some(timeout) = maybe_seconds(timeout.as_ref(), "timeout")? {
+            let timeout = positive(timeout, "timeout")?;
+            config.connect_timeout = timeout;
+            config.request_timeout = timeout;
+        }
+        config.token = token;
+        config.operator_token = operator_token;
+        let to = addr.clone();
+        let client = runtime::wait(py, leasehold::Client::connect_with(to, config), None)?
+            .map_err(errors::to_py)?;
+        Ok(Client {
+            inner: Mutex::new(Some(client)),
+            addr,
+        })
+    }
+
+    /// Creates a session. ``lease``, ``grace`` and ``lock_delay`` are
+    /// seconds (floats) or ``datetime.timedelta``; None takes the master's
+    /// lease (12 s), a 45 s grace period and a 15 s lock-delay.
+    #[pyo3(signature = (name, *, lease=None, grace=None, lock_delay=None, cache_keys=None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        name: String,
+        lease: Option<Bound<'_, PyAny>>,
+        grace: Option<Bound<'_, PyAny>>,
+        lock_delay: Option<Bound<'_, PyAny>>,
+        cache_keys: Option<usize>,
+    ) -> PyResult<Session> {
+        let mut options = SessionOptions::new(name);
+        if let Some(lease) = lease.as_ref() {
+            options.lease = Some(positive(seconds(lease, "lease")?, "lease")?);
+        }
+        if let Some(grace) = grace.as_ref() {
+            options.grace = positive(seconds(grace, "grace")?, "grace")?;
+        }
+        options.lock_delay = maybe_seconds(lock_delay.as_ref(), "lock_delay")?;
+        if let Some(keys) = cache_keys {
+            options.cache_keys = keys;
+        }
+        let client = self.client()?;
+        let session = runtime::wait(
+            py,
+            async move { client.create_session(options).await },
+            None,
+        )?
+        .map_err(errors::to_py)?;
+        Ok(Session::new(session))
+    }
+
+    /// The node at ``key``, or None.
+    #[pyo3(signature = (key, *, timeout=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        key: String,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Node>> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let client = self.client()?;
+        let node = runtime::wait(py, async move { client.get(&key).await }, timeout)?
+            .map_err(errors::to_py)?;
+        Ok(node.map(Node::from))
+    }
+
+    /// The metadata of the node at ``key``, or None.
+    #[pyo3(signature = (key, *, timeout=None))]
+    fn stat(
+        &self,
+        py: Python<'_>,
+        key: String,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Stat>> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let client = self.client()?;
+        let stat = runtime::wait(py, async move { client.stat(&key).await }, timeout)?
+            .map_err(errors::to_py)?;
+        Ok(stat.map(Stat::from))
+    }
+
+    /// Writes ``value`` (bytes, or str as UTF-8) at ``key``; returns the
+    /// node's new modify index. ``cas``: only if the node's modify index is
+    /// still this (0: only if there is no node), else ``Conflict``;
+    /// ``ephemeral``: a session whose end deletes the node.
+    #[pyo3(signature = (key, value, *, cas=None, flags=None, ephemeral=None, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: String,
+        value: Bound<'_, PyAny>,
+        cas: Option<u64>,
+        flags: Option<u64>,
+        ephemeral: Option<PyRef<'_, Session>>,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let value = contents(&value)?;
+        let mut options = PutOptions::new();
+        if let Some(cas) = cas {
+            options = options.cas(cas);
+        }
+        if let Some(flags) = flags {
+            options = options.flags(flags);
+        }
+        if let Some(session) = ephemeral.as_ref() {
+            options = options.ephemeral(&session.inner);
+        }
+        let client = self.client()?;
+        runtime::wait(
+            py,
+            async move { client.put(&key, value, options).await },
+            timeout,
+        )?
+        .map_err(errors::to_py)
+    }
+
+    /// Deletes the node at ``key`` (``recursive``: and everything below);
+    /// returns how many nodes were deleted.
+    #[pyo3(signature = (key, *, cas=None, recursive=false, timeout=None))]
+    fn delete(
+        &self,
+        py: Python<'_>,
+        key: String,
+        cas: Option<u64>,
+        recursive: bool,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let mut options = DeleteOptions::new();
+        if let Some(cas) = cas {
+            options = options.cas(cas);
+        }
+        if recursive {
+            options = options.recursive();
+        }
+        let client = self.client()?;
+        let deleted = runtime::wait(
+            py,
+            async move { client.delete(&key, options).await },
+            timeout,
+        )?
+        .map_err(errors::to_py)?;
+        Ok(deleted.total)
+    }
+
+    /// The keys under ``prefix``, one level down unless ``recursive``.
+    #[pyo3(signature = (prefix, *, recursive=false, timeout=None))]
+    fn list(
+        &self,
+        py: Python<'_>,
+        prefix: String,
+        recursive: bool,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let client = self.client()?;
+        runtime::wait(
+            py,
+            async move { client.list(&prefix, recursive).await },
+            timeout,
+        )?
+        .map_err(errors::to_py)
+    }
+
+    /// Whether ``sequencer`` (bytes, or its hex) still names a lock its
+    /// session holds, not freed and taken again since.
+    #[pyo3(signature = (sequencer, *, timeout=None))]
+    fn check_sequencer(
+        &self,
+        py: Python<'_>,
+        sequencer: Bound<'_, PyAny>,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let bytes = sequencer_bytes(&sequencer)?;
+        let client = self.client()?;
+        runtime::wait(
+            py,
+            async move { client.check_sequencer(&bytes).await },
+            timeout,
+        )?
+        .map_err(errors::to_py)
+    }
+
+    /// Closes the client's connections. Sessions made with it stop being
+    /// kept alive.
+    fn close(&self) {
+        let client = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(client), Ok(handle)) = (client, runtime::handle()) {
+            let _entered = handle.enter();
+            drop(client);
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Client({:?})", self.addr)
+    }
+}

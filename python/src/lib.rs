@@ -1,0 +1,34 @@
+//! `leasehold._leasehold`: the Leasehold client for Python, over the Rust
+//! client library, so Python gets the session machine, locks and cache the
+//! simulations check. The package `leasehold` (python/leasehold) wraps it.
+
+mod client;
+mod dispatch;
+mod errors;
+mod lock;
+mod runtime;
+mod session;
+mod states;
+mod values;
+
+use pyo3::prelude::*;
+
+/// Stops the callbacks' threads, then the runtime: registered with
+/// `atexit`, so nothing of ours runs once the interpreter finalizes.
+#[pyfunction]
+fn _shutdown(py: Python<'_>) {
+    dispatch::stop_all(py);
+    runtime::shutdown(py);
+}
+
+#[pymodule]
+fn _leasehold(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_class::<client::Client>()?;
+    module.add_class::<session::Session>()?;
+    module.add_class::<lock::LockGuard>()?;
+    module.add_class::<values::Node>()?;
+    module.add_class::<values::Stat>()?;
+    module.add_function(wrap_pyfunction!(_shutdown, module)?)?;
+    Ok(())
+}
