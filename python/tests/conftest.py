@@ -18,11 +18,12 @@ def binary() -> str:
 
 
 class Server:
-    """One master, in memory, killed at the end of the test."""
+    """One master, in memory unless given flags, killed at the end of the test."""
 
     def __init__(self, *flags: str) -> None:
+        where = flags or ("--listen", "127.0.0.1:0", "--in-memory")
         self.process = subprocess.Popen(
-            [binary(), "serve", "--listen", "127.0.0.1:0", "--in-memory", "--min-lease", "100ms", *flags],
+            [binary(), "serve", "--min-lease", "100ms", *where],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -32,6 +33,11 @@ class Server:
             self.stop()
             raise RuntimeError(f"leasehold serve printed {line!r}")
         self.addr = line[len("listening on ") :]
+
+    @classmethod
+    def on_disk(cls, data: str, listen: str) -> "Server":
+        """A master keeping its state in ``data``, listening on ``listen``."""
+        return cls("--listen", listen, "--data-dir", data)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         """Runs the CLI against this master."""
@@ -49,3 +55,13 @@ def server():
     started = Server()
     yield started
     started.stop()
+
+
+@pytest.fixture
+def proxy(server):
+    """A relay to the master that can hold traffic."""
+    from proxy import Proxy
+
+    relay = Proxy(server.addr)
+    yield relay
+    relay.stop()
