@@ -247,6 +247,22 @@ impl Client {
         .map_err(errors::to_py)
     }
 
+    /// The leader of the election on ``key``: ``(session id, value)``, or
+    /// None.
+    #[pyo3(signature = (key, *, timeout=None))]
+    fn leader<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<(String, Bound<'py, PyBytes>)>> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let client = self.client()?;
+        let leader = runtime::wait(py, async move { client.leader(&key).await }, timeout)?
+            .map_err(errors::to_py)?;
+        Ok(leader.map(|l| (l.session.to_string(), PyBytes::new(py, &l.value))))
+    }
+
     /// Closes the client's connections. Sessions made with it stop being
     /// kept alive.
     fn close(&self) {

@@ -5,10 +5,13 @@
 mod client;
 mod dispatch;
 mod errors;
+mod held;
 mod lock;
+mod recipes;
 mod runtime;
 mod session;
 mod states;
+mod subscription;
 mod values;
 
 use pyo3::prelude::*;
@@ -27,6 +30,12 @@ fn _leasehold(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<client::Client>()?;
     module.add_class::<session::Session>()?;
     module.add_class::<lock::LockGuard>()?;
+    module.add_class::<recipes::Election>()?;
+    module.add_class::<recipes::Term>()?;
+    module.add_class::<recipes::Semaphore>()?;
+    module.add_class::<recipes::Permit>()?;
+    module.add_class::<subscription::Subscription>()?;
+    module.add_class::<subscription::Event>()?;
     module.add_class::<values::Node>()?;
     module.add_class::<values::Stat>()?;
     module.add_function(wrap_pyfunction!(_shutdown, module)?)?;

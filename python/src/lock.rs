@@ -1,14 +1,13 @@
 //! A held lock: its sequencer, whether it can still be relied on, and the
 //! event set the moment it cannot.
 
-use std::sync::{Arc, Mutex};
-
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
-use tokio::task::JoinHandle;
+use pyo3::types::{PyBytes, PyTuple};
 
 use crate::errors;
+use crate::held::Held;
 use crate::runtime;
+use crate::values::maybe_seconds;
 
 /// A lock this session holds. Use it as a context manager: leaving the
 /// block releases the lock.
@@ -22,55 +21,17 @@ pub struct LockGuard {
     key: String,
     sequencer: Vec<u8>,
     sequencer_hex: String,
-    guard: Mutex<Option<Arc<leasehold::LockGuard>>>,
-    watcher: Mutex<Option<JoinHandle<()>>>,
-    lost: Py<PyAny>,
+    held: Held<leasehold::LockGuard>,
 }
 
 impl LockGuard {
-    /// Wraps `guard`, with a task that sets the `lost` event.
     pub fn new(py: Python<'_>, guard: leasehold::LockGuard) -> PyResult<LockGuard> {
-        let lost = py.import("threading")?.getattr("Event")?.call0()?.unbind();
-        let guard = Arc::new(guard);
-        let watched = guard.clone();
-        let event = lost.clone_ref(py);
-        let watcher = runtime::handle()?.spawn(async move {
-            watched.lost().await;
-            Python::attach(|py| {
-                let _ = event.call_method0(py, "set");
-            });
-        });
         Ok(LockGuard {
             key: guard.key().to_string(),
             sequencer: guard.sequencer_bytes().to_vec(),
             sequencer_hex: guard.sequencer().to_hex(),
-            guard: Mutex::new(Some(guard)),
-            watcher: Mutex::new(Some(watcher)),
-            lost,
+            held: Held::new(py, guard, |guard| async move { guard.lost().await })?,
         })
-    }
-
-    /// The Rust guard, once the watcher no longer shares it. Once taken
-    /// (to be released) the lock is not to be relied on: `lost` is set.
-    fn take(&self, py: Python<'_>) -> Option<leasehold::LockGuard> {
-        let guard = self
-            .guard
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        if let Some(watcher) = self
-            .watcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            watcher.abort();
-            if let Ok(handle) = runtime::handle() {
-                let _ = py.detach(|| handle.block_on(watcher));
-            }
-        }
-        let _ = self.lost.call_method0(py, "set");
-        Arc::try_unwrap(guard).ok()
     }
 }
 
@@ -97,22 +58,21 @@ impl LockGuard {
 
     /// Whether the lock can still be relied on now.
     fn is_held(&self) -> bool {
-        let guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().is_some_and(|g| g.is_held())
+        self.held.with(|g| g.is_held()).unwrap_or(false)
     }
 
     /// Set as soon as the lock can no longer be relied on.
     #[getter]
     fn lost(&self, py: Python<'_>) -> Py<PyAny> {
-        self.lost.clone_ref(py)
+        self.held.lost(py)
     }
 
     /// Releases the lock (the last guard of the key gives it back). Safe
     /// to call twice.
     #[pyo3(signature = (timeout=None))]
     fn release(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
-        let timeout = crate::values::maybe_seconds(timeout.as_ref(), "timeout")?;
-        let Some(guard) = self.take(py) else {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let Some(guard) = self.held.take(py) else {
             return Ok(());
         };
         runtime::wait(py, guard.release(), timeout)?.map_err(errors::to_py)
@@ -123,7 +83,7 @@ impl LockGuard {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
         self.release(py, None)?;
         Ok(false)
     }
@@ -133,29 +93,5 @@ impl LockGuard {
             "LockGuard(key={:?}, sequencer={:?})",
             self.key, self.sequencer_hex
         )
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        // Dropped without release: the client gives the lock back in the
-        // background, which needs the runtime.
-        let guard = self
-            .guard
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(watcher) = self
-            .watcher
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            watcher.abort();
-        }
-        if let (Some(guard), Ok(handle)) = (guard, runtime::handle()) {
-            let _entered = handle.enter();
-            drop(guard);
-        }
     }
 }

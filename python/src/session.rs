@@ -146,6 +146,27 @@ impl Session {
         Ok(node.map(Node::from))
     }
 
+    /// Subscribes to changes at ``key`` and its direct children
+    /// (``prefix=True``: at every key at or below it), and to this
+    /// session's states; an iterator of ``Event``.
+    #[pyo3(signature = (key, *, prefix=false))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        key: String,
+        prefix: bool,
+    ) -> PyResult<crate::subscription::Subscription> {
+        let session = self.inner.clone();
+        let options = crate::subscription::options(prefix);
+        let subscribed = runtime::wait(
+            py,
+            async move { session.subscribe(&key, options).await },
+            None,
+        )?
+        .map_err(errors::to_py)?;
+        Ok(crate::subscription::Subscription::new(subscribed))
+    }
+
     /// Closes the session: its locks are released first, so they pass on
     /// without lock-delay. Closing twice, or after expiry, succeeds.
     #[pyo3(signature = (*, timeout=None))]

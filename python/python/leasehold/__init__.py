@@ -16,7 +16,19 @@ guards and the consistent cache that Leasehold's simulations check::
 import atexit as _atexit
 
 from . import _leasehold
-from ._leasehold import Client, LockGuard, Node, Session, Stat
+from ._leasehold import (
+    Client,
+    Election,
+    Event,
+    LockGuard,
+    Node,
+    Permit,
+    Semaphore,
+    Session,
+    Stat,
+    Subscription,
+    Term,
+)
 from .errors import (
     Conflict,
     LeaseholdError,
@@ -39,18 +51,24 @@ _atexit.register(_leasehold._shutdown)
 __all__ = [
     "Client",
     "Conflict",
+    "Election",
+    "Event",
     "LeaseholdError",
     "LockBusy",
     "LockGuard",
     "Node",
     "NotAuthorized",
     "OutcomeUnknown",
+    "Permit",
     "RequestRefused",
     "RetryableError",
+    "Semaphore",
     "Session",
     "SessionExpired",
     "SessionState",
     "Stat",
+    "Subscription",
+    "Term",
     "Timeout",
     "Unavailable",
     "__version__",

@@ -1,0 +1,108 @@
+//! Something held (a lock, an election's term, a semaphore's slot), with
+//! the `threading.Event` set the moment it can no longer be relied on.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use tokio::task::JoinHandle;
+
+use crate::runtime;
+
+/// `T`, shared with a task that waits for it to be lost and then sets
+/// `lost`; taken back whole to be released.
+pub struct Held<T: Send + Sync + 'static> {
+    value: Mutex<Option<Arc<T>>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+    lost: Py<PyAny>,
+}
+
+impl<T: Send + Sync + 'static> Held<T> {
+    /// Holds `value`; `lost(value)` resolves when it can no longer be
+    /// relied on.
+    pub fn new<F, Fut>(py: Python<'_>, value: T, lost: F) -> PyResult<Held<T>>
+    where
+        F: FnOnce(Arc<T>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let event = py.import("threading")?.getattr("Event")?.call0()?.unbind();
+        let value = Arc::new(value);
+        let set = event.clone_ref(py);
+        let lost = lost(value.clone());
+        let watcher = runtime::handle()?.spawn(async move {
+            lost.await;
+            Python::attach(|py| {
+                let _ = set.call_method0(py, "set");
+            });
+        });
+        Ok(Held {
+            value: Mutex::new(Some(value)),
+            watcher: Mutex::new(Some(watcher)),
+            lost: event,
+        })
+    }
+
+    /// `f` of the value, unless it was taken.
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let value = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        value.as_deref().map(f)
+    }
+
+    /// The value, shared, for a call that does not give it up.
+    pub fn shared(&self) -> Option<Arc<T>> {
+        self.value.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The value, to be released: from now on it is not to be relied on,
+    /// and `lost` is set. `None` if taken already, or if a call shares it
+    /// still: it is given back in the background once that call ends.
+    pub fn take(&self, py: Python<'_>) -> Option<T> {
+        let value = self
+            .value
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        if let Some(watcher) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            watcher.abort();
+            if let Ok(handle) = runtime::handle() {
+                let _ = py.detach(|| handle.block_on(watcher));
+            }
+        }
+        let _ = self.lost.call_method0(py, "set");
+        Arc::try_unwrap(value).ok()
+    }
+
+    /// The event set when it can no longer be relied on.
+    pub fn lost(&self, py: Python<'_>) -> Py<PyAny> {
+        self.lost.clone_ref(py)
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Held<T> {
+    fn drop(&mut self) {
+        // Dropped without a release: the client gives it back in the
+        // background, which needs the runtime.
+        if let Some(watcher) = self
+            .watcher
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            watcher.abort();
+        }
+        let value = self
+            .value
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let (Some(value), Ok(handle)) = (value, runtime::handle()) {
+            let _entered = handle.enter();
+            drop(value);
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The recipes: an election, a counting semaphore, and a keeper that hands
+//! out one live session at a time.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::errors;
+use crate::held::Held;
+use crate::runtime;
+use crate::session::Session;
+use crate::values::{contents, maybe_seconds};
+
+/// An election on ``key`` for ``session``: the leader is whoever holds the
+/// key's lock, and its value is the key's contents.
+#[pyclass(module = "leasehold._leasehold", name = "Election", frozen)]
+pub struct Election {
+    session: leasehold::Session,
+    key: String,
+}
+
+impl Election {
+    fn election(&self) -> leasehold::Election {
+        leasehold::Election::new(&self.session, self.key.clone())
+    }
+}
+
+#[pymethods]
+impl Election {
+    #[new]
+    fn new(session: PyRef<'_, Session>, key: String) -> Election {
+        Election {
+            session: session.inner.clone(),
+            key,
+        }
+    }
+
+    /// The election's key.
+    #[getter]
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Waits until this session leads (Ctrl-C or ``timeout`` gives up and
+    /// leaves the line), publishing ``value``; returns the term.
+    #[pyo3(signature = (value, *, timeout=None))]
+    fn campaign(
+        &self,
+        py: Python<'_>,
+        value: Bound<'_, PyAny>,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Term> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let value = contents(&value)?;
+        let election = self.election();
+        let term = runtime::wait(py, async move { election.campaign(value).await }, timeout)?
+            .map_err(errors::to_py)?;
+        Term::new(py, term)
+    }
+
+    /// Leads at once if nobody else does; None if someone does.
+    fn try_campaign(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Option<Term>> {
+        let value = contents(&value)?;
+        let election = self.election();
+        let term = runtime::wait(py, async move { election.try_campaign(value).await }, None)?
+            .map_err(errors::to_py)?;
+        term.map(|term| Term::new(py, term)).transpose()
+    }
+
+    /// The leader now: ``(session id, value)``, or None.
+    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Option<(String, Bound<'py, PyBytes>)>> {
+        let election = self.election();
+        let leader = runtime::wait(py, async move { election.leader().await }, None)?
+            .map_err(errors::to_py)?;
+        Ok(leader.map(|l| (l.session.to_string(), PyBytes::new(py, &l.value))))
+    }
+}
+
+/// A term of leadership. Leaving a ``with`` block resigns.
+#[pyclass(module = "leasehold._leasehold", name = "Term", frozen)]
+pub struct Term {
+    sequencer: Vec<u8>,
+    sequencer_hex: String,
+    held: Held<leasehold::Term>,
+}
+
+impl Term {
+    fn new(py: Python<'_>, term: leasehold::Term) -> PyResult<Term> {
+        Ok(Term {
+            sequencer: term.sequencer_bytes().to_vec(),
+            sequencer_hex: term.sequencer().to_hex(),
+            held: Held::new(py, term, |term| async move { term.lost().await })?,
+        })
+    }
+}
+
+#[pymethods]
+impl Term {
+    /// The term's sequencer: servers the leader writes to refuse older ones.
+    #[getter]
+    fn sequencer<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.sequencer)
+    }
+
+    /// The sequencer as hex.
+    #[getter]
+    fn sequencer_hex(&self) -> &str {
+        &self.sequencer_hex
+    }
+
+    /// Whether leadership can still be relied on now.
+    fn is_leader(&self) -> bool {
+        self.held.with(|t| t.is_leader()).unwrap_or(false)
+    }
+
+    /// Set as soon as leadership can no longer be relied on.
+    #[getter]
+    fn lost(&self, py: Python<'_>) -> Py<PyAny> {
+        self.held.lost(py)
+    }
+
+    /// Publishes a new value without giving up the term.
+    fn proclaim(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<()> {
+        let value = contents(&value)?;
+        let Some(term) = self.held.shared() else {
+            return Err(errors::raise(
+                "RequestRefused",
+                "the term has ended".into(),
+                &[],
+            ));
+        };
+        runtime::wait(py, async move { term.proclaim(value).await }, None)?.map_err(errors::to_py)
+    }
+
+    /// Steps down: the next in line leads at once. Safe to call twice.
+    fn resign(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(term) = self.held.take(py) else {
+            return Ok(());
+        };
+        runtime::wait(py, term.resign(), None)?.map_err(errors::to_py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.resign(py)?;
+        Ok(false)
+    }
+}
+
+/// A counting semaphore of ``limit`` slots under ``prefix`` (Consul's
+/// recipe): each holder's session owns a contender key.
+#[pyclass(module = "leasehold._leasehold", name = "Semaphore", frozen)]
+pub struct Semaphore {
+    session: leasehold::Session,
+    prefix: String,
+    limit: u32,
+}
+
+#[pymethods]
+impl Semaphore {
+    #[new]
+    fn new(session: PyRef<'_, Session>, prefix: String, limit: u32) -> Semaphore {
+        Semaphore {
+            session: session.inner.clone(),
+            prefix,
+            limit,
+        }
+    }
+
+    /// Waits for a slot, up to ``timeout`` seconds (None: as long as the
+    /// session lives); ``value`` goes into the contender key, for people.
+    #[pyo3(signature = (value="", *, timeout=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        value: &str,
+        timeout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Permit> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let semaphore = leasehold::Semaphore::new(&self.session, self.prefix.clone(), self.limit);
+        let value = value.as_bytes().to_vec();
+        let permit = runtime::wait(
+            py,
+            async move { semaphore.acquire(value, timeout).await },
+            None,
+        )?
+        .map_err(errors::to_py)?;
+        Permit::new(py, permit)
+    }
+}
+
+/// One slot of a semaphore. Leaving a ``with`` block releases it.
+#[pyclass(module = "leasehold._leasehold", name = "Permit", frozen)]
+pub struct Permit {
+    held: Held<leasehold::Permit>,
+}
+
+impl Permit {
+    fn new(py: Python<'_>, permit: leasehold::Permit) -> PyResult<Permit> {
+        Ok(Permit {
+            held: Held::new(py, permit, |permit| async move { permit.lost().await })?,
+        })
+    }
+}
+
+#[pymethods]
+impl Permit {
+    /// Whether the slot can still be relied on now.
+    fn is_held(&self) -> bool {
+        self.held.with(|p| p.is_held()).unwrap_or(false)
+    }
+
+    /// Set as soon as the slot can no longer be relied on.
+    #[getter]
+    fn lost(&self, py: Python<'_>) -> Py<PyAny> {
+        self.held.lost(py)
+    }
+
+    /// Gives the slot back. Safe to call twice.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(permit) = self.held.take(py) else {
+            return Ok(());
+        };
+        runtime::wait(py, permit.release(), None)?.map_err(errors::to_py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.release(py)?;
+        Ok(false)
+    }
+}
