@@ -6,6 +6,7 @@ use leasehold::{ClientConfig, DeleteOptions, PutOptions, SessionOptions};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
+use pyo3::IntoPyObjectExt;
 
 use crate::errors;
 use crate::runtime;
@@ -53,14 +54,15 @@ impl Client {
     /// ``timeout``: seconds allowed for connecting and for each request's
     /// answer; ``token``: a bearer token the connection acts with.
     #[staticmethod]
-    #[pyo3(signature = (addr, *, timeout=None, token=None, operator_token=None))]
+    #[pyo3(signature = (addr, *, timeout=None, token=None, operator_token=None, _aio=false))]
     fn connect(
         py: Python<'_>,
         addr: String,
         timeout: Option<Bound<'_, PyAny>>,
         token: Option<String>,
         operator_token: Option<String>,
-    ) -> PyResult<Client> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let mut config = ClientConfig::default();
         if let Some(timeout) = maybe_seconds(timeout.as_ref(), "timeout")? {
             let timeout = positive(timeout, "timeout")?;
@@ -70,18 +72,21 @@ impl Client {
         config.token = token;
         config.operator_token = operator_token;
         let to = addr.clone();
-        let client = runtime::wait(py, leasehold::Client::connect_with(to, config), None)?
-            .map_err(errors::to_py)?;
-        Ok(Client {
-            inner: Mutex::new(Some(client)),
-            addr,
+        let connecting = leasehold::Client::connect_with(to, config);
+        runtime::run(py, connecting, None, _aio, move |py, client| {
+            let made = Client {
+                inner: Mutex::new(Some(client)),
+                addr,
+            };
+            Ok(Py::new(py, made)?.into_any())
         })
     }
 
     /// Creates a session. ``lease``, ``grace`` and ``lock_delay`` are
     /// seconds (floats) or ``datetime.timedelta``; None takes the master's
     /// lease (12 s), a 45 s grace period and a 15 s lock-delay.
-    #[pyo3(signature = (name, *, lease=None, grace=None, lock_delay=None, cache_keys=None))]
+    #[pyo3(signature = (name, *, lease=None, grace=None, lock_delay=None, cache_keys=None, _aio=false))]
+    #[allow(clippy::too_many_arguments)]
     fn session(
         &self,
         py: Python<'_>,
@@ -90,7 +95,8 @@ impl Client {
         grace: Option<Bound<'_, PyAny>>,
         lock_delay: Option<Bound<'_, PyAny>>,
         cache_keys: Option<usize>,
-    ) -> PyResult<Session> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let mut options = SessionOptions::new(name);
         if let Some(lease) = lease.as_ref() {
             options.lease = Some(positive(seconds(lease, "lease")?, "lease")?);
@@ -103,50 +109,51 @@ impl Client {
             options.cache_keys = keys;
         }
         let client = self.client()?;
-        let session = runtime::wait(
-            py,
-            async move { client.create_session(options).await },
-            None,
-        )?
-        .map_err(errors::to_py)?;
-        Ok(Session::new(session))
+        let creating = async move { client.create_session(options).await };
+        runtime::run(py, creating, None, _aio, |py, session| {
+            Ok(Py::new(py, Session::new(session))?.into_any())
+        })
     }
 
     /// The node at ``key``, or None.
-    #[pyo3(signature = (key, *, timeout=None))]
+    #[pyo3(signature = (key, *, timeout=None, _aio=false))]
     fn get(
         &self,
         py: Python<'_>,
         key: String,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Node>> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let client = self.client()?;
-        let node = runtime::wait(py, async move { client.get(&key).await }, timeout)?
-            .map_err(errors::to_py)?;
-        Ok(node.map(Node::from))
+        let reading = async move { client.get(&key).await };
+        runtime::run(py, reading, timeout, _aio, |py, node| {
+            node.map(Node::from).into_py_any(py)
+        })
     }
 
     /// The metadata of the node at ``key``, or None.
-    #[pyo3(signature = (key, *, timeout=None))]
+    #[pyo3(signature = (key, *, timeout=None, _aio=false))]
     fn stat(
         &self,
         py: Python<'_>,
         key: String,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Stat>> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let client = self.client()?;
-        let stat = runtime::wait(py, async move { client.stat(&key).await }, timeout)?
-            .map_err(errors::to_py)?;
-        Ok(stat.map(Stat::from))
+        let reading = async move { client.stat(&key).await };
+        runtime::run(py, reading, timeout, _aio, |py, stat| {
+            stat.map(Stat::from).into_py_any(py)
+        })
     }
 
     /// Writes ``value`` (bytes, or str as UTF-8) at ``key``; returns the
     /// node's new modify index. ``cas``: only if the node's modify index is
     /// still this (0: only if there is no node), else ``Conflict``;
     /// ``ephemeral``: a session whose end deletes the node.
-    #[pyo3(signature = (key, value, *, cas=None, flags=None, ephemeral=None, timeout=None))]
+    #[pyo3(signature = (key, value, *, cas=None, flags=None, ephemeral=None, timeout=None, _aio=false))]
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -157,7 +164,8 @@ impl Client {
         flags: Option<u64>,
         ephemeral: Option<PyRef<'_, Session>>,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<u64> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let value = contents(&value)?;
         let mut options = PutOptions::new();
@@ -171,17 +179,15 @@ impl Client {
             options = options.ephemeral(&session.inner);
         }
         let client = self.client()?;
-        runtime::wait(
-            py,
-            async move { client.put(&key, value, options).await },
-            timeout,
-        )?
-        .map_err(errors::to_py)
+        let writing = async move { client.put(&key, value, options).await };
+        runtime::run(py, writing, timeout, _aio, |py, index| {
+            index.into_py_any(py)
+        })
     }
 
     /// Deletes the node at ``key`` (``recursive``: and everything below);
     /// returns how many nodes were deleted.
-    #[pyo3(signature = (key, *, cas=None, recursive=false, timeout=None))]
+    #[pyo3(signature = (key, *, cas=None, recursive=false, timeout=None, _aio=false))]
     fn delete(
         &self,
         py: Python<'_>,
@@ -189,7 +195,8 @@ impl Client {
         cas: Option<u64>,
         recursive: bool,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<u64> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let mut options = DeleteOptions::new();
         if let Some(cas) = cas {
@@ -199,68 +206,65 @@ impl Client {
             options = options.recursive();
         }
         let client = self.client()?;
-        let deleted = runtime::wait(
-            py,
-            async move { client.delete(&key, options).await },
-            timeout,
-        )?
-        .map_err(errors::to_py)?;
-        Ok(deleted.total)
+        let deleting = async move { client.delete(&key, options).await };
+        runtime::run(py, deleting, timeout, _aio, |py, deleted| {
+            deleted.total.into_py_any(py)
+        })
     }
 
     /// The keys under ``prefix``, one level down unless ``recursive``.
-    #[pyo3(signature = (prefix, *, recursive=false, timeout=None))]
+    #[pyo3(signature = (prefix, *, recursive=false, timeout=None, _aio=false))]
     fn list(
         &self,
         py: Python<'_>,
         prefix: String,
         recursive: bool,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<String>> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let client = self.client()?;
-        runtime::wait(
-            py,
-            async move { client.list(&prefix, recursive).await },
-            timeout,
-        )?
-        .map_err(errors::to_py)
+        let listing = async move { client.list(&prefix, recursive).await };
+        runtime::run(py, listing, timeout, _aio, |py, keys| keys.into_py_any(py))
     }
 
     /// Whether ``sequencer`` (bytes, or its hex) still names a lock its
     /// session holds, not freed and taken again since.
-    #[pyo3(signature = (sequencer, *, timeout=None))]
+    #[pyo3(signature = (sequencer, *, timeout=None, _aio=false))]
     fn check_sequencer(
         &self,
         py: Python<'_>,
         sequencer: Bound<'_, PyAny>,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let bytes = sequencer_bytes(&sequencer)?;
         let client = self.client()?;
-        runtime::wait(
-            py,
-            async move { client.check_sequencer(&bytes).await },
-            timeout,
-        )?
-        .map_err(errors::to_py)
+        let checking = async move { client.check_sequencer(&bytes).await };
+        runtime::run(py, checking, timeout, _aio, |py, valid| {
+            valid.into_py_any(py)
+        })
     }
 
     /// The leader of the election on ``key``: ``(session id, value)``, or
     /// None.
-    #[pyo3(signature = (key, *, timeout=None))]
-    fn leader<'py>(
+    #[pyo3(signature = (key, *, timeout=None, _aio=false))]
+    fn leader(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         key: String,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Option<(String, Bound<'py, PyBytes>)>> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let client = self.client()?;
-        let leader = runtime::wait(py, async move { client.leader(&key).await }, timeout)?
-            .map_err(errors::to_py)?;
-        Ok(leader.map(|l| (l.session.to_string(), PyBytes::new(py, &l.value))))
+        let reading = async move { client.leader(&key).await };
+        runtime::run(py, reading, timeout, _aio, |py, leader| {
+            leader
+                .map(|l| (l.session.to_string(), PyBytes::new(py, &l.value)))
+                .into_py_any(py)
+        })
     }
 
     /// Closes the client's connections. Sessions made with it stop being

@@ -4,7 +4,6 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::errors;
 use crate::held::Held;
 use crate::runtime;
 use crate::values::maybe_seconds;
@@ -69,13 +68,22 @@ impl LockGuard {
 
     /// Releases the lock (the last guard of the key gives it back). Safe
     /// to call twice.
-    #[pyo3(signature = (timeout=None))]
-    fn release(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+    #[pyo3(signature = (timeout=None, *, _aio=false))]
+    fn release(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Bound<'_, PyAny>>,
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
-        let Some(guard) = self.held.take(py) else {
-            return Ok(());
+        let guard = self.held.take(py);
+        let releasing = async move {
+            match guard {
+                Some(guard) => guard.release().await,
+                None => Ok(()),
+            }
         };
-        runtime::wait(py, guard.release(), timeout)?.map_err(errors::to_py)
+        runtime::run(py, releasing, timeout, _aio, |py, ()| Ok(py.None()))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -84,7 +92,7 @@ impl LockGuard {
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.release(py, None)?;
+        self.release(py, None, false)?;
         Ok(false)
     }
 

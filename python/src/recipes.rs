@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use pyo3::IntoPyObjectExt;
 
 use crate::errors;
 use crate::held::Held;
@@ -42,36 +43,50 @@ impl Election {
 
     /// Waits until this session leads (Ctrl-C or ``timeout`` gives up and
     /// leaves the line), publishing ``value``; returns the term.
-    #[pyo3(signature = (value, *, timeout=None))]
+    #[pyo3(signature = (value, *, timeout=None, _aio=false))]
     fn campaign(
         &self,
         py: Python<'_>,
         value: Bound<'_, PyAny>,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Term> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let value = contents(&value)?;
         let election = self.election();
-        let term = runtime::wait(py, async move { election.campaign(value).await }, timeout)?
-            .map_err(errors::to_py)?;
-        Term::new(py, term)
+        let campaigning = async move { election.campaign(value).await };
+        runtime::run(py, campaigning, timeout, _aio, |py, term| {
+            Ok(Py::new(py, Term::new(py, term)?)?.into_any())
+        })
     }
 
     /// Leads at once if nobody else does; None if someone does.
-    fn try_campaign(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Option<Term>> {
+    #[pyo3(signature = (value, *, _aio=false))]
+    fn try_campaign(
+        &self,
+        py: Python<'_>,
+        value: Bound<'_, PyAny>,
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let value = contents(&value)?;
         let election = self.election();
-        let term = runtime::wait(py, async move { election.try_campaign(value).await }, None)?
-            .map_err(errors::to_py)?;
-        term.map(|term| Term::new(py, term)).transpose()
+        let campaigning = async move { election.try_campaign(value).await };
+        runtime::run(py, campaigning, None, _aio, |py, term| match term {
+            Some(term) => Ok(Py::new(py, Term::new(py, term)?)?.into_any()),
+            None => Ok(py.None()),
+        })
     }
 
     /// The leader now: ``(session id, value)``, or None.
-    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Option<(String, Bound<'py, PyBytes>)>> {
+    #[pyo3(signature = (*, _aio=false))]
+    fn leader(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
         let election = self.election();
-        let leader = runtime::wait(py, async move { election.leader().await }, None)?
-            .map_err(errors::to_py)?;
-        Ok(leader.map(|l| (l.session.to_string(), PyBytes::new(py, &l.value))))
+        let reading = async move { election.leader().await };
+        runtime::run(py, reading, None, _aio, |py, leader| {
+            leader
+                .map(|l| (l.session.to_string(), PyBytes::new(py, &l.value)))
+                .into_py_any(py)
+        })
     }
 }
 
@@ -119,7 +134,8 @@ impl Term {
     }
 
     /// Publishes a new value without giving up the term.
-    fn proclaim(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (value, *, _aio=false))]
+    fn proclaim(&self, py: Python<'_>, value: Bound<'_, PyAny>, _aio: bool) -> PyResult<Py<PyAny>> {
         let value = contents(&value)?;
         let Some(term) = self.held.shared() else {
             return Err(errors::raise(
@@ -128,15 +144,21 @@ impl Term {
                 &[],
             ));
         };
-        runtime::wait(py, async move { term.proclaim(value).await }, None)?.map_err(errors::to_py)
+        let proclaiming = async move { term.proclaim(value).await };
+        runtime::run(py, proclaiming, None, _aio, |py, ()| Ok(py.None()))
     }
 
     /// Steps down: the next in line leads at once. Safe to call twice.
-    fn resign(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(term) = self.held.take(py) else {
-            return Ok(());
+    #[pyo3(signature = (*, _aio=false))]
+    fn resign(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
+        let term = self.held.take(py);
+        let resigning = async move {
+            match term {
+                Some(term) => term.resign().await,
+                None => Ok(()),
+            }
         };
-        runtime::wait(py, term.resign(), None)?.map_err(errors::to_py)
+        runtime::run(py, resigning, None, _aio, |py, ()| Ok(py.None()))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -145,7 +167,7 @@ impl Term {
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.resign(py)?;
+        self.resign(py, false)?;
         Ok(false)
     }
 }
@@ -172,23 +194,21 @@ impl Semaphore {
 
     /// Waits for a slot, up to ``timeout`` seconds (None: as long as the
     /// session lives); ``value`` goes into the contender key, for people.
-    #[pyo3(signature = (value="", *, timeout=None))]
+    #[pyo3(signature = (value="", *, timeout=None, _aio=false))]
     fn acquire(
         &self,
         py: Python<'_>,
         value: &str,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Permit> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let semaphore = leasehold::Semaphore::new(&self.session, self.prefix.clone(), self.limit);
         let value = value.as_bytes().to_vec();
-        let permit = runtime::wait(
-            py,
-            async move { semaphore.acquire(value, timeout).await },
-            None,
-        )?
-        .map_err(errors::to_py)?;
-        Permit::new(py, permit)
+        let acquiring = async move { semaphore.acquire(value, timeout).await };
+        runtime::run(py, acquiring, None, _aio, |py, permit| {
+            Ok(Py::new(py, Permit::new(py, permit)?)?.into_any())
+        })
     }
 }
 
@@ -220,11 +240,16 @@ impl Permit {
     }
 
     /// Gives the slot back. Safe to call twice.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(permit) = self.held.take(py) else {
-            return Ok(());
+    #[pyo3(signature = (*, _aio=false))]
+    fn release(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
+        let permit = self.held.take(py);
+        let releasing = async move {
+            match permit {
+                Some(permit) => permit.release().await,
+                None => Ok(()),
+            }
         };
-        runtime::wait(py, permit.release(), None)?.map_err(errors::to_py)
+        runtime::run(py, releasing, None, _aio, |py, ()| Ok(py.None()))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -233,7 +258,7 @@ impl Permit {
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.release(py)?;
+        self.release(py, false)?;
         Ok(false)
     }
 }

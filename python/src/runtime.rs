@@ -9,9 +9,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use leasehold::ClientError;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use tokio::runtime::{Handle, Runtime};
+use tokio::task::AbortHandle;
 
 use crate::errors;
 
@@ -108,5 +110,72 @@ where
             interrupted?;
             return Err(errors::timeout(timeout.unwrap_or_default()));
         }
+    }
+}
+
+/// Runs `future` for a call: blocking (`aio` false: [`wait`]) or as a
+/// future of the running `asyncio` loop, which `convert` fills in on the
+/// client's thread, with the interpreter. Cancelling that future drops
+/// `future`, as Ctrl-C does for a blocking call.
+pub(crate) fn run<T, F, C>(
+    py: Python<'_>,
+    future: F,
+    timeout: Option<Duration>,
+    aio: bool,
+    convert: C,
+) -> PyResult<Py<PyAny>>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, ClientError>> + Send + 'static,
+    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    if !aio {
+        let value = wait(py, future, timeout)?.map_err(errors::to_py)?;
+        return convert(py, value);
+    }
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let awaited = event_loop.call_method0("create_future")?;
+    let (to_settle, on_loop) = (awaited.clone().unbind(), event_loop.unbind());
+    let task = handle()?.spawn(async move {
+        let outcome = match timeout {
+            Some(limit) => tokio::time::timeout(limit, future).await.ok(),
+            None => Some(future.await),
+        };
+        Python::attach(|py| {
+            let (method, value) = match outcome {
+                Some(Ok(value)) => match convert(py, value) {
+                    Ok(made) => ("set_result", made),
+                    Err(e) => ("set_exception", e.into_value(py).into_any()),
+                },
+                Some(Err(e)) => ("set_exception", errors::to_py(e).into_value(py).into_any()),
+                None => {
+                    let e = errors::timeout(timeout.unwrap_or_default());
+                    ("set_exception", e.into_value(py).into_any())
+                }
+            };
+            let settled = py
+                .import("leasehold._settle")
+                .and_then(|m| m.call_method1("settle", (on_loop, to_settle, method, value)));
+            if let Err(e) = settled {
+                e.print(py);
+            }
+        });
+    });
+    awaited.call_method1("add_done_callback", (Abort(task.abort_handle()),))?;
+    Ok(awaited.unbind())
+}
+
+/// Called with an `asyncio` future when it is done: if it was cancelled,
+/// stops the client's task for it.
+#[pyclass(module = "leasehold._leasehold", frozen)]
+struct Abort(AbortHandle);
+
+#[pymethods]
+impl Abort {
+    fn __call__(&self, done: &Bound<'_, PyAny>) -> PyResult<()> {
+        if done.call_method0("cancelled")?.extract::<bool>()? {
+            self.0.abort();
+        }
+        Ok(())
     }
 }

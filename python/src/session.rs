@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use leasehold::LockOptions;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
 
 use crate::dispatch::Callbacks;
-use crate::errors;
 use crate::lock::LockGuard;
 use crate::runtime;
 use crate::states;
@@ -90,7 +90,7 @@ impl Session {
     /// in line up to ``timeout`` seconds (None: as long as the client
     /// allows). Raises ``LockBusy`` if the wait ends first. Ctrl-C ends the
     /// wait and leaves the line.
-    #[pyo3(signature = (key, *, shared=false, timeout=None, contents=None))]
+    #[pyo3(signature = (key, *, shared=false, timeout=None, contents=None, _aio=false))]
     fn lock(
         &self,
         py: Python<'_>,
@@ -98,82 +98,84 @@ impl Session {
         shared: bool,
         timeout: Option<Bound<'_, PyAny>>,
         contents: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<LockGuard> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let contents = contents.as_ref().map(crate::values::contents).transpose()?;
         let options = lock_options(shared, timeout, contents);
         let session = self.inner.clone();
-        let guard = runtime::wait(py, async move { session.lock(&key, options).await }, None)?
-            .map_err(errors::to_py)?;
-        LockGuard::new(py, guard)
+        let locking = async move { session.lock(&key, options).await };
+        runtime::run(py, locking, None, _aio, guarded)
     }
 
     /// Takes the lock of ``key`` only if it is free now; raises
     /// ``LockBusy`` (with ``lock_delay_left``) otherwise.
-    #[pyo3(signature = (key, *, shared=false, contents=None))]
+    #[pyo3(signature = (key, *, shared=false, contents=None, _aio=false))]
     fn try_lock(
         &self,
         py: Python<'_>,
         key: String,
         shared: bool,
         contents: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<LockGuard> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let contents = contents.as_ref().map(crate::values::contents).transpose()?;
         let options = lock_options(shared, None, contents);
         let session = self.inner.clone();
-        let guard = runtime::wait(
-            py,
-            async move { session.try_lock(&key, options).await },
-            None,
-        )?
-        .map_err(errors::to_py)?;
-        LockGuard::new(py, guard)
+        let locking = async move { session.try_lock(&key, options).await };
+        runtime::run(py, locking, None, _aio, guarded)
     }
 
     /// Reads ``key`` through the session's cache (Chubby's consistent
     /// cache: a cached read is never older than a write it could miss).
-    #[pyo3(signature = (key, *, timeout=None))]
+    #[pyo3(signature = (key, *, timeout=None, _aio=false))]
     fn get(
         &self,
         py: Python<'_>,
         key: String,
         timeout: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Node>> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let session = self.inner.clone();
-        let node = runtime::wait(py, async move { session.get(&key).await }, timeout)?
-            .map_err(errors::to_py)?;
-        Ok(node.map(Node::from))
+        let reading = async move { session.get(&key).await };
+        runtime::run(py, reading, timeout, _aio, |py, node| {
+            node.map(Node::from).into_py_any(py)
+        })
     }
 
     /// Subscribes to changes at ``key`` and its direct children
     /// (``prefix=True``: at every key at or below it), and to this
     /// session's states; an iterator of ``Event``.
-    #[pyo3(signature = (key, *, prefix=false))]
+    #[pyo3(signature = (key, *, prefix=false, _aio=false))]
     fn subscribe(
         &self,
         py: Python<'_>,
         key: String,
         prefix: bool,
-    ) -> PyResult<crate::subscription::Subscription> {
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let session = self.inner.clone();
         let options = crate::subscription::options(prefix);
-        let subscribed = runtime::wait(
-            py,
-            async move { session.subscribe(&key, options).await },
-            None,
-        )?
-        .map_err(errors::to_py)?;
-        Ok(crate::subscription::Subscription::new(subscribed))
+        let subscribing = async move { session.subscribe(&key, options).await };
+        runtime::run(py, subscribing, None, _aio, |py, subscribed| {
+            let made = crate::subscription::Subscription::new(subscribed);
+            Ok(Py::new(py, made)?.into_any())
+        })
     }
 
     /// Closes the session: its locks are released first, so they pass on
     /// without lock-delay. Closing twice, or after expiry, succeeds.
-    #[pyo3(signature = (*, timeout=None))]
-    fn close(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+    #[pyo3(signature = (*, timeout=None, _aio=false))]
+    fn close(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Bound<'_, PyAny>>,
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let session = self.inner.clone();
-        runtime::wait(py, session.close(), timeout)?.map_err(errors::to_py)
+        runtime::run(py, session.close(), timeout, _aio, |py, ()| Ok(py.None()))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -182,7 +184,7 @@ impl Session {
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close(py, None)?;
+        self.close(py, None, false)?;
         Ok(false)
     }
 
@@ -193,6 +195,11 @@ impl Session {
             self.inner.state()
         )
     }
+}
+
+/// A guard for `guard`, as Python sees it.
+fn guarded(py: Python<'_>, guard: leasehold::LockGuard) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, LockGuard::new(py, guard)?)?.into_any())
 }
 
 /// Seconds given for a lease or a grace period, which must be above 0.

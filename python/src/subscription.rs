@@ -8,7 +8,6 @@ use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::errors;
 use crate::runtime;
 use crate::states;
 
@@ -33,47 +32,49 @@ impl Subscription {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Event> {
-        match self.next(py, None)? {
-            Some(event) => Ok(event),
-            None => Err(PyStopIteration::new_err(())),
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let event = self.next(py, None, false)?;
+        if event.is_none(py) {
+            return Err(PyStopIteration::new_err(()));
         }
+        Ok(event)
     }
 
     /// The next event, waiting up to ``timeout`` seconds (``Timeout`` if
     /// none came); None once the subscription has ended.
-    #[pyo3(signature = (timeout=None))]
-    fn next(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<Option<Event>> {
+    #[pyo3(signature = (timeout=None, *, _aio=false))]
+    fn next(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Bound<'_, PyAny>>,
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
         let timeout = crate::values::maybe_seconds(timeout.as_ref(), "timeout")?;
         let inner = self.inner.clone();
-        let event = runtime::wait(
-            py,
-            async move {
-                let mut subscription = inner.lock().await;
-                match subscription.as_mut() {
-                    Some(subscription) => subscription.next().await,
-                    None => None,
-                }
-            },
-            timeout,
-        )?;
-        event.map(|e| Event::of(py, e)).transpose()
+        let next = async move {
+            let mut subscription = inner.lock().await;
+            Ok(match subscription.as_mut() {
+                Some(subscription) => subscription.next().await,
+                None => None,
+            })
+        };
+        runtime::run(py, next, timeout, _aio, |py, event| match event {
+            Some(event) => Ok(Py::new(py, Event::of(py, event)?)?.into_any()),
+            None => Ok(py.None()),
+        })
     }
 
     /// Ends the subscription on the master.
-    fn cancel(&self, py: Python<'_>) -> PyResult<()> {
+    #[pyo3(signature = (*, _aio=false))]
+    fn cancel(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
         let inner = self.inner.clone();
-        let cancelled = runtime::wait(
-            py,
-            async move {
-                match inner.lock().await.take() {
-                    Some(subscription) => subscription.cancel().await,
-                    None => Ok(()),
-                }
-            },
-            None,
-        )?;
-        cancelled.map_err(errors::to_py)
+        let cancelling = async move {
+            match inner.lock().await.take() {
+                Some(subscription) => subscription.cancel().await,
+                None => Ok(()),
+            }
+        };
+        runtime::run(py, cancelling, None, _aio, |py, ()| Ok(py.None()))
     }
 }
 

@@ -68,13 +68,28 @@ EXITS = textwrap.dedent(
     session.on_state_change(states.append)
     guard = session.lock("exit/" + sys.argv[2])
     client.put("exit/value", "x")
-    # Left open on purpose: interpreter exit must stop the client cleanly.
+
+    import asyncio
+    from leasehold import aio
+
+    async def asynchronous():
+        connected = await aio.Client.connect(sys.argv[1])
+        held = await connected.session("exiting-aio", lock_delay=0)
+        await held.lock("exit/aio-" + sys.argv[2])
+        events = await held.subscribe("exit")
+        # A wait in flight when the loop ends.
+        asyncio.ensure_future(events.next())
+        return connected, held
+
+    kept = asyncio.run(asynchronous())
+    # Left open on purpose, in both flavours: interpreter exit must stop
+    # the client cleanly.
     """
 )
 
 
 @pytest.mark.parametrize("runs", [100])
-def test_a_script_exits_cleanly_every_time(server, runs):
+def test_a_script_using_both_flavours_exits_cleanly_every_time(server, runs):
     failed = []
     for run in range(runs):
         done = subprocess.run(
