@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use pyo3::IntoPyObjectExt;
 
+use crate::config::WATCH_DEFAULT;
 use crate::errors;
 use crate::runtime;
 use crate::session::{positive, Session};
@@ -24,7 +25,7 @@ pub struct Client {
 }
 
 impl Client {
-    fn client(&self) -> PyResult<leasehold::Client> {
+    pub(crate) fn client(&self) -> PyResult<leasehold::Client> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner
             .clone()
@@ -97,17 +98,7 @@ impl Client {
         cache_keys: Option<usize>,
         _aio: bool,
     ) -> PyResult<Py<PyAny>> {
-        let mut options = SessionOptions::new(name);
-        if let Some(lease) = lease.as_ref() {
-            options.lease = Some(positive(seconds(lease, "lease")?, "lease")?);
-        }
-        if let Some(grace) = grace.as_ref() {
-            options.grace = positive(seconds(grace, "grace")?, "grace")?;
-        }
-        options.lock_delay = maybe_seconds(lock_delay.as_ref(), "lock_delay")?;
-        if let Some(keys) = cache_keys {
-            options.cache_keys = keys;
-        }
+        let options = session_options(name, lease, grace, lock_delay, cache_keys)?;
         let client = self.client()?;
         let creating = async move { client.create_session(options).await };
         runtime::run(py, creating, None, _aio, |py, session| {
@@ -267,6 +258,28 @@ impl Client {
         })
     }
 
+    /// Waits until the node at ``key`` changes after ``after_index`` (it
+    /// was created, written or deleted), or ``timeout`` seconds pass (at
+    /// most 600; None: 60); returns ``(index, node or None)``: pass the index to the
+    /// next watch.
+    #[pyo3(signature = (key, after_index=0, *, timeout=None, _aio=false))]
+    fn watch(
+        &self,
+        py: Python<'_>,
+        key: String,
+        after_index: u64,
+        timeout: Option<Bound<'_, PyAny>>,
+        _aio: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
+        let timeout = positive(timeout.unwrap_or(WATCH_DEFAULT), "timeout")?;
+        let client = self.client()?;
+        let watching = async move { client.watch(&key, after_index, timeout).await };
+        runtime::run(py, watching, None, _aio, |py, seen| {
+            (seen.index, seen.node.map(Node::from)).into_py_any(py)
+        })
+    }
+
     /// Closes the client's connections. Sessions made with it stop being
     /// kept alive.
     fn close(&self) {
@@ -290,4 +303,26 @@ impl Client {
     fn __repr__(&self) -> String {
         format!("Client({:?})", self.addr)
     }
+}
+
+/// A session's options from the arguments Python gives.
+pub(crate) fn session_options(
+    name: String,
+    lease: Option<Bound<'_, PyAny>>,
+    grace: Option<Bound<'_, PyAny>>,
+    lock_delay: Option<Bound<'_, PyAny>>,
+    cache_keys: Option<usize>,
+) -> PyResult<SessionOptions> {
+    let mut options = SessionOptions::new(name);
+    if let Some(lease) = lease.as_ref() {
+        options.lease = Some(positive(seconds(lease, "lease")?, "lease")?);
+    }
+    if let Some(grace) = grace.as_ref() {
+        options.grace = positive(seconds(grace, "grace")?, "grace")?;
+    }
+    options.lock_delay = maybe_seconds(lock_delay.as_ref(), "lock_delay")?;
+    if let Some(keys) = cache_keys {
+        options.cache_keys = keys;
+    }
+    Ok(options)
 }

@@ -3,6 +3,7 @@
 //! simulations check. The package `leasehold` (python/leasehold) wraps it.
 
 mod client;
+mod config;
 mod dispatch;
 mod errors;
 mod held;
@@ -34,6 +35,7 @@ fn _leasehold(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<recipes::Term>()?;
     module.add_class::<recipes::Semaphore>()?;
     module.add_class::<recipes::Permit>()?;
+    module.add_class::<recipes::SessionKeeper>()?;
     module.add_class::<subscription::Subscription>()?;
     module.add_class::<subscription::Event>()?;
     module.add_class::<values::Node>()?;

@@ -262,3 +262,48 @@ impl Permit {
         Ok(false)
     }
 }
+
+/// Hands out one live session at a time, creating a new one after the
+/// last expired (the recipe for a service that must always have one).
+#[pyclass(module = "leasehold._leasehold", name = "SessionKeeper", frozen)]
+pub struct SessionKeeper {
+    inner: std::sync::Arc<leasehold::SessionKeeper>,
+}
+
+#[pymethods]
+impl SessionKeeper {
+    #[new]
+    #[pyo3(signature = (client, name, *, lease=None, grace=None, lock_delay=None, cache_keys=None))]
+    fn new(
+        client: PyRef<'_, crate::client::Client>,
+        name: String,
+        lease: Option<Bound<'_, PyAny>>,
+        grace: Option<Bound<'_, PyAny>>,
+        lock_delay: Option<Bound<'_, PyAny>>,
+        cache_keys: Option<usize>,
+    ) -> PyResult<SessionKeeper> {
+        let options = crate::client::session_options(name, lease, grace, lock_delay, cache_keys)?;
+        let keeper = leasehold::SessionKeeper::new(client.client()?, options);
+        Ok(SessionKeeper {
+            inner: std::sync::Arc::new(keeper),
+        })
+    }
+
+    /// The live session, created if there is none or the last one ended.
+    #[pyo3(signature = (*, _aio=false))]
+    fn session(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
+        let keeper = self.inner.clone();
+        let getting = async move { keeper.session().await };
+        runtime::run(py, getting, None, _aio, |py, session| {
+            Ok(Py::new(py, Session::new(session))?.into_any())
+        })
+    }
+
+    /// Closes the current session, if any.
+    #[pyo3(signature = (*, _aio=false))]
+    fn close(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
+        let keeper = self.inner.clone();
+        let closing = async move { keeper.close().await };
+        runtime::run(py, closing, None, _aio, |py, ()| Ok(py.None()))
+    }
+}

@@ -15,13 +15,8 @@ use pyo3::prelude::*;
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::AbortHandle;
 
+use crate::config::{SHUTDOWN_WAIT, SIGNAL_CHECK};
 use crate::errors;
-
-/// How often a blocking wait looks for Ctrl-C.
-const SIGNAL_CHECK: Duration = Duration::from_millis(50);
-
-/// How long interpreter exit waits for the client's tasks to stop.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
 /// The runtime: `None` before first use and after shutdown.
 static RUNTIME: Mutex<State> = Mutex::new(State::NotStarted);

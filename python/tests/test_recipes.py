@@ -73,3 +73,26 @@ def test_a_subscription_ends_with_its_session(client):
     session.close()
     seen = list(events)
     assert seen[-1].kind == "session" and seen[-1].state is SessionState.CLOSED
+
+
+def test_a_session_keeper_hands_out_one_live_session_then_a_new_one(client):
+    keeper = leasehold.SessionKeeper(client, "kept", lease=5.0)
+    first = keeper.session()
+    assert keeper.session().id == first.id
+    first.close()
+    second = keeper.session()
+    assert second.id != first.id
+    assert second.state is SessionState.NORMAL
+    keeper.close()
+    assert second.state is SessionState.CLOSED
+
+
+def test_a_watch_returns_when_the_node_changes(client):
+    index, node = client.watch("config/a", timeout=0.2)
+    assert node is None
+    writer = threading.Timer(0.2, lambda: client.put("config/a", "1"))
+    writer.start()
+    changed, node = client.watch("config/a", index, timeout=10)
+    writer.join()
+    assert changed > index
+    assert node.value == b"1"

@@ -29,7 +29,18 @@ from . import _leasehold
 from ._leasehold import Node, Stat
 from .states import SessionState
 
-__all__ = ["Client", "Election", "LockGuard", "Lost", "Permit", "Semaphore", "Session", "Subscription", "Term"]
+__all__ = [
+    "Client",
+    "Election",
+    "LockGuard",
+    "Lost",
+    "Permit",
+    "Semaphore",
+    "Session",
+    "SessionKeeper",
+    "Subscription",
+    "Term",
+]
 
 Seconds = Union[float, int, Any]
 
@@ -322,6 +333,11 @@ class Client:
     async def leader(self, key: str, *, timeout: Optional[Seconds] = None) -> Optional[Tuple[str, bytes]]:
         return await self._client.leader(key, timeout=timeout, _aio=True)
 
+    async def watch(
+        self, key: str, after_index: int = 0, *, timeout: Optional[Seconds] = None
+    ) -> Tuple[int, Optional[Node]]:
+        return await self._client.watch(key, after_index, timeout=timeout, _aio=True)
+
     def close(self) -> None:
         self._client.close()
 
@@ -331,3 +347,27 @@ class Client:
     async def __aexit__(self, *exc: object) -> bool:
         self.close()
         return False
+
+
+class SessionKeeper:
+    """Hands out one live session at a time, creating a new one after the last ended."""
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        *,
+        lease: Optional[Seconds] = None,
+        grace: Optional[Seconds] = None,
+        lock_delay: Optional[Seconds] = None,
+        cache_keys: Optional[int] = None,
+    ) -> None:
+        self._keeper: Any = _leasehold.SessionKeeper(
+            client._client, name, lease=lease, grace=grace, lock_delay=lock_delay, cache_keys=cache_keys
+        )
+
+    async def session(self) -> Session:
+        return Session(await self._keeper.session(_aio=True))
+
+    async def close(self) -> None:
+        await self._keeper.close(_aio=True)
