@@ -86,3 +86,81 @@ def test_an_election_in_asyncio(server):
                 assert await client.leader("svc/leader") is None
 
     run(scenario())
+
+
+def test_states_through_a_stalled_link_in_asyncio(proxy):
+    from test_states import Recorder
+
+    from leasehold import SessionState
+
+    async def scenario():
+        async with await aio.Client.connect(proxy.addr, timeout=5.0) as client:
+            session = await client.session("stalled", lease=2.0, grace=20.0)
+            seen = Recorder()
+            session.on_state_change(seen)
+            guard = await session.lock("jobs/x")
+            # Held once the KeepAlive has reached the master (see the
+            # blocking flavour's test).
+            await asyncio.sleep(0.3)
+            proxy.hold()
+            await asyncio.wait_for(guard.lost.wait(), 10)
+            assert seen.wait_for(SessionState.JEOPARDY, 10)
+            proxy.release()
+            assert seen.wait_for(SessionState.NORMAL, 10), seen.states
+            assert seen.states[:3] == [SessionState.JEOPARDY, SessionState.SAFE, SessionState.NORMAL]
+            # The master kept the session: it stays normal past its lease.
+            await asyncio.sleep(3.0)
+            assert session.state is SessionState.NORMAL, seen.states
+            await session.close()
+
+    run(scenario())
+
+
+def test_a_restarted_master_brings_failover_in_asyncio(tmp_path):
+    from conftest import Server
+    from test_states import Recorder
+
+    from leasehold import SessionState
+
+    data = str(tmp_path / "data")
+    first = Server.on_disk(data, "127.0.0.1:0")
+    addr = first.addr
+
+    async def scenario():
+        nonlocal first
+        async with await aio.Client.connect(addr, timeout=5.0) as client:
+            session = await client.session("survivor", lease=5.0, grace=20.0)
+            seen = Recorder()
+            session.on_state_change(seen)
+            guard = await session.lock("jobs/x")
+            first.stop()
+            first = Server.on_disk(data, addr)
+            assert seen.wait_for(SessionState.NORMAL, 20) and SessionState.FAILOVER in seen.states
+            assert await client.check_sequencer(guard.sequencer)
+            await session.close()
+
+    try:
+        run(scenario())
+    finally:
+        first.stop()
+
+
+def test_a_cut_past_the_grace_period_expires_in_asyncio(proxy):
+    from leasehold import SessionState
+
+    async def scenario():
+        async with await aio.Client.connect(proxy.addr, timeout=2.0) as client:
+            session = await client.session("cut", lease=1.0, grace=1.0)
+            guard = await session.lock("jobs/x")
+            proxy.hold()
+            await asyncio.wait_for(guard.lost.wait(), 10)
+            for _ in range(150):
+                if session.state is SessionState.EXPIRED:
+                    break
+                await asyncio.sleep(0.1)
+            assert session.state is SessionState.EXPIRED
+            proxy.release()
+            with pytest.raises(leasehold.SessionExpired):
+                await session.lock("jobs/x", timeout=1)
+
+    run(scenario())

@@ -32,10 +32,14 @@ class Recorder:
 
 def test_a_stalled_link_brings_jeopardy_then_safe_then_normal(proxy):
     with leasehold.Client.connect(proxy.addr, timeout=5.0) as client:
-        session = client.session("stalled", lease=1.0, grace=20.0)
+        session = client.session("stalled", lease=2.0, grace=20.0)
         seen = Recorder()
         session.on_state_change(seen)
         guard = session.lock("jobs/x")
+        # Held once the session's KeepAlive has reached the master, which
+        # answers it (extending the lease) while the answer waits in the
+        # relay: the client's local lease runs out, the master's does not.
+        time.sleep(0.3)
         proxy.hold()
         assert seen.wait_for(SessionState.JEOPARDY, 10)
         assert guard.lost.wait(5), "a lock is not to be relied on in jeopardy"
@@ -43,6 +47,9 @@ def test_a_stalled_link_brings_jeopardy_then_safe_then_normal(proxy):
         proxy.release()
         assert seen.wait_for(SessionState.NORMAL, 10)
         assert seen.states[:3] == [SessionState.JEOPARDY, SessionState.SAFE, SessionState.NORMAL]
+        # The master kept the session: it stays normal past its lease.
+        time.sleep(3.0)
+        assert session.state is SessionState.NORMAL, seen.states
         session.close()
 
 

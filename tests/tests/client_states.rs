@@ -126,6 +126,34 @@ async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_
     assert_eq!(session.state(), SessionState::Normal, "it stays normal");
 }
 
+// CS-8: a session closed the moment it is normal again after a held link
+// closes, its lock released.
+#[tokio::test]
+async fn a_session_closed_right_after_a_held_link_recovers_closes() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let lease = Duration::from_secs(2);
+    let (session, _seen) = recorded(
+        &client,
+        SessionOptions::new("held")
+            .lease(lease)
+            .grace(Duration::from_secs(10)),
+    )
+    .await;
+    let _guard = session
+        .try_lock("k", leasehold::LockOptions::exclusive())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set(Link::Hold);
+    wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    proxy.set(Link::Pass);
+    wait_for(&session, SessionState::Normal, Duration::from_secs(3)).await;
+    session.close().await.unwrap();
+}
+
 // CS-6
 #[tokio::test]
 async fn a_session_destroyed_by_another_client_expires_at_once() {
