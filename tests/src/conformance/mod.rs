@@ -267,6 +267,10 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ),
     ("LOCK-10", "client library: when a guard counts as lost"),
     (
+        "LOCK-17",
+        "client library: what it sends when its caller gives up a wait; on the wire it is LOCK-3's replacement of a wait; tests/tests/locks.rs",
+    ),
+    (
         "LOCK-15",
         "client library: a wait that rides through a fail-over; tests/tests/durability.rs and cli/tests",
     ),
