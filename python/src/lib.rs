@@ -25,8 +25,20 @@ fn _shutdown(py: Python<'_>) {
     runtime::shutdown(py);
 }
 
+/// With `LEASEHOLD_LOG` set (a filter such as `leasehold=debug`), the
+/// client library's own log goes to standard error.
+fn log_if_asked() {
+    if let Ok(filter) = std::env::var("LEASEHOLD_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 #[pymodule]
 fn _leasehold(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    log_if_asked();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<client::Client>()?;
     module.add_class::<session::Session>()?;
