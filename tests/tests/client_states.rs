@@ -148,7 +148,6 @@ async fn a_session_closed_right_after_a_held_link_recovers_closes() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.set(Link::Hold);
     wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
     proxy.set(Link::Pass);
     wait_for(&session, SessionState::Normal, Duration::from_secs(3)).await;
     session.close().await.unwrap();
