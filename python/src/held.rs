@@ -15,6 +15,27 @@ pub struct Held<T: Send + Sync + 'static> {
     value: Mutex<Option<Arc<T>>>,
     watcher: Mutex<Option<JoinHandle<()>>>,
     lost: Py<PyAny>,
+    /// `asyncio` futures to complete when `lost` is set, each with its
+    /// loop: touched only with the interpreter held.
+    awaiting: Arc<Mutex<Awaiting>>,
+}
+
+/// Futures awaiting a loss, each with its loop.
+type Awaiting = Vec<(Py<PyAny>, Py<PyAny>)>;
+
+/// Sets `lost` and completes every future awaiting it.
+fn mark_lost(py: Python<'_>, lost: &Py<PyAny>, awaiting: &Mutex<Awaiting>) {
+    let _ = lost.call_method0(py, "set");
+    let waiting = std::mem::take(&mut *awaiting.lock().unwrap_or_else(|e| e.into_inner()));
+    if waiting.is_empty() {
+        return;
+    }
+    let Ok(settle) = py.import("leasehold._settle") else {
+        return;
+    };
+    for (on_loop, future) in waiting {
+        let _ = settle.call_method1("settle", (on_loop, future, "set_result", true));
+    }
 }
 
 impl<T: Send + Sync + 'static> Held<T> {
@@ -28,17 +49,18 @@ impl<T: Send + Sync + 'static> Held<T> {
         let event = py.import("threading")?.getattr("Event")?.call0()?.unbind();
         let value = Arc::new(value);
         let set = event.clone_ref(py);
+        let awaiting: Arc<Mutex<Awaiting>> = Arc::default();
+        let waiters = awaiting.clone();
         let lost = lost(value.clone());
         let watcher = runtime::handle()?.spawn(async move {
             lost.await;
-            Python::attach(|py| {
-                let _ = set.call_method0(py, "set");
-            });
+            Python::attach(|py| mark_lost(py, &set, &waiters));
         });
         Ok(Held {
             value: Mutex::new(Some(value)),
             watcher: Mutex::new(Some(watcher)),
             lost: event,
+            awaiting,
         })
     }
 
@@ -73,13 +95,28 @@ impl<T: Send + Sync + 'static> Held<T> {
                 let _ = py.detach(|| handle.block_on(watcher));
             }
         }
-        let _ = self.lost.call_method0(py, "set");
+        mark_lost(py, &self.lost, &self.awaiting);
         Arc::try_unwrap(value).ok()
     }
 
     /// The event set when it can no longer be relied on.
     pub fn lost(&self, py: Python<'_>) -> Py<PyAny> {
         self.lost.clone_ref(py)
+    }
+
+    /// A future of the running `asyncio` loop, done when `lost` is set.
+    pub fn lost_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let on_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+        let future = on_loop.call_method0("create_future")?;
+        // The watcher sets the event with the interpreter held, as this
+        // runs: it has either set it already, or will find this future.
+        if self.lost.call_method0(py, "is_set")?.extract::<bool>(py)? {
+            future.call_method1("set_result", (true,))?;
+        } else {
+            let mut awaiting = self.awaiting.lock().unwrap_or_else(|e| e.into_inner());
+            awaiting.push((on_loop.unbind(), future.clone().unbind()));
+        }
+        Ok(future.unbind())
     }
 }
 

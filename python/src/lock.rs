@@ -66,6 +66,12 @@ impl LockGuard {
         self.held.lost(py)
     }
 
+    /// For `leasehold.aio`: a future of the running loop, done when
+    /// `lost` is set.
+    fn _lost_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.held.lost_future(py)
+    }
+
     /// Releases the lock (the last guard of the key gives it back). Safe
     /// to call twice.
     #[pyo3(signature = (timeout=None, *, _aio=false))]

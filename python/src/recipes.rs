@@ -133,6 +133,12 @@ impl Term {
         self.held.lost(py)
     }
 
+    /// For `leasehold.aio`: a future of the running loop, done when
+    /// `lost` is set.
+    fn _lost_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.held.lost_future(py)
+    }
+
     /// Publishes a new value without giving up the term.
     #[pyo3(signature = (value, *, _aio=false))]
     fn proclaim(&self, py: Python<'_>, value: Bound<'_, PyAny>, _aio: bool) -> PyResult<Py<PyAny>> {
@@ -237,6 +243,12 @@ impl Permit {
     #[getter]
     fn lost(&self, py: Python<'_>) -> Py<PyAny> {
         self.held.lost(py)
+    }
+
+    /// For `leasehold.aio`: a future of the running loop, done when
+    /// `lost` is set.
+    fn _lost_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.held.lost_future(py)
     }
 
     /// Gives the slot back. Safe to call twice.

@@ -22,7 +22,6 @@ which withdraws a lock wait from the master's line (``LOCK-17``).
 """
 
 import asyncio
-import threading
 from typing import Any, AsyncIterator, Callable, List, Optional, Tuple, Union
 
 from . import _leasehold
@@ -47,22 +46,16 @@ Seconds = Union[float, int, Any]
 
 class Lost:
     """Set as soon as what is held can no longer be relied on: ``await
-    lost.wait()``, or ``lost.is_set()``."""
+    lost.wait()`` (or ``await lost``), or ``lost.is_set()``."""
 
-    _POLL = 0.02
-
-    def __init__(self, event: threading.Event) -> None:
-        self._event = event
+    def __init__(self, held: Any) -> None:
+        self._held = held
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return bool(self._held.lost.is_set())
 
     async def wait(self) -> bool:
-        # The event is set from the client's threads; looking every 20 ms
-        # keeps no thread waiting on it.
-        while not self._event.is_set():
-            await asyncio.sleep(self._POLL)
-        return True
+        return bool(await self._held._lost_async())
 
     def __await__(self) -> Any:
         return self.wait().__await__()
@@ -73,7 +66,7 @@ class LockGuard:
 
     def __init__(self, guard: Any) -> None:
         self._guard: Any = guard
-        self.lost = Lost(guard.lost)
+        self.lost = Lost(guard)
 
     @property
     def key(self) -> str:
@@ -106,7 +99,7 @@ class Term:
 
     def __init__(self, term: Any) -> None:
         self._term: Any = term
-        self.lost = Lost(term.lost)
+        self.lost = Lost(term)
 
     @property
     def sequencer(self) -> bytes:
@@ -138,7 +131,7 @@ class Permit:
 
     def __init__(self, permit: Any) -> None:
         self._permit: Any = permit
-        self.lost = Lost(permit.lost)
+        self.lost = Lost(permit)
 
     def is_held(self) -> bool:
         return self._permit.is_held()
