@@ -406,7 +406,12 @@ impl Session {
         // delivers before this task sees the reply must not be dropped.
         let mut asking = Asking::new(self, key);
         if withdraw == Withdraw::OnDrop {
-            asking.withdraw = Some(options.clone());
+            // The same mode (another would be refused while the session
+            // holds the lock), and no contents: a withdrawal writes nothing.
+            asking.withdraw = Some(LockOptions {
+                contents: None,
+                ..options.clone()
+            });
         }
         let signal = asking.signal.clone();
         let mut failures = 0;
@@ -597,9 +602,10 @@ impl Drop for Asking<'_> {
 /// (`LOCK-17`). It may still wait in the master's line, and be granted
 /// there later with nobody to hear the answer: the session would hold the
 /// lock, and nobody else get it, until the session ended. The same acquire
-/// with no wait takes its place and ends it (`LOCK-3`); if the session
-/// holds the lock by then (granted meanwhile, or free now), it is answered
-/// as a holder asking again (`LOCK-2`) or granted, and given back at once.
+/// with no wait and no contents takes its place and ends it (`LOCK-3`); if
+/// the session holds the lock by then (granted meanwhile, or free now), it
+/// is answered as a holder asking again (`LOCK-2`) or granted, and given
+/// back at once.
 fn withdraw_in_background(session: Session, key: String, options: LockOptions) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move {
