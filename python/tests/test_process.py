@@ -1,5 +1,6 @@
 """The client in a process of its own: Ctrl-C during a wait, and exits."""
 
+import select
 import signal
 import subprocess
 import sys
@@ -12,8 +13,13 @@ import leasehold
 
 WAITER = textwrap.dedent(
     """
+    import signal
     import sys
     import leasehold
+
+    # As in a terminal: a process started in the background by a shell
+    # without job control (as CI may be) inherits SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     client = leasehold.Client.connect(sys.argv[1])
     session = client.session("waiter", lock_delay=0)
@@ -30,6 +36,13 @@ WAITER = textwrap.dedent(
 )
 
 
+def line_of(process: subprocess.Popen, timeout: float = 20.0) -> str:
+    """The next line ``process`` prints, failing the test after ``timeout``."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, f"no line from the process within {timeout} s"
+    return process.stdout.readline().strip()
+
+
 def test_ctrl_c_ends_a_lock_wait_and_leaves_no_waiter_on_the_master(server):
     with leasehold.Client.connect(server.addr) as client:
         holder = client.session("holder", lock_delay=0)
@@ -41,11 +54,11 @@ def test_ctrl_c_ends_a_lock_wait_and_leaves_no_waiter_on_the_master(server):
             text=True,
         )
         try:
-            assert waiter.stdout.readline().strip() == "waiting"
+            assert line_of(waiter) == "waiting"
             # Let its acquire reach the master's line.
             time.sleep(0.5)
             waiter.send_signal(signal.SIGINT)
-            assert waiter.stdout.readline().strip() == "interrupted"
+            assert line_of(waiter) == "interrupted"
             guard.release()
             # Had the waiter stayed in line, the lock would be its now.
             with client.session("next", lock_delay=0) as taker:

@@ -105,7 +105,9 @@ def test_a_killed_holders_lock_passes_after_lock_delay(server):
         [sys.executable, "-c", HOLDER, server.addr], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        assert holder.stdout.readline().strip() == "holding"
+        from test_process import line_of
+
+        assert line_of(holder) == "holding"
         holder.kill()
         holder.wait()
         with leasehold.Client.connect(server.addr) as client:
