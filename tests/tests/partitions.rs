@@ -126,6 +126,38 @@ fn the_same_seed_gives_a_byte_identical_trace() {
     assert_ne!(first, other, "another seed, another run");
 }
 
+// A test that replays a seed sees what the sweep that found it saw, though
+// other tests run on other threads of the process: a crashed host's tasks
+// are dropped in an order that follows tokio's task ids, which the whole
+// process counts (`sim::world::align_task_ids`).
+#[test]
+fn a_seed_replays_the_same_beside_other_runs_in_the_process() {
+    let replay = || {
+        to_jsonl(
+            &run(
+                find("cell-removal-crash").unwrap(),
+                6_000_938,
+                Settings::default(),
+            )
+            .entries,
+        )
+    };
+    let alone = replay();
+    let beside: Vec<_> = (1..=2)
+        .map(|seed| {
+            std::thread::spawn(move || run(find("cell-random").unwrap(), seed, Settings::default()))
+        })
+        .collect();
+    let again = replay();
+    for other in beside {
+        other.join().expect("the other run ends");
+    }
+    assert!(
+        alone == again,
+        "cell-removal-crash seed 6000938 gave two different traces"
+    );
+}
+
 // CELL-3: openraft's elections, seeded, keep a cell's run as
 // deterministic as a single master's: a seed replays to the same bytes.
 // Each replay is its own process, as `leasehold-sim run` and each seed of

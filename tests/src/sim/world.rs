@@ -167,8 +167,9 @@ const TASK_LISTS: u64 = 4;
 /// on how many tasks the process had spawned before it: a seed that failed
 /// in a sweep would pass on its own. Drawing the residue from the seed
 /// keeps the orders varied across seeds. It holds while no other thread
-/// spawns tasks during the run, which is why a sweep runs each seed in a
-/// process of its own.
+/// spawns tasks during the run: a sweep runs each seed in a process of its
+/// own, and [`run`] lets one run at a time in a process, so a test that
+/// replays a seed beside others sees the sweep's trace.
 pub fn align_task_ids(seed: u64) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -185,8 +186,15 @@ pub fn align_task_ids(seed: u64) {
     });
 }
 
-/// Runs `scenario` with `seed`.
+/// Runs `scenario` with `seed`: the same trace for the same arguments
+/// whatever else the process does, so runs wait for each other (see
+/// [`align_task_ids`]).
 pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A run that panicked left nothing behind that the next one reads.
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     align_task_ids(seed);
     let settings = Settings {
         lock_delay: Some(settings.lock_delay.unwrap_or(scenario.lock_delay)),
