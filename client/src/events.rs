@@ -228,6 +228,17 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
+    /// Whether what this session did with semaphore contender key `key`
+    /// is still being undone by nothing that holds or takes a slot: its
+    /// delete under way (`SEM-4`), or its lock asked for by no guard and
+    /// by no task taking a slot, only by a withdrawal or a release of an
+    /// acquire given up (`LOCK-17`).
+    pub(crate) fn winding_down(&self, key: &str) -> bool {
+        self.leaving.contains(key)
+            || (!self.entering.contains(key)
+                && self.locks.get(key).is_some_and(|lock| lock.guards == 0))
+    }
+
     /// An acquire of `key` is about to go out: what the guard it may make
     /// will hear of the lock.
     pub(crate) fn acquiring(&mut self, key: &str) -> watch::Receiver<LockSignal> {

@@ -230,10 +230,12 @@ impl Semaphore {
     ) -> Result<LockGuard, ClientError> {
         let key = self.contender_key(self.session.id());
         // A slot given back a moment ago may still be deleting its
-        // contender key (its caller stopped waiting for that): this waits
-        // for it, as the delete's own tries are bounded (`SEM-4`).
+        // contender key (its caller stopped waiting for that), and an
+        // acquire given up part-way may still be withdrawing its lock of
+        // the key (`LOCK-17`): this waits for either, as both make bounded
+        // tries (`SEM-1`, `SEM-4`).
         let started = tokio::time::Instant::now();
-        while self.session.dispatch().leaving.contains(&key) {
+        while self.session.dispatch().winding_down(&key) {
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 return Err(ClientError::Timeout(started.elapsed()));
             }

@@ -619,6 +619,22 @@ fn a_late_delete_of_a_contender_key_never_costs_the_next_slot() {
     );
 }
 
+// SEM-1, LOCK-17: a seed on which a contender gives up a semaphore wait
+// while cut off, as its lock of the contender key is unanswered; the
+// withdrawal of that lock is still under way when the link heals, and the
+// next acquire was refused as if the session already held or took a slot,
+// unless it waits for the withdrawal. Kept as a regression: with that fix
+// taken out, `waits` fails on this seed.
+#[test]
+fn a_semaphore_wait_given_up_part_way_does_not_refuse_the_next() {
+    let settings = Settings {
+        lock_delay: Some(std::time::Duration::ZERO),
+        ..Settings::default()
+    };
+    let (run, report) = judged("random", 7_100_828, settings);
+    assert!(report.passed(), "{}", report.summary(&run));
+}
+
 // SEM-2: a seed on which a session still listed in Holders (its give-back
 // had failed) takes the slot from a stale read while another contender is
 // pruning it, three believed holders of two slots, unless it takes the

@@ -305,6 +305,43 @@ async fn a_late_lock_lost_from_giving_a_slot_back_leaves_the_next_slot_held() {
     assert_eq!(slots.holders().await.unwrap(), [session.id()]);
 }
 
+// SEM-1, LOCK-17: an acquire given up while its lock of the contender key
+// was unanswered is withdrawn in the background; the session's next
+// acquire waits for the withdrawal instead of being refused as if it
+// already held or took a slot (`random` seed 7100828 without lock-delay).
+#[tokio::test]
+async fn an_acquire_given_up_part_way_does_not_refuse_the_next() {
+    let server = start(short_lease_config()).await;
+    let relay = Relay::start(server.addr).await;
+    let client = Client::connect(relay.addr.to_string()).await.unwrap();
+    let session = contender(&client, "a").await;
+    let slots = Semaphore::new(&session, "sem", 1);
+    relay.hold(|r| matches!(r, Response::Acquired { .. }));
+    let given_up = slots.acquire("a", Some(Duration::from_secs(30)));
+    let given_up = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            _ = given_up => panic!("the acquire ended with its lock's answer held"),
+            () = relay.held() => {}
+        }
+    });
+    given_up
+        .await
+        .expect("the contender key's lock is asked for");
+    let next = {
+        let slots = slots.clone();
+        tokio::spawn(async move { slots.acquire("a", Some(Duration::from_secs(10))).await })
+    };
+    // The next acquire has run into the withdrawal by now, if it was to.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    relay.pass_held();
+    let permit = next
+        .await
+        .unwrap()
+        .expect("the next acquire takes the slot");
+    assert!(permit.is_held());
+    assert_eq!(slots.holders().await.unwrap(), [session.id()]);
+}
+
 /// A KeepAlive reply that tells of a lock taken away.
 fn tells_of_a_lost_lock(response: &Response) -> bool {
     matches!(
