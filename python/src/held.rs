@@ -91,9 +91,6 @@ impl<T: Send + Sync + 'static> Held<T> {
             .take()
         {
             watcher.abort();
-            if let Ok(handle) = runtime::handle() {
-                let _ = py.detach(|| handle.block_on(watcher));
-            }
         }
         mark_lost(py, &self.lost, &self.awaiting);
         Arc::try_unwrap(value).ok()
