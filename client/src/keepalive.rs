@@ -128,6 +128,12 @@ impl Keeper {
             let actions = tokio::select! {
                 biased;
                 stop = &mut close => {
+                    // Nothing polls the KeepAlives in flight while the
+                    // session closes, and one of them may be opening the
+                    // client's connection, the one attempt every call of
+                    // the close would wait for (`CS-8`). The close sends
+                    // its own.
+                    in_flight.clear();
                     // A dropped sender means every handle is gone: destroy.
                     let (destroy, done) = match stop {
                         Ok(Stop { destroy, done }) => (destroy, Some(done)),

@@ -153,6 +153,45 @@ async fn a_session_closed_right_after_a_held_link_recovers_closes() {
     session.close().await.unwrap();
 }
 
+// CS-8: a session closed while its probe is opening a new connection (the
+// old one fell silent in jeopardy) closes once the link passes. The probe
+// is not polled while the session closes, and it held the client's one
+// connection attempt: every call of the close waited for it until its
+// timeout, and the session was left to expire.
+#[tokio::test]
+async fn a_session_closed_while_its_probe_opens_a_connection_closes() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let lease = Duration::from_secs(2);
+    let (session, _seen) = recorded(
+        &client,
+        SessionOptions::new("probing")
+            .lease(lease)
+            .grace(Duration::from_secs(10)),
+    )
+    .await;
+    let id = session.id();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set(Link::Hold);
+    wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
+    // The probe's handshake waits in the relay now.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let closing = tokio::spawn(session.close());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set(Link::Pass);
+    let closed = tokio::time::timeout(Duration::from_secs(10), closing)
+        .await
+        .expect("the close ends")
+        .unwrap();
+    closed.expect("the close destroys the session");
+    let direct = server.client().await;
+    assert!(
+        direct.session_info(id).await.is_err(),
+        "the session is gone"
+    );
+}
+
 // CS-6
 #[tokio::test]
 async fn a_session_destroyed_by_another_client_expires_at_once() {
