@@ -53,6 +53,26 @@ def test_a_stalled_link_brings_jeopardy_then_safe_then_normal(proxy):
         session.close()
 
 
+def test_a_session_closed_right_after_a_stalled_link_recovers_closes(proxy, server):
+    # CS-8: the close does not wait behind the probe that was opening a new
+    # connection when the link recovered; its lock passes on at once.
+    with leasehold.Client.connect(proxy.addr, timeout=5.0) as client:
+        session = client.session("stalled", lease=2.0, grace=20.0)
+        seen = Recorder()
+        session.on_state_change(seen)
+        session.lock("jobs/x")
+        time.sleep(0.3)
+        proxy.hold()
+        assert seen.wait_for(SessionState.JEOPARDY, 10)
+        proxy.release()
+        assert seen.wait_for(SessionState.NORMAL, 10)
+        session.close()
+    with leasehold.Client.connect(server.addr, timeout=5.0) as direct:
+        with direct.session("next") as other:
+            with other.try_lock("jobs/x") as guard:
+                assert guard.is_held()
+
+
 def test_a_cut_longer_than_the_grace_period_expires_the_session(proxy):
     with leasehold.Client.connect(proxy.addr, timeout=2.0) as client:
         session = client.session("cut", lease=1.0, grace=1.0)
