@@ -331,8 +331,10 @@ async fn an_acquire_given_up_part_way_does_not_refuse_the_next() {
         let slots = slots.clone();
         tokio::spawn(async move { slots.acquire("a", Some(Duration::from_secs(10))).await })
     };
-    // The next acquire has run into the withdrawal by now, if it was to.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The next acquire has subscribed and run into the withdrawal by now
+    // (a subscription is one round trip); if not, this passes without
+    // testing the wait, and cannot fail for it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     relay.pass_held();
     let permit = next
         .await
