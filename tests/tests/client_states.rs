@@ -10,7 +10,7 @@ use leasehold_protocol::{Event, EventKind, LeaseGrant, Request, Response, Sessio
 use leasehold_tests::fixture::{recorded, Fixture};
 use leasehold_tests::proxy::{Link, Proxy};
 use leasehold_tests::scripted::{grant, ScriptedConnection, ScriptedMaster};
-use leasehold_tests::server::{short_lease_config, start};
+use leasehold_tests::server::{short_lease_config, start, TestServer};
 use leasehold_tests::states::StateLog;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -29,6 +29,50 @@ async fn wait_for(session: &Session, state: SessionState, within: Duration) {
         .await
         .unwrap_or_else(|_| panic!("not {state:?} within {within:?}"))
         .expect("session task alive");
+}
+
+/// The lease of a session behind a relay that holds its link.
+const HELD_LEASE: Duration = Duration::from_secs(2);
+
+/// A session (lease [`HELD_LEASE`], grace 10 s) reaching a short-lease
+/// master through a relay whose link the test holds.
+struct BehindRelay {
+    server: TestServer,
+    proxy: Proxy,
+    session: Session,
+    seen: StateLog,
+    _client: Client,
+}
+
+async fn behind_relay(name: &str) -> BehindRelay {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
+    let (session, seen) = recorded(
+        &client,
+        SessionOptions::new(name)
+            .lease(HELD_LEASE)
+            .grace(Duration::from_secs(10)),
+    )
+    .await;
+    BehindRelay {
+        server,
+        proxy,
+        session,
+        seen,
+        _client: client,
+    }
+}
+
+impl BehindRelay {
+    /// Holds the link once the session's KeepAlive has reached the master,
+    /// which answers it (extending the lease) while the reply waits in the
+    /// relay: the client's local lease runs out, and it is in jeopardy.
+    async fn hold_until_jeopardy(&self) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.proxy.set(Link::Hold);
+        wait_for(&self.session, SessionState::Jeopardy, HELD_LEASE + SLACK).await;
+    }
 }
 
 // CS-1, SES-6
@@ -92,65 +136,44 @@ async fn a_cut_link_goes_normal_jeopardy_expired_on_time() {
 // CS-4, CS-5, KA-5
 #[tokio::test]
 async fn a_held_link_that_delivers_late_goes_jeopardy_safe_normal_and_keeps_the_session() {
-    let server = start(short_lease_config()).await;
-    let proxy = Proxy::start(server.addr).await;
-    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
-    let lease = Duration::from_secs(2);
-    let (session, seen) = recorded(
-        &client,
-        SessionOptions::new("held")
-            .lease(lease)
-            .grace(Duration::from_secs(10)),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.set(Link::Hold);
-    // The master answers the held KeepAlive (extending the lease) while the
-    // reply waits in the relay; the client's local lease runs out.
-    wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
+    let held = behind_relay("held").await;
+    held.hold_until_jeopardy().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    proxy.set(Link::Pass);
-    wait_for(&session, SessionState::Normal, Duration::from_secs(3)).await;
+    held.proxy.set(Link::Pass);
+    wait_for(&held.session, SessionState::Normal, Duration::from_secs(3)).await;
 
     assert_eq!(
-        seen.states(),
+        held.seen.states(),
         [
             SessionState::Jeopardy,
             SessionState::Safe,
             SessionState::Normal
         ]
     );
-    let direct = server.client().await;
-    assert!(direct.session_info(session.id()).await.is_ok());
-    tokio::time::sleep(lease + lease / 2).await;
-    assert_eq!(session.state(), SessionState::Normal, "it stays normal");
+    let direct = held.server.client().await;
+    assert!(direct.session_info(held.session.id()).await.is_ok());
+    tokio::time::sleep(HELD_LEASE + HELD_LEASE / 2).await;
+    assert_eq!(
+        held.session.state(),
+        SessionState::Normal,
+        "it stays normal"
+    );
 }
 
 // CS-8: a session closed the moment it is normal again after a held link
 // closes, its lock released.
 #[tokio::test]
 async fn a_session_closed_right_after_a_held_link_recovers_closes() {
-    let server = start(short_lease_config()).await;
-    let proxy = Proxy::start(server.addr).await;
-    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
-    let lease = Duration::from_secs(2);
-    let (session, _seen) = recorded(
-        &client,
-        SessionOptions::new("held")
-            .lease(lease)
-            .grace(Duration::from_secs(10)),
-    )
-    .await;
-    let _guard = session
+    let held = behind_relay("held").await;
+    let _guard = held
+        .session
         .try_lock("k", leasehold::LockOptions::exclusive())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.set(Link::Hold);
-    wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
-    proxy.set(Link::Pass);
-    wait_for(&session, SessionState::Normal, Duration::from_secs(3)).await;
-    session.close().await.unwrap();
+    held.hold_until_jeopardy().await;
+    held.proxy.set(Link::Pass);
+    wait_for(&held.session, SessionState::Normal, Duration::from_secs(3)).await;
+    held.session.close().await.unwrap();
 }
 
 // CS-8: a session closed while its probe is opening a new connection (the
@@ -160,32 +183,20 @@ async fn a_session_closed_right_after_a_held_link_recovers_closes() {
 // timeout, and the session was left to expire.
 #[tokio::test]
 async fn a_session_closed_while_its_probe_opens_a_connection_closes() {
-    let server = start(short_lease_config()).await;
-    let proxy = Proxy::start(server.addr).await;
-    let client = Client::connect(proxy.addr.to_string()).await.unwrap();
-    let lease = Duration::from_secs(2);
-    let (session, _seen) = recorded(
-        &client,
-        SessionOptions::new("probing")
-            .lease(lease)
-            .grace(Duration::from_secs(10)),
-    )
-    .await;
-    let id = session.id();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.set(Link::Hold);
-    wait_for(&session, SessionState::Jeopardy, lease + SLACK).await;
+    let held = behind_relay("probing").await;
+    let id = held.session.id();
+    held.hold_until_jeopardy().await;
     // The probe's handshake waits in the relay now.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let closing = tokio::spawn(session.close());
+    let closing = tokio::spawn(held.session.clone().close());
     tokio::time::sleep(Duration::from_millis(200)).await;
-    proxy.set(Link::Pass);
+    held.proxy.set(Link::Pass);
     let closed = tokio::time::timeout(Duration::from_secs(10), closing)
         .await
         .expect("the close ends")
         .unwrap();
     closed.expect("the close destroys the session");
-    let direct = server.client().await;
+    let direct = held.server.client().await;
     assert!(
         direct.session_info(id).await.is_err(),
         "the session is gone"
