@@ -232,8 +232,9 @@ impl Semaphore {
         // A slot given back a moment ago may still be deleting its
         // contender key (its caller stopped waiting for that), and an
         // acquire given up part-way may still be withdrawing its lock of
-        // the key (`LOCK-17`): this waits for either, as both make bounded
-        // tries (`SEM-1`, `SEM-4`).
+        // the key (`LOCK-17`): this waits for either, which ends by the
+        // session's end at the latest, within `deadline` if there is one
+        // (`SEM-1`, `SEM-4`).
         let started = tokio::time::Instant::now();
         while self.session.dispatch().winding_down(&key) {
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
