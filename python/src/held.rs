@@ -76,24 +76,34 @@ impl<T: Send + Sync + 'static> Held<T> {
     }
 
     /// The value, to be released: from now on it is not to be relied on,
-    /// and `lost` is set. `None` if taken already, or if a call shares it
-    /// still: it is given back in the background once that call ends.
-    pub fn take(&self, py: Python<'_>) -> Option<T> {
-        let value = self
-            .value
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        if let Some(watcher) = self
+    /// and `lost` is set. The future gives `None` if it was taken already,
+    /// or if a call shares it still: it is given back in the background
+    /// once that call ends.
+    ///
+    /// The watcher is aborted here but awaited inside the future, on the
+    /// runtime: until its task is dropped it holds a share of the value,
+    /// and a release that ran before then would find nothing to release
+    /// and leave the lock held behind the caller's back.
+    pub fn take(&self, py: Python<'_>) -> impl Future<Output = Option<T>> + Send + 'static {
+        let value = self.value.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let watcher = self
             .watcher
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(watcher) = &watcher {
             watcher.abort();
         }
-        mark_lost(py, &self.lost, &self.awaiting);
-        Arc::try_unwrap(value).ok()
+        if value.is_some() {
+            mark_lost(py, &self.lost, &self.awaiting);
+        }
+        async move {
+            let value = value?;
+            if let Some(watcher) = watcher {
+                let _ = watcher.await;
+            }
+            Arc::try_unwrap(value).ok()
+        }
     }
 
     /// The event set when it can no longer be relied on.

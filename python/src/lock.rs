@@ -84,7 +84,7 @@ impl LockGuard {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let guard = self.held.take(py);
         let releasing = async move {
-            match guard {
+            match guard.await {
                 Some(guard) => guard.release().await,
                 None => Ok(()),
             }

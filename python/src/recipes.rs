@@ -159,7 +159,7 @@ impl Term {
     fn resign(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
         let term = self.held.take(py);
         let resigning = async move {
-            match term {
+            match term.await {
                 Some(term) => term.resign().await,
                 None => Ok(()),
             }
@@ -256,7 +256,7 @@ impl Permit {
     fn release(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
         let permit = self.held.take(py);
         let releasing = async move {
-            match permit {
+            match permit.await {
                 Some(permit) => permit.release().await,
                 None => Ok(()),
             }

@@ -31,6 +31,17 @@ def test_locks_exclude_and_hand_over(server):
     run(scenario())
 
 
+def test_a_lock_is_released_when_release_returns_in_asyncio(server):
+    async def scenario():
+        async with await aio.Client.connect(server.addr, timeout=5.0) as client:
+            async with await client.session("a", lock_delay=0) as a:
+                for _ in range(300):
+                    guard = await a.lock("jobs/x")
+                    await guard.release()
+                    assert not await client.check_sequencer(guard.sequencer)
+
+    run(scenario())
+
 def test_a_cancelled_lock_wait_leaves_no_waiter(server):
     async def scenario():
         async with await aio.Client.connect(server.addr) as client:
