@@ -253,6 +253,15 @@ impl Client {
         Ok(conn)
     }
 
+    /// The epoch announced by the master of the open connection, which a
+    /// request sent now would reach; `None` if a new one must be opened.
+    pub(crate) fn current_epoch(&self) -> Option<u64> {
+        self.current()
+            .as_ref()
+            .filter(|conn| conn.is_open())
+            .map(|conn| conn.welcome().epoch)
+    }
+
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Connection>> {
         self.inner.current.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -32,6 +32,11 @@ pub(crate) const MAX_IN_FLIGHT: usize = 8;
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time allowed for the DestroySession sent on close.
 pub(crate) const DESTROY_TIMEOUT: Duration = Duration::from_secs(2);
+/// KeepAlives a close sends at most to acknowledge what the master may not
+/// hold yet: one on a connection its master closed, one with the session's
+/// epoch answered with `WrongEpoch`, one with the new master's bringing its
+/// fail-over event, and one acknowledging that event.
+pub(crate) const CLOSE_ACKS: u32 = 4;
 
 // The session's cache (`CACHE-8`).
 

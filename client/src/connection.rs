@@ -173,6 +173,12 @@ impl Connection {
         &self.welcome
     }
 
+    /// Whether requests can still go out on it: its writer stops once the
+    /// master closed it or its reader failed.
+    pub(crate) fn is_open(&self) -> bool {
+        !self.requests.is_closed()
+    }
+
     pub(crate) fn heard(&self) -> &Heard {
         &self.heard
     }

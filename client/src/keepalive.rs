@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use leasehold_protocol::{
-    Authority, ErrorCode, EventKind, KeepAlive, Request, Response, SessionId, SessionToken,
+    Authority, ErrorCode, EventKind, KeepAlive, Remedy, Request, Response, SessionId, SessionToken,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -24,15 +24,16 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client::Client;
-use crate::config::{SessionOptions, DESTROY_TIMEOUT, PROBE_TIMEOUT, RELEASE_TRIES};
+use crate::config::{SessionOptions, CLOSE_ACKS, DESTROY_TIMEOUT, PROBE_TIMEOUT, RELEASE_TRIES};
 use crate::error::ClientError;
 use crate::events::{Route, SubscriptionEvent};
 use crate::release::release_holding;
 use crate::session_machine::{Action, Reply, SessionMachine, SessionState};
 use crate::shared::{Shared, Stop};
 
-/// When a KeepAlive was sent, whether it asked to be held, and its outcome.
-type Sent = (Instant, bool, Result<Response, ClientError>);
+/// When a KeepAlive was sent, whether it asked to be held, and its outcome
+/// with the acknowledgement it carried.
+type Sent = (Instant, bool, Result<(u64, Response), ClientError>);
 type InFlight = Pin<Box<dyn Future<Output = Sent> + Send>>;
 
 pub(crate) struct Keeper {
@@ -48,18 +49,22 @@ pub(crate) struct Keeper {
 }
 
 /// A KeepAlive's outcome, sorted by what the session machine does with it.
-fn sorted(result: Result<Response, ClientError>) -> Reply {
+fn sorted(result: Result<(u64, Response), ClientError>) -> Reply {
     match result {
-        Ok(Response::KeepAlive {
+        Ok((
+            acked_seq,
+            Response::KeepAlive {
+                epoch,
+                lease,
+                events,
+            },
+        )) => Reply::Granted {
             epoch,
             lease,
             events,
-        }) => Reply::Granted {
-            epoch,
-            lease,
-            events,
+            acked_seq,
         },
-        Ok(other) => {
+        Ok((_, other)) => {
             debug!(reply = ?other, "KeepAlive answered with something else");
             Reply::Failed
         }
@@ -271,7 +276,7 @@ impl Keeper {
                 // written: the earlier time is the conservative one.
                 let reply = async {
                     let (response, _written) = client.call_on(&conn, request).await?;
-                    Ok(response)
+                    Ok((acked_seq, response))
                 };
                 if hold {
                     return reply.await;
@@ -321,14 +326,14 @@ impl Keeper {
 
     async fn destroy(&self) -> Result<(), ClientError> {
         // A new master serves the releases only once its fail-over event
-        // is acknowledged (`FO-5`): acknowledge what was delivered first.
-        let ack = Request::KeepAlive(KeepAlive {
-            session: self.token,
-            epoch: self.machine.epoch(),
-            acked_seq: self.machine.delivered(),
-            hold: false,
-        });
-        let _ = tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(ack)).await;
+        // is acknowledged (`FO-5`). Nothing to do if the master of the open
+        // connection is the one whose answers already carried every
+        // acknowledgement.
+        let settled = !self.machine.unacknowledged()
+            && self.client.current_epoch() == Some(self.machine.epoch());
+        if !settled {
+            self.acknowledge().await;
+        }
         // Destroying invalidates the session, which would start lock-delay
         // on every lock it holds; a plain release first hands them on at
         // once (`LOCK-11`).
@@ -375,6 +380,46 @@ impl Keeper {
                 Ok(())
             }
             Ok(Err(e)) => Err(e),
+        }
+    }
+
+    /// Acknowledges, for a close, whatever the master may not hold yet: the
+    /// events delivered, or a new master's fail-over event, which that
+    /// master hands over only in answer to a KeepAlive naming its epoch.
+    /// Each KeepAlive asks for an answer at once and acknowledges what the
+    /// one before brought; the events are not delivered, the session being
+    /// over for its application already.
+    async fn acknowledge(&self) {
+        let (mut epoch, mut acked_seq) = (self.machine.epoch(), self.machine.delivered());
+        for _ in 0..CLOSE_ACKS {
+            let ack = Request::KeepAlive(KeepAlive {
+                session: self.token,
+                epoch,
+                acked_seq,
+                hold: false,
+            });
+            match tokio::time::timeout(DESTROY_TIMEOUT, self.client.call(ack)).await {
+                Ok(Ok(Response::KeepAlive { events, .. })) => {
+                    match events.iter().map(|event| event.seq).max() {
+                        Some(last) if last > acked_seq => acked_seq = last,
+                        // The master held the acknowledgement as it
+                        // answered, and had nothing new.
+                        _ => return,
+                    }
+                }
+                Ok(Err(e)) => match e.code() {
+                    // Its events are numbered afresh (`FO-6`).
+                    Some(ErrorCode::WrongEpoch { current }) if current > epoch => {
+                        epoch = current;
+                        acked_seq = 0;
+                    }
+                    // The connection was lost, most likely with its master:
+                    // the next KeepAlive opens one to whoever serves now.
+                    _ if matches!(e.remedy(), Remedy::Reconnect | Remedy::OutcomeUnknown) => {}
+                    _ => return,
+                },
+                Ok(Ok(_)) | Err(_) => return,
+            }
         }
     }
 }

@@ -72,10 +72,13 @@ impl SessionState {
 #[derive(Debug)]
 pub(crate) enum Reply {
     /// The master answered: its epoch, the lease it granted and events.
+    /// `acked_seq` is what the answered KeepAlive acknowledged: the master
+    /// holds that acknowledgement now.
     Granted {
         epoch: u64,
         lease: LeaseGrant,
         events: Vec<Event>,
+        acked_seq: u64,
     },
     /// The master says the session is gone (`CS-6`).
     Gone,
@@ -138,6 +141,9 @@ pub(crate) struct SessionMachine {
     /// The highest event sequence number delivered, acknowledged on the
     /// next KeepAlive.
     delivered: u64,
+    /// The epoch and the acknowledgement of the last KeepAlive answered:
+    /// what the master is known to hold.
+    acknowledged: (u64, u64),
     /// Draws this session's waits between retries (`CS-2`), so that the
     /// sessions of a master that crashed do not all come back at once.
     salt: u64,
@@ -171,6 +177,7 @@ impl SessionMachine {
             in_flight: 0,
             unheld: 0,
             delivered: 0,
+            acknowledged: (epoch, 0),
             salt,
         }
     }
@@ -187,6 +194,14 @@ impl SessionMachine {
     /// The highest event sequence number delivered.
     pub(crate) fn delivered(&self) -> u64 {
         self.delivered
+    }
+
+    /// Whether the master may not hold the acknowledgement of every event
+    /// delivered, under the epoch last heard: a close must send it before
+    /// its releases, which a new master refuses until its fail-over event
+    /// is acknowledged (`FO-5`, `CS-8`).
+    pub(crate) fn unacknowledged(&self) -> bool {
+        self.acknowledged != (self.epoch, self.delivered)
     }
 
     #[cfg(test)]
@@ -265,11 +280,15 @@ impl SessionMachine {
                 epoch,
                 lease,
                 events,
+                acked_seq,
             } => {
                 // A new master numbers its events afresh.
                 if epoch != self.epoch {
                     self.delivered = 0;
                 }
+                // Replies may come back out of order; within an epoch,
+                // acknowledgements only grow.
+                self.acknowledged = self.acknowledged.max((epoch, acked_seq));
                 self.epoch = epoch;
                 // Events are news whether or not the lease is.
                 let failover = self.deliver(events, &mut actions);
@@ -425,6 +444,7 @@ mod tests {
                 held_ms: held.as_millis() as u64,
             },
             events: Vec::new(),
+            acked_seq: 0,
         }
     }
 
@@ -732,6 +752,7 @@ mod tests {
                 held_ms: 0,
             },
             events,
+            acked_seq: 0,
         }
     }
 
@@ -786,6 +807,55 @@ mod tests {
             [true],
             "acknowledging under the new epoch"
         );
+    }
+
+    fn acknowledging(epoch: u64, acked_seq: u64, events: Vec<Event>) -> Reply {
+        let mut reply = reply_with(epoch, events);
+        if let Reply::Granted { acked_seq: a, .. } = &mut reply {
+            *a = acked_seq;
+        }
+        reply
+    }
+
+    // CS-8
+    #[test]
+    fn a_fresh_session_has_nothing_for_a_close_to_acknowledge() {
+        let (m, _) = machine();
+        assert!(!m.unacknowledged());
+    }
+
+    // CS-8, FO-5
+    #[test]
+    fn a_delivered_failover_event_is_for_a_close_to_acknowledge_until_a_reply_carried_it() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let failover = event(1, EventKind::Failover { epoch: 2 });
+        m.on_reply(t0, true, acknowledging(2, 0, vec![failover]), t0 + ms(5));
+        assert!(m.unacknowledged(), "the new master has not heard of it");
+        m.on_tick(t0 + ms(5));
+        m.on_reply(
+            t0 + ms(5),
+            true,
+            acknowledging(2, 1, Vec::new()),
+            t0 + ms(9),
+        );
+        assert!(!m.unacknowledged());
+    }
+
+    // CS-8
+    #[test]
+    fn a_late_reply_carrying_an_older_acknowledgement_does_not_undo_a_newer_one() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        m.on_reply(
+            t0,
+            true,
+            acknowledging(1, 0, vec![event(4, EventKind::EventsLost)]),
+            t0 + ms(5),
+        );
+        m.on_reply(t0, false, acknowledging(1, 4, Vec::new()), t0 + ms(7));
+        m.on_reply(t0, true, acknowledging(1, 0, Vec::new()), t0 + ms(9));
+        assert!(!m.unacknowledged());
     }
 
     // FO-1, KA-6

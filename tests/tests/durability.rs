@@ -602,6 +602,24 @@ async fn a_release_asked_for_while_the_master_is_down_is_carried_out_once_it_is_
     drop(server);
 }
 
+// CS-8, FO-5, LOCK-11: a session closed just after its master restarted,
+// before its KeepAlives noticed, acknowledges the new master's fail-over
+// event first, so that master serves its release and the lock passes at
+// once, not after lock-delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_closed_before_it_notices_a_restart_hands_its_lock_on_at_once() {
+    let dir = TempDir::new("durability-close-after-failover");
+    let (addr, _client, holder, _guard) = holding_k_as_the_master_stops(&dir).await;
+    let server = start_on(addr, durable(&dir)).await;
+    assert_eq!(holder.state(), SessionState::Normal, "not noticed yet");
+    holder.close().await.unwrap();
+    let other = Client::connect(addr.to_string()).await.unwrap();
+    let next = waiting_session(&other, "next").await;
+    let taken = next.try_lock("k", LockOptions::exclusive()).await;
+    assert!(taken.is_ok(), "{:?}", taken.err());
+    drop(server);
+}
+
 // LOCK-11: a release that fails while its session closes ends as the
 // close does: a close that could not reach the master gave nothing back,
 // and the release says so rather than report the lock given back.
