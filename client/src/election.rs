@@ -147,6 +147,12 @@ impl Term {
         self.guard.lost().await
     }
 
+    /// As [`Term::lost`], as a future that does not borrow the term (see
+    /// [`LockGuard::lost_owned`]).
+    pub fn lost_owned(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.lost_owned()
+    }
+
     /// Resolves when another session starts waiting to lead.
     pub async fn challenger(&self) -> SessionId {
         self.guard.conflict().await

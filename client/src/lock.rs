@@ -1,5 +1,6 @@
 //! Locks held by a session, with their sequencers (SPEC "Locks").
 
+use std::future::Future;
 use std::time::Duration;
 
 use leasehold_protocol::backoff::retry_delay;
@@ -148,15 +149,32 @@ impl LockGuard {
     /// deleted), or events were lost, one of which may have said so
     /// (`LOCK-10`). Stop acting as the holder then.
     pub async fn lost(&self) {
+        self.lost_owned().await
+    }
+
+    /// As [`LockGuard::lost`], as a future that does not borrow the guard:
+    /// a task can watch for the loss while the guard stays free to be
+    /// released. It counts from now: a jeopardy that began and ended before
+    /// this call is not a loss for it.
+    ///
+    /// ```no_run
+    /// # async fn example(guard: leasehold::LockGuard) {
+    /// tokio::spawn(guard.lost_owned());
+    /// guard.release().await.ok();
+    /// # }
+    /// ```
+    pub fn lost_owned(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut signal = self.signal.clone();
         // The state channel keeps only the latest state, which may already
         // be `Normal` again after a brief jeopardy: jeopardies are counted.
         let seen = signal.borrow().jeopardies;
         let generation = self.sequencer.lock_generation;
         let mut states = self.session.watch_state();
-        tokio::select! {
-            _ = states.wait_for(|s| *s == SessionState::Jeopardy || s.is_final()) => {}
-            _ = signal.wait_for(|s| s.loses(generation) || s.jeopardies > seen) => {}
+        async move {
+            tokio::select! {
+                _ = states.wait_for(|s| *s == SessionState::Jeopardy || s.is_final()) => {}
+                _ = signal.wait_for(|s| s.loses(generation) || s.jeopardies > seen) => {}
+            }
         }
     }
 

@@ -14,6 +14,7 @@
 //! Like every lock here it is advisory: a holder checks [`Permit::lost`]
 //! before and while it works.
 
+use std::future::Future;
 use std::time::Duration;
 
 use leasehold_protocol::{event_mask, ErrorCode, SessionId};
@@ -478,16 +479,25 @@ impl Permit {
     /// left the normal state, the contender key was taken away, or the
     /// holders no longer include this session.
     pub async fn lost(&self) {
+        self.lost_owned().await
+    }
+
+    /// As [`Permit::lost`], as a future that does not borrow the permit (see
+    /// [`LockGuard::lost_owned`]).
+    pub fn lost_owned(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut lost = self.lost.clone();
-        let contender = async {
-            match &self.contender {
-                Some(c) => c.lost().await,
-                None => std::future::pending().await,
+        let contender = self.contender.as_ref().map(LockGuard::lost_owned);
+        async move {
+            let contender = async {
+                match contender {
+                    Some(c) => c.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = lost.wait_for(|l| *l) => {}
+                () = contender => {}
             }
-        };
-        tokio::select! {
-            _ = lost.wait_for(|l| *l) => {}
-            () = contender => {}
         }
     }
 

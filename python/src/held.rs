@@ -9,8 +9,8 @@ use tokio::task::JoinHandle;
 
 use crate::runtime;
 
-/// `T`, shared with a task that waits for it to be lost and then sets
-/// `lost`; taken back whole to be released.
+/// `T`, with a task that waits for it to be lost and then sets `lost`;
+/// taken back whole to be released.
 pub struct Held<T: Send + Sync + 'static> {
     value: Mutex<Option<Arc<T>>>,
     watcher: Mutex<Option<JoinHandle<()>>>,
@@ -39,25 +39,24 @@ fn mark_lost(py: Python<'_>, lost: &Py<PyAny>, awaiting: &Mutex<Awaiting>) {
 }
 
 impl<T: Send + Sync + 'static> Held<T> {
-    /// Holds `value`; `lost(value)` resolves when it can no longer be
-    /// relied on.
-    pub fn new<F, Fut>(py: Python<'_>, value: T, lost: F) -> PyResult<Held<T>>
+    /// Holds `value`; `lost` resolves when it can no longer be relied on.
+    /// It must not hold a share of `value` (the library's `lost_owned`
+    /// does not): a release takes the value back whole, at once, without
+    /// waiting for the watcher to be dropped.
+    pub fn new<Fut>(py: Python<'_>, lost: Fut, value: T) -> PyResult<Held<T>>
     where
-        F: FnOnce(Arc<T>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let event = py.import("threading")?.getattr("Event")?.call0()?.unbind();
-        let value = Arc::new(value);
         let set = event.clone_ref(py);
         let awaiting: Arc<Mutex<Awaiting>> = Arc::default();
         let waiters = awaiting.clone();
-        let lost = lost(value.clone());
         let watcher = runtime::handle()?.spawn(async move {
             lost.await;
             Python::attach(|py| mark_lost(py, &set, &waiters));
         });
         Ok(Held {
-            value: Mutex::new(Some(value)),
+            value: Mutex::new(Some(Arc::new(value))),
             watcher: Mutex::new(Some(watcher)),
             lost: event,
             awaiting,
@@ -76,34 +75,24 @@ impl<T: Send + Sync + 'static> Held<T> {
     }
 
     /// The value, to be released: from now on it is not to be relied on,
-    /// and `lost` is set. The future gives `None` if it was taken already,
-    /// or if a call shares it still: it is given back in the background
-    /// once that call ends.
-    ///
-    /// The watcher is aborted here but awaited inside the future, on the
-    /// runtime: until its task is dropped it holds a share of the value,
-    /// and a release that ran before then would find nothing to release
-    /// and leave the lock held behind the caller's back.
-    pub fn take(&self, py: Python<'_>) -> impl Future<Output = Option<T>> + Send + 'static {
-        let value = self.value.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let watcher = self
+    /// and `lost` is set. `None` if taken already, or if a call shares it
+    /// still: it is given back in the background once that call ends.
+    pub fn take(&self, py: Python<'_>) -> Option<T> {
+        let value = self
+            .value
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        if let Some(watcher) = self
             .watcher
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(watcher) = &watcher {
+            .take()
+        {
             watcher.abort();
         }
-        if value.is_some() {
-            mark_lost(py, &self.lost, &self.awaiting);
-        }
-        async move {
-            let value = value?;
-            if let Some(watcher) = watcher {
-                let _ = watcher.await;
-            }
-            Arc::try_unwrap(value).ok()
-        }
+        mark_lost(py, &self.lost, &self.awaiting);
+        Arc::try_unwrap(value).ok()
     }
 
     /// The event set when it can no longer be relied on.

@@ -29,7 +29,7 @@ impl LockGuard {
             key: guard.key().to_string(),
             sequencer: guard.sequencer_bytes().to_vec(),
             sequencer_hex: guard.sequencer().to_hex(),
-            held: Held::new(py, guard, |guard| async move { guard.lost().await })?,
+            held: Held::new(py, guard.lost_owned(), guard)?,
         })
     }
 }
@@ -84,7 +84,7 @@ impl LockGuard {
         let timeout = maybe_seconds(timeout.as_ref(), "timeout")?;
         let guard = self.held.take(py);
         let releasing = async move {
-            match guard.await {
+            match guard {
                 Some(guard) => guard.release().await,
                 None => Ok(()),
             }

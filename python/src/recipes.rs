@@ -103,7 +103,7 @@ impl Term {
         Ok(Term {
             sequencer: term.sequencer_bytes().to_vec(),
             sequencer_hex: term.sequencer().to_hex(),
-            held: Held::new(py, term, |term| async move { term.lost().await })?,
+            held: Held::new(py, term.lost_owned(), term)?,
         })
     }
 }
@@ -159,7 +159,7 @@ impl Term {
     fn resign(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
         let term = self.held.take(py);
         let resigning = async move {
-            match term.await {
+            match term {
                 Some(term) => term.resign().await,
                 None => Ok(()),
             }
@@ -227,7 +227,7 @@ pub struct Permit {
 impl Permit {
     fn new(py: Python<'_>, permit: leasehold::Permit) -> PyResult<Permit> {
         Ok(Permit {
-            held: Held::new(py, permit, |permit| async move { permit.lost().await })?,
+            held: Held::new(py, permit.lost_owned(), permit)?,
         })
     }
 }
@@ -256,7 +256,7 @@ impl Permit {
     fn release(&self, py: Python<'_>, _aio: bool) -> PyResult<Py<PyAny>> {
         let permit = self.held.take(py);
         let releasing = async move {
-            match permit.await {
+            match permit {
                 Some(permit) => permit.release().await,
                 None => Ok(()),
             }
