@@ -191,19 +191,19 @@ impl Term {
 /// ```
 pub struct LeaderChanges {
     observer: Option<Observer>,
-    pending: Option<Pending>,
+    /// The step in progress, on a task of its own: a `next()` given up
+    /// leaves it running rather than frozen part-way, where it could hold
+    /// the client's one connection attempt and stall every other call.
+    pending: Option<tokio::task::JoinHandle<Step>>,
 }
 
-/// The step in progress. Nothing reaches the future through a shared
-/// reference, only through `&mut` (to poll it), so a `&LeaderChanges`
-/// shared between threads shares nothing of it: the type is `Sync`
-/// whatever the future holds (the argument of the `sync_wrapper` crate).
-struct Pending(std::pin::Pin<Box<dyn Future<Output = Step> + Send>>);
-
-// SAFETY: `Pending` has no method taking `&self` and no field visible
-// outside this module; its future is only polled through `&mut Pending`,
-// which a shared reference cannot give.
-unsafe impl Sync for Pending {}
+impl Drop for LeaderChanges {
+    fn drop(&mut self) {
+        if let Some(step) = &self.pending {
+            step.abort();
+        }
+    }
+}
 
 type Step = (Observer, Result<Option<Leader>, ClientError>);
 
@@ -280,13 +280,19 @@ impl futures::Stream for LeaderChanges {
                 .observer
                 .take()
                 .expect("an observer is kept while no step runs");
-            self.pending = Some(Pending(Box::pin(observer.step())));
+            self.pending = Some(tokio::spawn(observer.step()));
         }
         let pending = self.pending.as_mut().expect("set above");
-        let (observer, result) = std::task::ready!(pending.0.as_mut().poll(cx));
+        let finished = std::task::ready!(std::pin::Pin::new(pending).poll(cx));
         self.pending = None;
-        self.observer = Some(observer);
-        std::task::Poll::Ready(Some(result))
+        match finished {
+            Ok((observer, result)) => {
+                self.observer = Some(observer);
+                std::task::Poll::Ready(Some(result))
+            }
+            // Only `Drop` aborts the step, so the task panicked.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     }
 }
 

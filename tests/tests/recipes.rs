@@ -234,6 +234,36 @@ async fn leader_changes_of_two_elections_merge_as_streams() {
     assert_eq!(values, [b"one".to_vec(), b"two".to_vec()]);
 }
 
+// A `next()` given up while its read opened a connection (the link held
+// the handshake) leaves that read running: had it stayed frozen, it would
+// hold the client's one connection attempt, and every other call of the
+// client would wait for it until the observer was polled again.
+#[tokio::test]
+async fn a_leader_observation_given_up_part_way_does_not_stall_the_client() {
+    let server = start(short_lease_config()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let config = leasehold::ClientConfig {
+        request_timeout: Duration::from_millis(300),
+        ..leasehold::ClientConfig::default()
+    };
+    let client = Client::connect_with(proxy.addr.to_string(), config)
+        .await
+        .unwrap();
+    proxy.set(Link::Hold);
+    // Times out, and the client gives up its connection.
+    assert!(client.leader("svc/leader").await.is_err());
+    let mut changes = client.observe_leader("svc/leader");
+    let given_up = tokio::time::timeout(Duration::from_millis(200), changes.next()).await;
+    assert!(given_up.is_err(), "the handshake waits in the relay");
+    proxy.set(Link::Pass);
+    let read = tokio::time::timeout(Duration::from_secs(5), client.leader("svc/leader")).await;
+    assert!(
+        matches!(read, Ok(Ok(None))),
+        "the client serves other calls: {read:?}"
+    );
+    drop(changes);
+}
+
 // SEM-2, SEM-3: the semaphore seed with five contenders, two slots.
 #[tokio::test]
 async fn five_contenders_for_two_slots_never_exceed_two_holders() {
