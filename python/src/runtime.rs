@@ -6,6 +6,7 @@
 //! (the trap pyo3-async-runtimes falls into, its issue #40).
 
 use std::future::Future;
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,13 +72,21 @@ pub(crate) fn shutdown(py: Python<'_>) {
 /// free for other threads. Ctrl-C (`KeyboardInterrupt`) or `timeout`
 /// ends the wait and drops the future, which undoes what it started: a
 /// lock wait is withdrawn from the line on the master.
+///
+/// The answer comes back over a channel of the standard library, whose
+/// timed wait needs no timer of the runtime: registering one from this
+/// thread, sooner than every timer the runtime has, wakes the runtime's
+/// driver on every call.
 pub(crate) fn wait<T, F>(py: Python<'_>, future: F, timeout: Option<Duration>) -> PyResult<T>
 where
     T: Send + 'static,
     F: Future<Output = T> + Send + 'static,
 {
     let handle = handle()?;
-    let mut task = handle.spawn(future);
+    let (answer, mut answered) = std::sync::mpsc::sync_channel(1);
+    let task = handle.spawn(async move {
+        let _ = answer.send(future.await);
+    });
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
         let slice = match deadline {
@@ -86,16 +95,18 @@ where
                 .min(SIGNAL_CHECK),
             None => SIGNAL_CHECK,
         };
-        let done =
-            py.detach(|| handle.block_on(async { tokio::time::timeout(slice, &mut task).await }));
-        match done {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) => {
+        // Moved in and back: a receiver cannot be shared between threads.
+        let (outcome, back) = py.detach(move || (answered.recv_timeout(slice), answered));
+        answered = back;
+        match outcome {
+            Ok(value) => return Ok(value),
+            Err(RecvTimeoutError::Disconnected) => {
+                let e = py.detach(|| handle.block_on(task)).err();
                 return Err(PyRuntimeError::new_err(format!(
-                    "the leasehold client's task failed: {e}"
-                )))
+                    "the leasehold client's task failed: {e:?}"
+                )));
             }
-            Err(_) => {}
+            Err(RecvTimeoutError::Timeout) => {}
         }
         let interrupted = py.check_signals();
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
