@@ -611,7 +611,9 @@ async fn a_session_closed_before_it_notices_a_restart_hands_its_lock_on_at_once(
     let dir = TempDir::new("durability-close-after-failover");
     let (addr, _client, holder, _guard) = holding_k_as_the_master_stops(&dir).await;
     let server = start_on(addr, durable(&dir)).await;
-    assert_eq!(holder.state(), SessionState::Normal, "not noticed yet");
+    // Its lease outlives the restart: it is still Normal, and a close now
+    // most likely comes before its KeepAlives reach the new master.
+    assert_eq!(holder.state(), SessionState::Normal);
     holder.close().await.unwrap();
     let other = Client::connect(addr.to_string()).await.unwrap();
     let next = waiting_session(&other, "next").await;
