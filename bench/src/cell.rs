@@ -21,6 +21,8 @@ const ELECTION_PATIENCE: Duration = Duration::from_secs(60);
 /// A running cell; its members are stopped when it is dropped.
 pub struct Cell {
     members: BTreeMap<u64, Master>,
+    /// Members killed and not started again, their data kept.
+    down: BTreeMap<u64, Master>,
     addrs: BTreeMap<u64, String>,
 }
 
@@ -70,7 +72,11 @@ impl Cell {
             }
             members.insert(id, member);
         }
-        Ok(Cell { members, addrs })
+        Ok(Cell {
+            members,
+            down: BTreeMap::new(),
+            addrs,
+        })
     }
 
     /// Every member's address, separated by commas: what a client is
@@ -113,21 +119,75 @@ impl Cell {
     }
 
     /// Kills member `id` with SIGKILL, as a crash would, and waits for it
-    /// to be gone. It is not started again: the cell must not need it.
+    /// to be gone. It stays down, its data kept, until [`Cell::restart`]:
+    /// the cell must not need it.
     pub async fn kill(&mut self, id: u64) -> anyhow::Result<()> {
         let mut member = self
             .members
             .remove(&id)
             .with_context(|| format!("the cell has no running member {id}"))?;
-        member.kill().await
+        member.kill().await?;
+        self.down.insert(id, member);
+        Ok(())
+    }
+
+    /// Starts the killed member `id` again on its address and data.
+    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let mut member = self
+            .down
+            .remove(&id)
+            .with_context(|| format!("the cell has no killed member {id}"))?;
+        member.restart().await?;
+        self.members.insert(id, member);
+        Ok(())
+    }
+
+    /// Waits until every member runs and answers, one of them serves as
+    /// master, and it reports no member behind its log: a cell that can
+    /// lose its master again with nothing left over from the last loss.
+    pub async fn steady(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let addrs: Vec<String> = self.addrs.values().cloned().collect();
+        loop {
+            if self.down.is_empty() && steady_among(&addrs).await {
+                return Ok(());
+            }
+            if started.elapsed() > ELECTION_PATIENCE {
+                bail!("the cell was not steady within {ELECTION_PATIENCE:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Stops every member with SIGINT and removes their data.
     pub async fn stop(self) {
-        for member in self.members.into_values() {
+        for member in self.members.into_values().chain(self.down.into_values()) {
             member.stop().await;
         }
     }
+}
+
+/// Whether every member at `addrs` answers, one serves as master, and
+/// the master counts every other member as a voter with nothing to catch
+/// up.
+async fn steady_among(addrs: &[String]) -> bool {
+    let mut statuses = Vec::new();
+    for addr in addrs {
+        match tokio::time::timeout(Duration::from_secs(1), query_status(addr)).await {
+            Ok(Ok(status)) => statuses.push(status),
+            _ => return false,
+        }
+    }
+    let masters: Vec<_> = statuses.iter().filter(|s| s.master).collect();
+    let [master] = masters[..] else {
+        return false;
+    };
+    statuses.iter().all(|s| {
+        s.epoch == master.epoch
+            && s.applied == master.last_log
+            && master.voters.contains(&s.id)
+            && master.lag.get(&s.id).copied().unwrap_or(0) == 0
+    })
 }
 
 /// The id and epoch of whichever member at `addrs` says it serves as

@@ -6,7 +6,7 @@
 //! until another member serves as master, too.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,9 +31,10 @@ pub async fn run(
     bin: &Path,
     shape: Shape,
     cell: bool,
+    kills: usize,
 ) -> anyhow::Result<Vec<Figure>> {
     match system.kind {
-        Kind::Leasehold if cell => leasehold_cell(bin, shape).await,
+        Kind::Leasehold if cell => leasehold_cell(bin, shape, kills).await,
         Kind::Leasehold => leasehold(bin, shape).await,
         #[cfg(feature = "etcd")]
         Kind::Etcd => peer(system, shape, crate::etcd::Failover::new(&system.addr)).await,
@@ -103,7 +104,7 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
     let started = Instant::now();
     master.restart().await?;
     let restarted = started.elapsed();
-    let lock_taken = tokio::spawn(lock_after(addr, started));
+    let lock_taken = on_own_thread(lock_after(addr, started));
     let all_back = held.all_back(started).await?;
     let lock_taken = lock_taken.await?;
     if lock_taken >= PATIENCE {
@@ -120,21 +121,63 @@ async fn leasehold(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
 /// The cell's master is killed and not started again: how long until a
 /// surviving member serves as master under a higher epoch, until every
 /// session is `Normal` again and until a new client can take a lock.
-async fn leasehold_cell(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>> {
+/// With `kills` past one, the killed member is started again once the
+/// figures are in, the cell is let settle, and the next master is killed:
+/// each figure is then the median and the 99th percentile over the kills.
+async fn leasehold_cell(bin: &Path, shape: Shape, kills: usize) -> anyhow::Result<Vec<Figure>> {
+    if kills > 1 && shape.keepalive_all {
+        bail!("--kills past 1 counts sessions held by the client library: run it without --keepalive-all");
+    }
     let mut cell = Cell::start(bin, "failover", &room_for(shape)).await?;
     let addr = cell.addr();
     // A cell's data directories hold a Raft log: the nodes are written
     // through the master, as the peers' are.
     preload(&addr, shape.nodes).await?;
     let mut held = Holders::open(&addr, shape).await?;
+    let mut rounds = Vec::with_capacity(kills);
+    for kill in 0..kills {
+        if kill > 0 {
+            cell.steady().await?;
+        }
+        let (killed, figures) = kill_master(&mut cell, &mut held).await?;
+        if kills > 1 {
+            let each: Vec<String> = figures
+                .iter()
+                .map(|f| format!("{} {:.0} {}", f.name, f.value, f.unit))
+                .collect();
+            eprintln!(
+                "kill {} of {kills}, member {killed}: {}",
+                kill + 1,
+                each.join(", ")
+            );
+        }
+        rounds.push(figures);
+        if kill + 1 < kills {
+            cell.restart(killed).await?;
+        }
+    }
+    let expired = held.close().await?;
+    cell.stop().await;
+    let mut figures = if kills == 1 {
+        rounds.pop().expect("one kill")
+    } else {
+        spread(&rounds)
+    };
+    figures.push(Figure::lower("sessions expired", "", expired as f64).target(0.0));
+    Ok(figures)
+}
+
+/// One kill of the cell's master: the member killed, and the figures
+/// timed from it.
+async fn kill_master(cell: &mut Cell, held: &mut Holders) -> anyhow::Result<(u64, Vec<Figure>)> {
+    let addr = cell.addr();
     let (master, epoch) = cell.master().await?;
     let survivors = cell.others(master);
-
     held.arm();
     let started = Instant::now();
     cell.kill(master).await?;
-    let lock_taken = tokio::spawn(lock_after(addr, started));
-    let elected = tokio::spawn(async move {
+    let lock_taken = on_own_thread(lock_after(addr, started));
+    let elected = on_own_thread(async move {
         loop {
             if let Some((_, now)) = crate::cell::master_among(&survivors).await {
                 if now > epoch {
@@ -157,12 +200,67 @@ async fn leasehold_cell(bin: &Path, shape: Shape) -> anyhow::Result<Vec<Figure>>
     if lock_taken >= PATIENCE {
         bail!("no lock could be taken within {PATIENCE:?} of the kill");
     }
-    let reconnected = held.connections_back();
-    let expired = held.close().await?;
-    cell.stop().await;
-    let mut figures = figures(new_master(elected), all_back, lock_taken, expired);
-    figures.extend(reconnected);
-    Ok(figures)
+    let mut figures = vec![
+        new_master(elected),
+        Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
+        Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
+    ];
+    figures.extend(held.connections_back());
+    Ok((master, figures))
+}
+
+/// Runs `probe` on a thread and runtime of its own, as a client on
+/// another machine would run: the held sessions' tasks, all woken by the
+/// kill, would otherwise queue ahead of it in this process's runtime, and
+/// the figure would time them rather than the cell.
+fn on_own_thread<T: Send + 'static>(
+    probe: impl std::future::Future<Output = T> + Send + 'static,
+) -> impl std::future::Future<Output = anyhow::Result<T>> {
+    // Started now, not when awaited: the probe runs beside the caller.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("failover-probe".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the probe");
+            let _ = tx.send(runtime.block_on(probe));
+        });
+    async move {
+        spawned.context("cannot start the probe's thread")?;
+        rx.await
+            .context("the probe's thread ended without a figure")
+    }
+}
+
+/// Each figure of `rounds` (one list per kill, the same names in each) as
+/// its median and its 99th percentile (nearest rank) over the kills,
+/// against the targets for a cell's fail-over.
+fn spread(rounds: &[Vec<Figure>]) -> Vec<Figure> {
+    let kills = rounds.len();
+    let mut figures = Vec::new();
+    for (i, first) in rounds[0].iter().enumerate() {
+        let mut values: Vec<f64> = rounds.iter().map(|round| round[i].value).collect();
+        values.sort_by(f64::total_cmp);
+        let median = values[kills / 2];
+        let p99 = values[(kills * 99).div_ceil(100).max(1) - 1];
+        let (median_target, p99_target) = match first.name.as_str() {
+            "new master serving" => (Some(600.0), Some(1000.0)),
+            "every session Normal again" => (Some(1500.0), None),
+            "a new lock taken" => (Some(700.0), None),
+            _ => (None, None),
+        };
+        for (what, value, target) in [("median", median, median_target), ("p99", p99, p99_target)] {
+            figures.push(Figure {
+                name: format!("{}, {what} of {kills} kills", first.name),
+                value,
+                target,
+                ..first.clone()
+            });
+        }
+    }
+    figures
 }
 
 /// Runs a setup call again while the master changes under it, as a client
@@ -280,9 +378,10 @@ struct Held {
     sessions: Vec<Session>,
     back: Arc<AtomicU64>,
     expired: Arc<AtomicU64>,
-    /// Set just before the kill: a fail-over before it (a leader starved
-    /// on a loaded machine while the run was set up) counts nobody back.
-    armed: Arc<AtomicBool>,
+    /// The kill being counted, from 1; set just before it: a fail-over
+    /// before the first (a leader starved on a loaded machine while the
+    /// run was set up) counts nobody back.
+    round: Arc<AtomicU64>,
 }
 
 impl Held {
@@ -296,12 +395,12 @@ impl Held {
         .await?;
         let back = Arc::new(AtomicU64::new(0));
         let expired = Arc::new(AtomicU64::new(0));
-        let armed = Arc::new(AtomicBool::new(false));
+        let round = Arc::new(AtomicU64::new(0));
         let bar = crate::progress::bar(shape.sessions as u64, "creating sessions");
         let sessions = futures::future::try_join_all((0..shape.sessions).map(|i| {
             let client = clients[i % clients.len()].clone();
             let (back, expired, bar) = (back.clone(), expired.clone(), bar.clone());
-            let armed = armed.clone();
+            let round = round.clone();
             async move {
                 // A session created by an answer lost to a fail-over is
                 // left to expire; it costs the run nothing it measures.
@@ -309,23 +408,28 @@ impl Held {
                     client.create_session(SessionOptions::new("bench-failover"))
                 })
                 .await?;
-                // Counted once, on the first `Normal` after the `Failover`.
-                let failed_over = AtomicBool::new(false);
-                let counted = AtomicBool::new(false);
-                session.on_state_change(move |state| match state {
-                    SessionState::Failover | SessionState::Safe if armed.load(Ordering::SeqCst) => {
-                        failed_over.store(true, Ordering::SeqCst)
+                // Counted once per kill, on the first `Normal` after its
+                // `Failover`: each holds the round it last saw.
+                let failed_over = AtomicU64::new(0);
+                let counted = AtomicU64::new(0);
+                session.on_state_change(move |state| {
+                    let now = round.load(Ordering::SeqCst);
+                    match state {
+                        SessionState::Failover | SessionState::Safe if now > 0 => {
+                            failed_over.store(now, Ordering::SeqCst)
+                        }
+                        SessionState::Normal
+                            if now > 0
+                                && failed_over.load(Ordering::SeqCst) == now
+                                && counted.swap(now, Ordering::SeqCst) != now =>
+                        {
+                            back.fetch_add(1, Ordering::SeqCst);
+                        }
+                        SessionState::Expired => {
+                            expired.fetch_add(1, Ordering::SeqCst);
+                        }
+                        _ => {}
                     }
-                    SessionState::Normal
-                        if failed_over.load(Ordering::SeqCst)
-                            && !counted.swap(true, Ordering::SeqCst) =>
-                    {
-                        back.fetch_add(1, Ordering::SeqCst);
-                    }
-                    SessionState::Expired => {
-                        expired.fetch_add(1, Ordering::SeqCst);
-                    }
-                    _ => {}
                 });
                 bar.inc(1);
                 anyhow::Ok(session)
@@ -337,13 +441,15 @@ impl Held {
             sessions,
             back,
             expired,
-            armed,
+            round,
         })
     }
 
-    /// From now on, a session's way back through `Failover` counts.
+    /// From now on, a session's way back through `Failover` counts, for
+    /// the next kill: nobody is back from it yet.
     fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+        self.back.store(0, Ordering::SeqCst);
+        self.round.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Waits until every session is back, and says when, from `started`.

@@ -198,6 +198,12 @@ enum Scenario {
         /// sessions (Leasehold only).
         #[arg(long)]
         keepalive_all: bool,
+        /// With --cell: kill the master this many times in one cell, the
+        /// killed member started again and the cell settled between kills,
+        /// and give each figure's median and 99th percentile over them
+        /// (Leasehold only).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        kills: u64,
     },
     /// A canary session kept alive while attackers abuse the master, one
     /// pattern at a time: its worst KeepAlive round trip, whether it left
@@ -576,9 +582,13 @@ async fn main() -> anyhow::Result<()> {
             nodes,
             connections,
             keepalive_all,
+            kills,
         } => {
             if common.addr.is_some() {
                 bail!("failover kills and restarts the master: run it without --addr");
+            }
+            if kills > 1 && (!common.cell || !common.peers.is_empty()) {
+                bail!("--kills is for a Leasehold cell: run it with --cell and without --peer");
             }
             if keepalive_all && !common.peers.is_empty() {
                 bail!("--keepalive-all is Leasehold's own request: run it without --peer");
@@ -591,13 +601,13 @@ async fn main() -> anyhow::Result<()> {
             };
             let parameters = serde_json::json!({
                 "sessions": sessions, "nodes": nodes, "connections": connections,
-                "keepalive_all": keepalive_all,
+                "keepalive_all": keepalive_all, "kills": kills,
             });
             let bin = master::find_binary(common.server_bin.as_deref())?;
             let cell = common.cell;
             compare(&common, "failover", false, parameters, |system| {
                 let bin = bin.clone();
-                async move { failover::run(&system, &bin, shape, cell).await }
+                async move { failover::run(&system, &bin, shape, cell, kills as usize).await }
             })
             .await
         }

@@ -170,7 +170,13 @@ impl Master {
             .arg(&self.listen)
             .arg("--data-dir")
             .arg(self.scratch.join("data"))
-            .env("RUST_LOG", "warn")
+            // LEASEHOLD_BENCH_LOG sets the masters' log filter (RUST_LOG's
+            // syntax) to find out where a run's time went; warnings only
+            // unless told.
+            .env(
+                "RUST_LOG",
+                std::env::var("LEASEHOLD_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)

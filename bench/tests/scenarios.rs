@@ -236,6 +236,43 @@ fn failover_in_a_cell_brings_every_session_back_without_the_killed_master() {
 }
 
 #[test]
+fn failover_in_a_cell_killed_again_and_again_gives_each_figures_median_and_p99() {
+    let report = bench(&[
+        "failover",
+        "--cell",
+        "--kills",
+        "3",
+        "--sessions",
+        "20",
+        "--connections",
+        "4",
+        "--nodes",
+        "200",
+    ]);
+    assert_eq!(report["parameters"]["kills"], 3);
+    assert_eq!(figure(&report, "sessions expired"), 0.0);
+    for name in [
+        "new master serving",
+        "every session Normal again",
+        "a new lock taken",
+    ] {
+        let median = figure(&report, &format!("{name}, median of 3 kills"));
+        let p99 = figure(&report, &format!("{name}, p99 of 3 kills"));
+        assert!(median > 0.0 && median <= p99, "{name}: {median} and {p99}");
+    }
+}
+
+#[test]
+fn kills_past_one_are_refused_without_a_cell() {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args(["failover", "--kills", "2", "--sessions", "5"])
+        .output()
+        .expect("run leasehold-bench");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--kills is for a Leasehold cell"));
+}
+
+#[test]
 fn a_run_without_a_master_binary_says_how_to_get_one() {
     let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
         .args([
