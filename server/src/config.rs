@@ -305,6 +305,25 @@ pub(crate) const RAFT_LOG_REWRITE_MIN: u64 = 4 << 20;
 /// a batch of entries fits a peer frame.
 pub(crate) const PROPOSAL_BYTES: usize = 1 << 20;
 
+// Raft's timers in a cell (`CELL-5`). A follower refuses rivals for the
+// longest election timeout after it heard the leader, and stands once it
+// heard nothing for that and a timeout drawn between the two more: a
+// master killed is followed 400-600 ms after its last heartbeat.
+
+/// How often a cell's leader sends its followers a heartbeat.
+pub const CELL_HEARTBEAT: Duration = Duration::from_millis(50);
+/// The shortest election timeout a cell's member draws.
+pub const CELL_ELECTION_MIN: Duration = Duration::from_millis(100);
+/// The longest election timeout: also how long a follower refuses rivals
+/// after it heard the leader, so the master lease's length (`CELL-6`).
+pub const CELL_ELECTION_MAX: Duration = Duration::from_millis(300);
+/// A master whose proposal the log has not taken in this long, or twice
+/// the longest election timeout if that is longer, gives up on the quorum
+/// and stops (`CELL-7`): the lease already keeps the cell safe, so this
+/// only bounds the wait, and it is kept long enough that a loaded disk
+/// does not stop a master the quorum still follows.
+pub const CELL_PROPOSAL_PATIENCE: Duration = Duration::from_secs(1);
+
 // The master lease (`CELL-6`).
 
 /// How far apart members' clock rates may be: the SPEC's clock-rate

@@ -40,3 +40,12 @@ pub struct BrokenRules {
     /// leads. The master lease must stop the master without it.
     pub slow_step_down: Option<Duration>,
 }
+
+/// The refusal window the simulations' `refusal-window` knob leaves: two
+/// fifths of the longest election timeout, so that followers stand well
+/// inside the master lease, and as short as it can be while the election
+/// timeouts the member then draws (half of it and up) stay longer than a
+/// heartbeat, as the engine requires.
+pub fn short_refusal_window(election_max: Duration) -> Duration {
+    election_max * 2 / 5
+}

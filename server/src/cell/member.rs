@@ -46,9 +46,9 @@ impl Timing {
 impl Default for Timing {
     fn default() -> Self {
         Timing {
-            heartbeat: Duration::from_millis(50),
-            election_min: Duration::from_millis(250),
-            election_max: Duration::from_millis(500),
+            heartbeat: crate::config::CELL_HEARTBEAT,
+            election_min: crate::config::CELL_ELECTION_MIN,
+            election_max: crate::config::CELL_ELECTION_MAX,
         }
     }
 }

@@ -58,7 +58,7 @@ mod status;
 mod tests;
 mod volume;
 
-pub use broken::BrokenRules;
+pub use broken::{short_refusal_window, BrokenRules};
 pub use lease::MasterLease;
 pub use log::CellLog;
 pub use machine::{CellMachine, Replica};

@@ -439,7 +439,8 @@ async fn lead(
 /// the lead meanwhile).
 async fn become_master(member: &Member, config: &Config) -> Option<Running> {
     let me = member.config.id;
-    let patience = member.config.timing.election_max * 2;
+    let patience =
+        (member.config.timing.election_max * 2).max(crate::config::CELL_PROPOSAL_PATIENCE);
     // The leadership this epoch is taken under: the lease is counted for
     // it alone (`MasterLease::lead`).
     let led_with = member.raft.metrics().borrow().vote;

@@ -50,6 +50,11 @@ struct Knobs {
     /// setup when clocks differ.
     #[arg(long)]
     clock_drift: Option<f64>,
+    /// A cell's election timeouts, `MIN-MAX` in milliseconds (default: the
+    /// members' own, CELL-5), to replay a seed found at other timers; the
+    /// heartbeat stays the default.
+    #[arg(long, value_parser = parse_election_ms)]
+    election_ms: Option<(u64, u64)>,
     /// Break it another way: a master that gives the sessions it recovers
     /// a lease of 100 ms.
     #[arg(long)]
@@ -109,13 +114,21 @@ impl Knobs {
             lying_disk: self.lying_disk,
             ..Settings::default()
         };
+        settings.cell_timing = self
+            .election_ms
+            .map(|(min, max)| leasehold_server::cell::Timing {
+                election_min: Duration::from_millis(min),
+                election_max: Duration::from_millis(max),
+                ..leasehold_server::cell::Timing::default()
+            });
+        let election_max = settings.cell_timing.unwrap_or_default().election_max;
         let broken = &mut settings.broken_cell;
         broken.keep_master_lease = self.broken_master_lease;
         for rule in &self.break_cell_rule {
             match rule {
                 CellRule::StartWait => broken.vote_at_start = true,
                 CellRule::RefusalWindow => {
-                    let window = leasehold_server::cell::Timing::default().election_max / 2;
+                    let window = leasehold_server::cell::short_refusal_window(election_max);
                     broken.refusal_window = Some(window);
                 }
                 CellRule::Yield => broken.keep_lease_when_asked = true,
@@ -158,6 +171,9 @@ impl Knobs {
         }
         if let Some(drift) = self.clock_drift {
             flags.push_str(&format!(" --clock-drift {drift}"));
+        }
+        if let Some((min, max)) = self.election_ms {
+            flags.push_str(&format!(" --election-ms {min}-{max}"));
         }
         if self.short_recovered_leases {
             flags.push_str(" --short-recovered-leases");
@@ -428,4 +444,26 @@ impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
             None => write!(w, "{:>11}", "-"),
         }
     }
+}
+
+/// `MIN-MAX` in milliseconds, the heartbeat (50 ms) below MIN, MIN below MAX.
+fn parse_election_ms(text: &str) -> Result<(u64, u64), String> {
+    let (min, max) = text
+        .split_once('-')
+        .ok_or_else(|| format!("{text:?} is not MIN-MAX, e.g. 250-500"))?;
+    let parse = |n: &str| {
+        n.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{n:?} is not a number of milliseconds"))
+    };
+    let (min, max) = (parse(min)?, parse(max)?);
+    let heartbeat = leasehold_server::cell::Timing::default()
+        .heartbeat
+        .as_millis() as u64;
+    if min <= heartbeat || max <= min {
+        return Err(format!(
+            "the election timeouts must lie above the heartbeat of {heartbeat} ms, the shortest below the longest"
+        ));
+    }
+    Ok((min, max))
 }

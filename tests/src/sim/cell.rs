@@ -157,6 +157,8 @@ pub struct Cell {
     /// Masters carry out every release whichever acquire it names.
     pub unfenced_releases: bool,
     pub unfiltered_events: bool,
+    /// The members' Raft timers, as a clock at the true rate runs them.
+    pub timing: Timing,
 }
 
 /// One member's volume: kept by the driver, which crashes it with its
@@ -168,8 +170,7 @@ pub fn volume(rng: &mut Rng) -> MemoryVolume {
 /// Timing of a member whose clock runs at `rate`: its timers measure its
 /// own clock, so in true time they last `1 / rate` as long. The master
 /// lease, derived from them, scales alike.
-fn timing(rate: f64) -> Timing {
-    let t = Timing::default();
+fn timing(t: Timing, rate: f64) -> Timing {
     Timing {
         heartbeat: t.heartbeat.div_f64(rate),
         election_min: t.election_min.div_f64(rate),
@@ -205,7 +206,7 @@ pub fn host(
         id,
         members,
         storage: Storage::Volume(Arc::new(volume) as Arc<dyn Volume>),
-        timing: timing(rate),
+        timing: timing(cell.timing, rate),
         snapshot_every: SNAPSHOT_EVERY,
         broken: cell.broken,
         join,

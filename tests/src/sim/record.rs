@@ -67,6 +67,9 @@ pub struct Settings {
     /// lease while asked for a higher vote, members that hear any
     /// candidate.
     pub broken_cell: leasehold_server::cell::BrokenRules,
+    /// A cell's Raft timers; `None`: the members' defaults (`CELL-5`). A
+    /// seed found at other timers replays at those.
+    pub cell_timing: Option<leasehold_server::cell::Timing>,
 }
 
 impl Default for Settings {
@@ -92,6 +95,7 @@ impl Default for Settings {
             tick: Duration::from_millis(5),
             members: None,
             broken_cell: Default::default(),
+            cell_timing: None,
         }
     }
 }

@@ -266,6 +266,7 @@ pub fn run(scenario: &'static Scenario, seed: u64, settings: Settings) -> Run {
             },
             unfenced_releases: settings.unfenced_releases,
             unfiltered_events: settings.unfiltered_events,
+            timing: settings.cell_timing.unwrap_or_default(),
         };
         let mut disks = Rng::new(seed).fork(6);
         let mut volumes = BTreeMap::new();
