@@ -263,13 +263,24 @@ fn failover_in_a_cell_killed_again_and_again_gives_each_figures_median_and_p99()
 }
 
 #[test]
-fn kills_past_one_are_refused_without_a_cell() {
-    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
-        .args(["failover", "--kills", "2", "--sessions", "5"])
-        .output()
-        .expect("run leasehold-bench");
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--kills is for a Leasehold cell"));
+fn kills_past_one_are_refused_where_they_mean_nothing() {
+    for (extra, said) in [
+        (&[][..], "--kills is for a Leasehold cell"),
+        (
+            &["--cell", "--keepalive-all"][..],
+            "without --keepalive-all",
+        ),
+        (&["--cell", "--runs", "2"][..], "without --runs"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+            .args(["failover", "--kills", "2", "--sessions", "5"])
+            .args(extra)
+            .output()
+            .expect("run leasehold-bench");
+        assert!(!output.status.success(), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    }
 }
 
 #[test]
