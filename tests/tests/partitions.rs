@@ -13,9 +13,9 @@ use leasehold_tests::sim::{find, run, Run, Settings, SCENARIOS};
 
 const SEEDS: [u64; 2] = [1, 2];
 
-/// `settings` at the cell's election timeouts of 250-500 ms, those before
-/// issue 36 made them 100-300 ms (`CELL-5`): the cell seeds found then
-/// replay as they were found, and still show what they showed.
+/// `settings` at the cell's election timeouts of 250-500 ms (`CELL-5`),
+/// those the cell seeds below were found at: they replay as found, and
+/// still show what they showed, whatever the defaults become.
 fn at_first_timers(settings: Settings) -> Settings {
     Settings {
         cell_timing: Some(leasehold_server::cell::Timing {
@@ -328,8 +328,9 @@ fn a_member_being_removed_that_stands_after_it_was_outstood_is_caught() {
 // committed. In `cell-removal-crash` seed 5001668 a master restarted as
 // leader of its old term held a joint configuration nobody else had taken;
 // answering at once, it told the operator m4 was added, and the cell went
-// on without m4. With the election timeouts of 100-300 ms, seed 5000002
-// shows it: the operator is told of voters the cell does not end with.
+// on without m4. Seed 5000002 shows it at election timeouts of 250-500 ms
+// and of 100-300 ms alike: the operator is told of voters the cell does
+// not end with.
 #[test]
 fn a_done_answered_from_a_configuration_nobody_took_is_caught() {
     let settings = Settings {
