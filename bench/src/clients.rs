@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leasehold::{Client, LockOptions, PutOptions, Session, SessionOptions};
 
+use crate::retry::through_failovers;
 use crate::system::{Kind, System};
 
 /// One client holding one session (a lease), taking and releasing locks.
@@ -27,13 +28,19 @@ pub enum Kv {
     Zookeeper(crate::zookeeper::Kv),
 }
 
+/// How long a client's setup rides through a cell's master changing.
+const SETUP_PATIENCE: Duration = Duration::from_secs(60);
+
 /// A Leasehold client of `system`, over TLS when it speaks it.
 pub async fn leasehold_client(system: &System) -> anyhow::Result<Client> {
     let config = leasehold::ClientConfig {
         tls: system.tls.clone(),
         ..leasehold::ClientConfig::default()
     };
-    Ok(Client::connect_with(system.addr.clone(), config).await?)
+    through_failovers(SETUP_PATIENCE, || {
+        Client::connect_with(system.addr.clone(), config.clone())
+    })
+    .await
 }
 
 /// The CA etcd's certificate is checked against, when it speaks TLS.
@@ -49,13 +56,14 @@ impl Locker {
         match system.kind {
             Kind::Leasehold | Kind::LeaseholdTls => {
                 let client = leasehold_client(system).await?;
-                let session = client
-                    .create_session(
+                let session = through_failovers(SETUP_PATIENCE, || {
+                    client.create_session(
                         SessionOptions::new("bench-lock")
                             .lease(lease)
                             .lock_delay(Duration::ZERO),
                     )
-                    .await?;
+                })
+                .await?;
                 Ok(Locker::Leasehold(session))
             }
             #[cfg(feature = "etcd")]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use leasehold::{Client, LockOptions, PutOptions, Remedy, Session, SessionOptions, SessionState};
+use leasehold::{Client, LockOptions, PutOptions, Session, SessionOptions, SessionState};
 
 use crate::cell::Cell;
 pub use crate::failover_peer::Shape;
@@ -20,6 +20,7 @@ use crate::failover_peer::{Peer, Tally};
 use crate::failover_raw::RawHeld;
 use crate::master::{serving, Master};
 use crate::report::Figure;
+use crate::retry::through_failovers;
 use crate::system::{Kind, System};
 
 /// Leasehold restarts a master of its own, or kills the master of a cell
@@ -267,41 +268,13 @@ fn spread(rounds: &[Vec<Figure>]) -> Vec<Figure> {
     figures
 }
 
-/// Runs a setup call again while the master changes under it, as a client
-/// of a cell does with an answer lost to a fail-over: on a loaded machine a
-/// leader's heartbeats can be starved and another member elected before
-/// the kill the run measures. Only for calls that may be repeated.
-async fn through_failovers<T, F, Fut>(mut call: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, leasehold::ClientError>>,
-{
-    let started = Instant::now();
-    loop {
-        let error = match call().await {
-            Ok(value) => return Ok(value),
-            Err(error) => error,
-        };
-        let pause = match error.remedy() {
-            Remedy::Retry | Remedy::Reconnect | Remedy::OutcomeUnknown => Duration::from_millis(20),
-            Remedy::RetryAfter(after) => after,
-            _ => return Err(error.into()),
-        };
-        if started.elapsed() > PATIENCE {
-            return Err(anyhow::Error::new(error)
-                .context(format!("the cell did not serve within {PATIENCE:?}")));
-        }
-        tokio::time::sleep(pause).await;
-    }
-}
-
 /// Writes `nodes` nodes of 32 bytes (keys as `recovery::build` makes
 /// them) over 8 connections, 64 writes in flight.
 async fn preload(addr: &str, nodes: u64) -> anyhow::Result<()> {
     use futures::stream::{self, StreamExt, TryStreamExt};
     let clients = crate::load::open(8, "connecting", |_| {
         let addr = addr.to_string();
-        async move { through_failovers(|| Client::connect(addr.clone())).await }
+        async move { through_failovers(PATIENCE, || Client::connect(addr.clone())).await }
     })
     .await?;
     let bar = crate::progress::bar(nodes, "writing nodes");
@@ -312,7 +285,10 @@ async fn preload(addr: &str, nodes: u64) -> anyhow::Result<()> {
                 let key = format!("data/{}/{n}", n % 1000);
                 let value = b"0123456789abcdef0123456789abcdef";
                 // The same value again is the same node: safe to repeat.
-                through_failovers(|| client.put(&key, value.to_vec(), PutOptions::new())).await?;
+                through_failovers(PATIENCE, || {
+                    client.put(&key, value.to_vec(), PutOptions::new())
+                })
+                .await?;
                 bar.inc(1);
                 anyhow::Ok(())
             }
@@ -394,7 +370,7 @@ impl Held {
     async fn open(addr: &str, shape: Shape) -> anyhow::Result<Held> {
         let clients = crate::load::open(shape.connections, "connecting", |_| {
             let addr = addr.to_string();
-            async move { through_failovers(|| Client::connect(addr.clone())).await }
+            async move { through_failovers(PATIENCE, || Client::connect(addr.clone())).await }
         })
         .await?;
         let back = Arc::new(AtomicU64::new(0));
@@ -408,7 +384,7 @@ impl Held {
             async move {
                 // A session created by an answer lost to a fail-over is
                 // left to expire; it costs the run nothing it measures.
-                let session = through_failovers(|| {
+                let session = through_failovers(PATIENCE, || {
                     client.create_session(SessionOptions::new("bench-failover"))
                 })
                 .await?;

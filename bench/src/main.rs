@@ -35,6 +35,7 @@ mod procstat;
 mod progress;
 mod recovery;
 mod report;
+mod retry;
 mod sessions;
 mod sessions_tally;
 mod system;
