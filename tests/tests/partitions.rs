@@ -258,9 +258,7 @@ fn a_master_that_keeps_granting_without_its_quorum_is_caught() {
 // sees the new master begin before the old one stopped.
 #[test]
 fn followers_refusing_rivals_for_less_than_the_lease_counts_on_are_caught() {
-    let window = leasehold_server::cell::short_refusal_window(
-        leasehold_server::cell::Timing::default().election_max,
-    );
+    let window = leasehold_server::cell::short_refusal_window(&Default::default());
     let settings = Settings {
         broken_cell: BrokenRules {
             refusal_window: Some(window),

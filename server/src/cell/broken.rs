@@ -43,9 +43,10 @@ pub struct BrokenRules {
 
 /// The refusal window the simulations' `refusal-window` knob leaves: two
 /// fifths of the longest election timeout, so that followers stand well
-/// inside the master lease, and as short as it can be while the election
-/// timeouts the member then draws (half of it and up) stay longer than a
-/// heartbeat, as the engine requires.
-pub fn short_refusal_window(election_max: Duration) -> Duration {
-    election_max * 2 / 5
+/// inside the master lease, but never under two heartbeats and a little:
+/// the election timeouts the member then draws (half of it and up) must
+/// stay longer than a heartbeat, or the engine refuses to start, and a run
+/// that never starts its cell would read as a rule caught.
+pub fn short_refusal_window(timing: &super::Timing) -> Duration {
+    (timing.election_max * 2 / 5).max(timing.heartbeat * 2 + Duration::from_millis(2))
 }

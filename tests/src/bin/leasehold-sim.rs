@@ -121,14 +121,14 @@ impl Knobs {
                 election_max: Duration::from_millis(max),
                 ..leasehold_server::cell::Timing::default()
             });
-        let election_max = settings.cell_timing.unwrap_or_default().election_max;
+        let timing = settings.cell_timing.unwrap_or_default();
         let broken = &mut settings.broken_cell;
         broken.keep_master_lease = self.broken_master_lease;
         for rule in &self.break_cell_rule {
             match rule {
                 CellRule::StartWait => broken.vote_at_start = true,
                 CellRule::RefusalWindow => {
-                    let window = leasehold_server::cell::short_refusal_window(election_max);
+                    let window = leasehold_server::cell::short_refusal_window(&timing);
                     broken.refusal_window = Some(window);
                 }
                 CellRule::Yield => broken.keep_lease_when_asked = true,
