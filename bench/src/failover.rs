@@ -50,12 +50,22 @@ pub async fn run(
 /// a master served again (the restarted one, or another member of a
 /// cluster, where the killed one is not started again).
 fn figures(back: Figure, all_back: Duration, lock_taken: Duration, expired: u64) -> Vec<Figure> {
+    let mut figures = timed(back, all_back, lock_taken);
+    figures.push(expired_figure(expired));
+    figures
+}
+
+/// The figures one kill or restart gives, timed from it.
+fn timed(back: Figure, all_back: Duration, lock_taken: Duration) -> Vec<Figure> {
     vec![
         back,
         Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
         Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
-        Figure::lower("sessions expired", "", expired as f64).target(0.0),
     ]
+}
+
+fn expired_figure(expired: u64) -> Figure {
+    Figure::lower("sessions expired", "", expired as f64).target(0.0)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -160,7 +170,7 @@ async fn leasehold_cell(bin: &Path, shape: Shape, kills: usize) -> anyhow::Resul
     } else {
         spread(&rounds)
     };
-    figures.push(Figure::lower("sessions expired", "", expired as f64).target(0.0));
+    figures.push(expired_figure(expired));
     Ok(figures)
 }
 
@@ -197,11 +207,7 @@ async fn kill_master(cell: &mut Cell, held: &mut Holders) -> anyhow::Result<(u64
     if lock_taken >= PATIENCE {
         bail!("no lock could be taken within {PATIENCE:?} of the kill");
     }
-    let mut figures = vec![
-        new_master(elected),
-        Figure::lower("every session Normal again", "ms", ms(all_back)).target(2000.0),
-        Figure::lower("a new lock taken", "ms", ms(lock_taken)).target(2000.0),
-    ];
+    let mut figures = timed(new_master(elected), all_back, lock_taken);
     figures.extend(held.connections_back());
     Ok((master, figures))
 }
