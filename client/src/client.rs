@@ -262,6 +262,15 @@ impl Client {
             .map(|conn| conn.welcome().epoch)
     }
 
+    /// The margin the open connection's master keeps before a lease's end
+    /// when it answers a held KeepAlive (`KA-2`), if a connection is open.
+    pub(crate) fn keepalive_margin(&self) -> Option<Duration> {
+        self.current()
+            .as_ref()
+            .filter(|conn| conn.is_open())
+            .map(|conn| Duration::from_millis(conn.welcome().limits.keepalive_margin_ms))
+    }
+
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Connection>> {
         self.inner.current.lock().unwrap_or_else(|e| e.into_inner())
     }

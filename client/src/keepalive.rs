@@ -16,7 +16,8 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use leasehold_protocol::{
-    Authority, ErrorCode, EventKind, KeepAlive, Remedy, Request, Response, SessionId, SessionToken,
+    Authority, ErrorCode, EventKind, KeepAlive, LeaseGrant, Remedy, Request, Response, SessionId,
+    SessionToken,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -27,13 +28,19 @@ use crate::client::Client;
 use crate::config::{SessionOptions, CLOSE_ACKS, DESTROY_TIMEOUT, PROBE_TIMEOUT, RELEASE_TRIES};
 use crate::error::ClientError;
 use crate::events::{Route, SubscriptionEvent};
+use crate::lease::local_expiry;
 use crate::release::release_holding;
 use crate::session_machine::{Action, Reply, SessionMachine, SessionState};
 use crate::shared::{Shared, Stop};
 
 /// When a KeepAlive was sent, whether it asked to be held, and its outcome
-/// with the acknowledgement it carried.
-type Sent = (Instant, bool, Result<(u64, Response), ClientError>);
+/// with the acknowledgement it carried and the margin its master keeps
+/// before a lease's end (`KA-2`).
+type Sent = (
+    Instant,
+    bool,
+    Result<(u64, Duration, Response), ClientError>,
+);
 type InFlight = Pin<Box<dyn Future<Output = Sent> + Send>>;
 
 pub(crate) struct Keeper {
@@ -49,10 +56,11 @@ pub(crate) struct Keeper {
 }
 
 /// A KeepAlive's outcome, sorted by what the session machine does with it.
-fn sorted(result: Result<(u64, Response), ClientError>) -> Reply {
+fn sorted(result: Result<(u64, Duration, Response), ClientError>) -> Reply {
     match result {
         Ok((
             acked_seq,
+            margin,
             Response::KeepAlive {
                 epoch,
                 lease,
@@ -63,8 +71,9 @@ fn sorted(result: Result<(u64, Response), ClientError>) -> Reply {
             lease,
             events,
             acked_seq,
+            margin,
         },
-        Ok((_, other)) => {
+        Ok((_, _, other)) => {
             debug!(reply = ?other, "KeepAlive answered with something else");
             Reply::Failed
         }
@@ -86,29 +95,44 @@ pub(crate) fn salt_of(token: &SessionToken) -> u64 {
     high ^ low
 }
 
+/// What the request that created (or attached to) a session was granted.
+pub(crate) struct FirstGrant {
+    /// The master's epoch.
+    pub(crate) epoch: u64,
+    /// When the request was sent.
+    pub(crate) sent: Instant,
+    /// The lease granted.
+    pub(crate) lease: LeaseGrant,
+}
+
 impl Keeper {
     pub(crate) fn new(
         client: Client,
         token: SessionToken,
-        epoch: u64,
-        local_expiry: Instant,
+        FirstGrant { epoch, sent, lease }: FirstGrant,
         options: &SessionOptions,
         states: watch::Sender<SessionState>,
         shared: Arc<Shared>,
     ) -> Self {
+        let local_expiry = local_expiry(sent, lease, options.clock_drift);
         *shared
             .local_expiry
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(local_expiry);
         shared.cache().renewed(local_expiry);
-        let machine = SessionMachine::new(
+        let now = client.clock().now();
+        let mut machine = SessionMachine::new(
             epoch,
             local_expiry,
             options.grace,
             options.clock_drift,
-            client.clock().now(),
+            now,
             salt_of(&token),
         );
+        // The first held KeepAlive is overdue as any later one (`CS-9`).
+        if let Some(margin) = client.keepalive_margin() {
+            machine.expect_answers(now, lease, margin);
+        }
         Keeper {
             client,
             id: token.id,
@@ -274,9 +298,10 @@ impl Keeper {
                 });
                 // Stamped above, before connecting, rather than when
                 // written: the earlier time is the conservative one.
+                let margin = Duration::from_millis(conn.welcome().limits.keepalive_margin_ms);
                 let reply = async {
                     let (response, _written) = client.call_on(&conn, request).await?;
-                    Ok((acked_seq, response))
+                    Ok((acked_seq, margin, response))
                 };
                 if hold {
                     return reply.await;

@@ -15,8 +15,7 @@ use crate::client::{unexpected, Client};
 use crate::config::SessionOptions;
 use crate::error::ClientError;
 use crate::events::Dispatch;
-use crate::keepalive::Keeper;
-use crate::lease::local_expiry;
+use crate::keepalive::{FirstGrant, Keeper};
 use crate::session_machine::SessionState;
 use crate::shared::{CloseTx, Shared, Stop};
 
@@ -173,8 +172,7 @@ impl Session {
         let keeper = Keeper::new(
             client.clone(),
             token,
-            epoch,
-            local_expiry(sent, lease, options.clock_drift),
+            FirstGrant { epoch, sent, lease },
             &options,
             states_tx,
             shared.clone(),

@@ -6,7 +6,9 @@
 //! the local lease runs out the session is in jeopardy: the held request is
 //! left in flight (the link may only be slow) while probes that the master
 //! answers at once go out one at a time, with backoff, until one succeeds
-//! (safe, then normal) or the grace period ends (expired).
+//! (safe, then normal) or the grace period ends (expired). A held request
+//! whose answer is overdue (its master stopped, or cut off) is not waited
+//! for that long: probes go out while the session is still normal (`CS-9`).
 //!
 //! Nothing here reads a clock or does I/O: the keeper task
 //! (`keepalive.rs`) feeds it replies and the time, executes the
@@ -16,6 +18,7 @@
 use std::time::Duration;
 
 use leasehold_protocol::backoff::retry_delay;
+use leasehold_protocol::hold::hold_margin;
 use leasehold_protocol::{Event, EventKind, LeaseGrant};
 use tokio::time::Instant;
 
@@ -74,11 +77,14 @@ pub(crate) enum Reply {
     /// The master answered: its epoch, the lease it granted and events.
     /// `acked_seq` is what the answered KeepAlive acknowledged: the master
     /// holds that acknowledgement now.
+    /// `margin` is the one announced by the master that answered
+    /// (`Welcome`'s `limits.keepalive_margin_ms`).
     Granted {
         epoch: u64,
         lease: LeaseGrant,
         events: Vec<Event>,
         acked_seq: u64,
+        margin: Duration,
     },
     /// The master says the session is gone (`CS-6`).
     Gone,
@@ -147,6 +153,14 @@ pub(crate) struct SessionMachine {
     /// Draws this session's waits between retries (`CS-2`), so that the
     /// sessions of a master that crashed do not all come back at once.
     salt: u64,
+    /// When a held KeepAlive sent from now on is overdue, as far as the
+    /// last grant tells (`CS-9`); `None` before one has been heard.
+    answer_due: Option<Instant>,
+    /// When the held KeepAlive in flight is overdue.
+    overdue_at: Option<Instant>,
+    /// Whether one was overdue, with no grant heard since: probes go out
+    /// as in jeopardy, while the session stays normal (`CS-9`).
+    overdue: bool,
 }
 
 impl SessionMachine {
@@ -179,7 +193,34 @@ impl SessionMachine {
             delivered: 0,
             acknowledged: (epoch, 0),
             salt,
+            answer_due: None,
+            overdue_at: None,
+            overdue: false,
         }
+    }
+
+    /// A master answered at `answered` with `lease`, keeping `margin` before
+    /// a lease's end (`KA-2`): the held KeepAlive that follows is answered
+    /// once the master's lease is that margin from its end. That lease ends
+    /// at the latest `remaining` after the answer arrived, stretched by the
+    /// drift its clock may have against this one; the answer is overdue
+    /// half the margin later (`CS-9`). Counted from the answer's arrival,
+    /// not from the local lease, so that drift allowed for never makes an
+    /// answer on time look overdue.
+    pub(crate) fn expect_answers(
+        &mut self,
+        answered: Instant,
+        lease: LeaseGrant,
+        margin: Duration,
+    ) {
+        let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
+        let stretch = if self.drift.is_nan() {
+            1.0
+        } else {
+            1.0 + self.drift.clamp(0.0, 1.0)
+        };
+        let m = hold_margin(margin, remaining);
+        self.answer_due = Some(answered + remaining.mul_f64(stretch) - m + m / 2);
     }
 
     #[cfg(test)]
@@ -212,8 +253,10 @@ impl SessionMachine {
     /// The next instant at which [`SessionMachine::on_tick`] has something
     /// to do, if any.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        let expiry = (self.state == SessionState::Normal).then_some(self.local_expiry);
-        [expiry, self.grace_end, self.send_at]
+        let normal = self.state == SessionState::Normal;
+        let expiry = normal.then_some(self.local_expiry);
+        let overdue = self.overdue_at.filter(|_| normal);
+        [expiry, self.grace_end, overdue, self.send_at]
             .into_iter()
             .flatten()
             .min()
@@ -221,8 +264,9 @@ impl SessionMachine {
 
     /// The time is `now`: does the first thing that is due, in this order:
     /// the local lease running out (`CS-2`), the grace period ending
-    /// (`CS-3`), a KeepAlive to send. One at a time, so that a reply that
-    /// arrived meanwhile is heard before the next.
+    /// (`CS-3`), a held KeepAlive overdue (`CS-9`), a KeepAlive to send.
+    /// One at a time, so that a reply that arrived meanwhile is heard
+    /// before the next.
     pub(crate) fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.state == SessionState::Normal && now >= self.local_expiry {
@@ -235,11 +279,24 @@ impl SessionMachine {
         } else if self.grace_end.is_some_and(|end| now >= end) {
             self.enter(SessionState::Expired, &mut actions); // CS-3
             actions.push(Action::Stop);
+        } else if self.state == SessionState::Normal && self.overdue_at.is_some_and(|at| now >= at)
+        {
+            // CS-9: the held request stays in flight, as in jeopardy, and
+            // probes go out on a connection that still delivers frames,
+            // or on a new one.
+            self.overdue_at = None;
+            self.overdue = true;
+            actions.push(Action::AbandonIfSilent);
+            self.hold = false;
+            self.probes = 0;
+            self.send_at = Some(now);
         } else if self.send_at.is_some_and(|at| now >= at) {
             self.send_at = None;
-            let probing = self.state == SessionState::Jeopardy && self.unheld > 0;
+            let probing = self.probing() && self.unheld > 0;
             if self.in_flight < MAX_IN_FLIGHT && !probing {
-                if !self.hold {
+                if self.hold {
+                    self.overdue_at = self.answer_due.filter(|due| *due > now);
+                } else {
                     self.unheld += 1;
                 }
                 self.in_flight += 1;
@@ -249,7 +306,7 @@ impl SessionMachine {
                     acked_seq: self.delivered,
                 });
             }
-            if self.state == SessionState::Jeopardy {
+            if self.probing() {
                 // Keep probing until a reply comes or grace ends.
                 self.probes += 1;
                 self.send_at = Some(now + retry_delay(self.probes, self.salt));
@@ -281,6 +338,7 @@ impl SessionMachine {
                 lease,
                 events,
                 acked_seq,
+                margin,
             } => {
                 // A new master numbers its events afresh.
                 if epoch != self.epoch {
@@ -296,6 +354,9 @@ impl SessionMachine {
                 // A reply that arrives after the lease it granted has run
                 // out proves nothing about now (CS-5).
                 if expiry > now {
+                    self.expect_answers(now, lease, margin);
+                    self.overdue = false;
+                    self.overdue_at = None;
                     self.local_expiry = self.local_expiry.max(expiry);
                     actions.push(Action::Renewed(self.local_expiry));
                     if self.state == SessionState::Jeopardy {
@@ -357,6 +418,7 @@ impl SessionMachine {
     /// reach first (`CS-2`).
     pub(crate) fn on_connected(&mut self, now: Instant) {
         let backing_off = match self.state {
+            SessionState::Normal if self.overdue => self.probes > 0 && self.unheld == 0,
             SessionState::Normal => self.failures > 0 && self.in_flight == 0,
             SessionState::Jeopardy => self.probes > 0 && self.unheld == 0,
             _ => false,
@@ -399,6 +461,13 @@ impl SessionMachine {
         failover
     }
 
+    /// Whether KeepAlives go out as probes, one unheld at a time on the
+    /// backoff's schedule: in jeopardy (`CS-2`), or with a held one
+    /// overdue (`CS-9`).
+    fn probing(&self) -> bool {
+        self.state == SessionState::Jeopardy || self.overdue
+    }
+
     fn enter(&mut self, state: SessionState, actions: &mut Vec<Action>) {
         if state != self.state {
             self.state = state;
@@ -418,6 +487,9 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(12);
     const GRACE: Duration = Duration::from_secs(45);
+    /// The margin the master keeps before a lease's end (`KA-2`): with a
+    /// 12 s lease, `m` is this.
+    const MARGIN: Duration = Duration::from_secs(2);
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -445,6 +517,7 @@ mod tests {
             },
             events: Vec::new(),
             acked_seq: 0,
+            margin: MARGIN,
         }
     }
 
@@ -740,6 +813,152 @@ mod tests {
         assert_eq!(sends(&m.on_tick(arrived)), [true]);
     }
 
+    /// Answers the first KeepAlive at `t1` with a full lease and sends
+    /// the held one that follows (`KA-1`). With no drift, the master
+    /// answers that one at `t1 + LEASE - MARGIN`, and it is overdue half
+    /// the margin later, a second before the local lease ends.
+    fn holding_from(m: &mut SessionMachine, t0: Instant, t1: Instant) -> Instant {
+        assert_eq!(sends(&m.on_tick(t0)), [true]);
+        m.on_reply(t0, true, grant(1, LEASE, t1 - t0), t1);
+        assert_eq!(sends(&m.on_tick(t1)), [true]);
+        t1 + LEASE - MARGIN / 2
+    }
+
+    // CS-9
+    #[test]
+    fn a_held_keepalive_unanswered_half_the_margin_past_its_answer_is_overdue() {
+        let (mut m, t0) = machine();
+        let overdue = holding_from(&mut m, t0, t0 + ms(10));
+        assert_eq!(m.deadline(), Some(overdue));
+        assert!(overdue < m.local_expiry());
+        assert!(m.on_tick(overdue - ms(1)).is_empty());
+        let actions = m.on_tick(overdue);
+        assert_eq!(
+            actions,
+            [Action::AbandonIfSilent],
+            "still Normal, the held one left in flight"
+        );
+        assert_eq!(m.state(), Normal);
+        assert_eq!(sends(&m.on_tick(overdue)), [false], "a probe, at once");
+    }
+
+    // CS-9
+    #[test]
+    fn a_held_keepalive_answered_in_time_sends_no_probe() {
+        let (mut m, t0) = machine();
+        let t1 = t0 + ms(10);
+        let overdue = holding_from(&mut m, t0, t1);
+        let answered = t1 + LEASE - MARGIN + ms(5);
+        m.on_reply(t1, true, grant(1, LEASE, LEASE - MARGIN), answered);
+        assert_eq!(sends(&m.on_tick(answered)), [true]);
+        assert!(m.deadline().unwrap() > overdue);
+        assert!(m.on_tick(overdue).is_empty());
+    }
+
+    // CS-9: as in jeopardy, one probe at a time, on the backoff's schedule.
+    #[test]
+    fn overdue_probes_go_one_at_a_time_with_backoff_while_normal() {
+        let (mut m, t0) = machine();
+        let overdue = holding_from(&mut m, t0, t0 + ms(10));
+        m.on_tick(overdue);
+        assert_eq!(sends(&m.on_tick(overdue)), [false]);
+        let first = overdue + wait(1);
+        assert_eq!(m.deadline(), Some(first));
+        assert!(
+            sends(&m.on_tick(first)).is_empty(),
+            "one unanswered already"
+        );
+        m.on_reply(overdue, false, Reply::Failed, first + ms(10));
+        let second = first + wait(2);
+        assert_eq!(m.deadline(), Some(second));
+        assert_eq!(sends(&m.on_tick(second)), [false]);
+        assert_eq!(m.state(), Normal);
+    }
+
+    // CS-9, CS-1: a probe's answer renews the lease with no state reported,
+    // and KeepAlives are held again.
+    #[test]
+    fn a_probes_answer_while_overdue_renews_quietly_and_holds_again() {
+        let (mut m, t0) = machine();
+        let overdue = holding_from(&mut m, t0, t0 + ms(10));
+        m.on_tick(overdue);
+        m.on_tick(overdue);
+        let answered = overdue + ms(300);
+        let actions = m.on_reply(overdue, false, grant(2, LEASE, ms(0)), answered);
+        assert!(entered(&actions).is_empty(), "{actions:?}");
+        assert!(actions.contains(&Action::ForgetInFlight));
+        assert_eq!(sends(&m.on_tick(answered)), [true]);
+        assert_eq!(m.deadline(), Some(answered + LEASE - MARGIN / 2));
+    }
+
+    // CS-9, CS-2: the local lease running out while overdue is jeopardy,
+    // and the probe already out is not doubled.
+    #[test]
+    fn the_local_lease_running_out_while_overdue_is_jeopardy() {
+        let (mut m, t0) = machine();
+        let overdue = holding_from(&mut m, t0, t0 + ms(10));
+        m.on_tick(overdue);
+        assert_eq!(sends(&m.on_tick(overdue)), [false]);
+        let expiry = m.local_expiry();
+        let mut now = overdue;
+        while let Some(at) = m.deadline().filter(|at| *at < expiry) {
+            now = at;
+            assert!(sends(&m.on_tick(now)).is_empty());
+        }
+        assert!(now < expiry);
+        let actions = m.on_tick(expiry);
+        assert_eq!(entered(&actions), [Jeopardy]);
+        assert!(
+            sends(&m.on_tick(expiry)).is_empty(),
+            "the probe is still out"
+        );
+    }
+
+    // CS-9, CS-2: the failures were the old connection's.
+    #[test]
+    fn an_overdue_probe_backing_off_goes_at_once_on_a_new_connection() {
+        let (mut m, t0) = machine();
+        let overdue = holding_from(&mut m, t0, t0 + ms(10));
+        m.on_tick(overdue);
+        m.on_tick(overdue);
+        m.on_reply(overdue, false, Reply::Failed, overdue + ms(10));
+        assert_eq!(m.deadline(), Some(overdue + wait(1)));
+        m.on_connected(overdue + ms(20));
+        assert_eq!(sends(&m.on_tick(overdue + ms(20))), [false]);
+    }
+
+    // CS-9, LEASE-4: the drift the local lease allows for is not taken
+    // from the master's time to answer.
+    #[test]
+    fn drift_allowed_for_never_makes_an_answer_in_time_overdue() {
+        let t0 = Instant::now();
+        // More than half the margin over the ten seconds the master holds.
+        let drift = 0.15;
+        let mut m = SessionMachine::new(1, t0 + LEASE, GRACE, drift, t0, SALT);
+        assert_eq!(sends(&m.on_tick(t0)), [true]);
+        let t1 = t0 + ms(10);
+        m.on_reply(t0, true, grant(1, LEASE, ms(10)), t1);
+        // Such a drift leaves a local lease short enough that the next
+        // KeepAlive is unheld (KA-9); the one after is held.
+        assert_eq!(sends(&m.on_tick(t1)), [false]);
+        let t2 = t1 + ms(10);
+        m.on_reply(t1, false, grant(1, LEASE, ms(0)), t2);
+        assert_eq!(sends(&m.on_tick(t2)), [true]);
+        // A master whose clock runs that much slower answers at its own
+        // `expiry - m`, later by this clock than by its own.
+        let slow_answer = t2 + (LEASE - MARGIN).mul_f64(1.0 + drift);
+        assert!(m.deadline().unwrap() > slow_answer);
+    }
+
+    // CS-9: before any grant says when the master answers, the local lease
+    // alone decides, as before.
+    #[test]
+    fn with_no_grant_heard_yet_nothing_is_overdue() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        assert_eq!(m.deadline(), Some(t0 + LEASE));
+    }
+
     fn event(seq: u64, kind: EventKind) -> Event {
         Event { seq, kind }
     }
@@ -753,6 +972,7 @@ mod tests {
             },
             events,
             acked_seq: 0,
+            margin: MARGIN,
         }
     }
 

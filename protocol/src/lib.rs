@@ -37,6 +37,7 @@ pub mod auth;
 pub mod backoff;
 pub mod codec;
 pub mod error;
+pub mod hold;
 pub mod message;
 pub mod sequencer;
 

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use leasehold_protocol::hold::hold_margin;
 use leasehold_protocol::SessionId;
 
 use crate::time::{whole_millis, Millis, Span};
@@ -40,7 +41,7 @@ struct Lease<H> {
 /// When a KeepAlive held for `lease` is answered (`Leases::answer_held_at`).
 fn held_answer_at<H>(lease: &Lease<H>, margin: Duration) -> Millis {
     let duration = Duration::from(lease.duration);
-    let margin = margin.max(duration / 20).min(duration / 4);
+    let margin = hold_margin(margin, duration);
     Millis::from_millis(
         lease
             .expires_at
