@@ -308,17 +308,24 @@ pub(crate) const PROPOSAL_BYTES: usize = 1 << 20;
 // Raft's timers in a cell (`CELL-5`). A follower refuses rivals for the
 // longest election timeout after it heard the leader, and stands once it
 // heard nothing for that and a timeout drawn between the two more: a
-// master killed is followed 750-1,000 ms after its last heartbeat. Shorter
-// timeouts (100-300 ms: 400-600 ms) wait on a client that notices a
-// silent master sooner (BENCHMARKS.md, "Twenty kills").
+// master killed is followed 400-600 ms after its last heartbeat. Clients
+// notice a silent master before their lease runs out (`CS-9`), so a new
+// master's lease, counted from its promotion (`FO-2`), leaves them time to
+// find it. Members whose timers differ so that a lease could outlast a
+// refusal window refuse each other (`CELL-4`).
 
 /// How often a cell's leader sends its followers a heartbeat.
 pub const CELL_HEARTBEAT: Duration = Duration::from_millis(50);
 /// The shortest election timeout a cell's member draws.
-pub const CELL_ELECTION_MIN: Duration = Duration::from_millis(250);
+pub const CELL_ELECTION_MIN: Duration = Duration::from_millis(100);
 /// The longest election timeout: also how long a follower refuses rivals
 /// after it heard the leader, so the master lease's length (`CELL-6`).
-pub const CELL_ELECTION_MAX: Duration = Duration::from_millis(500);
+pub const CELL_ELECTION_MAX: Duration = Duration::from_millis(300);
+/// The longest election timeout of the version before the hello carried
+/// the timers (`CELL-4`): a member restarted on a data directory that
+/// version wrote may have promised to refuse rivals for this long, so it
+/// waits at least this long before its Raft starts (`CELL-5`).
+pub const CELL_EARLIER_ELECTION_MAX: Duration = Duration::from_millis(500);
 /// A master whose proposal the log has not taken in this long, or twice
 /// the longest election timeout if that is longer, gives up on the quorum
 /// and stops (`CELL-7`): the lease already keeps the cell safe, so this

@@ -177,7 +177,12 @@ impl Member {
         }
         let fresh = log.is_empty();
         if !config.broken.vote_at_start {
-            tokio::time::sleep(timing.election_max).await;
+            // Long enough for a promise this member made before a restart,
+            // by this version or by the earlier one (CELL-5).
+            let wait = timing
+                .election_max
+                .max(crate::config::CELL_EARLIER_ELECTION_MAX);
+            tokio::time::sleep(wait).await;
         }
         let lease = Arc::new(if config.broken.keep_master_lease {
             MasterLease::kept_for_ever(config.id, timing.master_lease())
@@ -185,7 +190,8 @@ impl Member {
             MasterLease::new(config.id, timing.master_lease())
         });
         let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone())
-            .with_secret(config.secret.clone());
+            .with_secret(config.secret.clone())
+            .with_election_max(timing.election_max);
         let outstood = network.outstood();
         let raft = Raft::new(
             config.id,

@@ -1,9 +1,12 @@
 //! Raft traffic between members (SPEC `CELL-4`): frames of a 4-byte
 //! big-endian length and a body, on the same port clients use. A peer's
-//! first frame starts with `LHCELL02`, which no client's `Hello` can (a
-//! client's first byte is a message kind, 0), then names the cell and the
-//! two members; a member answers only a peer of its own cell that
-//! addresses it by its id, so two cells on one machine never mix.
+//! first frame starts with `LHCELL03`, which no client's `Hello` can (a
+//! client's first byte is a message kind, 0), then names the cell, the
+//! two members and the sender's longest election timeout; a member answers
+//! only a peer of its own cell that addresses it by its id, so two cells on
+//! one machine never mix, and whose master lease cannot outlast this
+//! member's refusal window (`CELL-6`), so members of versions with other
+//! timers never form one cell.
 //!
 //! Each member keeps one connection per (target, purpose) openraft asks
 //! for, made when first used and again after any failure; requests on it
@@ -13,6 +16,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -39,7 +43,19 @@ use crate::config::SHOWN_CHARS;
 use leasehold_protocol::excerpt;
 
 /// The first bytes of a peer's first frame.
-pub const PEER_MAGIC: &[u8; 8] = b"LHCELL02";
+pub const PEER_MAGIC: &[u8; 8] = b"LHCELL03";
+
+/// The first bytes of the first frame of a member of an earlier version,
+/// whose hello says nothing of its timers: that version's election
+/// timeouts were 250-500 ms, a master lease of 495 ms that followers
+/// refusing rivals for 300 ms would not cover.
+pub const EARLIER_PEER_MAGIC: &[u8; 8] = b"LHCELL02";
+
+/// Why a member of an earlier version is refused.
+pub const EARLIER_PEER_REFUSAL: &str =
+    "this member runs a later Leasehold, with shorter election timeouts than the earlier \
+     version's 250-500 ms: the two versions never form one cell (CELL-6); upgrade every \
+     member, and the cell moves to the later ones once they are a majority";
 
 /// A byte stream to another member.
 pub trait PeerStream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
@@ -85,6 +101,9 @@ pub struct PeerHello {
     pub to: NodeId,
     /// The cell's shared secret, if its members have one.
     pub secret: Option<String>,
+    /// The sender's longest election timeout, in microseconds of its own
+    /// clock: the length of its master lease, before the drift allowance.
+    pub election_max_us: u64,
 }
 
 impl std::fmt::Debug for PeerHelloSecret<'_> {
@@ -117,6 +136,7 @@ impl std::fmt::Debug for PeerHello {
             .field("from", &self.from)
             .field("to", &self.to)
             .field("secret", &PeerHelloSecret(&self.secret))
+            .field("election_max_us", &self.election_max_us)
             .finish()
     }
 }
@@ -132,6 +152,17 @@ impl PeerHello {
     pub(crate) fn parse(first: &[u8]) -> Option<Result<PeerHello, String>> {
         let rest = first.strip_prefix(PEER_MAGIC)?;
         Some(decode(rest))
+    }
+
+    /// Whether a leader with this hello's timers could hold its master
+    /// lease past the time a follower with a longest election timeout of
+    /// `mine` refuses rivals after hearing it (`CELL-6`). Clocks that run
+    /// at slightly different rates read one setting slightly differently;
+    /// the lease's drift allowance covers that, and only that.
+    pub(crate) fn lease_outlasts(&self, mine: Duration) -> bool {
+        let lease = Duration::from_micros(self.election_max_us)
+            .mul_f64(1.0 - crate::config::CELL_CLOCK_DRIFT);
+        lease > mine
     }
 }
 
@@ -165,6 +196,8 @@ pub struct CellNetwork {
     lease: Arc<MasterLease>,
     reach: Arc<Reach>,
     outstood: Outstood,
+    /// This member's longest election timeout, told to every peer.
+    election_max: Duration,
 }
 
 /// Which members this one could not reach at its last call, so that an
@@ -209,7 +242,14 @@ impl CellNetwork {
             lease,
             reach: Arc::default(),
             outstood: Outstood::default(),
+            election_max: super::Timing::default().election_max,
         }
+    }
+
+    /// Tells peers this member's longest election timeout (`CELL-6`).
+    pub fn with_election_max(mut self, election_max: Duration) -> Self {
+        self.election_max = election_max;
+        self
     }
 
     /// Where this member's vote requests note a refusal by a member whose
@@ -235,6 +275,7 @@ impl RaftNetworkFactory<CellTypes> for CellNetwork {
                 from: self.me,
                 to: target,
                 secret: self.secret.clone(),
+                election_max_us: self.election_max.as_micros() as u64,
             },
             addr: node.addr.clone(),
             dialer: self.dialer.clone(),

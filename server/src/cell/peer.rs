@@ -45,6 +45,9 @@ pub async fn first_frame<S: Served>(stream: S, max: usize) -> std::io::Result<Fi
             Ok(FirstFrame::Peer(framed, hello))
         }
         Some(Err(e)) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        None if first.starts_with(network::EARLIER_PEER_MAGIC) => {
+            Ok(FirstFrame::EarlierPeer(framed))
+        }
         None => Ok(FirstFrame::Client(framed, first)),
     }
 }
@@ -57,6 +60,16 @@ pub enum FirstFrame<S> {
     Status(Framed<S, FrameCodec>),
     /// A membership change (`CELL-9`).
     Membership(Framed<S, FrameCodec>),
+    /// A member of an earlier version, which is refused (`CELL-4`).
+    EarlierPeer(Framed<S, FrameCodec>),
+}
+
+/// Tells a member of an earlier version why it is refused, in the answer
+/// it reads: the refusal is one of its own peer responses.
+pub async fn refuse_earlier_peer<S: Served>(mut framed: Framed<S, FrameCodec>) {
+    tracing::debug!("a member of an earlier version refused");
+    let refusal = PeerResponse::Refused(network::EARLIER_PEER_REFUSAL.to_string());
+    let _ = framed.send(Bytes::from(encode(&refusal))).await;
 }
 
 /// How often a refusal of one peer is logged at warning level.
@@ -148,6 +161,15 @@ pub async fn serve<S: Served>(
         ))
     } else if hello.to != me {
         Some(format!("this member is {me}, not {}", hello.to))
+    } else if hello.lease_outlasts(member.config.timing.election_max) {
+        Some(format!(
+            "member {} runs election timeouts up to {} ms, this member up to {} ms: its master \
+             lease would outlast this member's refusal window, so they cannot form one cell \
+             (CELL-5, CELL-6)",
+            hello.from,
+            hello.election_max_us / 1000,
+            member.config.timing.election_max.as_millis()
+        ))
     } else {
         None
     };

@@ -229,6 +229,7 @@ async fn connected<S: super::network::Served>(
                 () = stop.cancelled() => {}
             }
         }
+        FirstFrame::EarlierPeer(framed) => super::peer::refuse_earlier_peer(framed).await,
         FirstFrame::Membership(framed) => {
             let right = super::membership::Right::of(
                 config.operator_token.as_deref(),

@@ -997,3 +997,52 @@ async fn with_mutual_tls_a_peer_is_served_only_with_its_members_certificate() {
     );
     assert!(dialer.dial(&cell.addrs[&1], 1).await.is_ok());
 }
+
+// CELL-4: a member of the version before the hello carried its timers
+// (fixture: the first frame such a member sends, `LHCELL02` and its hello
+// for cell `old`, from 1 to 2, no secret) is told why it is refused, in a
+// peer response it can read, and gets no Raft service.
+#[tokio::test]
+async fn a_member_of_the_earlier_version_is_told_why_it_is_refused() {
+    use bytes::Bytes;
+    use futures::{SinkExt, StreamExt};
+    use tokio_util::codec::Framed;
+
+    const EARLIER_HELLO: &[u8] = b"LHCELL02\x03old\x01\x02\x00";
+    let (ours, theirs) = tokio::io::duplex(4096);
+    let mut earlier = Framed::new(theirs, crate::cell::frame::FrameCodec::new(1 << 20));
+    earlier
+        .send(Bytes::from_static(EARLIER_HELLO))
+        .await
+        .unwrap();
+    let Ok(FirstFrame::EarlierPeer(framed)) = first_frame(ours, 1 << 20).await else {
+        panic!("the earlier hello was not recognised");
+    };
+    peer::refuse_earlier_peer(framed).await;
+    let answer = earlier.next().await.expect("an answer").unwrap();
+    let network::PeerResponse::Refused(reason) = crate::codec::decode(&answer).unwrap() else {
+        panic!("not a refusal");
+    };
+    assert!(reason.contains("250-500 ms"), "{reason}");
+    assert!(earlier.next().await.is_none(), "the connection stays open");
+}
+
+// CELL-6: a peer whose master lease would outlast this member's refusal
+// window is refused; one with the same timers, read by a clock a little
+// faster or slower, is not.
+#[test]
+fn a_peer_whose_lease_outlasts_the_refusal_window_is_refused() {
+    let hello = |election_max_us| network::PeerHello {
+        cell: "c".into(),
+        from: 1,
+        to: 2,
+        secret: None,
+        election_max_us,
+    };
+    let mine = Duration::from_millis(300);
+    assert!(hello(500_000).lease_outlasts(mine));
+    assert!(hello(310_000).lease_outlasts(mine));
+    assert!(!hello(300_000).lease_outlasts(mine));
+    assert!(!hello(300_750).lease_outlasts(Duration::from_micros(299_250)));
+    assert!(!hello(300_000).lease_outlasts(Duration::from_millis(600)));
+}
