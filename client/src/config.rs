@@ -30,6 +30,12 @@ pub(crate) const MAX_IN_FLIGHT: usize = 8;
 /// How long a KeepAlive that asks for an immediate answer waits while its
 /// connection delivers nothing at all.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The least time a held KeepAlive's answer may be late before it counts
+/// as overdue (`CS-9`), whatever half the margin is: a short lease's
+/// margin is tens of milliseconds, about what a loaded machine may delay
+/// a task, and an answer taken for overdue costs a probe and may cost a
+/// connection.
+pub(crate) const OVERDUE_AFTER_AT_LEAST: Duration = Duration::from_millis(250);
 /// Time allowed for the DestroySession sent on close.
 pub(crate) const DESTROY_TIMEOUT: Duration = Duration::from_secs(2);
 /// KeepAlives a close sends at most to acknowledge what the master may not

@@ -22,7 +22,7 @@ use leasehold_protocol::hold::hold_margin;
 use leasehold_protocol::{Event, EventKind, LeaseGrant};
 use tokio::time::Instant;
 
-use crate::config::MAX_IN_FLIGHT;
+use crate::config::{MAX_IN_FLIGHT, OVERDUE_AFTER_AT_LEAST};
 use crate::lease::{local_expiry, MAX_GRANT};
 
 /// Where a session stands, as far as this client can tell (`CS-1`).
@@ -201,12 +201,14 @@ impl SessionMachine {
 
     /// A master answered at `answered` with `lease`, keeping `margin` before
     /// a lease's end (`KA-2`): the held KeepAlive that follows is answered
-    /// once the master's lease is that margin from its end. That lease ends
-    /// at the latest `remaining` after the answer arrived, stretched by the
-    /// drift its clock may have against this one; the answer is overdue
-    /// half the margin later (`CS-9`). Counted from the answer's arrival,
-    /// not from the local lease, so that drift allowed for never makes an
-    /// answer on time look overdue.
+    /// once the master's lease, which ended `remaining` after the answer
+    /// left, is `m` from its end. The answer is overdue half of `m` (at
+    /// least [`OVERDUE_AFTER_AT_LEAST`]) after that (`CS-9`). Counted from
+    /// the answer's arrival, not from the local lease, so that the drift
+    /// the local lease allows for is not taken from the master's time to
+    /// answer. A master whose clock runs slower than this one answers
+    /// later by this clock, but since `m ≥ lease / 20` only one slower by
+    /// over 2.6%, past any drift allowed for, answers past the half margin.
     pub(crate) fn expect_answers(
         &mut self,
         answered: Instant,
@@ -214,13 +216,9 @@ impl SessionMachine {
         margin: Duration,
     ) {
         let remaining = Duration::from_millis(lease.remaining_ms).min(MAX_GRANT);
-        let stretch = if self.drift.is_nan() {
-            1.0
-        } else {
-            1.0 + self.drift.clamp(0.0, 1.0)
-        };
         let m = hold_margin(margin, remaining);
-        self.answer_due = Some(answered + remaining.mul_f64(stretch) - m + m / 2);
+        let late = (m / 2).max(OVERDUE_AFTER_AT_LEAST);
+        self.answer_due = Some(answered + (remaining - m) + late);
     }
 
     #[cfg(test)]
@@ -326,7 +324,10 @@ impl SessionMachine {
     ) -> Vec<Action> {
         let mut actions = Vec::new();
         self.in_flight = self.in_flight.saturating_sub(1);
-        if !held {
+        if held {
+            // Back, whatever it brought: nothing held is awaited (CS-9).
+            self.overdue_at = None;
+        } else {
             self.unheld = self.unheld.saturating_sub(1);
         }
         match reply {
@@ -927,27 +928,91 @@ mod tests {
         assert_eq!(sends(&m.on_tick(overdue + ms(20))), [false]);
     }
 
-    // CS-9, LEASE-4: the drift the local lease allows for is not taken
-    // from the master's time to answer.
-    #[test]
-    fn drift_allowed_for_never_makes_an_answer_in_time_overdue() {
+    /// Answers the first KeepAlive at `t1` with a lease of `lease` and
+    /// sends the held one that follows; the master, whose clock runs
+    /// slower than this one by `slow`, answers it at its own `expiry - m`.
+    /// Says when that answer arrives, and when the machine's next deadline
+    /// is.
+    fn slow_masters_answer(lease: Duration, margin: Duration, slow: f64) -> (Instant, Instant) {
         let t0 = Instant::now();
-        // More than half the margin over the ten seconds the master holds.
-        let drift = 0.15;
-        let mut m = SessionMachine::new(1, t0 + LEASE, GRACE, drift, t0, SALT);
+        let mut m = SessionMachine::new(1, t0 + lease, GRACE, 0.01, t0, SALT);
         assert_eq!(sends(&m.on_tick(t0)), [true]);
-        let t1 = t0 + ms(10);
-        m.on_reply(t0, true, grant(1, LEASE, ms(10)), t1);
-        // Such a drift leaves a local lease short enough that the next
-        // KeepAlive is unheld (KA-9); the one after is held.
-        assert_eq!(sends(&m.on_tick(t1)), [false]);
-        let t2 = t1 + ms(10);
-        m.on_reply(t1, false, grant(1, LEASE, ms(0)), t2);
-        assert_eq!(sends(&m.on_tick(t2)), [true]);
-        // A master whose clock runs that much slower answers at its own
-        // `expiry - m`, later by this clock than by its own.
-        let slow_answer = t2 + (LEASE - MARGIN).mul_f64(1.0 + drift);
-        assert!(m.deadline().unwrap() > slow_answer);
+        let t1 = t0 + ms(5);
+        let reply = Reply::Granted {
+            epoch: 1,
+            lease: LeaseGrant {
+                remaining_ms: lease.as_millis() as u64,
+                held_ms: 0,
+            },
+            events: Vec::new(),
+            acked_seq: 0,
+            margin,
+        };
+        m.on_reply(t0, true, reply, t1);
+        assert_eq!(sends(&m.on_tick(t1)), [true]);
+        let answer = t1 + (lease - hold_margin(margin, lease)).mul_f64(1.0 + slow);
+        (answer, m.deadline().unwrap())
+    }
+
+    // CS-9, KA-2, LEASE-4: with m at least a twentieth of the lease, a
+    // master whose clock runs up to 1% slow (the drift allowed for) answers
+    // before the answer is overdue, whatever the lease.
+    #[test]
+    fn a_master_slow_within_the_drift_allowed_answers_before_it_is_overdue() {
+        for lease_s in [1, 2, 5, 12, 30, 60, 300, 3_600] {
+            for margin_ms in [0, 100, 2_000, 10_000] {
+                let (lease, margin) = (Duration::from_secs(lease_s), ms(margin_ms));
+                let (answer, deadline) = slow_masters_answer(lease, margin, 0.01);
+                assert!(answer < deadline, "lease {lease:?}, margin {margin:?}");
+            }
+        }
+        // One slower than the twentieth allows for is taken as overdue.
+        let (answer, deadline) = slow_masters_answer(Duration::from_secs(60), ms(0), 0.03);
+        assert!(answer > deadline);
+    }
+
+    // CS-9: a short lease's half margin may be a hundred milliseconds or
+    // less; an answer is overdue only a quarter second late at least.
+    #[test]
+    fn a_short_leases_answer_is_overdue_only_a_quarter_second_late() {
+        let (answer, deadline) = slow_masters_answer(Duration::from_secs(4), ms(300), 0.0);
+        assert_eq!(deadline, answer + OVERDUE_AFTER_AT_LEAST);
+    }
+
+    // CS-9: once the held KeepAlive is back, failed or refused, nothing
+    // held is awaited, and no probe goes out for it.
+    #[test]
+    fn a_held_keepalive_back_without_a_grant_is_not_overdue_later() {
+        for back in [Reply::Failed, Reply::WrongEpoch { current: 2 }] {
+            let (mut m, t0) = machine();
+            let t1 = t0 + ms(10);
+            let overdue = holding_from(&mut m, t0, t1);
+            m.on_reply(t1, true, back, t1 + ms(20));
+            // The retries go out unheld and fail too: nothing renews.
+            while let Some(now) = m.deadline().filter(|at| *at <= overdue) {
+                let actions = m.on_tick(now);
+                assert!(
+                    !actions.contains(&Action::AbandonIfSilent),
+                    "{actions:?} at {:?}",
+                    now - t0
+                );
+                if !sends(&actions).is_empty() {
+                    m.on_reply(now, false, Reply::Failed, now + ms(1));
+                }
+            }
+        }
+    }
+
+    // CS-9, KA-9: an unheld KeepAlive, answered at once, starts no overdue
+    // clock of its own.
+    #[test]
+    fn an_unheld_keepalive_is_never_overdue() {
+        let (mut m, t0) = machine();
+        m.on_tick(t0);
+        let arrived = t0 + ms(3_000);
+        m.on_reply(t0, true, grant(1, LEASE, ms(0)), arrived);
+        assert_eq!(sends(&m.on_tick(arrived)), [false], "KA-9");
+        assert_eq!(m.deadline(), Some(m.local_expiry()));
     }
 
     // CS-9: before any grant says when the master answers, the local lease

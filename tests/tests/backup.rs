@@ -247,6 +247,7 @@ fn member(
             heartbeat: Duration::from_millis(50),
             election_min: Duration::from_millis(300),
             election_max: Duration::from_millis(600),
+            announced_election_max: None,
         },
         snapshot_every: leasehold_server::cell::DEFAULT_SNAPSHOT_EVERY,
         broken: Default::default(),

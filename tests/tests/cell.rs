@@ -36,6 +36,7 @@ fn timing() -> Timing {
         heartbeat: Duration::from_millis(50),
         election_min: Duration::from_millis(300),
         election_max: Duration::from_millis(600),
+        announced_election_max: None,
     }
 }
 

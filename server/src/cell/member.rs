@@ -30,9 +30,19 @@ pub struct Timing {
     /// between these stands for election.
     pub election_min: Duration,
     pub election_max: Duration,
+    /// The longest election timeout as set, which the member's hello
+    /// announces (`CELL-4`), where `election_max` is what a simulated
+    /// clock running at another rate makes of it; `None`: `election_max`.
+    #[doc(hidden)]
+    pub announced_election_max: Option<Duration>,
 }
 
 impl Timing {
+    /// The longest election timeout as set, announced to peers.
+    pub fn announced(&self) -> Duration {
+        self.announced_election_max.unwrap_or(self.election_max)
+    }
+
     /// How long a quorum's acknowledgement keeps the master lease: the
     /// longest election timeout, for which a follower that took a request
     /// refuses to vote for anyone else (the engine's leader lease), less
@@ -49,6 +59,7 @@ impl Default for Timing {
             heartbeat: crate::config::CELL_HEARTBEAT,
             election_min: crate::config::CELL_ELECTION_MIN,
             election_max: crate::config::CELL_ELECTION_MAX,
+            announced_election_max: None,
         }
     }
 }
@@ -191,7 +202,7 @@ impl Member {
         });
         let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone())
             .with_secret(config.secret.clone())
-            .with_election_max(timing.election_max);
+            .with_election_max(timing.announced());
         let outstood = network.outstood();
         let raft = Raft::new(
             config.id,

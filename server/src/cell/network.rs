@@ -5,8 +5,8 @@
 //! two members and the sender's longest election timeout; a member answers
 //! only a peer of its own cell that addresses it by its id, so two cells on
 //! one machine never mix, and whose master lease cannot outlast this
-//! member's refusal window (`CELL-6`), so members of versions with other
-//! timers never form one cell.
+//! member's refusal window (`CELL-6`), so members whose timers would let
+//! it never form one cell.
 //!
 //! Each member keeps one connection per (target, purpose) openraft asks
 //! for, made when first used and again after any failure; requests on it
@@ -155,14 +155,13 @@ impl PeerHello {
     }
 
     /// Whether a leader with this hello's timers could hold its master
-    /// lease past the time a follower with a longest election timeout of
-    /// `mine` refuses rivals after hearing it (`CELL-6`). Clocks that run
-    /// at slightly different rates read one setting slightly differently;
-    /// the lease's drift allowance covers that, and only that.
+    /// lease past the time a follower whose longest election timeout is
+    /// set to `mine` refuses rivals after hearing it (`CELL-6`). The
+    /// lease's drift allowance is for two clocks running one setting at
+    /// rates up to 1% apart; a longer setting would spend it, so any is
+    /// refused.
     pub(crate) fn lease_outlasts(&self, mine: Duration) -> bool {
-        let lease = Duration::from_micros(self.election_max_us)
-            .mul_f64(1.0 - crate::config::CELL_CLOCK_DRIFT);
-        lease > mine
+        Duration::from_micros(self.election_max_us) > mine
     }
 }
 

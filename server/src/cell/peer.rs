@@ -69,7 +69,23 @@ pub enum FirstFrame<S> {
 pub async fn refuse_earlier_peer<S: Served>(mut framed: Framed<S, FrameCodec>) {
     tracing::debug!("a member of an earlier version refused");
     let refusal = PeerResponse::Refused(network::EARLIER_PEER_REFUSAL.to_string());
-    let _ = framed.send(Bytes::from(encode(&refusal))).await;
+    if framed.send(Bytes::from(encode(&refusal))).await.is_err() {
+        return;
+    }
+    // Closed with its request unread, the connection would be reset, and
+    // the reset can discard the refusal before the peer reads it. What
+    // arrives meanwhile is read and dropped, a frame at a time, up to the
+    // linger's budget.
+    let _ = tokio::time::timeout(crate::config::LINGER, async {
+        let mut read = 0;
+        while let Some(Ok(frame)) = framed.next().await {
+            read += frame.len();
+            if read > crate::config::LINGER_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// How often a refusal of one peer is logged at warning level.
@@ -161,14 +177,14 @@ pub async fn serve<S: Served>(
         ))
     } else if hello.to != me {
         Some(format!("this member is {me}, not {}", hello.to))
-    } else if hello.lease_outlasts(member.config.timing.election_max) {
+    } else if hello.lease_outlasts(member.config.timing.announced()) {
         Some(format!(
             "member {} runs election timeouts up to {} ms, this member up to {} ms: its master \
              lease would outlast this member's refusal window, so they cannot form one cell \
              (CELL-5, CELL-6)",
             hello.from,
             hello.election_max_us / 1000,
-            member.config.timing.election_max.as_millis()
+            member.config.timing.announced().as_millis()
         ))
     } else {
         None

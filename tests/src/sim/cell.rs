@@ -175,6 +175,8 @@ fn timing(t: Timing, rate: f64) -> Timing {
         heartbeat: t.heartbeat.div_f64(rate),
         election_min: t.election_min.div_f64(rate),
         election_max: t.election_max.div_f64(rate),
+        // The hello announces the setting, which no clock's rate changes.
+        announced_election_max: Some(t.announced()),
     }
 }
 
