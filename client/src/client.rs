@@ -282,6 +282,7 @@ impl Client {
         let mut current = self.current();
         if current.as_ref().is_some_and(|c| c.id() == id) {
             *current = None;
+            self.inner.connector.abandoned();
         }
     }
 
@@ -300,6 +301,7 @@ impl Client {
         });
         if silent {
             *current = None;
+            self.inner.connector.abandoned();
         }
         silent
     }

@@ -32,6 +32,12 @@ pub trait Connector: Send + Sync + 'static {
     fn redirected(&self, master: Option<&str>) {
         let _ = master;
     }
+    /// The connection last made was given up: it broke, or went silent
+    /// while an answer was due (`CS-2`, `CS-9`). The next connect should
+    /// try another member first: a master that stopped without closing
+    /// its connections still has its port accept new ones, and a client
+    /// would spend its share of the connect timeout learning so again.
+    fn abandoned(&self) {}
     /// How many servers `connect` goes through in turn: a cell's members.
     /// A client that cannot reach one tries the next before giving up.
     fn members(&self) -> usize {
@@ -95,6 +101,10 @@ pub struct CellConnector {
     next: std::sync::atomic::AtomicUsize,
     /// Where a member said the master is: tried next.
     hint: std::sync::Mutex<Option<String>>,
+    /// The member the last connect went to.
+    last: std::sync::Mutex<Option<String>>,
+    /// The member whose connection was given up: not tried first.
+    avoid: std::sync::Mutex<Option<String>>,
     tls: Option<ClientTls>,
 }
 
@@ -105,6 +115,8 @@ impl CellConnector {
             members: members.into_iter().map(Into::into).collect(),
             next: Default::default(),
             hint: Default::default(),
+            last: Default::default(),
+            avoid: Default::default(),
             tls: None,
         }
     }
@@ -127,15 +139,39 @@ impl CellConnector {
     }
 }
 
-impl Connector for CellConnector {
-    fn connect(&self) -> ConnectFuture {
-        let hinted = self.hint.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let addr = hinted.unwrap_or_else(|| {
+impl CellConnector {
+    /// The member the next connect goes to: the one a member named as
+    /// master, else the next in turn; once after a connection was given
+    /// up, any but its member.
+    fn pick(&self) -> String {
+        let lock = |m: &std::sync::Mutex<Option<String>>| -> Option<String> {
+            m.lock().unwrap_or_else(|e| e.into_inner()).take()
+        };
+        let (hinted, avoid) = (lock(&self.hint), lock(&self.avoid));
+        let in_turn = || {
             let n = self.members.len().max(1);
             let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
             self.members.get(i).cloned().unwrap_or_default()
-        });
-        tcp(addr, self.tls.clone())
+        };
+        let addr = match hinted {
+            Some(hinted) if avoid.as_ref() != Some(&hinted) => hinted,
+            _ => {
+                let addr = in_turn();
+                if avoid.as_ref() == Some(&addr) && self.members.len() > 1 {
+                    in_turn()
+                } else {
+                    addr
+                }
+            }
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr.clone());
+        addr
+    }
+}
+
+impl Connector for CellConnector {
+    fn connect(&self) -> ConnectFuture {
+        tcp(self.pick(), self.tls.clone())
     }
 
     fn addr(&self) -> String {
@@ -144,6 +180,11 @@ impl Connector for CellConnector {
 
     fn redirected(&self, master: Option<&str>) {
         *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = master.map(String::from);
+    }
+
+    fn abandoned(&self) {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        *self.avoid.lock().unwrap_or_else(|e| e.into_inner()) = last;
     }
 
     fn members(&self) -> usize {
@@ -182,7 +223,36 @@ fn has_port(addr: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::has_port;
+    use super::{has_port, CellConnector, Connector};
+
+    // CS-9, CELL-7: a master stopped without closing its connections still
+    // accepts new ones; the member of a connection given up is not tried
+    // first again, not even when a member names it as master, and only
+    // once.
+    #[test]
+    fn the_member_of_a_connection_given_up_is_not_tried_first_again() {
+        let cell = CellConnector::new(["a:1", "b:1", "c:1"]);
+        assert_eq!(cell.pick(), "a:1");
+        cell.redirected(Some("b:1"));
+        assert_eq!(cell.pick(), "b:1");
+        cell.abandoned();
+        assert_eq!(cell.pick(), "c:1", "b is next in turn, and skipped");
+        cell.redirected(Some("c:1"));
+        assert_eq!(cell.pick(), "c:1");
+        cell.abandoned();
+        cell.redirected(Some("c:1"));
+        assert_eq!(cell.pick(), "a:1", "a redirect to it is not followed first");
+        cell.redirected(Some("c:1"));
+        assert_eq!(cell.pick(), "c:1", "only once");
+    }
+
+    #[test]
+    fn a_single_member_given_up_is_still_the_one_tried() {
+        let cell = CellConnector::new(["a:1"]);
+        assert_eq!(cell.pick(), "a:1");
+        cell.abandoned();
+        assert_eq!(cell.pick(), "a:1");
+    }
 
     #[test]
     fn an_address_without_a_port_is_told_apart() {

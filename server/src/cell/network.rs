@@ -342,7 +342,15 @@ impl PeerClient {
             .await
             .ok_or_else(|| lost("the connection closed".into()))?
             .map_err(|e| lost(e.to_string()))?;
-        match decode(&frame).map_err(lost)? {
+        // An earlier version takes this version's hello for a client's and
+        // answers as a master answers one; its answer is no peer response.
+        let unreadable = |e: String| {
+            lost(format!(
+                "its answer is no peer response this version reads ({e}): it may run an \
+                 earlier Leasehold, which never forms one cell with this one (CELL-4)"
+            ))
+        };
+        match decode(&frame).map_err(unreadable)? {
             // Whatever answers there may send anything: a log line shows
             // only the start of it (`CELL-4`).
             PeerResponse::Refused(reason) => Err(lost(format!(
