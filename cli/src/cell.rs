@@ -74,16 +74,47 @@ async fn ask(addr: &str) -> Answer {
     }
 }
 
-/// Whether the first address of `addrs` is a cell's member: it answers a
-/// member's status query.
-pub(crate) async fn is_member(addrs: &str) -> bool {
-    let Some(first) = addrs.split(',').map(str::trim).find(|a| !a.is_empty()) else {
-        return false;
-    };
-    match dial(first).await {
-        Ok(stream) => query_status_on(stream).await.is_ok(),
-        Err(_) => false,
+/// Every address of `addrs` asked at once, each within `--request-timeout`:
+/// a member that is stopped, or cut off, costs the command that time once,
+/// not once for each such member.
+async fn ask_all<'a>(addrs: impl IntoIterator<Item = &'a String>) -> Vec<(String, Answer)> {
+    let mut asking = tokio::task::JoinSet::new();
+    for (i, addr) in addrs.into_iter().enumerate() {
+        let addr = addr.clone();
+        asking.spawn(async move { (i, ask(&addr).await, addr) });
     }
+    let mut answers = Vec::new();
+    while let Some(answer) = asking.join_next().await {
+        if let Ok(answer) = answer {
+            answers.push(answer);
+        }
+    }
+    answers.sort_by_key(|(i, _, _)| *i);
+    answers
+        .into_iter()
+        .map(|(_, answer, addr)| (addr, answer))
+        .collect()
+}
+
+/// Whether `addrs` names a cell's members: one of them answers a member's
+/// status query, each within `--request-timeout`, all asked at once (a
+/// member that is stopped accepts connections and answers nothing).
+pub(crate) async fn is_member(addrs: &str) -> bool {
+    let mut asking = tokio::task::JoinSet::new();
+    for addr in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let addr = addr.to_string();
+        asking.spawn(async move {
+            within_timeout(&addr, async { query_status_on(dial(&addr).await?).await })
+                .await
+                .is_ok()
+        });
+    }
+    while let Some(answer) = asking.join_next().await {
+        if answer.unwrap_or(false) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Asks every member `addrs` names (separated by commas), learns the
@@ -95,10 +126,13 @@ pub(crate) async fn is_member(addrs: &str) -> bool {
 /// single master is one line of its own. The status is 0 when a member
 /// serves as master, 69 when none does (none answered, or no quorum).
 pub(crate) async fn status(addrs: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut answers: BTreeMap<String, Answer> = BTreeMap::new();
-    for addr in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        answers.insert(addr.to_string(), ask(addr).await);
-    }
+    let named: Vec<String> = addrs
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    let mut answers: BTreeMap<String, Answer> = ask_all(&named).await.into_iter().collect();
     // The configuration as the member that knows best has it: the master,
     // else the member with the newest log.
     let knows_best = answers
@@ -117,11 +151,11 @@ pub(crate) async fn status(addrs: &str, json: bool) -> anyhow::Result<ExitCode> 
         .as_ref()
         .map(|s| s.voters.clone())
         .unwrap_or_default();
-    for addr in members.values() {
-        if !answers.contains_key(addr) {
-            answers.insert(addr.clone(), ask(addr).await);
-        }
-    }
+    let unnamed: Vec<&String> = members
+        .values()
+        .filter(|addr| !answers.contains_key(*addr))
+        .collect();
+    answers.extend(ask_all(unnamed).await);
     if !json {
         println!("ID  ADDRESS                ROLE       MASTER EPOCH TERM  LAST-LOG APPLIED  LAG");
     }

@@ -417,3 +417,59 @@ async fn cell_commands_give_up_on_a_member_that_never_answers() {
     silent.abort();
     let _ = std::fs::remove_file(&secret);
 }
+
+// OPS-4, CELL-8: a member that accepts connections and never answers (a
+// stopped process) named first: `status` and `cell status` still answer,
+// each member asked at once within --request-timeout, not waiting on the
+// silent one for ever, nor once per member in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_with_a_silent_member_named_first_answers_from_the_others() {
+    let cell = Cell::start("status-silent");
+    cell.master().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = listener.local_addr().unwrap().to_string();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let addrs = format!("{silent_addr},{}", cell.addrs());
+    // A minute, far past the 1 s each member is given: a command that
+    // waits for ever fails the test, not hangs it.
+    let run = |args: &[&str]| {
+        let started = Instant::now();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["--addr", &addrs, "--request-timeout", "1s"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("leasehold {args:?} still waits after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let status = run(&["status"]);
+    assert!(status.status.success(), "{status:?}");
+    let printed = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(printed.starts_with("version "), "{printed}");
+    assert!(
+        printed.contains("\nID  ADDRESS"),
+        "a cell's members: {printed}"
+    );
+    let members = run(&["cell", "status"]);
+    assert!(members.status.success(), "{members:?}");
+    let printed = String::from_utf8_lossy(&members.stdout).to_string();
+    let line = printed
+        .lines()
+        .find(|l| l.contains(silent_addr.as_str()))
+        .unwrap_or_else(|| panic!("no line for the silent address:\n{printed}"));
+    assert!(line.contains("unreachable"), "{line}");
+    silent.abort();
+}
