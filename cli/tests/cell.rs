@@ -382,37 +382,24 @@ async fn cell_commands_give_up_on_a_member_that_never_answers() {
     });
     let secret = std::env::temp_dir().join(format!("leasehold-silent-{}", std::process::id()));
     std::fs::write(&secret, "a cell secret of sixteen bytes or more").unwrap();
-    // Each command is given a minute, far past its 1 s, and killed
-    // after it: a command that waits for ever fails the test, not hangs it.
     let run = |args: &[&str]| {
-        let started = Instant::now();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
             .args(["--addr", &addr, "--request-timeout", "1s"])
             .args(args)
             .env("LEASEHOLD_CELL_SECRET_FILE", &secret)
-            .env_remove("LEASEHOLD_OPERATOR_TOKEN_FILE")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                panic!("leasehold {args:?} still waits after 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        (child.wait_with_output().unwrap(), started.elapsed())
+            .env_remove("LEASEHOLD_OPERATOR_TOKEN_FILE");
+        within_a_minute(command)
     };
     // Blocking this worker: the other serves the silent listener.
-    let (removed, _) = run(&["cell", "remove", "2"]);
+    let removed = run(&["cell", "remove", "2"]);
     assert_eq!(removed.status.code(), Some(3), "{removed:?}");
     let said = String::from_utf8_lossy(&removed.stderr);
     assert!(
         said.contains("--request-timeout") && said.contains("may still"),
         "{said}"
     );
-    let (status, _) = run(&["cell", "status"]);
+    let status = run(&["cell", "status"]);
     assert_eq!(status.status.code(), Some(69), "{status:?}");
     silent.abort();
     let _ = std::fs::remove_file(&secret);
@@ -435,25 +422,12 @@ async fn status_with_a_silent_member_named_first_answers_from_the_others() {
         }
     });
     let addrs = format!("{silent_addr},{}", cell.addrs());
-    // A minute, far past the 1 s each member is given: a command that
-    // waits for ever fails the test, not hangs it.
     let run = |args: &[&str]| {
-        let started = Instant::now();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
             .args(["--addr", &addrs, "--request-timeout", "1s"])
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                panic!("leasehold {args:?} still waits after 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().unwrap()
+            .args(args);
+        within_a_minute(command)
     };
     let status = run(&["status"]);
     assert!(status.status.success(), "{status:?}");
@@ -472,4 +446,24 @@ async fn status_with_a_silent_member_named_first_answers_from_the_others() {
         .unwrap_or_else(|| panic!("no line for the silent address:\n{printed}"));
     assert!(line.contains("unreachable"), "{line}");
     silent.abort();
+}
+
+/// Runs `command`, given a minute, far past the second each member is
+/// given, and killed after it: a command that waits for ever fails the
+/// test, not hangs it.
+fn within_a_minute(mut command: std::process::Command) -> std::process::Output {
+    let started = Instant::now();
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("{command:?} still waits after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
