@@ -186,9 +186,14 @@ impl Client {
                         }
                         self.inner.connector.redirected(master.as_deref());
                     }
-                    // Down, cut off, or still starting: the connector goes
-                    // to the next member, until the time allowed is up.
-                    Err(ClientError::Connect { .. } | ClientError::Timeout(_)) if members > 1 => {
+                    // Down, cut off, still starting, or closing its clients'
+                    // connections as it stops being master: the connector
+                    // goes to the next member, until the time allowed is up.
+                    Err(
+                        ClientError::Connect { .. }
+                        | ClientError::Timeout(_)
+                        | ClientError::Disconnected,
+                    ) if members > 1 => {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     other => return other,
