@@ -294,6 +294,7 @@ pub const UNOBSERVABLE: &[(&str, &str)] = &[
     ("CS-6", "client session states"),
     ("CS-7", "client session states"),
     ("CS-8", "client session states"),
+    ("CS-9", "client session states: when the client probes"),
     ("FO-6", "client library: reaction to the fail-over event"),
     ("STORE-2", "the data directory's layout, not the wire"),
     (
