@@ -202,7 +202,8 @@ impl Member {
         });
         let network = CellNetwork::new(config.cell.clone(), config.id, dialer, lease.clone())
             .with_secret(config.secret.clone())
-            .with_election_max(timing.announced());
+            .with_election_max(timing.announced())
+            .with_retry(timing.heartbeat);
         let outstood = network.outstood();
         let raft = Raft::new(
             config.id,
