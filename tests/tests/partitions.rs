@@ -524,9 +524,9 @@ fn master_changes_without_a_crash(run: &Run) -> Vec<u64> {
 
 // CELL-5: in `cell-follower-behind` seed 7800010 a follower started
 // again while the master (m3) served. The master had found it down and,
-// as the engine does by default, waited 500 ms before each call again;
-// its call while the member waited to start went unanswered, and the
-// next came after the member's election timeout: the member stood, its
+// as the engine does by default, waited 500 ms before each call to it
+// until one was answered; its call while the member waited to start went
+// unanswered, and the next came after the member's election timeout: the member stood, its
 // higher term made m3 step down, and m3 was elected again under a new
 // epoch at 23.4 s, a fail-over for nothing. A member found unreachable
 // is now called again a heartbeat later.

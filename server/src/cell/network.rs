@@ -405,13 +405,14 @@ impl PeerClient {
 }
 
 impl RaftNetwork<CellTypes> for PeerClient {
-    /// A member found unreachable is called again a heartbeat later, not
-    /// the engine's default 500 ms (`CELL-5`). A member that restarts
-    /// starts its Raft, dates its vote to the start and stands once an
-    /// election timeout (400-600 ms) passes without word from a leader;
-    /// a leader still waiting out 500 ms since it last found the member
-    /// down, or since a call went unanswered while the member waited to
-    /// start, reached it too late in 4 of 19 restarts of one benchmark
+    /// Once a member is found unreachable, the engine waits this long
+    /// before each call to it until one is answered: a heartbeat, not the
+    /// engine's default 500 ms (`CELL-5`). A member that restarts starts
+    /// its Raft, dates its vote to the start and stands once an election
+    /// timeout (400-600 ms) passes without word from a leader; a leader
+    /// waiting 500 ms between calls since it found the member down (a call
+    /// while the member waited to start goes unanswered, and the waits go
+    /// on) reached it too late in 4 of 19 restarts of one benchmark
     /// run: the member stood, its higher term deposed the master, and the
     /// cell failed over for nothing. Losing that round also made the member
     /// wait twice the longest election timeout more at its next election
