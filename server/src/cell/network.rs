@@ -406,18 +406,12 @@ impl PeerClient {
 
 impl RaftNetwork<CellTypes> for PeerClient {
     /// Once a member is found unreachable, the engine waits this long
-    /// before each call to it until one is answered: a heartbeat, not the
-    /// engine's default 500 ms (`CELL-5`). A member that restarts starts
-    /// its Raft, dates its vote to the start and stands once an election
-    /// timeout (400-600 ms) passes without word from a leader; a leader
-    /// waiting 500 ms between calls since it found the member down (a call
-    /// while the member waited to start goes unanswered, and the waits go
-    /// on) reached it too late in 4 of 19 restarts of one benchmark
-    /// run: the member stood, its higher term deposed the master, and the
-    /// cell failed over for nothing. Losing that round also made the member
-    /// wait twice the longest election timeout more at its next election
-    /// (the engine's penalty for a candidate that saw a longer log), so a
-    /// master killed soon after took a second to replace.
+    /// before each call to it until one succeeds: a heartbeat, not the
+    /// engine's default 500 ms (`CELL-5`). A member that starts again
+    /// stands 400-600 ms after its Raft starts unless a leader reaches it
+    /// first (its vote is dated to the start); reached later, its higher
+    /// term deposes the master serving, and the round it loses to a longer
+    /// log adds twice the longest election timeout to its next election.
     fn backoff(&self) -> Backoff {
         Backoff::new(std::iter::repeat(self.retry))
     }
