@@ -1027,9 +1027,9 @@ fn main() -> ExitCode {
     let json_log =
         matches!(&cli.command, Command::Serve(args) if args.log_format == LogFormat::Json);
     let _ = ARGUMENTS.set((argv, from_file));
-    // The replication engine's own account (state dumps, a line per retry
-    // to a member that is down) only when RUST_LOG asks for it: the cell
-    // logs a member's reach changing once.
+    // The replication engine's own account (state dumps, several lines
+    // per call to a member that is down, a call every heartbeat) only when
+    // RUST_LOG asks for it: the cell logs a member's reach changing once.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=off"));
     let log = tracing_subscriber::fmt()

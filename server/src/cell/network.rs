@@ -204,7 +204,9 @@ pub struct CellNetwork {
 
 /// Which members this one could not reach at its last call, so that an
 /// operator reads one line when a member becomes unreachable and one when
-/// it is back, not one per retry (openraft's own account is at DEBUG).
+/// it is back, not one per retry (openraft's own account, off unless
+/// `RUST_LOG` names it, is several lines per failed call, a call every
+/// heartbeat, `CELL-5`).
 #[derive(Debug, Default)]
 struct Reach {
     unreachable: std::sync::Mutex<std::collections::BTreeSet<NodeId>>,
