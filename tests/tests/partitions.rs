@@ -495,47 +495,39 @@ fn a_master_that_does_not_filter_events_by_the_rules_is_caught() {
     );
 }
 
-/// When each epoch began, in `run`, while the member serving the one
-/// before had not crashed since it began: a master deposed by nothing a
-/// scenario did to it (the cell's own doing).
-fn master_changes_without_a_crash(run: &Run) -> Vec<u64> {
+/// What a run's masters went through, read from its trace.
+#[derive(Default)]
+struct Masters {
+    /// When each epoch began while the member serving the one before had
+    /// not crashed since it began: a master deposed by nothing a scenario
+    /// did to it (the cell's own doing).
+    changes_without_a_crash: Vec<u64>,
+    /// How many times a member other than the one serving as master
+    /// started again while that master served.
+    followers_started_again: usize,
+}
+
+fn masters(run: &Run) -> Masters {
     let mut serving: Option<&str> = None;
-    let mut changes = Vec::new();
+    let mut seen = Masters::default();
     for e in &run.entries {
         match &e.what {
             What::Serving { .. } => {
                 if serving.is_some() {
-                    changes.push(e.at);
+                    seen.changes_without_a_crash.push(e.at);
                 }
                 serving = Some(e.who.as_str());
             }
             What::Fault { fault, .. } if fault == "crash" && serving == Some(e.who.as_str()) => {
                 serving = None;
             }
-            _ => {}
-        }
-    }
-    changes
-}
-
-/// How many times, in `run`, a member other than the one serving as master
-/// started again while that master served.
-fn followers_started_again_under_a_master(run: &Run) -> usize {
-    let mut serving: Option<&str> = None;
-    let mut started = 0;
-    for e in &run.entries {
-        match &e.what {
-            What::Serving { .. } => serving = Some(e.who.as_str()),
-            What::Fault { fault, .. } if fault == "crash" && serving == Some(e.who.as_str()) => {
-                serving = None;
-            }
             What::Fault { fault, .. } if fault == "restart" && serving.is_some() => {
-                started += 1;
+                seen.followers_started_again += 1;
             }
             _ => {}
         }
     }
-    started
+    seen
 }
 
 // CELL-5: a leader waits a heartbeat between calls to a member it found
@@ -549,12 +541,13 @@ fn followers_started_again_under_a_master(run: &Run) -> usize {
 fn a_follower_started_again_does_not_depose_the_master() {
     let (run, report) = judged("cell-follower-behind", 7_800_010, Settings::default());
     assert!(report.passed(), "{}", report.summary(&run));
+    let seen = masters(&run);
     assert!(
-        followers_started_again_under_a_master(&run) > 0,
+        seen.followers_started_again > 0,
         "the run no longer starts a follower again under a serving master"
     );
     assert_eq!(
-        master_changes_without_a_crash(&run),
+        seen.changes_without_a_crash,
         Vec::<u64>::new(),
         "a new epoch began while the master serving had not crashed"
     );
