@@ -445,6 +445,9 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
     // The leadership this epoch is taken under: the lease is counted for
     // it alone (`MasterLease::lead`).
     let led_with = member.raft.metrics().borrow().vote;
+    // Each step's time goes in the log: with many sessions the copy and
+    // the start are most of a fail-over after the election.
+    let began = tokio::time::Instant::now();
     let proposed = tokio::time::timeout(
         patience,
         member.raft.client_write(Proposal::NewEpoch { node: me }),
@@ -467,7 +470,9 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
             return None;
         }
     };
+    let taken = began.elapsed();
     let replica = member.machine.replica();
+    let copied = began.elapsed() - taken;
     if replica.epoch != epoch {
         // Another epoch followed ours before we could start: not ours.
         return None;
@@ -508,15 +513,20 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
         recovered: true,
         lease: Some(member.lease.clone()),
     };
-    info!(
-        epoch,
-        sessions = start.state.sessions().count(),
-        "this member is the cell's master"
-    );
+    let sessions = start.state.sessions().count();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (handle, task) = master::spawn(config.clone(), start, async {
         let _ = stop_rx.await;
     });
+    let started = began.elapsed() - taken - copied;
+    info!(
+        epoch,
+        sessions,
+        epoch_ms = taken.as_millis() as u64,
+        copy_ms = copied.as_millis() as u64,
+        start_ms = started.as_millis() as u64,
+        "this member is the cell's master"
+    );
     Some(Running {
         epoch,
         config,
