@@ -232,7 +232,10 @@ enum Command {
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
     /// Print one line per change at or below KEY (a key or a prefix; the
-    /// root when omitted) until interrupted.
+    /// root when omitted) until interrupted. A line `events-lost` says
+    /// changes may have gone by unseen, as after every fail-over (a new
+    /// master cannot know what the old one told this watcher) or when the
+    /// watcher fell behind: read the keys again.
     Watch {
         /// A key or a prefix; empty or `/` is the root, and a leading `/`
         /// is dropped.
@@ -572,14 +575,14 @@ fn parse_cell(text: &str) -> Result<std::collections::BTreeMap<u64, String>, Str
             .parse()
             .map_err(|_| format!("{id:?} in {member:?} is not a member id (a number)"))?;
         let addr = addr.trim();
-        let port = addr.rsplit_once(':').and_then(|(host, port)| {
-            (!host.is_empty())
-                .then(|| port.parse::<u16>().ok())
-                .flatten()
-        });
-        if port.is_none() {
+        if addr.contains('=') || addr.contains(|c: char| c == ';' || c.is_whitespace()) {
             return Err(format!(
-                "{member:?} is not ID=HOST:PORT: the address needs a port"
+                "{member:?} is not ID=HOST:PORT: separate the members with commas"
+            ));
+        }
+        if host_port(addr).is_err() {
+            return Err(format!(
+                "{member:?} is not ID=HOST:PORT: the address needs a host and a port"
             ));
         }
         if let Some((other, _)) = members.iter().find(|(_, a)| a.as_str() == addr) {
@@ -604,11 +607,25 @@ mod tests {
         let cell = parse_cell("1=10.0.0.1:7171, 2=[::1]:7171").unwrap();
         assert_eq!(cell[&2], "[::1]:7171");
         let no_port = parse_cell("1=127.0.0.1").unwrap_err();
-        assert!(no_port.contains("needs a port"), "{no_port}");
+        assert!(no_port.contains("needs a host and a port"), "{no_port}");
         assert!(parse_cell("1=:7171").is_err());
         let shared = parse_cell("1=127.0.0.1:7171,2=127.0.0.1:7171").unwrap_err();
         assert!(shared.contains("members 1 and 2"), "{shared}");
         assert!(parse_cell("1=a:1,1=b:2").unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn a_cell_list_separated_by_anything_but_commas_is_refused() {
+        for list in [
+            "1=127.0.0.1:7171;2=127.0.0.1:7172",
+            "1=127.0.0.1:7171 2=127.0.0.1:7172",
+        ] {
+            let refused = parse_cell(list).unwrap_err();
+            assert!(
+                refused.contains("separate the members with commas"),
+                "{refused}"
+            );
+        }
     }
 }
 
@@ -854,20 +871,48 @@ static BEARER_TOKEN: OnceLock<Option<String>> = OnceLock::new();
 /// than found unreachable.
 fn addr_arg(text: &str) -> Result<String, String> {
     for part in text.split(',').map(str::trim) {
-        let port = part.rsplit_once(':').filter(|(host, _)| !host.is_empty());
-        match port.map(|(_, port)| port.parse::<u16>()) {
-            // Port 0 is how `serve` is told to pick a free port.
-            Some(Ok(_)) => {}
-            _ => {
-                return Err(format!(
-                    "'{}' is not HOST:PORT (e.g. 127.0.0.1:7171); a cell is its members' \
-                     addresses separated by commas",
-                    part.escape_debug()
-                ))
-            }
+        if let Err(why) = host_port(part) {
+            return Err(format!(
+                "'{}' is not HOST:PORT (e.g. 127.0.0.1:7171){why}",
+                part.escape_debug()
+            ));
         }
     }
     Ok(text.to_string())
+}
+
+/// Whether `addr` is one HOST:PORT: a host name or an IPv4 address, or an
+/// IPv6 address in brackets, and a port from 0 to 65535 (port 0 is how
+/// `serve` is told to pick a free port). `Err` carries a hint for the
+/// mistakes people make: another separator than a comma between
+/// addresses, or a member of `serve --cell`'s list given to a client.
+fn host_port(addr: &str) -> Result<(), String> {
+    let hint = if addr.contains('=') {
+        "; ID=HOST:PORT is how `serve --cell` names members: give clients HOST:PORT alone"
+    } else if addr.contains(|c: char| c == ';' || c.is_whitespace()) {
+        "; separate a cell's members' addresses with commas"
+    } else {
+        "; a cell is its members' addresses separated by commas"
+    };
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(hint.into());
+    };
+    let host_ok = match host.strip_prefix('[') {
+        Some(inner) => inner
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
+    };
+    if host_ok && port.parse::<u16>().is_ok() {
+        Ok(())
+    } else {
+        Err(hint.into())
+    }
 }
 
 /// A key as a user may type it: `jobs/x`, or `/jobs/x` as ZooKeeper and
@@ -934,6 +979,21 @@ fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
         return Err(ConfigError::config(why).into());
     }
     Ok(secret)
+}
+
+/// Warns when users other than the owner may read the `what` file at
+/// `path`: whoever reads a cell's secret may speak Raft to its members.
+fn warn_if_others_may_read(path: &std::path::Path, what: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                "other users may read the {what} file {} (mode {mode:03o}): `chmod 600` it",
+                path.display()
+            );
+        }
+    }
 }
 
 /// A client of the master at `addr`, presenting the operator token if one
@@ -1503,17 +1563,24 @@ async fn serve_member(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     if !members.contains_key(&node) {
-        anyhow::bail!(
-            "--node {node} is not among the members --cell names ({})",
-            members
-                .keys()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        return Err(ConfigError {
+            status: USAGE,
+            why: format!(
+                "--node {node} is not among the members --cell names ({})",
+                members
+                    .keys()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+        .into());
     }
     let secret = match &args.cell_secret_file {
-        Some(path) => Some(read_secret(path, "cell secret")?),
+        Some(path) => {
+            warn_if_others_may_read(path, "cell secret");
+            Some(read_secret(path, "cell secret")?)
+        }
         // Peers prove themselves by their certificates (`CELL-11`).
         None if config.tls.is_some() => None,
         None => {

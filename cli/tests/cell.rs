@@ -187,6 +187,49 @@ async fn a_member_without_an_operator_token_warns_at_start() {
     }
 }
 
+// Whoever reads a cell's secret may speak Raft to its members: a member
+// whose secret file other users may read says so at start.
+#[test]
+fn a_member_whose_secret_others_may_read_warns_at_start() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    let dir =
+        std::env::temp_dir().join(format!("leasehold-cli-open-secret-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("cell-secret");
+    std::fs::write(&secret, "a secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut member = std::process::Command::new(common::BIN)
+        .args(["serve", "--cell", &format!("1={addr}"), "--node", "1"])
+        .args(["--listen", &addr, "--data-dir"])
+        .arg(dir.join("m1"))
+        .arg("--cell-secret-file")
+        .arg(&secret)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = member.stderr.take().unwrap();
+    // The warning comes before the member listens; a few lines at most.
+    let warned = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .take_while(|line| !line.contains("serving as a cell member"))
+        .take(50)
+        .any(|line| line.contains("other users may read the cell secret file"));
+    let _ = member.kill();
+    let _ = member.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(warned, "no warning about the secret's mode");
+}
+
 /// `leasehold cell status` against `addrs`.
 fn cell_status(addrs: &str) -> std::process::Output {
     cli_riding_elections(&["--addr", addrs, "cell", "status"])
@@ -380,6 +423,35 @@ async fn cell_status_exits_69_when_no_member_serves_as_master() {
     };
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("no master"), "{said}");
+}
+
+// CELL-7: with no master to be found (two of three down), a data command
+// fails with exit 69 and says what the members answered, not only that
+// the time ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_with_no_master_to_find_says_the_members_have_none() {
+    let mut cell = Cell::start("get-none");
+    let (master, _) = cell.master().await;
+    let addrs = cell.addrs();
+    for id in [1, 2, 3].into_iter().filter(|id| *id != master).take(1) {
+        cell.kill(id);
+    }
+    cell.kill(master);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = std::process::Command::new(common::BIN)
+            .args(["--addr", &addrs, "get", "nothing/here"])
+            .output()
+            .expect("run leasehold");
+        if out.status.code() == Some(69) {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "still answered: {out:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("has no master now"), "{said}");
+    assert!(said.contains("cell status"), "{said}");
 }
 
 // A member that accepts and never answers: `cell remove` gives up after

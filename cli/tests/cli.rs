@@ -382,6 +382,72 @@ fn an_address_that_is_not_host_and_port_is_a_usage_error() {
     }
 }
 
+// The mistakes people make with a cell's addresses are usage errors with
+// a hint, not an unreachable master: `serve --cell`'s `ID=HOST:PORT` given
+// to a client, and addresses separated by spaces or semicolons.
+#[test]
+fn a_cells_addresses_written_the_wrong_way_are_a_usage_error_with_a_hint() {
+    for (addr, hint) in [
+        ("2=127.0.0.1:7171", "ID=HOST:PORT is how `serve --cell`"),
+        (
+            "1=127.0.0.1:7171,2=127.0.0.1:7172",
+            "ID=HOST:PORT is how `serve --cell`",
+        ),
+        ("127.0.0.1:7171 127.0.0.1:7172", "separate"),
+        ("127.0.0.1:7171;127.0.0.1:7172", "separate"),
+    ] {
+        let output = Command::new(BIN)
+            .args(["--addr", addr, "session", "list"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(64), "{addr}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+        assert!(stderr.contains(hint), "{addr}: {stderr}");
+    }
+}
+
+// Addresses people do write stay accepted: names, IPv4, IPv6 in
+// brackets, a cell's members separated by commas (with spaces after them).
+#[test]
+fn host_names_and_both_kinds_of_ip_address_are_accepted() {
+    for addr in [
+        "db-1.example.internal:7171",
+        "[::1]:7171",
+        "127.0.0.1:1, 127.0.0.2:2",
+    ] {
+        let output = Command::new(BIN)
+            .args(["--addr", addr, "--help"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{addr}: {output:?}");
+    }
+}
+
+// A member id the `--cell` list does not name is a usage error (64).
+#[test]
+fn a_node_the_cell_does_not_name_is_a_usage_error() {
+    let dir = std::env::temp_dir().join(format!("leasehold-node-4-{}", std::process::id()));
+    let output = Command::new(BIN)
+        .args([
+            "serve",
+            "--cell",
+            "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3",
+            "--node",
+            "4",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(output.status.code(), Some(64), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--node 4 is not among"), "{stderr}");
+}
+
 // What is not a session id is malformed input (65), not a missing
 // session (1).
 #[test]

@@ -176,11 +176,17 @@ impl Client {
         } else {
             timeout
         };
+        // What the members said last, for the error if none serves in time.
+        let heard = std::sync::Mutex::new("no member answered");
         let find = async {
             loop {
                 match self.open_one(&addr, each).await {
                     Err(ClientError::Redirected { master }) => {
                         if master.is_none() {
+                            *heard.lock().unwrap_or_else(|e| e.into_inner()) =
+                                "a member answered that the cell has no master now (an \
+                                 election, or too few members up to elect one: `leasehold \
+                                 cell status` shows which answer)";
                             // An election is under way: give it a moment.
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
@@ -200,15 +206,17 @@ impl Client {
                 }
             }
         };
-        tokio::time::timeout(timeout, find)
-            .await
-            .map_err(|_| ClientError::Connect {
+        let found = tokio::time::timeout(timeout, find).await;
+        found.map_err(|_| {
+            let heard = *heard.lock().unwrap_or_else(|e| e.into_inner());
+            ClientError::Connect {
                 addr: addr.clone(),
                 source: std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    "timed out finding the cell's master",
+                    format!("timed out finding the cell's master: {heard}"),
                 ),
-            })?
+            }
+        })?
     }
 
     async fn open_one(&self, addr: &str, timeout: Duration) -> Result<Connection, ClientError> {

@@ -100,6 +100,11 @@ impl Cell {
         // also the operator's right to change them (`CELL-10`).
         let secret = dir.join("cell-secret");
         std::fs::write(&secret, format!("the secret of cell {name}\n")).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let owner_only = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(&secret, owner_only).unwrap();
+        }
         let members = start_three(&dir, |id, addr, cell, every| {
             let data = dir.join(format!("m{id}"));
             let _ = std::fs::remove_dir_all(&data);
