@@ -1364,13 +1364,26 @@ async fn serve(args: ServeArgs, addr: Option<String>, json: bool) -> anyhow::Res
         return serve_member(args, config, members, node, (listen, from), http, json).await;
     }
     let data_dir = (!args.in_memory).then_some(&args.data_dir);
+    // A directory this start creates holds nothing anybody was told of
+    // until the master listens: if it cannot, the directory goes with the
+    // failed start, so a port in use leaves no disk reserve behind.
+    let created = data_dir.filter(|dir| !dir.exists()).cloned();
     let server = match data_dir {
         Some(dir) => {
             leasehold_server::Server::open(config.clone(), leasehold_server::FileStore::open(dir)?)?
         }
         None => leasehold_server::Server::volatile(config.clone())?,
     };
-    let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
+    let (listener, addr, stop) = match listen_until_stopped(&listen, from, json).await {
+        Ok(bound) => bound,
+        Err(e) => {
+            drop(server);
+            if let Some(dir) = &created {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return Err(e);
+        }
+    };
     match data_dir {
         Some(dir) => tracing::info!(%addr, data_dir = %dir.display(), "serving"),
         None => tracing::warn!(%addr, "serving IN MEMORY ONLY: a restart forgets everything"),

@@ -233,6 +233,29 @@ fn serve_on_an_address_in_use_exits_69() {
     );
 }
 
+// A start that cannot listen leaves no data directory it created behind
+// (its disk reserve alone is 64 MiB), and keeps one that was there.
+#[test]
+fn serve_on_an_address_in_use_removes_only_a_data_directory_it_created() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = scratch("in-use");
+    let args = [
+        "serve",
+        "--listen",
+        &addr,
+        "--data-dir",
+        dir.to_str().unwrap(),
+    ];
+    assert_eq!(serve_status(&args), Some(69));
+    assert!(!dir.exists(), "the data directory this start made is left");
+    // One that was there, if empty, is the operator's: it stays.
+    std::fs::create_dir_all(&dir).unwrap();
+    assert_eq!(serve_status(&args), Some(69));
+    assert!(dir.exists(), "the operator's data directory was removed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // README's exit statuses, STORE-2: a damaged data directory is never
 // reset; restarting cannot mend it.
 #[test]
