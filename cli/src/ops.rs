@@ -18,10 +18,14 @@ pub(crate) async fn locks(addr: &str, json: bool, prefix: &str) -> anyhow::Resul
         return Ok(ExitCode::SUCCESS);
     }
     if locks.is_empty() {
-        eprintln!(
-            "leasehold: no lock at or below '{}' is held, awaited or in lock-delay",
-            crate::printable(prefix)
-        );
+        if prefix.is_empty() {
+            eprintln!("leasehold: no lock is held, awaited or in lock-delay");
+        } else {
+            eprintln!(
+                "leasehold: no lock at or below '{}' is held, awaited or in lock-delay",
+                crate::printable(prefix)
+            );
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<[String; 8]> = locks.iter().flat_map(rows).collect();

@@ -120,6 +120,20 @@ fn locks_below_a_prefix_nobody_locks_says_so() {
     assert!(said.contains("no lock at or below 'nothing/'"), "{said}");
 }
 
+// LOCK-16: with no prefix, the sentence names no empty prefix.
+#[test]
+fn locks_on_a_master_with_no_lock_says_so_plainly() {
+    let serve = Serve::start();
+    let out = serve.run(&["locks"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("no lock is held, awaited or in lock-delay"),
+        "{said}"
+    );
+    assert!(!said.contains("''"), "{said}");
+}
+
 // OPS-4: `status` prints what the master serves, as text and as JSON.
 #[test]
 fn status_prints_sessions_locks_and_waiters() {

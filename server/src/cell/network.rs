@@ -222,7 +222,7 @@ impl Reach {
                 tracing::warn!(member, "member {member} is unreachable: {reason}");
             }
             None if unreachable.remove(&member) => {
-                tracing::warn!(member, "member {member} is reachable again");
+                tracing::info!(member, "member {member} is reachable again");
             }
             _ => {}
         }
