@@ -1615,7 +1615,17 @@ async fn serve_member(
         broken: Default::default(),
         join: args.join,
     };
-    let (listener, addr, stop) = listen_until_stopped(&listen, from, json).await?;
+    // The data directory first: one refused (in use, another member's,
+    // unreadable) is reported before any port is announced.
+    let dialer = std::sync::Arc::new(leasehold_server::cell::TcpDialer);
+    let member = leasehold_server::cell::start_member(&config, member, dialer).await?;
+    let (listener, addr, stop) = match listen_until_stopped(&listen, from, json).await {
+        Ok(bound) => bound,
+        Err(e) => {
+            member.shutdown().await;
+            return Err(e);
+        }
+    };
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
     warn_without_operator_token(&config);
     warn_without_tls(&config, addr, true);
@@ -1635,14 +1645,6 @@ async fn serve_member(
         };
         announce_http(http, json, scheme, "status page, metrics and health")?;
     }
-    leasehold_server::cell::serve_with_http(
-        listener,
-        config,
-        member,
-        std::sync::Arc::new(leasehold_server::cell::TcpDialer),
-        http,
-        stop,
-    )
-    .await?;
+    leasehold_server::cell::serve_member_with_http(listener, config, member, http, stop).await?;
     Ok(ExitCode::SUCCESS)
 }

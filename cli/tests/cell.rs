@@ -230,6 +230,50 @@ fn a_member_whose_secret_others_may_read_warns_at_start() {
     assert!(warned, "no warning about the secret's mode");
 }
 
+// A member whose data directory is refused (here: another member runs on
+// it) says why and exits, without announcing a port it will never serve.
+#[test]
+fn a_member_refused_its_data_directory_announces_no_port() {
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("leasehold-cli-dir-held-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let first = format!("127.0.0.1:{}", free_port());
+    let second = format!("127.0.0.1:{}", free_port());
+    let cell = format!("1={first},2={second}");
+    let member = |addr: &str, node: &str| {
+        let mut command = std::process::Command::new(common::BIN);
+        command
+            .args(["serve", "--cell", &cell, "--node", node, "--listen", addr])
+            .arg("--data-dir")
+            .arg(dir.join("data"));
+        command
+    };
+    let mut running = member(&first, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kept open while the member runs: it may print more.
+    let mut said = BufReader::new(running.stdout.take().unwrap()).lines();
+    let announced = said.next().and_then(Result::ok).unwrap_or_default();
+    assert!(announced.starts_with("listening on"), "{announced:?}");
+    let refused = within_a_minute(member(&second, "2"));
+    let _ = running.kill();
+    let _ = running.wait();
+    drop(said);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), "", "{refused:?}");
+}
+
 /// `leasehold cell status` against `addrs`.
 fn cell_status(addrs: &str) -> std::process::Output {
     cli_riding_elections(&["--addr", addrs, "cell", "status"])

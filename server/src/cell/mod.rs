@@ -74,7 +74,7 @@ pub use network::{
 pub use peer::{first_frame, serve as serve_peer, FirstFrame, Proof};
 pub use peer_tls::{member_name, peer_dialer, TlsDialer, MEMBER_PREFIX};
 pub(crate) use restore::restore_member;
-pub use run::{serve, serve_member, serve_member_with_http, serve_with_http};
+pub use run::{serve, serve_member, serve_member_with_http, serve_with_http, start_member};
 pub use runtime::{seed_elections, CellRuntime};
 pub use status::{query as query_status, query_on as query_status_on, MemberStatus, STATUS_MAGIC};
 pub use volume::{DirVolume, MemoryVolume, Volume};

@@ -86,13 +86,25 @@ pub async fn serve_with_http<L: Listener>(
     http: Option<tokio::net::TcpListener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), MemberError> {
+    let member = start_member(&config, member, dialer).await?;
+    serve_member_with_http(listener, config, member, http, shutdown).await
+}
+
+/// Opens member `member`'s data directory and starts its Raft under the
+/// limits of `config`, for [`serve_member_with_http`]: a process that
+/// starts the member before it binds its port says nothing of a port
+/// when the data directory is refused.
+pub async fn start_member(
+    config: &Config,
+    member: MemberConfig,
+    dialer: Arc<dyn Dialer>,
+) -> Result<Member, MemberError> {
     config
         .validate()
         .map_err(|e| MemberError::Config(e.to_string()))?;
-    check_tls(&config)?;
-    let dialer = super::peer_tls::peer_dialer(&config, dialer);
-    let member = Member::start(member, Bounds::from(&config), dialer).await?;
-    serve_member_with_http(listener, config, member, http, shutdown).await
+    check_tls(config)?;
+    let dialer = super::peer_tls::peer_dialer(config, dialer);
+    Member::start(member, Bounds::from(config), dialer).await
 }
 
 /// A member that speaks TLS verifies its peers' certificates as they
