@@ -448,25 +448,37 @@ async fn a_membership_change_without_the_operators_right_is_refused() {
 // quorum), `cell status` says so and exits 69.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cell_status_exits_69_when_no_member_serves_as_master() {
-    let mut cell = Cell::start("status-none");
+    let (_cell, addrs) = one_member_left("status-none").await;
+    let out = first_exit_69(|| cell_status(&addrs)).await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no master"), "{said}");
+}
+
+/// A cell of which only one follower is left running: no quorum, so no
+/// master; and the members' addresses.
+async fn one_member_left(name: &str) -> (Cell, String) {
+    let mut cell = Cell::start(name);
     let (master, _) = cell.master().await;
     let addrs = cell.addrs();
     for id in [1, 2, 3].into_iter().filter(|id| *id != master).take(1) {
         cell.kill(id);
     }
     cell.kill(master);
-    // The last member never wins an election alone.
+    (cell, addrs)
+}
+
+/// Runs `command` until it exits 69, as it does once the last member has
+/// no master to name (it never wins an election alone), for 20 s at most.
+async fn first_exit_69(command: impl Fn() -> std::process::Output) -> std::process::Output {
     let deadline = Instant::now() + Duration::from_secs(20);
-    let out = loop {
-        let out = cell_status(&addrs);
+    loop {
+        let out = command();
         if out.status.code() == Some(69) {
-            break out;
+            return out;
         }
         assert!(Instant::now() < deadline, "still a master: {out:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("no master"), "{said}");
+    }
 }
 
 // CELL-7: with no master to be found (two of three down), a data command
@@ -474,25 +486,14 @@ async fn cell_status_exits_69_when_no_member_serves_as_master() {
 // the time ran out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_with_no_master_to_find_says_the_members_have_none() {
-    let mut cell = Cell::start("get-none");
-    let (master, _) = cell.master().await;
-    let addrs = cell.addrs();
-    for id in [1, 2, 3].into_iter().filter(|id| *id != master).take(1) {
-        cell.kill(id);
-    }
-    cell.kill(master);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let out = loop {
-        let out = std::process::Command::new(common::BIN)
+    let (_cell, addrs) = one_member_left("get-none").await;
+    let out = first_exit_69(|| {
+        std::process::Command::new(common::BIN)
             .args(["--addr", &addrs, "get", "nothing/here"])
             .output()
-            .expect("run leasehold");
-        if out.status.code() == Some(69) {
-            break out;
-        }
-        assert!(Instant::now() < deadline, "still answered: {out:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+            .expect("run leasehold")
+    })
+    .await;
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("has no master now"), "{said}");
     assert!(said.contains("cell status"), "{said}");

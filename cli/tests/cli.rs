@@ -372,14 +372,20 @@ fn an_address_that_is_not_host_and_port_is_a_usage_error() {
         "127.0.0.1:70000",
         "a:1,b",
     ] {
-        let output = Command::new(BIN)
-            .args(["--addr", addr, "session", "list"])
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(64), "{addr}: {output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+        refused_as_not_host_and_port(addr);
     }
+}
+
+/// What `--addr addr` prints once refused as not HOST:PORT, exit 64.
+fn refused_as_not_host_and_port(addr: &str) -> String {
+    let output = Command::new(BIN)
+        .args(["--addr", addr, "session", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64), "{addr}: {output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+    stderr
 }
 
 // The mistakes people make with a cell's addresses are usage errors with
@@ -396,13 +402,7 @@ fn a_cells_addresses_written_the_wrong_way_are_a_usage_error_with_a_hint() {
         ("127.0.0.1:7171 127.0.0.1:7172", "separate"),
         ("127.0.0.1:7171;127.0.0.1:7172", "separate"),
     ] {
-        let output = Command::new(BIN)
-            .args(["--addr", addr, "session", "list"])
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(64), "{addr}: {output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+        let stderr = refused_as_not_host_and_port(addr);
         assert!(stderr.contains(hint), "{addr}: {stderr}");
     }
 }
