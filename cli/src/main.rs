@@ -1615,6 +1615,9 @@ async fn serve_member(
         broken: Default::default(),
         join: args.join,
     };
+    // Said at once, as the settings are read: the member's start waits
+    // (CELL-5) before it listens.
+    warn_without_operator_token(&config);
     // The data directory first: one refused (in use, another member's,
     // unreadable) is reported before any port is announced.
     let dialer = std::sync::Arc::new(leasehold_server::cell::TcpDialer);
@@ -1627,7 +1630,6 @@ async fn serve_member(
         }
     };
     tracing::info!(%addr, node, cell = %args.cell_id, data_dir = %args.data_dir.display(), "serving as a cell member");
-    warn_without_operator_token(&config);
     warn_without_tls(&config, addr, true);
     if let Some(tls) = config.tls.clone() {
         tracing::info!(
