@@ -525,7 +525,7 @@ async fn become_master(member: &Member, config: &Config) -> Option<Running> {
         recovered: true,
         lease: Some(member.lease.clone()),
     };
-    let sessions = start.state.sessions().count();
+    let sessions = start.state.sessions.len();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (handle, task) = master::spawn(config.clone(), start, async {
         let _ = stop_rx.await;
