@@ -13,7 +13,7 @@
 //! `Failover` event, which the next request acknowledges at once (`FO-5`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,14 +45,22 @@ struct Tally {
     created: AtomicU64,
     back: AtomicU64,
     expired: AtomicU64,
-    /// Set just before the kill: a fail-over before it (a leader starved
-    /// on a loaded machine while the run was set up) counts nobody back.
-    armed: AtomicBool,
-    armed_at: std::sync::OnceLock<Instant>,
-    /// Connections made again since, and the last of them, in
-    /// microseconds from the kill.
+    /// Set just before each kill, which starts a round of its own: a
+    /// fail-over before the first (a leader starved on a loaded machine
+    /// while the run was set up) counts nobody back, and each kill counts
+    /// every session back once. 0 until the first.
+    round: AtomicU64,
+    armed_at: std::sync::Mutex<Option<Instant>>,
+    /// Connections made again in this round, and the last of them, in
+    /// microseconds from its kill.
     reconnected: AtomicU64,
     last_reconnected_us: AtomicU64,
+}
+
+impl Tally {
+    fn armed_at(&self) -> Option<Instant> {
+        *self.armed_at.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Sessions held over the raw protocol until [`RawHeld::close`].
@@ -98,10 +106,18 @@ impl RawHeld {
         })
     }
 
-    /// From now on, a session's `Failover` event counts it back.
+    /// From now on, a session's next `Failover` event counts it back,
+    /// once, for the kill about to come: each call starts the count again.
     pub fn arm(&self) {
-        let _ = self.tally.armed_at.set(Instant::now());
-        self.tally.armed.store(true, Ordering::SeqCst);
+        *self
+            .tally
+            .armed_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.tally.back.store(0, Ordering::SeqCst);
+        self.tally.reconnected.store(0, Ordering::SeqCst);
+        self.tally.last_reconnected_us.store(0, Ordering::SeqCst);
+        self.tally.round.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Waits until every session is back, and says when, from `started`.
@@ -168,7 +184,8 @@ struct Sessions {
     /// The last event each session has had in the current epoch, which
     /// its next KeepAlive acknowledges.
     acked: Vec<u64>,
-    counted: Vec<bool>,
+    /// The round (`Tally::round`) each session was last counted back in.
+    counted: Vec<u64>,
     epoch: u64,
     /// Creations asked for so far (by index).
     asked_for: usize,
@@ -199,7 +216,7 @@ impl Holder {
             tokens: vec![nobody(); self.n],
             alive: vec![false; self.n],
             acked: vec![0; self.n],
-            counted: vec![false; self.n],
+            counted: vec![0; self.n],
             epoch: 0,
             asked_for: 0,
         };
@@ -233,7 +250,7 @@ impl Holder {
                         sessions.acked.fill(0);
                         sessions.epoch = epoch;
                     }
-                    if let Some(armed) = self.tally.armed_at.get() {
+                    if let Some(armed) = self.tally.armed_at() {
                         let after = armed.elapsed().as_micros() as u64;
                         self.tally
                             .last_reconnected_us
@@ -423,8 +440,9 @@ impl Holder {
             .events
             .iter()
             .any(|e| matches!(e.kind, EventKind::Failover { .. }));
-        if failed_over && self.tally.armed.load(Ordering::SeqCst) && !sessions.counted[i] {
-            sessions.counted[i] = true;
+        let round = self.tally.round.load(Ordering::SeqCst);
+        if failed_over && round > 0 && sessions.counted[i] != round {
+            sessions.counted[i] = round;
             self.tally.back.fetch_add(1, Ordering::SeqCst);
         }
         sessions.acked[i] = sessions.acked[i].max(last.seq);

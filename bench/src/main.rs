@@ -591,9 +591,6 @@ async fn main() -> anyhow::Result<()> {
             if kills > 1 && (!common.cell || !common.peers.is_empty()) {
                 bail!("--kills is for a Leasehold cell: run it with --cell and without --peer");
             }
-            if kills > 1 && keepalive_all {
-                bail!("--kills past 1 counts sessions held by the client library: run it without --keepalive-all");
-            }
             if kills > 1 && common.runs > 1 {
                 bail!("--kills gives each figure's median and p99 over its kills: run it without --runs");
             }

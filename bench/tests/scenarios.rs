@@ -263,13 +263,33 @@ fn failover_in_a_cell_killed_again_and_again_gives_each_figures_median_and_p99()
 }
 
 #[test]
+fn sessions_renewed_together_are_each_counted_back_after_every_kill() {
+    let report = bench(&[
+        "failover",
+        "--cell",
+        "--keepalive-all",
+        "--kills",
+        "3",
+        "--sessions",
+        "300",
+        "--connections",
+        "3",
+        "--nodes",
+        "200",
+    ]);
+    assert_eq!(report["parameters"]["keepalive_all"], true);
+    assert_eq!(figure(&report, "sessions expired"), 0.0);
+    for name in ["every session Normal again", "every connection made again"] {
+        let median = figure(&report, &format!("{name}, median of 3 kills"));
+        let p99 = figure(&report, &format!("{name}, p99 of 3 kills"));
+        assert!(median > 0.0 && median <= p99, "{name}: {median} and {p99}");
+    }
+}
+
+#[test]
 fn kills_past_one_are_refused_where_they_mean_nothing() {
     for (extra, said) in [
         (&[][..], "--kills is for a Leasehold cell"),
-        (
-            &["--cell", "--keepalive-all"][..],
-            "without --keepalive-all",
-        ),
         (&["--cell", "--runs", "2"][..], "without --runs"),
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
