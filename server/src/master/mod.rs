@@ -66,7 +66,6 @@ mod identity;
 mod keepalive;
 mod outbox;
 mod quotas;
-mod recovering;
 mod rights;
 mod serve;
 #[cfg(test)]
