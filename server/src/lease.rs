@@ -33,24 +33,9 @@ struct Lease<H> {
     /// holds none), and a held KeepAlive is several times a lease's size.
     held: Option<Box<H>>,
     /// The quota slot of the address that created the session
-    /// (`QUOTA-2`), [`NO_CREATOR`] if none counts it, under the flags of a
-    /// recovered session ([`RECOVERING`], [`UNHEARD`]): kept here, in room
-    /// the lease has spare, rather than in tables of their own. A new
-    /// master looks a session up here on each KeepAlive anyway; a table
-    /// per flag cost a cache miss more, on each of a million sessions'
-    /// first KeepAlives.
-    tags: u32,
-}
-
-impl<H> Lease<H> {
-    fn creator(&self) -> Option<u32> {
-        let slot = self.tags & NO_CREATOR;
-        (slot != NO_CREATOR).then_some(slot)
-    }
-
-    fn is(&self, flag: u32) -> bool {
-        self.tags & flag != 0
-    }
+    /// (`QUOTA-2`), [`NO_CREATOR`] if none counts it: kept here, in room
+    /// the lease has spare, rather than in a table of its own.
+    creator: u32,
 }
 
 /// When a KeepAlive held for `lease` is answered (`Leases::answer_held_at`).
@@ -66,16 +51,8 @@ fn held_answer_at<H>(lease: &Lease<H>, margin: Duration) -> Millis {
 }
 
 /// The creator slot of a session no address counts (one recovered after a
-/// restart, or created without a peer address); every slot is below it.
-/// Slots number the addresses with live sessions, far fewer than this.
-const NO_CREATOR: u32 = (1 << 30) - 1;
-
-/// A recovered session that has not acknowledged the new master's
-/// fail-over event yet (`FO-5`).
-const RECOVERING: u32 = 1 << 31;
-
-/// A recovered session no KeepAlive has named yet (`FO-2`).
-const UNHEARD: u32 = 1 << 30;
+/// restart, or created without a peer address).
+const NO_CREATOR: u32 = u32::MAX;
 
 /// The lease, the held KeepAlive and the timer of every live session.
 #[derive(Debug)]
@@ -85,10 +62,6 @@ pub struct Leases<H = ()> {
     timers: BTreeSet<(Millis, SessionId)>,
     /// How many leases hold a KeepAlive.
     holding: usize,
-    /// How many leases are [`RECOVERING`], and how many of those hold a
-    /// KeepAlive.
-    recovering: usize,
-    recovering_held: usize,
 }
 
 impl<H> Default for Leases<H> {
@@ -97,8 +70,6 @@ impl<H> Default for Leases<H> {
             leases: BTreeMap::new(),
             timers: BTreeSet::new(),
             holding: 0,
-            recovering: 0,
-            recovering_held: 0,
         }
     }
 }
@@ -106,8 +77,7 @@ impl<H> Default for Leases<H> {
 impl<H> Leases<H> {
     /// The leases of recovered sessions, each a full `duration` from `now`
     /// with its timer set for its end (`FO-2`), as [`Leases::start`] then
-    /// [`Leases::arm`] would make them one by one, each session recovering
-    /// and unheard from until it says otherwise. Given in ascending order
+    /// [`Leases::arm`] would make them one by one. Given in ascending order
     /// of id, as a state lists its sessions, the tables are built whole:
     /// at a million sessions, a tenth of the time of inserting each.
     pub fn recovered(sessions: impl IntoIterator<Item = (SessionId, Span)>, now: Millis) -> Self {
@@ -120,19 +90,16 @@ impl<H> Leases<H> {
                     duration,
                     timer: expires_at,
                     held: None,
-                    tags: NO_CREATOR | RECOVERING | UNHEARD,
+                    creator: NO_CREATOR,
                 };
                 (id, lease)
             })
             .collect();
         let timers = leases.iter().map(|(id, l)| (l.timer, *id)).collect();
-        let recovering = leases.len();
         Leases {
             leases,
             timers,
             holding: 0,
-            recovering,
-            recovering_held: 0,
         }
     }
 
@@ -140,22 +107,18 @@ impl<H> Leases<H> {
     /// not set.
     pub fn start(&mut self, id: SessionId, duration: Span, now: Millis) -> Millis {
         let expires_at = now + Duration::from(duration);
-        // Started again, a lease keeps whom the session is counted against,
-        // and whether it is still recovering.
-        let tags = self.leases.get(&id).map_or(NO_CREATOR, |l| l.tags);
+        // Started again, a lease keeps whom the session is counted against.
+        let creator = self.leases.get(&id).map_or(NO_CREATOR, |l| l.creator);
         let lease = Lease {
             expires_at,
             duration,
             timer: UNARMED,
             held: None,
-            tags,
+            creator,
         };
         if let Some(previous) = self.leases.insert(id, lease) {
             self.timers.remove(&(previous.timer, id));
-            if previous.held.is_some() {
-                self.holding -= 1;
-                self.recovering_held -= usize::from(previous.is(RECOVERING));
-            }
+            self.holding -= usize::from(previous.held.is_some());
         }
         expires_at
     }
@@ -246,22 +209,15 @@ impl<H> Leases<H> {
         let lease = self.leases.remove(&id)?;
         self.timers.remove(&(lease.timer, id));
         self.holding -= usize::from(lease.held.is_some());
-        if lease.is(RECOVERING) {
-            self.recovering -= 1;
-            self.recovering_held -= usize::from(lease.held.is_some());
-        }
         lease.held.map(|held| *held)
     }
 
     /// Holds `held` for `id`; a session without a lease holds nothing.
     /// Returns what was held before.
     pub fn hold(&mut self, id: SessionId, held: H) -> Option<H> {
-        let lease = self.leases.get_mut(&id)?;
-        let before = lease.held.replace(Box::new(held)).map(|held| *held);
-        if before.is_none() {
-            self.holding += 1;
-            self.recovering_held += usize::from(lease.is(RECOVERING));
-        }
+        let before = self.leases.get_mut(&id)?.held.replace(Box::new(held));
+        let before = before.map(|held| *held);
+        self.holding += usize::from(before.is_none());
         before
     }
 
@@ -272,12 +228,8 @@ impl<H> Leases<H> {
 
     /// Takes the KeepAlive held for `id` out of its lease.
     pub fn take_held(&mut self, id: SessionId) -> Option<H> {
-        let lease = self.leases.get_mut(&id)?;
-        let held = lease.held.take().map(|held| *held);
-        if held.is_some() {
-            self.holding -= 1;
-            self.recovering_held -= usize::from(lease.is(RECOVERING));
-        }
+        let held = self.leases.get_mut(&id)?.held.take().map(|held| *held);
+        self.holding -= usize::from(held.is_some());
         held
     }
 
@@ -285,56 +237,15 @@ impl<H> Leases<H> {
     /// (`QUOTA-2`); returns the slot it replaces, to be given back. A
     /// session without a lease records nothing.
     pub fn set_creator(&mut self, id: SessionId, slot: u32) -> Option<u32> {
-        debug_assert!(slot < NO_CREATOR, "a quota slot past the lease's room");
         let lease = self.leases.get_mut(&id)?;
-        let before = lease.creator();
-        lease.tags = (lease.tags & !NO_CREATOR) | (slot & NO_CREATOR);
-        before
+        let before = std::mem::replace(&mut lease.creator, slot);
+        (before != NO_CREATOR).then_some(before)
     }
 
     /// The quota slot of the address that created `id`, if one counts it.
     pub fn creator(&self, id: SessionId) -> Option<u32> {
-        self.leases.get(&id)?.creator()
-    }
-
-    /// Whether `id` is a recovered session that has not acknowledged the
-    /// fail-over event yet (`FO-5`).
-    pub fn is_recovering(&self, id: SessionId) -> bool {
-        self.leases.get(&id).is_some_and(|l| l.is(RECOVERING))
-    }
-
-    /// `id` has acknowledged the fail-over event (`FO-5`).
-    pub fn failover_acknowledged(&mut self, id: SessionId) {
-        if let Some(lease) = self.leases.get_mut(&id) {
-            if lease.is(RECOVERING) {
-                lease.tags &= !RECOVERING;
-                self.recovering -= 1;
-                self.recovering_held -= usize::from(lease.held.is_some());
-            }
-        }
-    }
-
-    /// Whether `id` is a recovered session no KeepAlive has named yet
-    /// (`FO-2`).
-    pub fn is_unheard(&self, id: SessionId) -> bool {
-        self.leases.get(&id).is_some_and(|l| l.is(UNHEARD))
-    }
-
-    /// `id` has been heard from, or is given up waiting for (`FO-2`).
-    /// Says whether it is still recovering ([`Leases::is_recovering`]),
-    /// from the same look at its lease.
-    pub fn heard(&mut self, id: SessionId) -> bool {
-        let Some(lease) = self.leases.get_mut(&id) else {
-            return false;
-        };
-        lease.tags &= !UNHEARD;
-        lease.is(RECOVERING)
-    }
-
-    /// How many sessions are recovering, and how many of those hold a
-    /// KeepAlive (`OPS-1`).
-    pub fn recovering(&self) -> (usize, usize) {
-        (self.recovering, self.recovering_held)
+        let creator = self.leases.get(&id)?.creator;
+        (creator != NO_CREATOR).then_some(creator)
     }
 
     /// How many KeepAlives are held.
@@ -567,77 +478,6 @@ mod tests {
             leases.answer_held_at(id(), Duration::from_secs(2)),
             Some(at(750))
         );
-    }
-
-    fn recovered_of(n: u128) -> Leases {
-        let sessions =
-            (1..=n).map(|i| (SessionId::from_u128(i), Span::from(Duration::from_secs(12))));
-        Leases::recovered(sessions, at(0))
-    }
-
-    // FO-2, FO-5: a recovered session is recovering and unheard from until
-    // it says otherwise; a session started here is neither.
-    #[test]
-    fn a_recovered_lease_is_recovering_and_unheard_and_a_new_one_neither() {
-        let mut leases = recovered_of(2);
-        let (one, two) = (SessionId::from_u128(1), SessionId::from_u128(2));
-        assert!(leases.is_recovering(one) && leases.is_unheard(one));
-        assert_eq!(leases.recovering(), (2, 0));
-        assert!(leases.heard(one), "heard from, still recovering");
-        assert!(!leases.is_unheard(one) && leases.is_recovering(one));
-        leases.failover_acknowledged(one);
-        assert!(!leases.is_recovering(one));
-        assert!(!leases.heard(one));
-        assert_eq!(leases.recovering(), (1, 0));
-        assert!(leases.is_unheard(two), "the other is untouched");
-        let mut fresh: Leases = Leases::default();
-        fresh.start(one, Duration::from_secs(12).into(), at(0));
-        assert!(!fresh.is_recovering(one) && !fresh.is_unheard(one));
-        assert_eq!(fresh.recovering(), (0, 0));
-    }
-
-    // OPS-1: the recovering sessions that hold a KeepAlive are counted as
-    // KeepAlives are held and taken, sessions end and acknowledge.
-    #[test]
-    fn recovering_sessions_holding_a_keepalive_are_counted_exactly() {
-        let mut leases: Leases<&str> = Leases::recovered(
-            (1..=3u128).map(|i| (SessionId::from_u128(i), Span::from(Duration::from_secs(12)))),
-            at(0),
-        );
-        let [one, two, three] = [1u128, 2, 3].map(SessionId::from_u128);
-        leases.hold(one, "a");
-        leases.hold(one, "b");
-        leases.hold(two, "c");
-        assert_eq!(leases.recovering(), (3, 2));
-        leases.failover_acknowledged(two);
-        assert_eq!(leases.recovering(), (2, 1));
-        assert_eq!(leases.holding(), 2, "still held, no longer recovering");
-        assert_eq!(leases.take_held(one), Some("b"));
-        assert_eq!(leases.recovering(), (2, 0));
-        leases.hold(three, "d");
-        assert_eq!(leases.remove(three), Some("d"));
-        assert_eq!(leases.recovering(), (1, 0));
-        leases.hold(one, "e");
-        leases.start(one, Duration::from_secs(12).into(), at(5));
-        assert!(leases.is_recovering(one), "started again, still recovering");
-        assert_eq!(leases.recovering(), (1, 0), "its held KeepAlive dropped");
-        assert_eq!(leases.holding(), 1);
-    }
-
-    // QUOTA-2, FO-5: the slot and the flags share their room, and neither
-    // changes the other.
-    #[test]
-    fn a_creators_slot_and_the_recovery_flags_leave_each_other_alone() {
-        let mut leases = recovered_of(1);
-        assert_eq!(leases.creator(id()), None);
-        assert_eq!(leases.set_creator(id(), NO_CREATOR - 1), None);
-        assert_eq!(leases.creator(id()), Some(NO_CREATOR - 1));
-        assert!(leases.is_recovering(id()) && leases.is_unheard(id()));
-        leases.heard(id());
-        leases.failover_acknowledged(id());
-        assert_eq!(leases.creator(id()), Some(NO_CREATOR - 1));
-        assert_eq!(leases.set_creator(id(), 0), Some(NO_CREATOR - 1));
-        assert_eq!(leases.creator(id()), Some(0));
     }
 
     // QUOTA-2: the creator's quota slot rides in the lease, in room it

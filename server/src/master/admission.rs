@@ -134,7 +134,7 @@ impl Engine {
                 self.deliver(call.reply, Err(ended));
                 return None;
             }
-            if self.leases.is_recovering(session) {
+            if self.failover_pending.contains(&session) {
                 let error = Error::new(
                     ErrorCode::FailoverInProgress {
                         retry_after_ms: FAILOVER_RETRY_MS,

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_protocol::{Sequencer, SessionId};
 
+use super::recovering::Recovering;
 use super::{Call, Effect};
 use crate::acquire::Acquires;
 use crate::config::Config;
@@ -87,6 +88,11 @@ pub(crate) struct Engine {
     pub(super) counted: Option<super::views::Counted>,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
+    /// Recovered sessions that have not yet acknowledged the fail-over
+    /// event; only KeepAlives are served for them (`FO-5`).
+    pub(crate) failover_pending: Recovering,
+    /// Recovered sessions no KeepAlive has named yet (`FO-2`).
+    pub(crate) unheard: Recovering,
     /// What this master's replies told of each holding (`LOCK-9`).
     pub(crate) told: BTreeMap<(SessionId, String), Told>,
     /// Give-backs decided and not yet applied, by session, key and lock
@@ -144,6 +150,8 @@ impl Engine {
             exports_taken: 0,
             counted: None,
             quotas: Default::default(),
+            failover_pending: Default::default(),
+            unheard: Default::default(),
             told: Default::default(),
             giving_back: Default::default(),
             made: Default::default(),
@@ -264,6 +272,8 @@ impl Engine {
                 self.cache.recovered(id, seq, expires);
             }
         }
+        self.failover_pending = sessions.iter().copied().collect();
+        self.unheard = sessions.into_iter().collect();
         for (key, until) in promotion.lock_delays {
             self.timers.insert(until, Timer::LockDelayEnd(key));
         }

@@ -131,13 +131,14 @@ impl Engine {
         if !(live || self.state.session(id).is_some()) || self.end_if_ran_out(id, now) {
             return Err(self.ended(id)); // KA-7
         }
+        self.unheard.remove(&id);
         // Only a session still owing its fail-over acknowledgement has its
         // queue walked for the event (FO-5).
-        let awaited = self.leases.heard(id); // FO-2
+        let awaited = self.failover_pending.contains(&id);
         let failover_left = self.events.acknowledge(id, ka.acked_seq, awaited); // EV-2
         self.cache.acknowledged(id, ka.acked_seq); // CACHE-3
         if awaited && !failover_left {
-            self.leases.failover_acknowledged(id); // FO-5
+            self.failover_pending.remove(&id); // FO-5
         }
         if let Some(previous) = self.take_held(id) {
             self.answer(id, previous, now, Answered::Early); // KA-5
@@ -277,12 +278,12 @@ impl Engine {
         if self.state.session(id).is_none() {
             return;
         }
-        let unheard = self.leases.is_unheard(id);
+        let unheard = self.unheard.contains(&id);
         match policy::session_due(&self.leases, id, margin, now, backlog, unheard) {
             SessionDue::Nothing => {}
             SessionDue::Arm(due) => self.leases.arm(id, due),
             SessionDue::OneMoreLease => {
-                self.leases.heard(id);
+                self.unheard.remove(&id);
                 if let Some(expires) = self.leases.extend(id, now) {
                     debug!(session = %id, backlog, "recovered session unheard from while requests wait: one more lease");
                     self.leases.arm(id, expires);

@@ -66,6 +66,7 @@ mod identity;
 mod keepalive;
 mod outbox;
 mod quotas;
+mod recovering;
 mod rights;
 mod serve;
 #[cfg(test)]

@@ -681,7 +681,7 @@ async fn an_unheard_answer_to_a_holder_asking_again_never_gives_back_an_earlier_
     drop(first);
     let mut master = started(&mut config, Some(store));
     // Its fail-over event acknowledged, its requests are served (`FO-5`).
-    master.engine.leases.failover_acknowledged(holder.id);
+    master.engine.failover_pending.clear();
     let again = handed(&mut master, acquire(holder, None));
     drop(again);
     // The answer waits for the log; once the log has it, it finds nobody.
@@ -844,9 +844,7 @@ async fn restarted_with_a_line() -> (Master, [SessionToken; 3]) {
     .unwrap();
     drop(before);
     let mut master = started(&mut config, Some(store));
-    for session in [holder, first, second] {
-        master.engine.leases.failover_acknowledged(session.id);
-    }
+    master.engine.failover_pending.clear();
     (master, [holder, first, second])
 }
 
@@ -929,8 +927,8 @@ async fn a_grant_nobody_heard_behind_its_sessions_ask() -> (
     ));
     drop(before);
     let mut master = started(&mut config, Some(store));
-    master.engine.leases.failover_acknowledged(holder.id);
-    master.engine.leases.failover_acknowledged(first.id);
+    master.engine.failover_pending.remove(&holder.id);
+    master.engine.failover_pending.remove(&first.id);
 
     let mut release = send(&mut master, release_a(holder));
     let mut asked = send(&mut master, acquire(first, Some(60_000)));
@@ -1673,34 +1671,4 @@ async fn a_keepalive_carrying_an_event_waits_for_the_disk() {
         Some(Ok(Response::KeepAlive { events, .. })) => assert_eq!(events.len(), 1),
         other => panic!("expected the KeepAlive's answer with the event, got {other:?}"),
     }
-}
-
-// OPS-1, FO-5: after a fail-over every recovered session counts as
-// recovering until it acknowledges the fail-over event; a KeepAlive it
-// holds then counts as held.
-#[tokio::test]
-async fn the_figures_count_recovering_sessions_until_each_acknowledges() {
-    let mut config = Config::default();
-    let store = crate::MemoryStore::default();
-    let mut first = started(&mut config, Some(store.clone()));
-    let a = created(&mut first, "a", None).await;
-    created(&mut first, "b", None).await;
-    drop(first);
-    let mut master = started(&mut config, Some(store));
-    let now = master.engine.now;
-    // held, waiting, recovering, ending
-    assert_eq!(master.engine.figures(now).sessions_by_state, [0, 0, 2, 0]);
-    let events = renewed(&mut master, a, 0);
-    let failover = events.last().expect("the fail-over event").seq;
-    let epoch = master.engine.config.epoch;
-    let _held = send(
-        &mut master,
-        Request::KeepAlive(KeepAlive {
-            session: a,
-            epoch,
-            acked_seq: failover,
-            hold: true,
-        }),
-    );
-    assert_eq!(master.engine.figures(now).sessions_by_state, [1, 0, 1, 0]);
 }

@@ -42,6 +42,10 @@ pub(super) fn page<T>(
 /// the state does not change (`OPS-4`).
 const STATUS_COUNTS_LAST: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Recovering sessions past which the figures estimate how many of them
+/// have a KeepAlive held rather than look at each (`OPS-1`).
+const RECOVERING_WALKED: usize = 65_536;
+
 /// The counts of `Status` that walk the state, as of `index` and `at`.
 #[derive(Debug)]
 pub(crate) struct Counted {
@@ -52,6 +56,9 @@ pub(crate) struct Counted {
     holdings: u64,
     waiters: u64,
     locks_in_delay: u64,
+    /// Recovered sessions still to acknowledge the fail-over whose
+    /// KeepAlive is held (`FO-5`).
+    recovering_held: u64,
 }
 
 /// About how many bytes a listing takes in a reply.
@@ -248,10 +255,9 @@ impl Engine {
         let counted = self.counted.as_ref().expect("counted just now");
         let count = |n: usize| n as u64;
         let sessions = count(self.state.sessions.len());
-        let (recovering, recovering_held) = self.leases.recovering();
-        let recovering = count(recovering);
+        let recovering = count(self.failover_pending.len());
         let ending = count(self.cache.ending.len());
-        let held = count(self.leases.holding()).saturating_sub(count(recovering_held));
+        let held = count(self.leases.holding()).saturating_sub(counted.recovering_held);
         let waiting = sessions.saturating_sub(recovering + ending + held);
         EngineFigures {
             sessions,
@@ -289,9 +295,21 @@ impl Engine {
             waiters += lock.waiters.len() as u64;
             locks_in_delay += u64::from(lock.delay_remaining(now).is_some());
         }
+        // Walked only while few are recovering: right after a fail-over of
+        // many sessions, a share of the held KeepAlives in proportion.
+        let recovering_held = if self.failover_pending.len() <= RECOVERING_WALKED {
+            self.failover_pending
+                .iter()
+                .filter(|id| self.leases.held(**id).is_some())
+                .count() as u64
+        } else {
+            let (held, recovering) = (self.leases.holding(), self.failover_pending.len());
+            (held as u128 * recovering as u128 / self.state.sessions.len().max(1) as u128) as u64
+        };
         Counted {
             index: self.state.index,
             at: now,
+            recovering_held,
             recently_ended: ended
                 .into_iter()
                 .map(|(cause, n)| (cause.label().to_string(), n))
