@@ -171,6 +171,19 @@ pub async fn run(system: &System, shape: Shape) -> anyhow::Result<Vec<Figure>> {
             .target(400.0),
         );
     }
+    if shape.keepalive_all {
+        let ms = |us: &AtomicU64| us.load(Ordering::Relaxed) as f64 / 1e3;
+        figures.push(Figure::lower(
+            "worst KeepAliveAll round trip",
+            "ms",
+            ms(&tally.worst_round_trip_us),
+        ));
+        figures.push(Figure::lower(
+            "worst renewal round started late by",
+            "ms",
+            ms(&tally.worst_round_late_us),
+        ));
+    }
     figures.push(
         Figure::lower(
             "spurious expirations",
@@ -466,7 +479,7 @@ async fn renew_together(
     // Sessions the master has not ended, and those a request in flight
     // renews, by request id.
     let mut alive = vec![false; n];
-    let mut asked: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut asked: HashMap<u64, (Instant, Vec<usize>)> = HashMap::new();
     let mut next_id = n as u64;
     loop {
         let mut ask = Vec::new();
@@ -476,10 +489,13 @@ async fn renew_together(
                     break;
                 }
             }
-            _ = rounds.tick() => {
+            due = rounds.tick() => {
+                let late = due.elapsed().as_micros() as u64;
+                tally.worst_round_late_us.fetch_max(late, Ordering::Relaxed);
                 // A session whose previous round is unanswered is not
                 // asked for twice.
-                let waiting: HashSet<usize> = asked.values().flatten().copied().collect();
+                let waiting: HashSet<usize> =
+                    asked.values().flat_map(|(_, s)| s).copied().collect();
                 ask = (0..n).filter(|i| alive[*i] && !waiting.contains(i)).collect();
             }
             frame = reply(&mut framed) => {
@@ -495,7 +511,9 @@ async fn renew_together(
                     }
                     continue;
                 }
-                let renewed = asked.remove(&id).context("reply to an unknown request")?;
+                let (sent, renewed) = asked.remove(&id).context("reply to an unknown request")?;
+                let waited = sent.elapsed().as_micros() as u64;
+                tally.worst_round_trip_us.fetch_max(waited, Ordering::Relaxed);
                 let answers = match body {
                     Ok(Response::KeepAliveAll { answers }) if answers.len() == renewed.len() => answers,
                     Ok(other) => bail!("unexpected reply {other:?}"),
@@ -536,7 +554,7 @@ async fn renew_together(
             framed
                 .feed(ClientFrame::Request { id: next_id, body })
                 .await?;
-            asked.insert(next_id, chunk.to_vec());
+            asked.insert(next_id, (Instant::now(), chunk.to_vec()));
             next_id += 1;
         }
         if !ask.is_empty() {

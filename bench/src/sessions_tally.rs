@@ -22,4 +22,12 @@ pub struct Tally {
     pub renewals: AtomicU64,
     /// Sessions the master ended although their KeepAlives kept coming.
     pub expired: AtomicU64,
+    /// The longest a `KeepAliveAll` waited for its reply, in
+    /// microseconds, over the whole run (creation included): with the
+    /// lateness below, it tells whether a session that ran out waited for
+    /// the master or for its holder.
+    pub worst_round_trip_us: AtomicU64,
+    /// The latest a connection started a round of renewals after it was
+    /// due, in microseconds: the holders' own delay.
+    pub worst_round_late_us: AtomicU64,
 }

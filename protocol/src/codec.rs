@@ -55,6 +55,8 @@ pub enum CodecError {
 #[derive(Debug)]
 pub struct FrameCodec<In, Out> {
     max_frame: usize,
+    /// The body length of the last frame decoded.
+    last_frame: usize,
     _types: PhantomData<fn(Out) -> In>,
 }
 
@@ -64,6 +66,7 @@ impl<In, Out> FrameCodec<In, Out> {
     pub fn new(max_frame: usize) -> Self {
         FrameCodec {
             max_frame: max_frame.min(MAX_FRAME_CAP),
+            last_frame: 0,
             _types: PhantomData,
         }
     }
@@ -71,6 +74,13 @@ impl<In, Out> FrameCodec<In, Out> {
     /// The largest body this codec accepts.
     pub fn max_frame(&self) -> usize {
         self.max_frame
+    }
+
+    /// The body length of the last frame decoded (0 before the first):
+    /// what the message read last costs in memory, for a reader that
+    /// budgets the requests it holds.
+    pub fn last_frame_len(&self) -> usize {
+        self.last_frame
     }
 }
 
@@ -122,6 +132,7 @@ impl<In: DeserializeOwned, Out> Decoder for FrameCodec<In, Out> {
         }
         src.advance(PREFIX_LEN);
         let body = src.split_to(len);
+        self.last_frame = len;
         decode_body(&body).map(Some)
     }
 }
@@ -156,6 +167,19 @@ mod tests {
         buf.put_u32(body.len() as u32);
         buf.put_slice(body);
         buf
+    }
+
+    #[test]
+    fn the_codec_tells_the_length_of_the_last_frame_it_decoded() {
+        let mut codec = ServerSide::new(DEFAULT_MAX_FRAME);
+        assert_eq!(codec.last_frame_len(), 0);
+        let mut buf = BytesMut::new();
+        codec
+            .encode(ClientFrame::Hello(Hello::current()), &mut buf)
+            .unwrap();
+        let body = buf.len() - PREFIX_LEN;
+        assert!(codec.decode(&mut buf).unwrap().is_some());
+        assert_eq!(codec.last_frame_len(), body);
     }
 
     #[test]

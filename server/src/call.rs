@@ -21,3 +21,16 @@ pub(crate) struct Call {
     /// acts as an anonymous caller.
     pub(crate) caller: Option<Arc<Caller>>,
 }
+
+impl Call {
+    /// `request`, sent by `caller` over a connection, answered through
+    /// `reply`.
+    pub(crate) fn from(request: Request, reply: ReplyTx, caller: &Arc<Caller>) -> Call {
+        Call {
+            request,
+            reply,
+            peer: Some(caller.peer),
+            caller: Some(caller.clone()),
+        }
+    }
+}

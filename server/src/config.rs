@@ -249,6 +249,10 @@ pub(crate) const LINGER_BYTES: usize = 64 << 20;
 /// Requests the master holds, by connection, to take them in turns
 /// (`CONN-13`); past it, it takes no more from its queue.
 pub(crate) const REQUESTS_IN_TURNS: usize = 1024;
+/// Bytes of requests a connection holds while the master's queue has no
+/// room for them, reading on so that its KeepAlives are not stuck behind
+/// them (`CONN-13`); past it (by one frame at most), reading pauses.
+pub(crate) const CONNECTION_HELD_BYTES: usize = 16 << 10;
 /// Replies waiting for the writer; when full, reading pauses.
 pub(crate) const CONNECTION_WRITE_QUEUE: usize = 256;
 /// Initial read and write buffer of a connection, in bytes.

@@ -23,13 +23,15 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::call::Call;
 use crate::caller::Caller;
 use crate::config::Config;
 use crate::config::{
-    CONNECTION_BUFFER, CONNECTION_BUFFER_KEPT, CONNECTION_WRITE_BATCH, CONNECTION_WRITE_QUEUE,
-    LINGER, LINGER_BYTES, REFUSAL_DRAIN_BUFFER, REFUSAL_DRAIN_BYTES, SHUTDOWN_LINGER,
+    CONNECTION_BUFFER, CONNECTION_BUFFER_KEPT, CONNECTION_HELD_BYTES, CONNECTION_WRITE_BATCH,
+    CONNECTION_WRITE_QUEUE, LINGER, LINGER_BYTES, REFUSAL_DRAIN_BUFFER, REFUSAL_DRAIN_BYTES,
+    SHUTDOWN_LINGER,
 };
-use crate::master::{request_name, MasterHandle};
+use crate::master::{request_name, MasterHandle, Room};
 use crate::reply::{Flow, Reply, ReplyTx};
 
 type Codec = FrameCodec<ClientFrame, ServerFrame>;
@@ -284,7 +286,8 @@ fn handshake(
 
 /// Reads requests and hands each to the master with the way back to this
 /// connection; returns the error to close with, if the connection ends
-/// because of one.
+/// because of one. Requests it read but could not yet hand over go to the
+/// master before it returns, unless the writer gave up on the peer.
 async fn requests<S: AsyncRead>(
     reader: &mut Reader<S>,
     replies: &mpsc::UnboundedSender<Reply>,
@@ -292,6 +295,36 @@ async fn requests<S: AsyncRead>(
     master: &MasterHandle,
     config: &Config,
     caller: &Arc<Caller>,
+) -> Option<Error> {
+    let mut held = Held::default();
+    let closing = read_requests(reader, replies, flow, master, config, caller, &mut held).await;
+    if !replies.is_closed() {
+        for call in held.calls.drain(..).map(|(call, _)| call) {
+            master.send(call).await;
+        }
+    }
+    closing
+}
+
+/// Requests other than KeepAlives read from the connection while the
+/// master's queue had no room for them, in the order they came, with the
+/// bytes of each frame (`CONNECTION_HELD_BYTES`).
+#[derive(Default)]
+struct Held {
+    calls: std::collections::VecDeque<(Call, usize)>,
+    bytes: usize,
+}
+
+type Waiting = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Room>> + Send>>;
+
+async fn read_requests<S: AsyncRead>(
+    reader: &mut Reader<S>,
+    replies: &mpsc::UnboundedSender<Reply>,
+    flow: &Arc<Flow>,
+    master: &MasterHandle,
+    config: &Config,
+    caller: &Arc<Caller>,
+    held: &mut Held,
 ) -> Option<Error> {
     // Checked once per interval: a frame still incomplete at two checks in
     // a row, with no frame read between them, took more than the frame
@@ -301,6 +334,10 @@ async fn requests<S: AsyncRead>(
     let mut next_check = tokio::time::Instant::now() + interval;
     let mut incomplete_at_last_check = false;
     let mut last_frame = tokio::time::Instant::now();
+    // The wait for room in the master's queue for the oldest held request:
+    // kept from one turn of the loop to the next, so that it keeps its
+    // place in line while the connection reads on.
+    let mut room: Option<Waiting> = None;
     loop {
         // A peer that does not read its replies is not read either: they
         // cannot pile up, and it cannot block anyone else (`CONN-5`,
@@ -315,15 +352,34 @@ async fn requests<S: AsyncRead>(
                 () = replies.closed() => return None,
             }
         }
+        if room.is_none() && !held.calls.is_empty() {
+            room = Some(Box::pin(master.room()));
+        }
+        // Requests held past their budget: the next frame waits in the
+        // socket until the master takes the oldest of them.
+        let reading = held.bytes < CONNECTION_HELD_BYTES;
         let frame = tokio::select! {
-            frame = reader.next() => frame,
+            room_made = async { room.as_mut().expect("checked").await }, if room.is_some() => {
+                room = None;
+                let (call, bytes) = held.calls.pop_front().expect("a request is held");
+                held.bytes -= bytes;
+                // A stopped master drops the call: its reply answers that
+                // it is shutting down.
+                if let Some(room) = room_made {
+                    room.send(call);
+                }
+                continue;
+            }
+            frame = reader.next(), if reading => frame,
             // The writer gave up on the peer: stop serving it, so that no
             // more KeepAlives are answered (and leases extended) for nobody.
             () = replies.closed() => return None,
             () = tokio::time::sleep_until(next_check) => {
                 let now = tokio::time::Instant::now();
                 next_check = now + interval;
-                let incomplete = !reader.read_buffer().is_empty();
+                // A frame left unread while requests are held is this
+                // side's wait, not the peer's.
+                let incomplete = reading && !reader.read_buffer().is_empty();
                 if incomplete && incomplete_at_last_check {
                     return Some(Error::new(
                         ErrorCode::Malformed,
@@ -360,10 +416,12 @@ async fn requests<S: AsyncRead>(
             Err(CodecError::Io(_)) => return None,
             Err(e) => return Some(codec_error(e)),
         };
+        let bytes = reader.decoder().last_frame_len();
         // KeepAlives are not counted against the in-flight limit: at most
         // one is held per session, so sessions bound them, and a
         // KeepAliveAll is answered at once (`CONN-3`).
-        let counted = !matches!(request, Request::KeepAlive(_) | Request::KeepAliveAll(_));
+        let keepalive = MasterHandle::is_keepalive(&request);
+        let counted = !keepalive;
         let kind = request_name(&request);
         // A held KeepAlive waits for its lease, not for the master.
         let timed = !matches!(request, Request::KeepAlive(_));
@@ -388,7 +446,19 @@ async fn requests<S: AsyncRead>(
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
         let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted).metered(kind, timed);
-        master.call(request, reply, caller).await;
+        let call = Call::from(request, reply, caller);
+        // A KeepAlive never waits behind this connection's other requests:
+        // they keep their order among themselves, held here while the
+        // master's queue is full (`CONN-13`).
+        if keepalive {
+            master.send(call).await;
+        } else if !held.calls.is_empty() {
+            held.calls.push_back((call, bytes));
+            held.bytes += bytes;
+        } else if let Some(call) = master.try_send(call) {
+            held.calls.push_back((call, bytes));
+            held.bytes += bytes;
+        }
     }
 }
 
@@ -613,6 +683,117 @@ mod tests {
         ServerFrame::Reply {
             id: 9,
             body: Err(Error::new(ErrorCode::Internal, "x".repeat(4096))),
+        }
+    }
+
+    /// A connection served against queues the test reads in place of the
+    /// master, each with room for `room` calls; gives the peer's framed
+    /// side and the two queues' receiving ends.
+    async fn served_against_queues(
+        room: usize,
+    ) -> (
+        tokio_util::codec::Framed<tokio::io::DuplexStream, FrameCodec<ServerFrame, ClientFrame>>,
+        mpsc::Receiver<Call>,
+        mpsc::Receiver<Call>,
+    ) {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (calls, calls_rx) = mpsc::channel(room);
+        let (keepalives, keepalives_rx) = mpsc::channel(room);
+        let master = MasterHandle::from_queues(calls, keepalives);
+        let caller = Caller::new(std::net::Ipv4Addr::LOCALHOST.into(), None);
+        tokio::spawn(serve(
+            ours,
+            master,
+            Arc::new(Config::default()),
+            Arc::default(),
+            caller,
+            CancellationToken::new(),
+            tokio::time::Instant::now() + Duration::from_secs(5),
+        ));
+        let mut peer = tokio_util::codec::Framed::new(theirs, FrameCodec::new(1 << 20));
+        peer.send(ClientFrame::Hello(Hello::current()))
+            .await
+            .unwrap();
+        assert!(matches!(
+            peer.next().await,
+            Some(Ok(ServerFrame::Welcome(_)))
+        ));
+        (peer, calls_rx, keepalives_rx)
+    }
+
+    fn get(id: u64) -> ClientFrame {
+        ClientFrame::Request {
+            id,
+            body: Request::Get {
+                key: format!("k{id}"),
+                stat_only: true,
+            },
+        }
+    }
+
+    fn keepalive_all(id: u64) -> ClientFrame {
+        ClientFrame::Request {
+            id,
+            body: Request::KeepAliveAll(Vec::new()),
+        }
+    }
+
+    // CONN-13
+    #[tokio::test]
+    async fn a_keepalive_reaches_the_master_while_the_connections_other_requests_wait_for_room() {
+        let (mut peer, mut calls, mut keepalives) = served_against_queues(1).await;
+        // The first fills the master's queue; the next two wait for room.
+        for id in 1..=3 {
+            peer.feed(get(id)).await.unwrap();
+        }
+        peer.send(keepalive_all(4)).await.unwrap();
+        let keepalive = tokio::time::timeout(Duration::from_secs(10), keepalives.recv())
+            .await
+            .expect("the KeepAlive waited behind requests the master had no room for")
+            .unwrap();
+        assert!(matches!(keepalive.request, Request::KeepAliveAll(_)));
+        // The others come in the order they were sent, as room is made.
+        for id in 1..=3 {
+            let call = calls.recv().await.unwrap();
+            assert!(matches!(&call.request, Request::Get { key, .. } if *key == format!("k{id}")));
+        }
+    }
+
+    // CONN-13
+    #[tokio::test]
+    async fn a_connection_holding_its_budget_of_requests_reads_no_further() {
+        let (mut peer, mut calls, mut keepalives) = served_against_queues(1).await;
+        let big = |id| ClientFrame::Request {
+            id,
+            body: Request::Get {
+                key: "k".repeat(CONNECTION_HELD_BYTES),
+                stat_only: true,
+            },
+        };
+        // One fills the queue, one is held at the budget: the KeepAlive
+        // after them stays in the socket.
+        peer.feed(big(1)).await.unwrap();
+        peer.feed(big(2)).await.unwrap();
+        peer.send(keepalive_all(3)).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(200), keepalives.recv()).await;
+        assert!(early.is_err(), "read past the budget of held requests");
+        // Room in the queue lets the held request go, and reading resumes.
+        assert!(calls.recv().await.is_some());
+        assert!(keepalives.recv().await.is_some());
+    }
+
+    // CONN-13
+    #[tokio::test]
+    async fn requests_held_when_the_peer_closes_still_reach_the_master() {
+        let (mut peer, mut calls, _keepalives) = served_against_queues(1).await;
+        for id in 1..=3 {
+            peer.feed(get(id)).await.unwrap();
+        }
+        peer.flush().await.unwrap();
+        peer.get_mut().shutdown().await.unwrap();
+        for id in 1..=3 {
+            let call = calls.recv().await.unwrap();
+            assert!(matches!(&call.request, Request::Get { key, .. } if *key == format!("k{id}")));
         }
     }
 

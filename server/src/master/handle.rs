@@ -1,6 +1,8 @@
 //! The way into the master task: connections send it [`Call`]s through a
 //! [`MasterHandle`], KeepAlives on a queue of their own.
 
+use std::future::Future;
+
 use leasehold_protocol::Request;
 use tokio::sync::mpsc;
 
@@ -16,6 +18,10 @@ pub struct MasterHandle {
     pub(super) keepalives: mpsc::Sender<Call>,
 }
 
+/// Room for one call in the master's queue of requests other than
+/// KeepAlives.
+pub(crate) type Room = mpsc::OwnedPermit<Call>;
+
 impl MasterHandle {
     /// Sends `request` to the master, which answers through `reply`. A
     /// KeepAlive's reply may come much later (it is held).
@@ -25,19 +31,50 @@ impl MasterHandle {
         reply: ReplyTx,
         caller: &std::sync::Arc<crate::caller::Caller>,
     ) {
-        let queue = match request {
-            Request::KeepAlive(_) | Request::KeepAliveAll(_) => &self.keepalives,
-            _ => &self.calls,
-        };
-        // A closed master drops the call, and `reply` then answers that
-        // it is shutting down.
-        let _ = queue
-            .send(Call {
-                request,
-                reply,
-                peer: Some(caller.peer),
-                caller: Some(caller.clone()),
-            })
-            .await;
+        self.send(Call::from(request, reply, caller)).await;
+    }
+
+    /// Sends `call` to the queue its request goes to, waiting for room.
+    /// A closed master drops the call, and its reply then answers that it
+    /// is shutting down.
+    pub(crate) async fn send(&self, call: Call) {
+        let _ = self.queue(&call.request).send(call).await;
+    }
+
+    /// Hands `call` to the master if its queue has room now (or the master
+    /// has stopped, which drops it); gives it back otherwise.
+    pub(crate) fn try_send(&self, call: Call) -> Option<Call> {
+        match self.queue(&call.request).try_send(call) {
+            Err(mpsc::error::TrySendError::Full(call)) => Some(call),
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
+        }
+    }
+
+    /// Room for one request other than a KeepAlive, once the master's
+    /// queue has it. The wait keeps its place in line for as long as the
+    /// future is kept.
+    pub(crate) fn room(&self) -> impl Future<Output = Option<Room>> + Send + 'static {
+        let calls = self.calls.clone();
+        async move { calls.reserve_owned().await.ok() }
+    }
+
+    /// A handle onto the two queues given, for tests that stand in for
+    /// the master.
+    #[cfg(test)]
+    pub(crate) fn from_queues(calls: mpsc::Sender<Call>, keepalives: mpsc::Sender<Call>) -> Self {
+        MasterHandle { calls, keepalives }
+    }
+
+    /// Whether `request` goes to the master's queue of KeepAlives.
+    pub(crate) fn is_keepalive(request: &Request) -> bool {
+        matches!(request, Request::KeepAlive(_) | Request::KeepAliveAll(_))
+    }
+
+    fn queue(&self, request: &Request) -> &mpsc::Sender<Call> {
+        if Self::is_keepalive(request) {
+            &self.keepalives
+        } else {
+            &self.calls
+        }
     }
 }

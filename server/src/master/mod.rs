@@ -78,7 +78,7 @@ mod watches;
 pub(crate) use crate::call::Call;
 pub(crate) use crate::reply::ReplyTx;
 pub(crate) use engine::{Engine, Input, Told};
-pub(crate) use handle::MasterHandle;
+pub(crate) use handle::{MasterHandle, Room};
 pub(crate) use outbox::Effect;
 
 /// Resolves when the log's durable point moves; never without a store.
