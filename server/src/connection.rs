@@ -99,8 +99,12 @@ pub(crate) async fn serve<S>(
                 done.clone(),
                 config.clone(),
             ));
+            let mut held = Held::default();
             let closing = tokio::select! {
-                closing = requests(&mut reader, &replies, &flow, &master, &config, &caller) => closing,
+                closing = requests(&mut reader, &replies, &flow, &master, &config, &caller, &mut held) => {
+                    held.hand_over(&master, &replies).await;
+                    closing
+                }
                 // A request in flight gets `Interrupted` from the client
                 // library: its outcome is unknown (`CELL-7`).
                 () = shutdown.cancelled() => Some(Error::new(
@@ -284,28 +288,6 @@ fn handshake(
     }
 }
 
-/// Reads requests and hands each to the master with the way back to this
-/// connection; returns the error to close with, if the connection ends
-/// because of one. Requests it read but could not yet hand over go to the
-/// master before it returns, unless the writer gave up on the peer.
-async fn requests<S: AsyncRead>(
-    reader: &mut Reader<S>,
-    replies: &mpsc::UnboundedSender<Reply>,
-    flow: &Arc<Flow>,
-    master: &MasterHandle,
-    config: &Config,
-    caller: &Arc<Caller>,
-) -> Option<Error> {
-    let mut held = Held::default();
-    let closing = read_requests(reader, replies, flow, master, config, caller, &mut held).await;
-    if !replies.is_closed() {
-        for call in held.calls.drain(..).map(|(call, _)| call) {
-            master.send(call).await;
-        }
-    }
-    closing
-}
-
 /// Requests other than KeepAlives read from the connection while the
 /// master's queue had no room for them, in the order they came, with the
 /// bytes of each frame (`CONNECTION_HELD_BYTES`).
@@ -315,9 +297,27 @@ struct Held {
     bytes: usize,
 }
 
+impl Held {
+    /// Hands what is held to the master, waiting for room: requests read
+    /// before the connection ended are served as if it had not (unless
+    /// the writer gave up on the peer, so nobody would hear the replies).
+    async fn hand_over(self, master: &MasterHandle, replies: &mpsc::UnboundedSender<Reply>) {
+        if replies.is_closed() {
+            return;
+        }
+        for (call, _) in self.calls {
+            master.send(call).await;
+        }
+    }
+}
+
 type Waiting = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Room>> + Send>>;
 
-async fn read_requests<S: AsyncRead>(
+/// Reads requests and hands each to the master with the way back to this
+/// connection, holding in `held` those its queue has no room for yet;
+/// returns the error to close with, if the connection ends because of
+/// one.
+async fn requests<S: AsyncRead>(
     reader: &mut Reader<S>,
     replies: &mpsc::UnboundedSender<Reply>,
     flow: &Arc<Flow>,
