@@ -8,6 +8,7 @@ use leasehold_protocol::Request;
 
 use crate::caller::Caller;
 use crate::reply::ReplyTx;
+use crate::time::Millis;
 
 /// A request from a connection, with the channel its reply goes to.
 #[derive(Debug)]
@@ -20,17 +21,28 @@ pub(crate) struct Call {
     /// Who sent it; `None` where there is no connection (tests), which
     /// acts as an anonymous caller.
     pub(crate) caller: Option<Arc<Caller>>,
+    /// Master time when its connection read it; `None` where there is no
+    /// connection (tests), which counts as when the master takes it. A
+    /// KeepAlive renews a lease that had not run out when it arrived,
+    /// however late the master reads it (`SES-6`).
+    pub(crate) arrived: Option<Millis>,
 }
 
 impl Call {
     /// `request`, sent by `caller` over a connection, answered through
     /// `reply`.
-    pub(crate) fn from(request: Request, reply: ReplyTx, caller: &Arc<Caller>) -> Call {
+    pub(crate) fn from(
+        request: Request,
+        reply: ReplyTx,
+        caller: &Arc<Caller>,
+        arrived: Millis,
+    ) -> Call {
         Call {
             request,
             reply,
             peer: Some(caller.peer),
             caller: Some(caller.clone()),
+            arrived: Some(arrived),
         }
     }
 }

@@ -446,7 +446,7 @@ async fn requests<S: AsyncRead>(
             flow.limited.fetch_add(1, Ordering::AcqRel);
         }
         let reply = ReplyTx::new(replies.clone(), flow.clone(), id, counted).metered(kind, timed);
-        let call = Call::from(request, reply, caller);
+        let call = Call::from(request, reply, caller, master.now());
         // A KeepAlive never waits behind this connection's other requests:
         // they keep their order among themselves, held here while the
         // master's queue is full (`CONN-13`).

@@ -43,7 +43,11 @@ pub(crate) enum SessionDue {
 
 /// What the timer of `id` asks for at `now`.
 ///
-/// `backlog` is how many requests are waiting for the master; `unheard`
+/// `caught_up` is the time by which the master has read every KeepAlive
+/// that reached it: a lease that ended after it may yet be renewed by a
+/// KeepAlive that came in time (`SES-6`), so its timer is set again for
+/// as far past `now` as its end is past `caught_up`. `backlog` is how
+/// many requests are waiting for the master; `unheard`
 /// says no KeepAlive has named this recovered session since the master
 /// started. Together they grant the one extra lease of `FO-2`: a master
 /// catching up after a restart may not yet have read the KeepAlive that
@@ -53,6 +57,7 @@ pub(crate) fn session_due<H>(
     id: SessionId,
     margin: Duration,
     now: Millis,
+    caught_up: Millis,
     backlog: usize,
     unheard: bool,
 ) -> SessionDue {
@@ -61,6 +66,7 @@ pub(crate) fn session_due<H>(
     }
     match leases.due(id, margin) {
         Some(due) if due > now => SessionDue::Arm(due),
+        Some(due) if due > caught_up => SessionDue::Arm(now + due.since(caught_up)),
         Some(_) if backlog > 0 && unheard => SessionDue::OneMoreLease,
         Some(_) => SessionDue::Expire,
         None => SessionDue::Nothing,
@@ -146,7 +152,7 @@ mod tests {
     fn a_timer_that_fired_early_is_set_again_for_the_lease_end() {
         let leases = one_lease();
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(11_999), 0, false),
+            session_due(&leases, id(1), MARGIN, at(11_999), at(11_999), 0, false),
             SessionDue::Arm(at(12_000))
         );
     }
@@ -157,7 +163,7 @@ mod tests {
         let mut leases = one_lease();
         leases.arm(id(1), at(20_000));
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(12_000), 5, true),
+            session_due(&leases, id(1), MARGIN, at(12_000), at(12_000), 5, true),
             SessionDue::Nothing
         );
     }
@@ -167,7 +173,24 @@ mod tests {
     fn a_lease_that_ran_out_ends_its_session() {
         let leases = one_lease();
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(12_000), 0, false),
+            session_due(&leases, id(1), MARGIN, at(12_000), at(12_000), 0, false),
+            SessionDue::Expire
+        );
+    }
+
+    // SES-6
+    #[test]
+    fn a_lease_that_ran_out_waits_for_the_keepalives_that_arrived_before_its_end() {
+        let leases = one_lease();
+        // The master has read every KeepAlive that arrived by 11.5 s: one
+        // for this session may still wait. Look again half a second on.
+        assert_eq!(
+            session_due(&leases, id(1), MARGIN, at(12_100), at(11_500), 0, false),
+            SessionDue::Arm(at(12_600))
+        );
+        // Once it has read those that arrived by the lease's end, it ends.
+        assert_eq!(
+            session_due(&leases, id(1), MARGIN, at(12_600), at(12_000), 0, false),
             SessionDue::Expire
         );
     }
@@ -177,7 +200,7 @@ mod tests {
     fn an_unheard_recovered_session_gets_one_more_lease_while_requests_wait() {
         let leases = one_lease();
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(12_000), 1, true),
+            session_due(&leases, id(1), MARGIN, at(12_000), at(12_000), 1, true),
             SessionDue::OneMoreLease
         );
     }
@@ -187,7 +210,7 @@ mod tests {
     fn an_unheard_recovered_session_ends_with_its_lease_when_no_request_waits() {
         let leases = one_lease();
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(12_000), 0, true),
+            session_due(&leases, id(1), MARGIN, at(12_000), at(12_000), 0, true),
             SessionDue::Expire
         );
     }
@@ -197,7 +220,7 @@ mod tests {
     fn a_session_a_keepalive_named_ends_with_its_lease_even_while_requests_wait() {
         let leases = one_lease();
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(12_000), 100, false),
+            session_due(&leases, id(1), MARGIN, at(12_000), at(12_000), 100, false),
             SessionDue::Expire
         );
     }
@@ -208,7 +231,7 @@ mod tests {
         let mut leases = one_lease();
         leases.remove(id(1));
         assert_eq!(
-            session_due(&leases, id(1), MARGIN, at(12_000), 0, false),
+            session_due(&leases, id(1), MARGIN, at(12_000), at(12_000), 0, false),
             SessionDue::Nothing
         );
     }

@@ -38,9 +38,10 @@ use crate::watch::Watches;
 pub(crate) enum Input {
     /// A request from a connection.
     Call(Call),
-    /// Timers are due; `backlog` is how many requests wait for the master
-    /// (`FO-2`).
-    TimersDue { backlog: usize },
+    /// Timers are due; `caught_up` is the time by which every KeepAlive
+    /// that reached the master has been read (`SES-6`); `backlog` is how
+    /// many requests wait for the master (`FO-2`).
+    TimersDue { caught_up: Millis, backlog: usize },
     /// A reply granting this holding found nobody to receive it: it was
     /// sent to a closed connection, now or once the log was durable
     /// (`LOCK-9`).
@@ -187,7 +188,9 @@ impl Engine {
         self.now = now;
         match input {
             Input::Call(call) => self.handle(call),
-            Input::TimersDue { backlog } => self.fire_timers(backlog),
+            Input::TimersDue { caught_up, backlog } => {
+                self.fire_timers(caught_up.min(now), backlog)
+            }
             Input::Unheard(grant) => self.grant_unheard(grant),
             Input::HeldWork => self.run_held(),
             Input::DeliverEvents => self.deliver_events(),
@@ -286,12 +289,14 @@ impl Engine {
     }
 
     /// Handles every timer due by now: sessions' first, so a lease that
-    /// has run out ends before anything that timer's turn does; `backlog`
-    /// is how many requests wait for the master (`FO-2`).
-    pub(crate) fn fire_timers(&mut self, backlog: usize) {
+    /// has run out ends before anything that timer's turn does, once the
+    /// master has read every KeepAlive that arrived before its end
+    /// (`caught_up`, `SES-6`); `backlog` is how many requests wait for the
+    /// master (`FO-2`).
+    pub(crate) fn fire_timers(&mut self, caught_up: Millis, backlog: usize) {
         let now = self.now;
         while let Some(id) = self.leases.pop_due(now) {
-            self.session_timer_fired(id, backlog);
+            self.session_timer_fired(id, caught_up, backlog);
         }
         while let Some(timer) = self.timers.pop_due(now) {
             match timer {

@@ -16,6 +16,8 @@ pub struct MasterHandle {
     /// KeepAlives, which the master takes before other requests and
     /// before fan-out (`EV-9`): a lease never waits behind others' work.
     pub(super) keepalives: mpsc::Sender<Call>,
+    /// The master's clock, to stamp when each request arrived.
+    pub(super) clock: super::MasterClock,
 }
 
 /// Room for one call in the master's queue of requests other than
@@ -31,7 +33,13 @@ impl MasterHandle {
         reply: ReplyTx,
         caller: &std::sync::Arc<crate::caller::Caller>,
     ) {
-        self.send(Call::from(request, reply, caller)).await;
+        self.send(Call::from(request, reply, caller, self.clock.read()))
+            .await;
+    }
+
+    /// Master time now: when a request read now arrived.
+    pub(crate) fn now(&self) -> crate::time::Millis {
+        self.clock.read()
     }
 
     /// Sends `call` to the queue its request goes to, waiting for room.
@@ -62,7 +70,13 @@ impl MasterHandle {
     /// the master.
     #[cfg(test)]
     pub(crate) fn from_queues(calls: mpsc::Sender<Call>, keepalives: mpsc::Sender<Call>) -> Self {
-        MasterHandle { calls, keepalives }
+        let clock =
+            super::MasterClock::new(tokio::time::Instant::now(), crate::time::Millis::ZERO, 1.0);
+        MasterHandle {
+            calls,
+            keepalives,
+            clock,
+        }
     }
 
     /// Whether `request` goes to the master's queue of KeepAlives.

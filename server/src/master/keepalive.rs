@@ -21,17 +21,25 @@ use crate::tally::Answered;
 use crate::time::{whole_millis, Millis};
 
 impl Engine {
-    pub(crate) fn keepalive(&mut self, ka: KeepAlive, reply: ReplyTx, now: Millis) {
+    /// A KeepAlive that reached the master at `arrived` and is read at
+    /// `now`.
+    pub(crate) fn keepalive(
+        &mut self,
+        ka: KeepAlive,
+        reply: ReplyTx,
+        arrived: Millis,
+        now: Millis,
+    ) {
         let id = ka.session.id;
         let hold = ka.hold;
         self.tally.keepalives += 1;
-        if let Err(refused) = self.admit(ka, false, now) {
+        if let Err(refused) = self.admit(ka, false, arrived, now) {
             self.deliver(reply, Err(refused));
             return;
         }
         let held = Held {
             reply,
-            received_at: now,
+            received_at: arrived,
         };
         // Events cannot be delivered to a connection whose peer leaves its
         // replies unread (`CONN-9`): hold as if there were none.
@@ -56,6 +64,7 @@ impl Engine {
         all: Vec<KeepAlive>,
         reply: ReplyTx,
         principal: &crate::access::Principal,
+        arrived: Millis,
         now: Millis,
     ) {
         let limit = keepalive_all_limit(self.config.max_frame);
@@ -88,15 +97,15 @@ impl Engine {
             let id = ka.session.id;
             let admitted = if named.insert(id) {
                 self.check_token_of_live(&ka.session, principal) // AUTH-2, ID-5
-                    .and_then(|live| self.admit(ka, live, now))
+                    .and_then(|live| self.admit(ka, live, arrived, now))
             } else {
                 let twice = format!("session {id} is named twice");
                 Err(Error::new(ErrorCode::InvalidArgument, twice))
             };
             if !closed {
-                // Admitted at `now`, so its lease has not run out.
+                // Admitted, so its lease had not run out when it arrived.
                 let answer =
-                    admitted.and_then(|()| self.grant_live(id, now, now, &mut budget, false));
+                    admitted.and_then(|()| self.grant_live(id, arrived, now, &mut budget, false));
                 answers.push(answer.map_err(shortened));
             }
         }
@@ -120,15 +129,22 @@ impl Engine {
     /// wrong epoch or a session that is not live, takes the events it
     /// acknowledges, and answers the one held before it. `live` says the
     /// caller has just seen the session in the state, so it is not looked
-    /// up again.
-    fn admit(&mut self, ka: KeepAlive, live: bool, now: Millis) -> Result<(), Error> {
+    /// up again; `arrived` is when the KeepAlive reached the master.
+    fn admit(
+        &mut self,
+        ka: KeepAlive,
+        live: bool,
+        arrived: Millis,
+        now: Millis,
+    ) -> Result<(), Error> {
         let id = ka.session.id;
         if ka.epoch != self.config.epoch {
             return Err(self.wrong_epoch(ka.epoch)); // KA-6
         }
-        // A lease that ran out is never revived, even if its timer has not
-        // been handled yet (SES-6).
-        if !(live || self.state.session(id).is_some()) || self.end_if_ran_out(id, now) {
+        // A lease that had run out when the KeepAlive arrived is never
+        // revived, even if its timer has not been handled yet; one that
+        // had not is renewed, however late the master reads it (SES-6).
+        if !(live || self.state.session(id).is_some()) || self.end_if_ran_out(id, arrived) {
             return Err(self.ended(id)); // KA-7
         }
         self.unheard.remove(&id);
@@ -205,7 +221,9 @@ impl Engine {
         budget: &mut usize,
         first_regardless: bool,
     ) -> Result<KeepAliveGrant, Error> {
-        if self.end_if_ran_out(id, now) {
+        // A held KeepAlive arrived before the lease ran out: it renews it
+        // however late the master answers (SES-6).
+        if self.end_if_ran_out(id, received_at.min(now)) {
             return Err(self.ended(id));
         }
         self.grant_live(id, received_at, now, budget, first_regardless)
@@ -255,7 +273,7 @@ impl Engine {
     /// does what `policy::session_due` says comes next. The timer rounds
     /// to milliseconds and may fire a tick early: nothing happens before
     /// its time.
-    pub(crate) fn session_timer_fired(&mut self, id: SessionId, backlog: usize) {
+    pub(crate) fn session_timer_fired(&mut self, id: SessionId, caught_up: Millis, backlog: usize) {
         let (now, margin) = (self.now, self.config.keepalive_margin);
         // Renewals leave a timer early (`Leases::renew`): most fire with
         // nothing due, and are set again for what is.
@@ -279,7 +297,7 @@ impl Engine {
             return;
         }
         let unheard = self.unheard.contains(&id);
-        match policy::session_due(&self.leases, id, margin, now, backlog, unheard) {
+        match policy::session_due(&self.leases, id, margin, now, caught_up, backlog, unheard) {
             SessionDue::Nothing => {}
             SessionDue::Arm(due) => self.leases.arm(id, due),
             SessionDue::OneMoreLease => {

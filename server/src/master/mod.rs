@@ -57,6 +57,7 @@ pub(crate) use auditing::request_name;
 mod auth;
 mod backup;
 mod cache;
+mod clock;
 mod engine;
 #[cfg(test)]
 mod engine_tests;
@@ -77,6 +78,7 @@ mod watches;
 
 pub(crate) use crate::call::Call;
 pub(crate) use crate::reply::ReplyTx;
+pub(crate) use clock::MasterClock;
 pub(crate) use engine::{Engine, Input, Told};
 pub(crate) use handle::{MasterHandle, Room};
 pub(crate) use outbox::Effect;
@@ -101,11 +103,8 @@ async fn lease_lapses(lease: Option<&crate::cell::MasterLease>) {
 /// The task around the engine: the clock, the log and the master lease.
 pub(crate) struct Master {
     pub(crate) engine: Engine,
-    /// The clock's reading when this master started...
-    start: Instant,
-    /// ...and master time then: time goes on from where the previous
-    /// master stopped, so times in the recovered state keep their meaning.
-    offset: Millis,
+    /// Master time: it goes on from where the previous master stopped.
+    clock: MasterClock,
     /// Group commit to the store; `None` runs in memory.
     pub(crate) commit: Option<Committer>,
     /// A cell's master lease: the master stops the moment it lapses
@@ -130,19 +129,27 @@ pub(crate) fn spawn(
     let (calls, rx) = mpsc::channel(1024);
     let (keepalives, keepalives_rx) = mpsc::channel(1024);
     let master = Master::new(config, start, Instant::now());
+    let clock = master.clock;
     let task = tokio::spawn(master.run(rx, keepalives_rx, shutdown));
-    (MasterHandle { calls, keepalives }, task)
+    (
+        MasterHandle {
+            calls,
+            keepalives,
+            clock,
+        },
+        task,
+    )
 }
 
 impl Master {
     /// A master starting at `clock`, which is master time `start.offset`.
     fn new(config: Config, start: Start, clock: Instant) -> Self {
         let logging = start.commit.is_some();
+        let clock = MasterClock::new(clock, start.offset, config.clock_rate);
         let engine = Engine::new(config, start.state, start.recovered, start.offset, logging);
         let mut master = Master {
             engine,
-            start: clock,
-            offset: start.offset,
+            clock,
             commit: start.commit,
             lease: start.lease,
             failed: false,
@@ -273,7 +280,7 @@ impl Master {
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
-        let timer = tokio::time::sleep_until(self.start);
+        let timer = tokio::time::sleep_until(self.clock.start());
         tokio::pin!(timer);
         let mut armed: Option<Millis> = None;
         // KeepAlives taken in a row: past KEEPALIVE_RUN another request
@@ -293,6 +300,9 @@ impl Master {
                 }
             }
         };
+        // When the last KeepAlive taken from its queue arrived: every one
+        // that arrived before it has been read too.
+        let mut read_through: Option<Millis> = None;
         let mut figures = tokio::time::interval(FIGURES_EVERY);
         figures.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -342,7 +352,13 @@ impl Master {
                     let now = self.read_clock();
                     // Requests waiting for the master, for `FO-2`.
                     let backlog = calls.len() + turns.len() + keepalives.len();
-                    self.turn(Input::TimersDue { backlog }, now);
+                    // Every KeepAlive that arrived by then has been read
+                    // (`SES-6`): they are taken in the order they came.
+                    let caught_up = match keepalives.is_empty() {
+                        true => now,
+                        false => read_through.unwrap_or(self.clock.at(self.clock.start())),
+                    };
+                    self.turn(Input::TimersDue { caught_up, backlog }, now);
                     // Fired: set it again even if the earliest is the same.
                     armed = None;
                 }
@@ -354,6 +370,9 @@ impl Master {
                     self.on_durable(now);
                 }
                 Some(call) = keepalives.recv() => {
+                    if call.arrived.is_some() {
+                        read_through = call.arrived;
+                    }
                     // A KeepAliveAll counts as the KeepAlives it carries.
                     run += match &call.request {
                         Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
@@ -415,27 +434,12 @@ impl Master {
     /// master whose clock runs at a rate of its own (`Config::clock_rate`)
     /// counts its time at that rate.
     fn read_clock(&self) -> Millis {
-        let elapsed = self.start.elapsed();
-        match self.rate() {
-            None => self.offset + elapsed,
-            Some(rate) => self.offset + elapsed.mul_f64(rate),
-        }
+        self.clock.read()
     }
 
     /// The runtime's instant at which this master's clock reads `at`,
     /// rounded up: a timer set for it never fires before `at`.
     fn instant(&self, at: Millis) -> Instant {
-        let since = at.since(self.offset);
-        match self.rate() {
-            None => self.start + since,
-            Some(rate) => self.start + since.div_f64(rate) + std::time::Duration::from_micros(1),
-        }
-    }
-
-    /// The clock's rate, or `None` at true rate, which reads the runtime's
-    /// clock unchanged.
-    fn rate(&self) -> Option<f64> {
-        let rate = self.engine.config.clock_rate;
-        ((rate - 1.0).abs() > f64::EPSILON).then_some(rate)
+        self.clock.instant(at)
     }
 }

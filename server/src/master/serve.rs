@@ -64,10 +64,12 @@ impl Engine {
             && (audited_once_served(&call.request)
                 || operator && super::admission::writes(&call.request)))
         .then(|| call.request.clone());
+        // When the KeepAlive reached the master, however late it is read.
+        let arrived = call.arrived.map_or(now, |at| at.min(now));
         let reply = match call.request {
-            Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, now),
+            Request::KeepAlive(ka) => return self.keepalive(ka, call.reply, arrived, now),
             Request::KeepAliveAll(all) => {
-                return self.keepalive_all(all, call.reply, &principal, now)
+                return self.keepalive_all(all, call.reply, &principal, arrived, now)
             }
             Request::GetCached(get) => self.get_cached(get),
             Request::Watch {

@@ -67,6 +67,7 @@ mod tests {
             reply: ReplyTx::new(tx, connection.clone(), id, false),
             peer: None,
             caller: None,
+            arrived: None,
         }
     }
 
