@@ -196,8 +196,8 @@ impl Engine {
             Input::DeliverEvents => self.deliver_events(),
         }
         // Made work and woken KeepAlives only now, never inside another
-        // command's events: answering a KeepAlive may end a session whose
-        // lease ran out, and a give-back applies a command of its own.
+        // command's events: a give-back applies a command of its own, and
+        // answering a KeepAlive may find its session ending (`CACHE-5`).
         loop {
             while let Some(command) = self.made.pop_front() {
                 self.apply_made(command);

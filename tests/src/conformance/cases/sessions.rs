@@ -30,6 +30,10 @@ pub(super) fn cases() -> Vec<Case> {
             a_session_without_keepalives_expires
         ),
         case!(
+            &["SES-6", "KA-7"],
+            a_keepalive_sent_after_the_lease_ran_out_does_not_revive_it
+        ),
+        case!(
             &["SES-7", "AUTH-3"],
             the_owner_may_destroy_its_session_from_any_connection
         ),
@@ -123,6 +127,22 @@ async fn a_session_without_keepalives_expires(ctx: Ctx) -> Check {
     tokio::time::sleep(Duration::from_millis(lease) + SLACK).await;
     let info = conn.call(Request::SessionInfo { session: id.id }).await;
     expect_error!(info, ErrorCode::SessionExpired).map_err(|e| format!("after its lease: {e}"))
+}
+
+// A KeepAlive renews a lease only if it reached the master before the
+// lease ran out, however late the master reads it: one sent after the end
+// is refused, and the session stays ended.
+async fn a_keepalive_sent_after_the_lease_ran_out_does_not_revive_it(ctx: Ctx) -> Check {
+    let (mut conn, w) = open(&ctx).await;
+    let lease = short_lease(&w);
+    let id = create(&mut conn, lease, None, Behavior::Release, vec![]).await?;
+    tokio::time::sleep(Duration::from_millis(lease) + SLACK).await;
+    let ka = conn.call(keepalive(id, &w, 0, false)).await;
+    expect_error!(ka, ErrorCode::SessionExpired)
+        .map_err(|e| format!("KeepAlive after the lease: {e}"))?;
+    let info = conn.call(Request::SessionInfo { session: id.id }).await;
+    expect_error!(info, ErrorCode::SessionExpired)
+        .map_err(|e| format!("after the late KeepAlive: {e}"))
 }
 
 async fn the_owner_may_destroy_its_session_from_any_connection(ctx: Ctx) -> Check {
