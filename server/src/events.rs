@@ -11,6 +11,8 @@ use std::net::IpAddr;
 pub use crate::config::{EVENTS_PER_REPLY, EVENT_QUEUE, SUBSCRIPTIONS_PER_SESSION};
 use leasehold_protocol::{Change, Event, EventKind, SessionId};
 
+use crate::recovering::{Recovered, Recovering};
+
 /// Who a subscription's fan-out is charged to: the peer address that made
 /// it, as its quota is (`QUOTA-3`, `EV-9`); `None` where none is known.
 pub(crate) type Payer = Option<IpAddr>;
@@ -152,9 +154,20 @@ pub(crate) struct Events {
     pub(crate) queues: BTreeMap<SessionId, Queue>,
     /// The sequence number of the next event of each session whose queue
     /// emptied (`EV-1`): an acknowledged session costs this entry, not a
-    /// queue and its buffer (after a fail-over, every session's, about
-    /// 200 bytes each).
+    /// queue and its buffer (about 200 bytes). A recovered session whose
+    /// only event was its fail-over needs none: it numbers on from 2
+    /// (`recovered`).
     pub(crate) quiet: BTreeMap<SessionId, u64>,
+    /// Recovered sessions that have not acknowledged the fail-over event
+    /// (`FO-5`). One with no queue has that event implied, not queued:
+    /// `Failover { epoch: failover_epoch }`, numbered 1, counted in the
+    /// budgets as if queued (`Events::imply_failovers`). At a million
+    /// sessions that spares the promotion a million queues and each
+    /// session's two KeepAlives their looks at them.
+    pub(crate) failover_awaited: Recovering,
+    pub(crate) failover_epoch: u64,
+    /// Every session taken over with its fail-over event implied.
+    pub(crate) recovered: Recovered,
     pub(crate) next_subscription: u64,
     /// Sessions with new events whose held KeepAlive is still to answer.
     pub(crate) woken: BTreeSet<SessionId>,
@@ -190,6 +203,12 @@ pub(crate) fn encoded_size(event: &Event) -> usize {
     encoded_size_of(&event.kind)
 }
 
+/// What an event's encoding is allowed beyond its keys and contents.
+const EVENT_ALLOWANCE: usize = 64;
+
+/// The encoded size of `Failover { .. }`, as [`encoded_size_of`] counts it.
+const FAILOVER_SIZE: usize = EVENT_ALLOWANCE;
+
 pub(crate) fn encoded_size_of(kind: &EventKind) -> usize {
     let keys = match kind {
         EventKind::Node {
@@ -211,7 +230,7 @@ pub(crate) fn encoded_size_of(kind: &EventKind) -> usize {
         EventKind::Invalidate { keys } => keys.iter().map(|k| k.len() + 2).sum(),
         EventKind::EventsLost | EventKind::Failover { .. } => 0,
     };
-    64 + keys
+    EVENT_ALLOWANCE + keys
 }
 
 impl Events {
@@ -219,32 +238,54 @@ impl Events {
     /// With `failover_awaited`, returns whether the session's fail-over
     /// event still waits to be acknowledged (`FO-5`), read in the same look
     /// at its queue; without, false, and the queue is not walked.
-    pub(crate) fn acknowledge(
-        &mut self,
-        session: SessionId,
-        acked: u64,
-        failover_awaited: bool,
-    ) -> bool {
+    /// A session no longer awaits its fail-over event once it is dropped
+    /// (`FO-5`).
+    pub(crate) fn acknowledge(&mut self, session: SessionId, acked: u64) {
         let Some(queue) = self.queues.get_mut(&session) else {
-            return false;
+            // Only an implied fail-over event can wait with no queue: it
+            // is number 1.
+            if acked >= 1 && self.failover_awaited.remove(&session) {
+                self.release(None, FAILOVER_SIZE);
+            }
+            return;
         };
         let mut freed = 0;
         while queue.pending.front().is_some_and(|e| e.seq <= acked) {
             freed += queue.pending.pop_front().map_or(0, |e| encoded_size(&e));
         }
         queue.bytes -= freed;
-        let failover_left = failover_awaited
+        // Only while sessions await it is the queue walked for the event.
+        let failover_left = !self.failover_awaited.is_empty()
             && queue
                 .pending
                 .iter()
                 .any(|e| matches!(e.kind, EventKind::Failover { .. }));
         let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
+        if !failover_left {
+            self.failover_awaited.remove(&session);
+        }
         self.release(owner, freed);
         if empty {
             self.queues.remove(&session);
             self.quiet.insert(session, next_seq);
         }
-        failover_left
+    }
+
+    /// Whether `session` must still acknowledge its fail-over event before
+    /// anything but KeepAlives is served for it (`FO-5`).
+    pub(crate) fn awaits_failover(&self, session: SessionId) -> bool {
+        self.failover_awaited.contains(&session)
+    }
+
+    /// The implied fail-over event of `session`, if it has one: it awaits
+    /// the event and has no queue.
+    fn implied_failover(&self, session: SessionId) -> Option<Event> {
+        self.failover_awaited.contains(&session).then_some(Event {
+            seq: 1,
+            kind: EventKind::Failover {
+                epoch: self.failover_epoch,
+            },
+        })
     }
 
     /// Gives back `bytes` of queued events to the master's and `owner`'s
@@ -262,9 +303,10 @@ impl Events {
     }
 
     pub(crate) fn has_pending(&self, session: SessionId) -> bool {
-        self.queues
-            .get(&session)
-            .is_some_and(|q| !q.pending.is_empty())
+        match self.queues.get(&session) {
+            Some(queue) => !queue.pending.is_empty(),
+            None => self.failover_awaited.contains(&session),
+        }
     }
 
     /// The oldest unacknowledged events, for a KeepAlive reply (`EV-3`):
@@ -280,7 +322,11 @@ impl Events {
         first_regardless: bool,
     ) -> Vec<Event> {
         let Some(queue) = self.queues.get(&session) else {
-            return Vec::new();
+            let fits = first_regardless || FAILOVER_SIZE <= budget;
+            return match self.implied_failover(session) {
+                Some(event) if fits => vec![event],
+                _ => Vec::new(),
+            };
         };
         let mut used = 0;
         let mut taken = Vec::new();
@@ -305,41 +351,33 @@ impl Events {
         self.tell(session, EventKind::Failover { epoch }, None)
     }
 
-    /// Queues `Failover { epoch }` as the first event of each of
-    /// `sessions` (ascending ids) on a master that queued nothing yet, as
-    /// [`Events::push_failover`] would one by one, with the table built
-    /// whole: at a million sessions, a tenth of the time. No session is
+    /// Gives each of `sessions` (ascending ids), on a master that queued
+    /// nothing yet, `Failover { epoch }` as its first event, as
+    /// [`Events::push_failover`] would one by one, but implied rather than
+    /// queued: no queue is made until another event comes or the session
+    /// ends, and the budgets count it as queued (`EV-4`). No session is
     /// woken: nothing is held before the master serves. Returns the
     /// events' sequence number (1), or `None` having done nothing, when
     /// the queues are not empty or the master's budget would not hold
-    /// them all (then each is pushed on its own, `EV-4`).
-    pub(crate) fn push_failovers(&mut self, sessions: &[SessionId], epoch: u64) -> Option<u64> {
-        let kind = EventKind::Failover { epoch };
-        let size = encoded_size_of(&kind);
-        let bytes = size.checked_mul(sessions.len())?;
+    /// them all (then each is pushed on its own, `EV-4`). Either way the
+    /// caller marks every session as awaiting the event
+    /// ([`Events::await_failovers`]).
+    pub(crate) fn imply_failovers(&mut self, sessions: &[SessionId], epoch: u64) -> Option<u64> {
+        let bytes = FAILOVER_SIZE.checked_mul(sessions.len())?;
         let fresh = self.queues.is_empty() && self.quiet.is_empty();
         if !fresh || self.queued_bytes + bytes > self.budget.all {
             return None;
         }
-        self.queues = sessions
-            .iter()
-            .map(|&id| {
-                let first = Event {
-                    seq: 1,
-                    kind: kind.clone(),
-                };
-                let queue = Queue {
-                    next_seq: 2,
-                    pending: VecDeque::from([first]),
-                    bytes: size,
-                    owner: None,
-                };
-                (id, queue)
-            })
-            .collect();
+        self.failover_epoch = epoch;
+        self.recovered = Recovered::new(sessions.to_vec());
         self.queued_bytes += bytes;
         self.queued_total += sessions.len() as u64;
         Some(1)
+    }
+
+    /// Marks each of `sessions` as awaiting its fail-over event (`FO-5`).
+    pub(crate) fn await_failovers(&mut self, sessions: &[SessionId]) {
+        self.failover_awaited = sessions.iter().copied().collect();
     }
 
     /// Queues `kind` for `session` at once, ahead of fan-out still owed
@@ -402,11 +440,36 @@ impl Events {
         let size = encoded_size_of(&kind);
         let queue = match self.queues.entry(session) {
             std::collections::btree_map::Entry::Occupied(queue) => queue.into_mut(),
-            std::collections::btree_map::Entry::Vacant(vacant) => vacant.insert(Queue {
-                next_seq: self.quiet.remove(&session).unwrap_or(1),
-                owner,
-                ..Queue::default()
-            }),
+            // The implied fail-over event comes first, queued as it would
+            // have been: counted already, and against no peer (`FO-5`).
+            std::collections::btree_map::Entry::Vacant(vacant)
+                if self.failover_awaited.contains(&session) =>
+            {
+                let first = Event {
+                    seq: 1,
+                    kind: EventKind::Failover {
+                        epoch: self.failover_epoch,
+                    },
+                };
+                vacant.insert(Queue {
+                    next_seq: 2,
+                    pending: VecDeque::from([first]),
+                    bytes: FAILOVER_SIZE,
+                    owner: None,
+                })
+            }
+            std::collections::btree_map::Entry::Vacant(vacant) => {
+                let next_seq = match self.quiet.remove(&session) {
+                    Some(seq) => seq,
+                    None if self.recovered.contains(&session) => 2,
+                    None => 1,
+                };
+                vacant.insert(Queue {
+                    next_seq,
+                    owner,
+                    ..Queue::default()
+                })
+            }
         };
         let owner = queue.owner;
         let peer_used = owner.map_or(0, |p| self.queued_by_peer.get(&p).copied().unwrap_or(0));
@@ -451,10 +514,14 @@ impl Events {
 
     /// Ends a session's queue and subscriptions; returns their ids.
     pub(crate) fn forget_session(&mut self, session: SessionId) -> Vec<u64> {
+        let awaited = self.failover_awaited.remove(&session);
         if let Some(queue) = self.queues.remove(&session) {
             self.release(queue.owner, queue.bytes);
+        } else if awaited {
+            self.release(None, FAILOVER_SIZE);
         }
         self.quiet.remove(&session);
+        self.recovered.ended(&session);
         let ids: Vec<u64> = self
             .by_session
             .remove(&session)
@@ -813,30 +880,96 @@ mod tests {
             .unwrap_or_default()
     }
 
-    // EV-1, EV-2: a session whose events were all acknowledged keeps no
-    // queue, and its next event follows the last it had.
+    fn recovered(events: &mut Events, sessions: &[SessionId]) {
+        assert_eq!(events.imply_failovers(sessions, 3), Some(1));
+        events.await_failovers(sessions);
+    }
+
+    // EV-1, EV-2, FO-5: a session whose events were all acknowledged keeps
+    // no queue, and its next event follows the last it had.
     #[test]
     fn an_acknowledged_session_keeps_no_queue_and_numbers_on() {
         let mut events = events();
         let s = SessionId::from_u128(7);
-        assert_eq!(events.push_failovers(&[s], 3), Some(1));
-        assert!(
-            events.acknowledge(s, 0, true),
-            "the fail-over event still waits"
-        );
-        assert!(!events.acknowledge(s, 1, true));
+        recovered(&mut events, &[s]);
+        events.acknowledge(s, 0);
+        assert!(events.awaits_failover(s), "the fail-over event still waits");
+        events.acknowledge(s, 1);
+        assert!(!events.awaits_failover(s));
         assert!(!events.queues.contains_key(&s));
         assert_eq!(events.queued_bytes, 0);
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 2);
         assert_eq!(seqs(&events, s), vec![2]);
-        events.acknowledge(s, 1, false);
+        events.acknowledge(s, 1);
         assert_eq!(
             seqs(&events, s),
             vec![2],
             "an old acknowledgement drops nothing"
         );
-        events.acknowledge(s, 2, false);
+        events.acknowledge(s, 2);
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 3);
+    }
+
+    // FO-5, EV-3: a recovered session's fail-over event is delivered as
+    // number 1 and counted against the master's budget, with no queue.
+    #[test]
+    fn an_implied_fail_over_event_is_delivered_and_counted_as_if_queued() {
+        let mut events = events();
+        let (s, t) = (SessionId::from_u128(7), SessionId::from_u128(8));
+        recovered(&mut events, &[s, t]);
+        assert!(events.queues.is_empty());
+        assert_eq!(events.queued_bytes, 2 * FAILOVER_SIZE);
+        assert!(events.has_pending(s));
+        let pending = events.pending(s, usize::MAX, false);
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].seq, 1);
+        assert!(matches!(pending[0].kind, EventKind::Failover { epoch: 3 }));
+        assert!(events.pending(s, FAILOVER_SIZE - 1, false).is_empty());
+        assert_eq!(
+            events.pending(s, 0, true).len(),
+            1,
+            "a lone KeepAlive's first"
+        );
+        events.acknowledge(s, 1);
+        assert!(!events.has_pending(s));
+        assert_eq!(events.queued_bytes, FAILOVER_SIZE);
+        events.forget_session(t);
+        assert_eq!(events.queued_bytes, 0);
+        assert!(!events.awaits_failover(t));
+    }
+
+    // FO-5, EV-1: an event for a recovered session that has not yet
+    // acknowledged its fail-over comes after that event, numbered 2.
+    #[test]
+    fn an_event_before_the_acknowledgement_follows_the_implied_fail_over_event() {
+        let mut events = events();
+        let s = SessionId::from_u128(7);
+        recovered(&mut events, &[s]);
+        assert_eq!(events.tell(s, EventKind::EventsLost, None), 2);
+        assert_eq!(seqs(&events, s), vec![1, 2]);
+        assert_eq!(events.queued_bytes, 2 * FAILOVER_SIZE);
+        events.acknowledge(s, 1);
+        assert!(!events.awaits_failover(s));
+        assert_eq!(seqs(&events, s), vec![2]);
+    }
+
+    // EV-1: only the sessions taken over number on from 2; a session that
+    // ended is forgotten, and one created anew numbers from 1.
+    #[test]
+    fn only_recovered_sessions_number_their_events_from_two() {
+        let mut events = events();
+        let (s, t, fresh) = (
+            SessionId::from_u128(7),
+            SessionId::from_u128(8),
+            SessionId::from_u128(9),
+        );
+        recovered(&mut events, &[s, t]);
+        events.acknowledge(s, 1);
+        events.acknowledge(t, 1);
+        events.forget_session(t);
+        assert_eq!(events.tell(fresh, EventKind::EventsLost, None), 1);
+        assert_eq!(events.tell(s, EventKind::EventsLost, None), 2);
+        assert_eq!(events.tell(t, EventKind::EventsLost, None), 1);
     }
 
     #[test]
@@ -844,7 +977,7 @@ mod tests {
         let mut events = events();
         let s = SessionId::from_u128(9);
         events.tell(s, EventKind::EventsLost, None);
-        events.acknowledge(s, 1, false);
+        events.acknowledge(s, 1);
         events.forget_session(s);
         assert!(events.quiet.is_empty() && events.queues.is_empty());
         assert_eq!(events.tell(s, EventKind::EventsLost, None), 1);

@@ -22,8 +22,10 @@
 //!   decided without a runtime.
 //! - `lock.rs`: the locks' data: holders, waiters, lock-delay; `holding.rs`:
 //!   one holder's hold, and how holdings begin and end.
-//! - `events.rs`: subscriptions and per-session event queues; `cache.rs`:
-//!   who caches what and the work held for them (`CACHE-1`..).
+//! - `events.rs`: subscriptions and per-session event queues, a recovered
+//!   session's fail-over event implied until it is acknowledged or joined
+//!   by another (`recovering.rs`: the sets of recovered sessions);
+//!   `cache.rs`: who caches what and the work held for them (`CACHE-1`..).
 //! - `check.rs`: health checks bound to sessions.
 //! - `keepalive.rs`: a held KeepAlive; `watch.rs`: Watches held until their
 //!   key changes; `acquire.rs`: blocking acquires waiting in a line;
@@ -124,6 +126,7 @@ mod observe;
 mod policy;
 mod prefixed;
 mod quota;
+mod recovering;
 mod recovery;
 mod reply;
 #[cfg(test)]

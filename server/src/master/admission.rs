@@ -134,7 +134,7 @@ impl Engine {
                 self.deliver(call.reply, Err(ended));
                 return None;
             }
-            if self.failover_pending.contains(&session) {
+            if self.events.awaits_failover(session) {
                 let error = Error::new(
                     ErrorCode::FailoverInProgress {
                         retry_after_ms: FAILOVER_RETRY_MS,

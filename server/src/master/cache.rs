@@ -247,7 +247,7 @@ impl Engine {
         let now = self.now;
         let live = self.state.session(id).is_some()
             && self.leases.expires_at(id).is_some_and(|e| e > now)
-            && !self.failover_pending.contains(&id)
+            && !self.events.awaits_failover(id)
             && !self.cache.ending.contains(&id);
         let mut cacheable = live && self.cache.may_grant(id, &get.key);
         // A session's first grant is made durable, so that a new master

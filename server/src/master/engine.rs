@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use leasehold_protocol::{Sequencer, SessionId};
 
-use super::recovering::Recovering;
 use super::{Call, Effect};
 use crate::acquire::Acquires;
 use crate::config::Config;
@@ -27,6 +26,7 @@ use crate::keepalive::Held;
 use crate::lease::Leases;
 use crate::observe::{Grant, MasterEvent};
 use crate::policy;
+use crate::recovering::Recovering;
 use crate::state::command::{GrantWaiters, KeepAcquires};
 use crate::state::{Command, State};
 use crate::time::Millis;
@@ -89,10 +89,9 @@ pub(crate) struct Engine {
     pub(super) counted: Option<super::views::Counted>,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
-    /// Recovered sessions that have not yet acknowledged the fail-over
-    /// event; only KeepAlives are served for them (`FO-5`).
-    pub(crate) failover_pending: Recovering,
-    /// Recovered sessions no KeepAlive has named yet (`FO-2`).
+    /// Recovered sessions no KeepAlive has named yet (`FO-2`); those that
+    /// have not acknowledged the fail-over event are the events' to know
+    /// (`Events::awaits_failover`, `FO-5`).
     pub(crate) unheard: Recovering,
     /// What this master's replies told of each holding (`LOCK-9`).
     pub(crate) told: BTreeMap<(SessionId, String), Told>,
@@ -151,7 +150,6 @@ impl Engine {
             exports_taken: 0,
             counted: None,
             quotas: Default::default(),
-            failover_pending: Default::default(),
             unheard: Default::default(),
             told: Default::default(),
             giving_back: Default::default(),
@@ -251,7 +249,7 @@ impl Engine {
         let sessions = promotion.sessions;
         // Every table here is built whole from the sessions in ascending
         // order: at a million sessions, inserting each took seconds.
-        let pushed = self.events.push_failovers(&sessions, self.config.epoch);
+        let pushed = self.events.imply_failovers(&sessions, self.config.epoch);
         for &id in &sessions {
             let Some(expires) = self.leases.expires_at(id) else {
                 continue;
@@ -275,7 +273,7 @@ impl Engine {
                 self.cache.recovered(id, seq, expires);
             }
         }
-        self.failover_pending = sessions.iter().copied().collect();
+        self.events.await_failovers(&sessions);
         self.unheard = sessions.into_iter().collect();
         for (key, until) in promotion.lock_delays {
             self.timers.insert(until, Timer::LockDelayEnd(key));

@@ -148,14 +148,8 @@ impl Engine {
             return Err(self.ended(id)); // KA-7
         }
         self.unheard.remove(&id);
-        // Only a session still owing its fail-over acknowledgement has its
-        // queue walked for the event (FO-5).
-        let awaited = self.failover_pending.contains(&id);
-        let failover_left = self.events.acknowledge(id, ka.acked_seq, awaited); // EV-2
+        self.events.acknowledge(id, ka.acked_seq); // EV-2, FO-5
         self.cache.acknowledged(id, ka.acked_seq); // CACHE-3
-        if awaited && !failover_left {
-            self.failover_pending.remove(&id); // FO-5
-        }
         if let Some(previous) = self.take_held(id) {
             self.answer(id, previous, now, Answered::Early); // KA-5
         }

@@ -67,7 +67,6 @@ mod identity;
 mod keepalive;
 mod outbox;
 mod quotas;
-mod recovering;
 mod rights;
 mod serve;
 #[cfg(test)]

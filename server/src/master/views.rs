@@ -255,7 +255,7 @@ impl Engine {
         let counted = self.counted.as_ref().expect("counted just now");
         let count = |n: usize| n as u64;
         let sessions = count(self.state.sessions.len());
-        let recovering = count(self.failover_pending.len());
+        let recovering = count(self.events.failover_awaited.len());
         let ending = count(self.cache.ending.len());
         let held = count(self.leases.holding()).saturating_sub(counted.recovering_held);
         let waiting = sessions.saturating_sub(recovering + ending + held);
@@ -297,13 +297,14 @@ impl Engine {
         }
         // Walked only while few are recovering: right after a fail-over of
         // many sessions, a share of the held KeepAlives in proportion.
-        let recovering_held = if self.failover_pending.len() <= RECOVERING_WALKED {
-            self.failover_pending
+        let awaited = &self.events.failover_awaited;
+        let recovering_held = if awaited.len() <= RECOVERING_WALKED {
+            awaited
                 .iter()
                 .filter(|id| self.leases.held(**id).is_some())
                 .count() as u64
         } else {
-            let (held, recovering) = (self.leases.holding(), self.failover_pending.len());
+            let (held, recovering) = (self.leases.holding(), awaited.len());
             (held as u128 * recovering as u128 / self.state.sessions.len().max(1) as u128) as u64
         };
         Counted {
