@@ -158,13 +158,15 @@ pub(crate) struct Events {
     /// only event was its fail-over needs none: it numbers on from 2
     /// (`recovered`).
     pub(crate) quiet: BTreeMap<SessionId, u64>,
-    /// Recovered sessions that have not acknowledged the fail-over event
-    /// (`FO-5`). One with no queue has that event implied, not queued:
-    /// `Failover { epoch: failover_epoch }`, numbered 1, counted in the
-    /// budgets as if queued (`Events::imply_failovers`). At a million
-    /// sessions that spares the promotion a million queues and each
-    /// session's two KeepAlives their looks at them.
-    pub(crate) failover_awaited: Recovering,
+    /// What recovered sessions still owe: a KeepAlive (`FO-2`, the
+    /// engine's to judge) and the fail-over event's acknowledgement
+    /// (`FO-5`). One that awaits the event and has no queue has it
+    /// implied, not queued: `Failover { epoch: failover_epoch }`,
+    /// numbered 1, counted in the budgets as if queued
+    /// (`Events::imply_failovers`). At a million sessions that spares the
+    /// promotion a million queues and each session's two KeepAlives their
+    /// looks at them.
+    pub(crate) recovering: Recovering,
     pub(crate) failover_epoch: u64,
     /// Every session taken over with its fail-over event implied.
     pub(crate) recovered: Recovered,
@@ -234,17 +236,13 @@ pub(crate) fn encoded_size_of(kind: &EventKind) -> usize {
 }
 
 impl Events {
-    /// Drops what the client has acknowledged (`EV-2`).
-    /// With `failover_awaited`, returns whether the session's fail-over
-    /// event still waits to be acknowledged (`FO-5`), read in the same look
-    /// at its queue; without, false, and the queue is not walked.
-    /// A session no longer awaits its fail-over event once it is dropped
-    /// (`FO-5`).
+    /// Drops what the client has acknowledged (`EV-2`). A session no
+    /// longer awaits its fail-over event once that is dropped (`FO-5`).
     pub(crate) fn acknowledge(&mut self, session: SessionId, acked: u64) {
         let Some(queue) = self.queues.get_mut(&session) else {
             // Only an implied fail-over event can wait with no queue: it
             // is number 1.
-            if acked >= 1 && self.failover_awaited.remove(&session) {
+            if acked >= 1 && self.recovering.acknowledged(&session) {
                 self.release(None, FAILOVER_SIZE);
             }
             return;
@@ -255,14 +253,14 @@ impl Events {
         }
         queue.bytes -= freed;
         // Only while sessions await it is the queue walked for the event.
-        let failover_left = !self.failover_awaited.is_empty()
+        let failover_left = self.recovering.awaiting() > 0
             && queue
                 .pending
                 .iter()
                 .any(|e| matches!(e.kind, EventKind::Failover { .. }));
         let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
         if !failover_left {
-            self.failover_awaited.remove(&session);
+            self.recovering.acknowledged(&session);
         }
         self.release(owner, freed);
         if empty {
@@ -274,13 +272,13 @@ impl Events {
     /// Whether `session` must still acknowledge its fail-over event before
     /// anything but KeepAlives is served for it (`FO-5`).
     pub(crate) fn awaits_failover(&self, session: SessionId) -> bool {
-        self.failover_awaited.contains(&session)
+        self.recovering.awaits_failover(&session)
     }
 
     /// The implied fail-over event of `session`, if it has one: it awaits
     /// the event and has no queue.
     fn implied_failover(&self, session: SessionId) -> Option<Event> {
-        self.failover_awaited.contains(&session).then_some(Event {
+        self.recovering.awaits_failover(&session).then_some(Event {
             seq: 1,
             kind: EventKind::Failover {
                 epoch: self.failover_epoch,
@@ -305,7 +303,7 @@ impl Events {
     pub(crate) fn has_pending(&self, session: SessionId) -> bool {
         match self.queues.get(&session) {
             Some(queue) => !queue.pending.is_empty(),
-            None => self.failover_awaited.contains(&session),
+            None => self.recovering.awaits_failover(&session),
         }
     }
 
@@ -360,8 +358,8 @@ impl Events {
     /// events' sequence number (1), or `None` having done nothing, when
     /// the queues are not empty or the master's budget would not hold
     /// them all (then each is pushed on its own, `EV-4`). Either way the
-    /// caller marks every session as awaiting the event
-    /// ([`Events::await_failovers`]).
+    /// caller marks every session as owing its acknowledgement
+    /// ([`Events::take_over`]).
     pub(crate) fn imply_failovers(&mut self, sessions: &[SessionId], epoch: u64) -> Option<u64> {
         let bytes = FAILOVER_SIZE.checked_mul(sessions.len())?;
         let fresh = self.queues.is_empty() && self.quiet.is_empty();
@@ -375,9 +373,10 @@ impl Events {
         Some(1)
     }
 
-    /// Marks each of `sessions` as awaiting its fail-over event (`FO-5`).
-    pub(crate) fn await_failovers(&mut self, sessions: &[SessionId]) {
-        self.failover_awaited = sessions.iter().copied().collect();
+    /// Marks each of `sessions` as owing a KeepAlive (`FO-2`) and the
+    /// acknowledgement of its fail-over event (`FO-5`).
+    pub(crate) fn take_over(&mut self, sessions: &[SessionId]) {
+        self.recovering = Recovering::new(sessions);
     }
 
     /// Queues `kind` for `session` at once, ahead of fan-out still owed
@@ -443,7 +442,7 @@ impl Events {
             // The implied fail-over event comes first, queued as it would
             // have been: counted already, and against no peer (`FO-5`).
             std::collections::btree_map::Entry::Vacant(vacant)
-                if self.failover_awaited.contains(&session) =>
+                if self.recovering.awaits_failover(&session) =>
             {
                 let first = Event {
                     seq: 1,
@@ -514,7 +513,7 @@ impl Events {
 
     /// Ends a session's queue and subscriptions; returns their ids.
     pub(crate) fn forget_session(&mut self, session: SessionId) -> Vec<u64> {
-        let awaited = self.failover_awaited.remove(&session);
+        let awaited = self.recovering.forget(&session);
         if let Some(queue) = self.queues.remove(&session) {
             self.release(queue.owner, queue.bytes);
         } else if awaited {
@@ -882,7 +881,7 @@ mod tests {
 
     fn recovered(events: &mut Events, sessions: &[SessionId]) {
         assert_eq!(events.imply_failovers(sessions, 3), Some(1));
-        events.await_failovers(sessions);
+        events.take_over(sessions);
     }
 
     // EV-1, EV-2, FO-5: a session whose events were all acknowledged keeps

@@ -277,7 +277,6 @@ impl Engine {
                 if let Some(slot) = self.leases.creator(id) {
                     self.quotas.sessions.give_back_kept(slot, 1);
                 }
-                self.unheard.remove(&id);
                 self.cache.forget_session(id);
                 // A KeepAlive held for it is answered at once (`KA-7`).
                 if let Some(held) = self.leases.remove(id) {

@@ -26,7 +26,6 @@ use crate::keepalive::Held;
 use crate::lease::Leases;
 use crate::observe::{Grant, MasterEvent};
 use crate::policy;
-use crate::recovering::Recovering;
 use crate::state::command::{GrantWaiters, KeepAcquires};
 use crate::state::{Command, State};
 use crate::time::Millis;
@@ -89,10 +88,6 @@ pub(crate) struct Engine {
     pub(super) counted: Option<super::views::Counted>,
     /// What each peer address has taken of shared resources ("Quotas").
     pub(crate) quotas: crate::quota::Quotas,
-    /// Recovered sessions no KeepAlive has named yet (`FO-2`); those that
-    /// have not acknowledged the fail-over event are the events' to know
-    /// (`Events::awaits_failover`, `FO-5`).
-    pub(crate) unheard: Recovering,
     /// What this master's replies told of each holding (`LOCK-9`).
     pub(crate) told: BTreeMap<(SessionId, String), Told>,
     /// Give-backs decided and not yet applied, by session, key and lock
@@ -150,7 +145,6 @@ impl Engine {
             exports_taken: 0,
             counted: None,
             quotas: Default::default(),
-            unheard: Default::default(),
             told: Default::default(),
             giving_back: Default::default(),
             made: Default::default(),
@@ -273,8 +267,7 @@ impl Engine {
                 self.cache.recovered(id, seq, expires);
             }
         }
-        self.events.await_failovers(&sessions);
-        self.unheard = sessions.into_iter().collect();
+        self.events.take_over(&sessions);
         for (key, until) in promotion.lock_delays {
             self.timers.insert(until, Timer::LockDelayEnd(key));
         }

@@ -147,7 +147,7 @@ impl Engine {
         if !(live || self.state.session(id).is_some()) || self.end_if_ran_out(id, arrived) {
             return Err(self.ended(id)); // KA-7
         }
-        self.unheard.remove(&id);
+        self.events.recovering.heard(&id); // FO-2
         self.events.acknowledge(id, ka.acked_seq); // EV-2, FO-5
         self.cache.acknowledged(id, ka.acked_seq); // CACHE-3
         if let Some(previous) = self.take_held(id) {
@@ -290,12 +290,12 @@ impl Engine {
         if self.state.session(id).is_none() {
             return;
         }
-        let unheard = self.unheard.contains(&id);
+        let unheard = self.events.recovering.is_unheard(&id);
         match policy::session_due(&self.leases, id, margin, now, caught_up, backlog, unheard) {
             SessionDue::Nothing => {}
             SessionDue::Arm(due) => self.leases.arm(id, due),
             SessionDue::OneMoreLease => {
-                self.unheard.remove(&id);
+                self.events.recovering.heard(&id);
                 if let Some(expires) = self.leases.extend(id, now) {
                     debug!(session = %id, backlog, "recovered session unheard from while requests wait: one more lease");
                     self.leases.arm(id, expires);

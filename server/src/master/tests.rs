@@ -685,7 +685,7 @@ async fn an_unheard_answer_to_a_holder_asking_again_never_gives_back_an_earlier_
     drop(first);
     let mut master = started(&mut config, Some(store));
     // Its fail-over event acknowledged, its requests are served (`FO-5`).
-    master.engine.events.failover_awaited.clear();
+    master.engine.events.recovering.acknowledge_all();
     let again = handed(&mut master, acquire(holder, None));
     drop(again);
     // The answer waits for the log; once the log has it, it finds nobody.
@@ -848,7 +848,7 @@ async fn restarted_with_a_line() -> (Master, [SessionToken; 3]) {
     .unwrap();
     drop(before);
     let mut master = started(&mut config, Some(store));
-    master.engine.events.failover_awaited.clear();
+    master.engine.events.recovering.acknowledge_all();
     (master, [holder, first, second])
 }
 
@@ -931,8 +931,8 @@ async fn a_grant_nobody_heard_behind_its_sessions_ask() -> (
     ));
     drop(before);
     let mut master = started(&mut config, Some(store));
-    master.engine.events.failover_awaited.remove(&holder.id);
-    master.engine.events.failover_awaited.remove(&first.id);
+    master.engine.events.recovering.acknowledged(&holder.id);
+    master.engine.events.recovering.acknowledged(&first.id);
 
     let mut release = send(&mut master, release_a(holder));
     let mut asked = send(&mut master, acquire(first, Some(60_000)));

@@ -255,7 +255,7 @@ impl Engine {
         let counted = self.counted.as_ref().expect("counted just now");
         let count = |n: usize| n as u64;
         let sessions = count(self.state.sessions.len());
-        let recovering = count(self.events.failover_awaited.len());
+        let recovering = count(self.events.recovering.awaiting());
         let ending = count(self.cache.ending.len());
         let held = count(self.leases.holding()).saturating_sub(counted.recovering_held);
         let waiting = sessions.saturating_sub(recovering + ending + held);
@@ -297,14 +297,13 @@ impl Engine {
         }
         // Walked only while few are recovering: right after a fail-over of
         // many sessions, a share of the held KeepAlives in proportion.
-        let awaited = &self.events.failover_awaited;
-        let recovering_held = if awaited.len() <= RECOVERING_WALKED {
-            awaited
-                .iter()
+        let owed = &self.events.recovering;
+        let recovering_held = if owed.awaiting() <= RECOVERING_WALKED {
+            owed.awaiting_ids()
                 .filter(|id| self.leases.held(**id).is_some())
                 .count() as u64
         } else {
-            let (held, recovering) = (self.leases.holding(), awaited.len());
+            let (held, recovering) = (self.leases.holding(), owed.awaiting());
             (held as u128 * recovering as u128 / self.state.sessions.len().max(1) as u128) as u64
         };
         Counted {
