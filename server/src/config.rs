@@ -251,7 +251,8 @@ pub(crate) const LINGER_BYTES: usize = 64 << 20;
 pub(crate) const REQUESTS_IN_TURNS: usize = 1024;
 /// Bytes of requests a connection holds while the master's queue has no
 /// room for them, reading on so that its KeepAlives are not stuck behind
-/// them (`CONN-13`); past it (by one frame at most), reading pauses.
+/// them (`CONN-13`); past it (by one request at most), reading pauses.
+/// Each counts its frame and its place in the list.
 pub(crate) const CONNECTION_HELD_BYTES: usize = 16 << 10;
 /// Replies waiting for the writer; when full, reading pauses.
 pub(crate) const CONNECTION_WRITE_QUEUE: usize = 256;

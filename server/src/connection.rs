@@ -289,15 +289,41 @@ fn handshake(
 }
 
 /// Requests other than KeepAlives read from the connection while the
-/// master's queue had no room for them, in the order they came, with the
-/// bytes of each frame (`CONNECTION_HELD_BYTES`).
+/// master's queue had no room for them, in the order they came, each with
+/// what it costs against `CONNECTION_HELD_BYTES`: its frame, and its place
+/// in the list. A decoded request takes several times its frame's bytes,
+/// so counting frames alone let a connection of small requests hold ten
+/// times the budget; and the list's memory goes back once it empties, not
+/// kept by every connection that was ever behind.
 #[derive(Default)]
 struct Held {
     calls: std::collections::VecDeque<(Call, usize)>,
     bytes: usize,
 }
 
+/// What a held request costs beyond its frame.
+const HELD_ENTRY: usize = std::mem::size_of::<(Call, usize)>();
+
 impl Held {
+    fn push(&mut self, call: Call, frame: usize) {
+        let cost = frame + HELD_ENTRY;
+        self.calls.push_back((call, cost));
+        self.bytes += cost;
+    }
+
+    fn pop(&mut self) -> Option<Call> {
+        let (call, cost) = self.calls.pop_front()?;
+        self.bytes -= cost;
+        if self.calls.is_empty() {
+            self.calls = std::collections::VecDeque::new();
+        }
+        Some(call)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
     /// Hands what is held to the master, waiting for room: requests read
     /// before the connection ended are served as if it had not (unless
     /// the writer gave up on the peer, so nobody would hear the replies).
@@ -352,7 +378,7 @@ async fn requests<S: AsyncRead>(
                 () = replies.closed() => return None,
             }
         }
-        if room.is_none() && !held.calls.is_empty() {
+        if room.is_none() && !held.is_empty() {
             room = Some(Box::pin(master.room()));
         }
         // Requests held past their budget: the next frame waits in the
@@ -361,8 +387,7 @@ async fn requests<S: AsyncRead>(
         let frame = tokio::select! {
             room_made = async { room.as_mut().expect("checked").await }, if room.is_some() => {
                 room = None;
-                let (call, bytes) = held.calls.pop_front().expect("a request is held");
-                held.bytes -= bytes;
+                let call = held.pop().expect("a request is held");
                 // A stopped master drops the call: its reply answers that
                 // it is shutting down.
                 if let Some(room) = room_made {
@@ -452,12 +477,10 @@ async fn requests<S: AsyncRead>(
         // master's queue is full (`CONN-13`).
         if keepalive {
             master.send(call).await;
-        } else if !held.calls.is_empty() {
-            held.calls.push_back((call, bytes));
-            held.bytes += bytes;
+        } else if !held.is_empty() {
+            held.push(call, bytes);
         } else if let Some(call) = master.try_send(call) {
-            held.calls.push_back((call, bytes));
-            held.bytes += bytes;
+            held.push(call, bytes);
         }
     }
 }
@@ -780,6 +803,45 @@ mod tests {
         // Room in the queue lets the held request go, and reading resumes.
         assert!(calls.recv().await.is_some());
         assert!(keepalives.recv().await.is_some());
+    }
+
+    // CONN-13: a small request's frame is a fraction of what holding it
+    // takes; a budget of frames alone let one connection hold ten times
+    // its bytes.
+    #[tokio::test]
+    async fn held_requests_count_the_memory_they_take_not_only_their_frames() {
+        let (mut peer, mut calls, mut keepalives) = served_against_queues(1).await;
+        let over = (CONNECTION_HELD_BYTES / HELD_ENTRY) as u64 + 2;
+        for id in 1..=over {
+            peer.feed(get(id)).await.unwrap();
+        }
+        peer.send(keepalive_all(over + 1)).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(200), keepalives.recv()).await;
+        assert!(early.is_err(), "read past the budget of held requests");
+        for _ in 1..=over {
+            assert!(calls.recv().await.is_some());
+        }
+        assert!(keepalives.recv().await.is_some());
+    }
+
+    // CONN-13
+    #[test]
+    fn the_held_list_gives_its_memory_back_once_it_empties() {
+        let (replies, _queue) = mpsc::unbounded_channel();
+        let caller = Arc::new(Caller::new(std::net::Ipv4Addr::LOCALHOST.into(), None));
+        let mut held = Held::default();
+        for id in 1..=100 {
+            let reply = ReplyTx::new(replies.clone(), Arc::default(), id, true);
+            let get = Request::Get {
+                key: "k".into(),
+                stat_only: true,
+            };
+            let call = Call::from(get, reply, &caller, crate::time::Millis::ZERO);
+            held.push(call, 16);
+        }
+        assert_eq!(held.bytes, 100 * (16 + HELD_ENTRY));
+        while held.pop().is_some() {}
+        assert_eq!((held.bytes, held.calls.capacity()), (0, 0));
     }
 
     // CONN-13
