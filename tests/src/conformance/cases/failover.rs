@@ -32,6 +32,10 @@ pub(super) fn cases() -> Vec<Case> {
             &["FO-5", "ERR-14"],
             a_recovered_session_acknowledges_the_failover_first
         ),
+        case!(
+            &["FO-5", "EV-1", "FO-6"],
+            a_recovered_sessions_events_are_numbered_after_its_failover_event
+        ),
     ]
 }
 
@@ -238,5 +242,60 @@ async fn a_recovered_session_acknowledges_the_failover_first(ctx: Ctx) -> Check 
     let again = expect_reply!(again, Response::Acquired { sequencer, .. } => sequencer)
         .map_err(|e| format!("after the acknowledgement: {e}"))?;
     ensure!(again == sequencer, "the holding changed across the restart");
+    Ok(())
+}
+
+/// Two sessions hold locks across a restart; a new session then waits for
+/// each lock, so each holder hears of the conflict: the one that had not
+/// acknowledged the fail-over event gets it first, as number 1, and the
+/// conflict as 2; the one that had gets the conflict as 2.
+async fn a_recovered_sessions_events_are_numbered_after_its_failover_event(ctx: Ctx) -> Check {
+    needs_restart(&ctx)?;
+    let (mut conn, w) = open(&ctx).await;
+    let (early, late) = (session(&mut conn, &w).await?, session(&mut conn, &w).await?);
+    let (k_early, k_late) = (key("numbered-acked"), key("numbered-unacked"));
+    for (k, s) in [(&k_early, early), (&k_late, late)] {
+        generation(&conn.call(acquire(k, s, LockMode::Exclusive, None)).await)?;
+    }
+    drop(conn);
+    let (mut conn, w) = restart(&ctx).await?;
+    acknowledge(&mut conn, &w, early).await?;
+    let waiter = session(&mut conn, &w).await?;
+    let (mut waiting, _) = open(&ctx).await;
+    for k in [&k_early, &k_late] {
+        waiting
+            .request(acquire(k, waiter, LockMode::Exclusive, Some(30_000)))
+            .await;
+    }
+    let numbered = |events: &[leasehold_protocol::Event]| {
+        events
+            .iter()
+            .map(|e| (e.seq, matches!(e.kind, EventKind::Failover { .. })))
+            .collect::<Vec<_>>()
+    };
+    // The waits reach the master in their own time: ask until the
+    // conflict is heard, within the harness's patience.
+    for (s, acked, want) in [
+        (late, 0, vec![(1, true), (2, false)]),
+        (early, 1, vec![(2, false)]),
+    ] {
+        let mut heard = Vec::new();
+        for _ in 0..50 {
+            let kept = conn.call(keepalive(s, &w, acked, false)).await;
+            heard = expect_reply!(kept, Response::KeepAlive { events, .. } => events)
+                .map_err(|e| format!("KeepAlive: {e}"))?;
+            if heard
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::LockConflict { .. }))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ensure!(
+            numbered(&heard) == want,
+            "events {heard:?}, expected (seq, is fail-over) {want:?}"
+        );
+    }
     Ok(())
 }
