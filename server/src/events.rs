@@ -259,7 +259,7 @@ impl Events {
                 .iter()
                 .any(|e| matches!(e.kind, EventKind::Failover { .. }));
         let (owner, next_seq, empty) = (queue.owner, queue.next_seq, queue.pending.is_empty());
-        if !failover_left {
+        if !failover_left && self.recovering.awaiting() > 0 {
             self.recovering.acknowledged(&session);
         }
         self.release(owner, freed);
