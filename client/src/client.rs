@@ -179,6 +179,10 @@ impl Client {
         // What the members said last, for the error if none serves in time.
         let heard = std::sync::Mutex::new("no member answered");
         let find = async {
+            // Members that could not be reached since the last pause: a
+            // refused connect costs nothing, so the next member is tried at
+            // once, and the pause comes only after a round of them.
+            let mut unreached = 0;
             loop {
                 match self.open_one(&addr, each).await {
                     Err(ClientError::Redirected { master }) => {
@@ -189,6 +193,7 @@ impl Client {
                                  cell status` shows which answer)";
                             // An election is under way: give it a moment.
                             tokio::time::sleep(Duration::from_millis(50)).await;
+                            unreached = 0;
                         }
                         self.inner.connector.redirected(master.as_deref());
                     }
@@ -200,7 +205,11 @@ impl Client {
                         | ClientError::Timeout(_)
                         | ClientError::Disconnected,
                     ) if members > 1 => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        unreached += 1;
+                        if unreached >= members {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            unreached = 0;
+                        }
                     }
                     other => return other,
                 }

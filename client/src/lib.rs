@@ -73,6 +73,7 @@ mod keeper;
 mod kv;
 pub mod lease;
 mod lock;
+mod member_choice;
 mod release;
 mod semaphore;
 mod session;
@@ -103,6 +104,7 @@ pub use leasehold_protocol::{
 pub use leasehold_protocol::{LockHolder, LockListing, LockWaiter, MasterStatus};
 pub use leasehold_protocol::{SessionToken, TokenParseError};
 pub use lock::{LockGuard, LockOptions};
+pub use member_choice::MemberChoice;
 pub use semaphore::{Permit, Semaphore, SEMAPHORE_LOCK};
 pub use session::Session;
 pub use session_machine::SessionState;

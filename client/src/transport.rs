@@ -8,6 +8,7 @@ use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::ClientError;
+use crate::member_choice::MemberChoice;
 use crate::tls::ClientTls;
 
 /// A byte stream to a server.
@@ -97,14 +98,7 @@ impl Connector for TcpConnector {
 /// ```
 #[derive(Debug)]
 pub struct CellConnector {
-    members: Vec<String>,
-    next: std::sync::atomic::AtomicUsize,
-    /// Where a member said the master is: tried next.
-    hint: std::sync::Mutex<Option<String>>,
-    /// The member the last connect went to.
-    last: std::sync::Mutex<Option<String>>,
-    /// The member whose connection was given up: not tried first.
-    avoid: std::sync::Mutex<Option<String>>,
+    choice: MemberChoice,
     tls: Option<ClientTls>,
 }
 
@@ -112,11 +106,7 @@ impl CellConnector {
     /// A connector for the members at `members` (`host:port` each).
     pub fn new<S: Into<String>>(members: impl IntoIterator<Item = S>) -> Self {
         CellConnector {
-            members: members.into_iter().map(Into::into).collect(),
-            next: Default::default(),
-            hint: Default::default(),
-            last: Default::default(),
-            avoid: Default::default(),
+            choice: MemberChoice::new(members, 0),
             tls: None,
         }
     }
@@ -139,56 +129,25 @@ impl CellConnector {
     }
 }
 
-impl CellConnector {
-    /// The member the next connect goes to: the one a member named as
-    /// master, else the next in turn; once after a connection was given
-    /// up, any but its member.
-    fn pick(&self) -> String {
-        let lock = |m: &std::sync::Mutex<Option<String>>| -> Option<String> {
-            m.lock().unwrap_or_else(|e| e.into_inner()).take()
-        };
-        let (hinted, avoid) = (lock(&self.hint), lock(&self.avoid));
-        let in_turn = || {
-            let n = self.members.len().max(1);
-            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
-            self.members.get(i).cloned().unwrap_or_default()
-        };
-        let addr = match hinted {
-            Some(hinted) if avoid.as_ref() != Some(&hinted) => hinted,
-            _ => {
-                let addr = in_turn();
-                if avoid.as_ref() == Some(&addr) && self.members.len() > 1 {
-                    in_turn()
-                } else {
-                    addr
-                }
-            }
-        };
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr.clone());
-        addr
-    }
-}
-
 impl Connector for CellConnector {
     fn connect(&self) -> ConnectFuture {
-        tcp(self.pick(), self.tls.clone())
+        tcp(self.choice.pick(), self.tls.clone())
     }
 
     fn addr(&self) -> String {
-        self.members.join(",")
+        self.choice.members().join(",")
     }
 
     fn redirected(&self, master: Option<&str>) {
-        *self.hint.lock().unwrap_or_else(|e| e.into_inner()) = master.map(String::from);
+        self.choice.redirected(master);
     }
 
     fn abandoned(&self) {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        *self.avoid.lock().unwrap_or_else(|e| e.into_inner()) = last;
+        self.choice.abandoned();
     }
 
     fn members(&self) -> usize {
-        self.members.len()
+        self.choice.members().len()
     }
 }
 
@@ -223,36 +182,7 @@ fn has_port(addr: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{has_port, CellConnector, Connector};
-
-    // CS-9, CELL-7: a master stopped without closing its connections still
-    // accepts new ones; the member of a connection given up is not tried
-    // first again, not even when a member names it as master, and only
-    // once.
-    #[test]
-    fn the_member_of_a_connection_given_up_is_not_tried_first_again() {
-        let cell = CellConnector::new(["a:1", "b:1", "c:1"]);
-        assert_eq!(cell.pick(), "a:1");
-        cell.redirected(Some("b:1"));
-        assert_eq!(cell.pick(), "b:1");
-        cell.abandoned();
-        assert_eq!(cell.pick(), "c:1", "b is next in turn, and skipped");
-        cell.redirected(Some("c:1"));
-        assert_eq!(cell.pick(), "c:1");
-        cell.abandoned();
-        cell.redirected(Some("c:1"));
-        assert_eq!(cell.pick(), "a:1", "a redirect to it is not followed first");
-        cell.redirected(Some("c:1"));
-        assert_eq!(cell.pick(), "c:1", "only once");
-    }
-
-    #[test]
-    fn a_single_member_given_up_is_still_the_one_tried() {
-        let cell = CellConnector::new(["a:1"]);
-        assert_eq!(cell.pick(), "a:1");
-        cell.abandoned();
-        assert_eq!(cell.pick(), "a:1");
-    }
+    use super::has_port;
 
     #[test]
     fn an_address_without_a_port_is_told_apart() {

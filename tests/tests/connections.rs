@@ -270,3 +270,61 @@ async fn a_stopping_server_does_not_wait_for_a_peer_that_never_closes() {
     assert!(took < Duration::from_millis(800), "{took:?}");
     drop(conn);
 }
+
+/// A cell whose members all refuse connections, noting when each connect
+/// was made.
+struct RefusingCell {
+    members: usize,
+    attempts: std::sync::Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+}
+
+impl leasehold::Connector for RefusingCell {
+    fn connect(&self) -> leasehold::ConnectFuture {
+        self.attempts
+            .lock()
+            .unwrap()
+            .push(tokio::time::Instant::now());
+        Box::pin(async { Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)) })
+    }
+
+    fn addr(&self) -> String {
+        "a,b,c".into()
+    }
+
+    fn members(&self) -> usize {
+        self.members
+    }
+}
+
+// CELL-7: a member that is down refuses at once; the client tries the next
+// without a pause, and pauses only after a whole round refused.
+#[tokio::test(start_paused = true)]
+async fn a_refused_member_is_followed_at_once_and_a_refused_round_by_a_pause() {
+    let attempts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cell = RefusingCell {
+        members: 3,
+        attempts: attempts.clone(),
+    };
+    let config = leasehold::ClientConfig {
+        connect_timeout: Duration::from_millis(90),
+        ..Default::default()
+    };
+    let err = Client::with_connector(cell, config).await.err().unwrap();
+    assert!(
+        format!("{err:?}").contains("timed out finding the cell's master"),
+        "{err:?}"
+    );
+    let attempts = attempts.lock().unwrap().clone();
+    let start = attempts[0];
+    let offsets: Vec<u128> = attempts
+        .iter()
+        .map(|at| (*at - start).as_millis())
+        .collect();
+    // Rounds of three at 0, 20, 40, 60 and 80 ms: every member tried five
+    // times in the time one pause per refusal allowed five attempts.
+    assert_eq!(
+        offsets,
+        [0, 0, 0, 20, 20, 20, 40, 40, 40, 60, 60, 60, 80, 80, 80],
+        "connect attempts (ms after the first)"
+    );
+}

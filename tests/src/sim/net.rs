@@ -3,7 +3,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use leasehold::{BoxTransport, ConnectFuture, Connector};
+use leasehold::{BoxTransport, ConnectFuture, Connector, MemberChoice};
 use leasehold_server::Listener;
 
 /// The port the simulated master listens on.
@@ -48,49 +48,46 @@ impl Connector for SimConnector {
     }
 }
 
-/// Connects to the members of a simulated cell: the master a member named
-/// if one did, else the next member in turn, as `CellConnector` does over
-/// TCP.
+/// Connects to the members of a simulated cell, choosing the member as
+/// `CellConnector` does over TCP (`MemberChoice`).
 #[derive(Debug)]
 pub struct SimCellConnector {
-    pub hosts: Vec<String>,
-    next: std::sync::atomic::AtomicUsize,
-    hint: std::sync::Mutex<Option<String>>,
+    choice: MemberChoice,
 }
 
 impl SimCellConnector {
     /// A connector that starts with the member at `start` in `hosts`.
     pub fn new(hosts: Vec<String>, start: usize) -> Self {
         SimCellConnector {
-            hosts,
-            next: start.into(),
-            hint: Default::default(),
+            choice: MemberChoice::new(hosts, start),
         }
     }
 }
 
 impl Connector for SimCellConnector {
     fn connect(&self) -> ConnectFuture {
-        let hinted = self.hint.lock().unwrap().take();
-        let host = hinted.unwrap_or_else(|| {
-            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.hosts[i % self.hosts.len()].clone()
-        });
-        SimConnector { host }.connect()
+        SimConnector {
+            host: self.choice.pick(),
+        }
+        .connect()
     }
 
     fn addr(&self) -> String {
-        self.hosts.join(",")
+        self.choice.members().join(",")
     }
 
     fn members(&self) -> usize {
-        self.hosts.len()
+        self.choice.members().len()
     }
 
     fn redirected(&self, master: Option<&str>) {
-        // Members name each other `host:port`.
-        let host = master.map(|m| m.split(':').next().unwrap_or(m).to_string());
-        *self.hint.lock().unwrap() = host;
+        // Members name each other `host:port`; the choice is among hosts.
+        let host = master.map(|m| m.split(':').next().unwrap_or(m));
+        self.choice.redirected(host);
+    }
+
+    fn abandoned(&self) {
+        self.choice.abandoned();
     }
 }
 
