@@ -317,6 +317,43 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
     assert!(line.contains("removed"), "{line}");
 }
 
+// CELL-7: a member removed but still running no longer hears the cell's
+// leader, and may stand in elections of its own that leave it knowing
+// none; a client that named only it is sent to the last leader it heard,
+// not told that the cell has no master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_member_still_running_sends_clients_to_the_master() {
+    let cell = Cell::start("removed-redirects");
+    let (master, _) = cell.master().await;
+    let removed = if master == 3 { 2 } else { 3 };
+    let remove = cli_riding_elections(&[
+        "--addr",
+        &cell.addrs(),
+        "cell",
+        "remove",
+        &removed.to_string(),
+        "--cell-secret-file",
+        cell.secret_file().to_str().unwrap(),
+    ]);
+    assert!(remove.status.success(), "{remove:?}");
+    let addr = cell.members[&removed].1.clone();
+    // Until it has stood on its own, it may still know the leader.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = leasehold_server::cell::query_status(&addr).await;
+        if status.is_ok_and(|s| s.leader.is_none()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the removed member still knows the leader after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let put = cli_riding_elections(&["--addr", &addr, "put", "svc/k", "v"]);
+    assert!(put.status.success(), "{put:?}");
+}
+
 // OPS-4, CELL-8: `status` given one member prints the master's figures,
 // then every member as `cell status` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -398,7 +398,13 @@ async fn lead(
                 config: Arc::new(master.config.clone()),
             },
             None => Role::Follower {
-                master: m.current_leader.filter(|l| *l != me).and_then(|l| {
+                master: master_named(
+                    m.membership_config.membership(),
+                    me,
+                    m.current_leader,
+                    led_by.map(|(leader, _)| leader),
+                )
+                .and_then(|l| {
                     let known = m
                         .membership_config
                         .membership()
@@ -450,6 +456,28 @@ async fn lead(
 /// Takes a new epoch through the log and starts a master on the replica
 /// as of it; `None` if the log would not take the epoch (this member lost
 /// the lead meanwhile).
+/// The member a follower's `Redirect` names as master (`CELL-7`): the
+/// leader it knows, else, if it is no voter of the newest configuration
+/// it holds (being removed, or removed before it took the entry that
+/// says so), the last leader it heard. The cell goes on without such a
+/// member, which no longer hears its leader and may stand in elections
+/// of its own that leave it knowing none; told "no master now", a client
+/// that named only it waited in vain while the cell served.
+fn master_named(
+    membership: &openraft::Membership<NodeId, openraft::BasicNode>,
+    me: NodeId,
+    leader: Option<NodeId>,
+    last_heard: Option<NodeId>,
+) -> Option<NodeId> {
+    let left_out = !membership
+        .get_joint_config()
+        .last()
+        .is_some_and(|voters| voters.contains(&me));
+    leader
+        .or(last_heard.filter(|_| left_out))
+        .filter(|l| *l != me)
+}
+
 async fn become_master(member: &Member, config: &Config) -> Option<Running> {
     let me = member.config.id;
     let patience =
@@ -596,5 +624,34 @@ impl Replicate for CellWriter {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::master_named;
+    use crate::cell::tests::membership_of;
+
+    // CELL-7
+    #[test]
+    fn a_follower_names_the_leader_it_knows() {
+        let cell = membership_of(&[&[1, 2, 3]]);
+        assert_eq!(master_named(&cell, 2, Some(1), Some(3)), Some(1));
+        assert_eq!(master_named(&cell, 1, Some(1), None), None, "never itself");
+    }
+
+    #[test]
+    fn a_voter_knowing_no_leader_names_none_while_the_cell_elects() {
+        let cell = membership_of(&[&[1, 2, 3]]);
+        assert_eq!(master_named(&cell, 2, None, Some(1)), None);
+    }
+
+    #[test]
+    fn a_member_left_out_of_the_newest_configuration_names_the_last_leader_it_heard() {
+        let removing = membership_of(&[&[1, 2, 3], &[1, 3]]);
+        assert_eq!(master_named(&removing, 2, None, Some(1)), Some(1));
+        let removed = membership_of(&[&[1, 3]]);
+        assert_eq!(master_named(&removed, 2, None, Some(3)), Some(3));
+        assert_eq!(master_named(&removed, 2, None, None), None);
     }
 }
