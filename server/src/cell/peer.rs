@@ -272,6 +272,8 @@ pub async fn serve<S: Served>(
                     if stopped {
                         PeerResponse::Vote(answer)
                     } else {
+                        // The log may have grown while the master stopped.
+                        let ours = member.log.last_log_id();
                         PeerResponse::Vote(Ok(vote_refused(m.vote, membership, me, ours, theirs)))
                     }
                 } else {

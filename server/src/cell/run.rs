@@ -453,9 +453,6 @@ async fn lead(
     }
 }
 
-/// Takes a new epoch through the log and starts a master on the replica
-/// as of it; `None` if the log would not take the epoch (this member lost
-/// the lead meanwhile).
 /// The member a follower's `Redirect` names as master (`CELL-7`): the
 /// leader it knows, else, if it is no voter of the newest configuration
 /// it holds (being removed, or removed before it took the entry that
@@ -478,6 +475,9 @@ fn master_named(
         .filter(|l| *l != me)
 }
 
+/// Takes a new epoch through the log and starts a master on the replica
+/// as of it; `None` if the log would not take the epoch (this member lost
+/// the lead meanwhile).
 async fn become_master(member: &Member, config: &Config) -> Option<Running> {
     let me = member.config.id;
     let patience =
