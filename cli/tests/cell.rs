@@ -275,6 +275,23 @@ fn a_member_refused_its_data_directory_announces_no_port() {
 }
 
 /// `leasehold cell status` against `addrs`.
+/// Removes a member other than `master` with `leasehold cell remove`, and
+/// returns its id.
+fn remove_a_follower(cell: &Cell, master: u64) -> u64 {
+    let removed = if master == 3 { 2 } else { 3 };
+    let remove = cli_riding_elections(&[
+        "--addr",
+        &cell.addrs(),
+        "cell",
+        "remove",
+        &removed.to_string(),
+        "--cell-secret-file",
+        cell.secret_file().to_str().unwrap(),
+    ]);
+    assert!(remove.status.success(), "{remove:?}");
+    removed
+}
+
 fn cell_status(addrs: &str) -> std::process::Output {
     cli_riding_elections(&["--addr", addrs, "cell", "status"])
 }
@@ -297,17 +314,7 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
             "{addr} missing:\n{printed}"
         );
     }
-    let removed = if master == 3 { 2 } else { 3 };
-    let remove = cli_riding_elections(&[
-        "--addr",
-        &cell.addrs(),
-        "cell",
-        "remove",
-        &removed.to_string(),
-        "--cell-secret-file",
-        cell.secret_file().to_str().unwrap(),
-    ]);
-    assert!(remove.status.success(), "{remove:?}");
+    let removed = remove_a_follower(&cell, master);
     let out = cell_status(&cell.addrs());
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
     let line = printed
@@ -325,17 +332,7 @@ async fn cell_status_shows_every_member_from_any_one_and_names_a_removed_one() {
 async fn a_removed_member_still_running_sends_clients_to_the_master() {
     let cell = Cell::start("removed-redirects");
     let (master, _) = cell.master().await;
-    let removed = if master == 3 { 2 } else { 3 };
-    let remove = cli_riding_elections(&[
-        "--addr",
-        &cell.addrs(),
-        "cell",
-        "remove",
-        &removed.to_string(),
-        "--cell-secret-file",
-        cell.secret_file().to_str().unwrap(),
-    ]);
-    assert!(remove.status.success(), "{remove:?}");
+    let removed = remove_a_follower(&cell, master);
     let addr = cell.members[&removed].1.clone();
     // Until it has stood on its own, it may still know the leader.
     let deadline = Instant::now() + Duration::from_secs(20);
