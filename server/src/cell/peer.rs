@@ -379,7 +379,10 @@ pub(crate) fn may_stand(
 }
 
 /// Whether `id` is a voter of the newest configuration of `membership`.
-fn newest_voter(membership: &openraft::Membership<NodeId, BasicNode>, id: NodeId) -> bool {
+pub(crate) fn newest_voter(
+    membership: &openraft::Membership<NodeId, BasicNode>,
+    id: NodeId,
+) -> bool {
     let configs = membership.get_joint_config();
     configs.last().is_some_and(|voters| voters.contains(&id))
 }

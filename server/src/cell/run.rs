@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use super::member::{Member, MemberConfig, MemberError};
 use super::network::Dialer;
-use super::peer::{first_frame, may_stand, FirstFrame, Proof};
+use super::peer::{first_frame, may_stand, newest_voter, FirstFrame, Proof};
 use super::rounds::Rounds;
 use super::runtime::ElectionRng;
 use super::{CellTypes, NodeId, Outcome, Proposal};
@@ -466,10 +466,7 @@ fn master_named(
     leader: Option<NodeId>,
     last_heard: Option<NodeId>,
 ) -> Option<NodeId> {
-    let left_out = !membership
-        .get_joint_config()
-        .last()
-        .is_some_and(|voters| voters.contains(&me));
+    let left_out = !newest_voter(membership, me);
     leader
         .or(last_heard.filter(|_| left_out))
         .filter(|l| *l != me)
