@@ -10,14 +10,20 @@
 //! several times that. Arming is O(log n) and nothing is ever scanned, so
 //! idle sessions cost no time.
 //!
+//! The entries are in a table indexed by a hash of the id (`IdSlab`), not a
+//! B-tree: every KeepAlive looks its session's up, and at a million
+//! sessions a B-tree's descent is a cache miss at each of its levels, where
+//! the table's is two. Nothing reads the leases in order; the timers are.
+//!
 //! Times are instants of master time (`time.rs`), passed in by the caller, so this table is deterministic and needs no runtime.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use leasehold_protocol::hold::hold_margin;
 use leasehold_protocol::SessionId;
 
+use crate::id_hash::IdSlab;
 use crate::time::{whole_millis, Millis, Span};
 
 /// A timer that is not set.
@@ -36,6 +42,19 @@ struct Lease<H> {
     /// (`QUOTA-2`), [`NO_CREATOR`] if none counts it: kept here, in room
     /// the lease has spare, rather than in a table of its own.
     creator: u32,
+}
+
+/// What a removed lease's slot keeps until it is used again.
+impl<H> Default for Lease<H> {
+    fn default() -> Self {
+        Lease {
+            expires_at: Millis::ZERO,
+            duration: Span::from(Duration::ZERO),
+            timer: UNARMED,
+            held: None,
+            creator: NO_CREATOR,
+        }
+    }
 }
 
 /// When a KeepAlive held for `lease` is answered (`Leases::answer_held_at`).
@@ -57,7 +76,7 @@ const NO_CREATOR: u32 = u32::MAX;
 /// The lease, the held KeepAlive and the timer of every live session.
 #[derive(Debug)]
 pub struct Leases<H = ()> {
-    leases: BTreeMap<SessionId, Lease<H>>,
+    leases: IdSlab<Lease<H>>,
     /// Every armed timer, earliest first.
     timers: BTreeSet<(Millis, SessionId)>,
     /// How many leases hold a KeepAlive.
@@ -67,7 +86,7 @@ pub struct Leases<H = ()> {
 impl<H> Default for Leases<H> {
     fn default() -> Self {
         Leases {
-            leases: BTreeMap::new(),
+            leases: IdSlab::default(),
             timers: BTreeSet::new(),
             holding: 0,
         }
@@ -77,24 +96,20 @@ impl<H> Default for Leases<H> {
 impl<H> Leases<H> {
     /// The leases of recovered sessions, each a full `duration` from `now`
     /// with its timer set for its end (`FO-2`), as [`Leases::start`] then
-    /// [`Leases::arm`] would make them one by one. Given in ascending order
-    /// of id, as a state lists its sessions, the tables are built whole:
-    /// at a million sessions, a tenth of the time of inserting each.
+    /// [`Leases::arm`] would make them one by one, the timers' set built
+    /// whole: at a million sessions, a tenth of the time of inserting each.
     pub fn recovered(sessions: impl IntoIterator<Item = (SessionId, Span)>, now: Millis) -> Self {
-        let leases: BTreeMap<SessionId, Lease<H>> = sessions
-            .into_iter()
-            .map(|(id, duration)| {
-                let expires_at = now + Duration::from(duration);
-                let lease = Lease {
-                    expires_at,
-                    duration,
-                    timer: expires_at,
-                    held: None,
-                    creator: NO_CREATOR,
-                };
-                (id, lease)
-            })
-            .collect();
+        let leases = IdSlab::from_values(sessions.into_iter().map(|(id, duration)| {
+            let expires_at = now + Duration::from(duration);
+            let lease = Lease {
+                expires_at,
+                duration,
+                timer: expires_at,
+                held: None,
+                creator: NO_CREATOR,
+            };
+            (id, lease)
+        }));
         let timers = leases.iter().map(|(id, l)| (l.timer, *id)).collect();
         Leases {
             leases,

@@ -111,6 +111,7 @@ mod events;
 mod file_store;
 mod holding;
 pub mod http;
+mod id_hash;
 mod ids;
 mod incoming;
 mod keepalive;

@@ -18,10 +18,9 @@
 //! where a table of every session's next number took an insertion into
 //! a million-entry B-tree on every acknowledgement.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher};
-
 use leasehold_protocol::SessionId;
+
+use crate::id_hash::IdMap;
 
 /// No KeepAlive has named the session yet (`FO-2`).
 const UNHEARD: u8 = 1;
@@ -31,7 +30,7 @@ const AWAITING: u8 = 2;
 /// What each recovered session still owes, emptied as they come back.
 #[derive(Debug, Default)]
 pub(crate) struct Recovering {
-    owed: HashMap<SessionId, u8, BuildHasherDefault<DefaultHasher>>,
+    owed: IdMap<u8>,
     /// How many still owe the acknowledgement.
     awaiting: usize,
 }
@@ -39,7 +38,7 @@ pub(crate) struct Recovering {
 impl Recovering {
     /// Every one of `sessions` owes both.
     pub(crate) fn new(sessions: &[SessionId]) -> Self {
-        let owed: HashMap<_, _, _> = sessions
+        let owed: IdMap<_> = sessions
             .iter()
             .map(|&id| (id, UNHEARD | AWAITING))
             .collect();
@@ -118,7 +117,7 @@ impl Recovering {
 
     fn give_back_if_empty(&mut self) {
         if self.owed.is_empty() {
-            self.owed = HashMap::default();
+            self.owed = IdMap::default();
         }
     }
 }

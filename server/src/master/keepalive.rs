@@ -1,8 +1,6 @@
 //! The master's side of KeepAlives: holding them, answering them and
 //! renewing leases (`KA-1`..), and what a session's timer decides.
 
-use std::collections::HashSet;
-
 use leasehold_protocol::{
     keepalive_all_limit, Error, ErrorCode, KeepAlive, KeepAliveGrant, LeaseGrant, Response,
     SessionId,
@@ -12,6 +10,7 @@ use tracing::debug;
 use super::{Engine, ReplyTx};
 use crate::config::ANSWER_MESSAGE;
 use crate::events::encoded_size;
+use crate::id_hash::IdSet;
 use crate::keepalive::Held;
 use crate::observe::{Grant, MasterEvent};
 use crate::policy::{self, SessionDue};
@@ -90,7 +89,7 @@ impl Engine {
         } else {
             0
         };
-        let mut named = HashSet::with_capacity(all.len());
+        let mut named = IdSet::with_capacity_and_hasher(all.len(), Default::default());
         let mut answers = Vec::with_capacity(all.len());
         self.tally.keepalives += all.len() as u64;
         for ka in all {
