@@ -208,6 +208,9 @@ pub(crate) const FAILOVER_RETRY_MS: u64 = 100;
 
 /// KeepAlives the master takes in a row before anything else gets a turn.
 pub(crate) const KEEPALIVE_RUN: u32 = 64;
+/// A connection's first KeepAlives the master takes in a row while others
+/// wait (`KA-11`): a flood of new connections still leaves the rest a turn.
+pub(crate) const RETURNING_RUN: u32 = 8;
 
 // KeepAliveAll answers (`KA-10`).
 

@@ -364,6 +364,8 @@ async fn requests<S: AsyncRead>(
     // kept from one turn of the loop to the next, so that it keeps its
     // place in line while the connection reads on.
     let mut room: Option<Waiting> = None;
+    // Whether a KeepAlive came on this connection yet (`KA-11`).
+    let mut renewed = false;
     loop {
         // A peer that does not read its replies is not read either: they
         // cannot pile up, and it cannot block anyone else (`CONN-5`,
@@ -476,7 +478,8 @@ async fn requests<S: AsyncRead>(
         // they keep their order among themselves, held here while the
         // master's queue is full (`CONN-13`).
         if keepalive {
-            master.send(call).await;
+            let first = !std::mem::replace(&mut renewed, true);
+            master.send_keepalive(call, first).await;
         } else if !held.is_empty() {
             held.push(call, bytes);
         } else if let Some(call) = master.try_send(call) {

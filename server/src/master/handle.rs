@@ -16,6 +16,10 @@ pub struct MasterHandle {
     /// KeepAlives, which the master takes before other requests and
     /// before fan-out (`EV-9`): a lease never waits behind others' work.
     pub(super) keepalives: mpsc::Sender<Call>,
+    /// Each connection's first KeepAlive, which the master takes before
+    /// the others (`KA-11`): its client has just come back, and may be in
+    /// jeopardy or a fail-over, where the others' leases are renewed.
+    pub(super) returning: mpsc::Sender<Call>,
     /// The master's clock, to stamp when each request arrived.
     pub(super) clock: super::MasterClock,
 }
@@ -35,6 +39,17 @@ impl MasterHandle {
     ) {
         self.send(Call::from(request, reply, caller, self.clock.read()))
             .await;
+    }
+
+    /// Sends a KeepAlive (or KeepAliveAll) `call`: the connection's first
+    /// (`first`) to the queue the master takes first (`KA-11`).
+    pub(crate) async fn send_keepalive(&self, call: Call, first: bool) {
+        let queue = if first {
+            &self.returning
+        } else {
+            &self.keepalives
+        };
+        let _ = queue.send(call).await;
     }
 
     /// Master time now: when a request read now arrived.
@@ -74,6 +89,7 @@ impl MasterHandle {
             super::MasterClock::new(tokio::time::Instant::now(), crate::time::Millis::ZERO, 1.0);
         MasterHandle {
             calls,
+            returning: keepalives.clone(),
             keepalives,
             clock,
         }

@@ -41,7 +41,7 @@ use tracing::debug;
 
 use crate::commit::Committer;
 use crate::config::Config;
-use crate::config::{FIGURES_EVERY, KEEPALIVE_RUN, REQUESTS_IN_TURNS};
+use crate::config::{FIGURES_EVERY, KEEPALIVE_RUN, REQUESTS_IN_TURNS, RETURNING_RUN};
 use crate::observe::MasterEvent;
 use crate::recovery::Start;
 use crate::store::Snapshot;
@@ -68,6 +68,8 @@ mod keepalive;
 mod outbox;
 mod quotas;
 mod rights;
+#[cfg(test)]
+mod run_tests;
 mod serve;
 #[cfg(test)]
 mod tests;
@@ -127,13 +129,15 @@ pub(crate) fn spawn(
 ) -> (MasterHandle, tokio::task::JoinHandle<()>) {
     let (calls, rx) = mpsc::channel(1024);
     let (keepalives, keepalives_rx) = mpsc::channel(1024);
+    let (returning, returning_rx) = mpsc::channel(1024);
     let master = Master::new(config, start, Instant::now());
     let clock = master.clock;
-    let task = tokio::spawn(master.run(rx, keepalives_rx, shutdown));
+    let task = tokio::spawn(master.run(rx, (returning_rx, keepalives_rx), shutdown));
     (
         MasterHandle {
             calls,
             keepalives,
+            returning,
             clock,
         },
         task,
@@ -275,7 +279,7 @@ impl Master {
     async fn run(
         mut self,
         mut calls: mpsc::Receiver<Call>,
-        mut keepalives: mpsc::Receiver<Call>,
+        (mut returning, mut keepalives): (mpsc::Receiver<Call>, mpsc::Receiver<Call>),
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
@@ -299,9 +303,12 @@ impl Master {
                 }
             }
         };
-        // When the last KeepAlive taken from its queue arrived: every one
-        // that arrived before it has been read too.
+        // When the last KeepAlive taken from each queue arrived: every one
+        // of that queue that arrived before it has been read too.
         let mut read_through: Option<Millis> = None;
+        let mut returning_read_through: Option<Millis> = None;
+        // Connections' first KeepAlives taken in a row while others waited.
+        let mut returning_run = 0;
         let mut figures = tokio::time::interval(FIGURES_EVERY);
         figures.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -350,13 +357,17 @@ impl Master {
                 () = &mut timer, if armed.is_some() => {
                     let now = self.read_clock();
                     // Requests waiting for the master, for `FO-2`.
-                    let backlog = calls.len() + turns.len() + keepalives.len();
+                    let backlog = calls.len() + turns.len() + keepalives.len() + returning.len();
                     // Every KeepAlive that arrived by then has been read
-                    // (`SES-6`): they are taken in the order they came.
-                    let caught_up = match keepalives.is_empty() {
-                        true => now,
-                        false => read_through.unwrap_or(self.clock.at(self.clock.start())),
-                    };
+                    // (`SES-6`): each queue's are taken in the order they
+                    // came.
+                    let start = self.clock.at(self.clock.start());
+                    let caught_up = [(keepalives.is_empty(), read_through), (returning.is_empty(), returning_read_through)]
+                        .into_iter()
+                        .filter(|(empty, _)| !empty)
+                        .map(|(_, through)| through.unwrap_or(start))
+                        .min()
+                        .unwrap_or(now);
                     self.turn(Input::TimersDue { caught_up, backlog }, now);
                     // Fired: set it again even if the earliest is the same.
                     armed = None;
@@ -368,10 +379,25 @@ impl Master {
                     let now = self.read_clock();
                     self.on_durable(now);
                 }
+                // A connection's first KeepAlive before the others (`KA-11`),
+                // RETURNING_RUN in a row at most while others wait.
+                Some(call) = returning.recv(), if returning_run < RETURNING_RUN || keepalives.is_empty() => {
+                    if call.arrived.is_some() {
+                        returning_read_through = call.arrived;
+                    }
+                    returning_run += 1;
+                    run += match &call.request {
+                        Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
+                        _ => 1,
+                    };
+                    let now = self.read_clock();
+                    self.turn(Input::Call(call), now);
+                }
                 Some(call) = keepalives.recv() => {
                     if call.arrived.is_some() {
                         read_through = call.arrived;
                     }
+                    returning_run = 0;
                     // A KeepAliveAll counts as the KeepAlives it carries.
                     run += match &call.request {
                         Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
