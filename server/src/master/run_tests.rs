@@ -1,10 +1,9 @@
 //! The master task's loop as it runs: which of its queues it takes from
 //! first.
 
-use leasehold_protocol::{
-    Behavior, CreateSession, KeepAlive, Request, Response, SessionId, SessionToken,
-};
+use leasehold_protocol::{Request, Response, SessionId, SessionToken};
 
+use super::tests::{create_session, keepalive, token_of};
 use super::{spawn, Call, MasterHandle};
 use crate::config::{Config, RETURNING_RUN};
 use crate::observe::{Grant, MasterEvent, MasterObserver};
@@ -45,34 +44,9 @@ fn call(
 }
 
 async fn created(master: &MasterHandle, name: &str) -> SessionToken {
-    let (create, mut rx) = call(Request::CreateSession(CreateSession {
-        name: name.into(),
-        lease_ms: None,
-        lock_delay_ms: None,
-        behavior: Behavior::Release,
-        checks: Vec::new(),
-    }));
+    let (create, mut rx) = call(create_session(name, None));
     master.send(create).await;
-    let reply = rx.recv().await.expect("answered").into_body();
-    let Ok(Response::SessionCreated {
-        session, secret, ..
-    }) = reply
-    else {
-        panic!("expected a session, got {reply:?}");
-    };
-    SessionToken {
-        id: session,
-        secret,
-    }
-}
-
-fn keepalive(session: SessionToken) -> Request {
-    Request::KeepAlive(KeepAlive {
-        session,
-        epoch: 1,
-        acked_seq: 0,
-        hold: false,
-    })
+    token_of(rx.recv().await.expect("answered").into_body())
 }
 
 /// Sends `firsts` first KeepAlives of `returning` after `others`

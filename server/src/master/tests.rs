@@ -77,7 +77,7 @@ async fn call_from(
 }
 
 /// An unheld KeepAlive for `session` under epoch 1, acknowledging nothing.
-fn keepalive(session: SessionToken) -> Request {
+pub(super) fn keepalive(session: SessionToken) -> Request {
     Request::KeepAlive(KeepAlive {
         session,
         epoch: 1,
@@ -88,17 +88,22 @@ fn keepalive(session: SessionToken) -> Request {
 
 /// Creates a session named `name` and returns its token.
 async fn created(master: &mut Master, name: &str, lease_ms: Option<u64>) -> SessionToken {
-    let created = call(
-        master,
-        Request::CreateSession(CreateSession {
-            name: name.into(),
-            lease_ms,
-            lock_delay_ms: None,
-            behavior: Behavior::Release,
-            checks: Vec::new(),
-        }),
-    )
-    .await;
+    token_of(call(master, create_session(name, lease_ms)).await)
+}
+
+/// A request for a session named `name`.
+pub(super) fn create_session(name: &str, lease_ms: Option<u64>) -> Request {
+    Request::CreateSession(CreateSession {
+        name: name.into(),
+        lease_ms,
+        lock_delay_ms: None,
+        behavior: Behavior::Release,
+        checks: Vec::new(),
+    })
+}
+
+/// The token a `SessionCreated` answer gives.
+pub(super) fn token_of(created: Result<Response, Error>) -> SessionToken {
     let Ok(Response::SessionCreated {
         session, secret, ..
     }) = created
