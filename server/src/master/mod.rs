@@ -122,6 +122,28 @@ pub(crate) struct Master {
 
 /// Starts the master task; it stops when every handle is dropped or
 /// `shutdown` resolves.
+/// The time by which the master has read every KeepAlive that reached
+/// it (`SES-6`): the arrival of the oldest still waiting, of either queue
+/// (`fronts`, each queue's taken in the order they came), or `now` if
+/// none waits. One stamped with no arrival (a test's) counts as `start`.
+fn caught_up(fronts: [&Option<Call>; 2], start: Millis, now: Millis) -> Millis {
+    fronts
+        .into_iter()
+        .flatten()
+        .map(|call| call.arrived.unwrap_or(start))
+        .min()
+        .unwrap_or(now)
+}
+
+/// The next call of a queue whose oldest may have been taken out of it
+/// already, into `front`.
+async fn next_of(front: &mut Option<Call>, queue: &mut mpsc::Receiver<Call>) -> Option<Call> {
+    match front.take() {
+        Some(call) => Some(call),
+        None => queue.recv().await,
+    }
+}
+
 pub(crate) fn spawn(
     config: Config,
     start: Start,
@@ -303,10 +325,11 @@ impl Master {
                 }
             }
         };
-        // When the last KeepAlive taken from each queue arrived: every one
-        // of that queue that arrived before it has been read too.
-        let mut read_through: Option<Millis> = None;
-        let mut returning_read_through: Option<Millis> = None;
+        // The oldest KeepAlive of each queue, taken out when the timers
+        // fire to learn when it arrived (`SES-6`), and served before the
+        // rest of its queue.
+        let mut returning_front: Option<Call> = None;
+        let mut keepalives_front: Option<Call> = None;
         // Connections' first KeepAlives taken in a row while others waited.
         let mut returning_run = 0;
         let mut figures = tokio::time::interval(FIGURES_EVERY);
@@ -356,18 +379,17 @@ impl Master {
                 // request can see it (`SES-6`).
                 () = &mut timer, if armed.is_some() => {
                     let now = self.read_clock();
+                    if returning_front.is_none() {
+                        returning_front = returning.try_recv().ok();
+                    }
+                    if keepalives_front.is_none() {
+                        keepalives_front = keepalives.try_recv().ok();
+                    }
                     // Requests waiting for the master, for `FO-2`.
-                    let backlog = calls.len() + turns.len() + keepalives.len() + returning.len();
-                    // Every KeepAlive that arrived by then has been read
-                    // (`SES-6`): each queue's are taken in the order they
-                    // came.
+                    let fronts = usize::from(returning_front.is_some()) + usize::from(keepalives_front.is_some());
+                    let backlog = calls.len() + turns.len() + keepalives.len() + returning.len() + fronts;
                     let start = self.clock.at(self.clock.start());
-                    let caught_up = [(keepalives.is_empty(), read_through), (returning.is_empty(), returning_read_through)]
-                        .into_iter()
-                        .filter(|(empty, _)| !empty)
-                        .map(|(_, through)| through.unwrap_or(start))
-                        .min()
-                        .unwrap_or(now);
+                    let caught_up = caught_up([&returning_front, &keepalives_front], start, now);
                     self.turn(Input::TimersDue { caught_up, backlog }, now);
                     // Fired: set it again even if the earliest is the same.
                     armed = None;
@@ -381,10 +403,8 @@ impl Master {
                 }
                 // A connection's first KeepAlive before the others (`KA-11`),
                 // RETURNING_RUN in a row at most while others wait.
-                Some(call) = returning.recv(), if returning_run < RETURNING_RUN || keepalives.is_empty() => {
-                    if call.arrived.is_some() {
-                        returning_read_through = call.arrived;
-                    }
+                Some(call) = next_of(&mut returning_front, &mut returning),
+                    if returning_run < RETURNING_RUN || (keepalives_front.is_none() && keepalives.is_empty()) => {
                     returning_run += 1;
                     run += match &call.request {
                         Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
@@ -393,10 +413,7 @@ impl Master {
                     let now = self.read_clock();
                     self.turn(Input::Call(call), now);
                 }
-                Some(call) = keepalives.recv() => {
-                    if call.arrived.is_some() {
-                        read_through = call.arrived;
-                    }
+                Some(call) = next_of(&mut keepalives_front, &mut keepalives) => {
                     returning_run = 0;
                     // A KeepAliveAll counts as the KeepAlives it carries.
                     run += match &call.request {

@@ -1,6 +1,8 @@
 //! The master task's loop as it runs: which of its queues it takes from
 //! first.
 
+use std::time::Duration;
+
 use leasehold_protocol::{Request, Response, SessionId, SessionToken};
 
 use super::tests::{create_session, keepalive, token_of};
@@ -47,6 +49,91 @@ async fn created(master: &MasterHandle, name: &str) -> SessionToken {
     let (create, mut rx) = call(create_session(name, None));
     master.send(create).await;
     token_of(rx.recv().await.expect("answered").into_body())
+}
+
+/// A KeepAlive call for `session`, stamped as arriving now.
+fn keepalive_now(
+    master: &MasterHandle,
+    session: SessionToken,
+) -> (
+    Call,
+    tokio::sync::mpsc::UnboundedReceiver<crate::reply::Reply>,
+) {
+    let (mut ka, rx) = call(keepalive(session));
+    ka.arrived = Some(master.now());
+    (ka, rx)
+}
+
+/// When the master ended `session` for running out, if it did.
+fn expired_at(seen: &Seen, session: SessionId) -> Option<crate::time::Millis> {
+    seen.lock().unwrap().iter().find_map(|e| match e {
+        MasterEvent::Ended {
+            session: ended,
+            now,
+            cause: crate::EndCause::Expired,
+        } if *ended == session => Some(*now),
+        _ => None,
+    })
+}
+
+/// A session nobody renews runs out as another session's KeepAlive (a
+/// connection's first if `first`) reaches the master, the previous one of
+/// that queue read a whole lease earlier: says how long after its lease
+/// ended the session was ended.
+async fn ended_after_its_lease_while_a_keepalive_waits(first: bool) -> Duration {
+    let (master, seen) = running();
+    let silent = created(&master, "silent").await;
+    let renewing = created(&master, "renewing").await;
+    let lease_end = master.now() + Duration::from_secs(12);
+    let (ka, mut rx) = keepalive_now(&master, renewing);
+    master.send_keepalive(ka, first).await;
+    rx.recv().await.expect("answered");
+    tokio::time::advance(Duration::from_millis(11_990)).await;
+    // Queued, and then the lease's end passes before the master runs.
+    let (ka, mut rx) = keepalive_now(&master, renewing);
+    master.send_keepalive(ka, first).await;
+    tokio::time::advance(Duration::from_millis(20)).await;
+    rx.recv().await.expect("answered");
+    // The paused clock moves to each timer in turn while all wait.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let ended = expired_at(&seen, silent.id).expect("the silent session ended");
+    ended.since(lease_end)
+}
+
+// SES-6, KA-11: a connection's first KeepAlive read beside the timers
+// holds back no lease that ran out before it arrived.
+#[tokio::test(start_paused = true)]
+async fn a_lease_runs_out_on_time_beside_a_connections_first_keepalive() {
+    let late = ended_after_its_lease_while_a_keepalive_waits(true).await;
+    assert!(
+        late < Duration::from_millis(100),
+        "ended {late:?} after its lease"
+    );
+}
+
+fn arrived_at(ms: u64) -> Option<Call> {
+    let (mut call, _) = call(Request::KeepAliveAll(Vec::new()));
+    call.arrived = Some(crate::time::Millis::from_millis(ms));
+    Some(call)
+}
+
+// SES-6: the master has read what arrived before the oldest waiting
+// KeepAlive, however long ago the one before it was read.
+#[test]
+fn the_master_has_caught_up_to_the_oldest_keepalive_waiting_in_either_queue() {
+    let (start, now) = (
+        crate::time::Millis::ZERO,
+        crate::time::Millis::from_millis(50_000),
+    );
+    let caught_up = super::caught_up;
+    assert_eq!(caught_up([&None, &None], start, now), now);
+    let (older, newer) = (arrived_at(11_990), arrived_at(12_400));
+    assert_eq!(caught_up([&older, &None], start, now).as_millis(), 11_990);
+    assert_eq!(caught_up([&None, &newer], start, now).as_millis(), 12_400);
+    assert_eq!(caught_up([&newer, &older], start, now).as_millis(), 11_990);
+    let (mut unstamped, _) = call(Request::KeepAliveAll(Vec::new()));
+    unstamped.arrived = None;
+    assert_eq!(caught_up([&Some(unstamped), &newer], start, now), start);
 }
 
 /// Sends `firsts` first KeepAlives of `returning` after `others`
