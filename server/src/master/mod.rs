@@ -120,8 +120,6 @@ pub(crate) struct Master {
     shown: crate::tally::Tally,
 }
 
-/// Starts the master task; it stops when every handle is dropped or
-/// `shutdown` resolves.
 /// The time by which the master has read every KeepAlive that reached
 /// it (`SES-6`): the arrival of the oldest still waiting, of either queue
 /// (`fronts`, each queue's taken in the order they came), or `now` if
@@ -135,6 +133,15 @@ fn caught_up(fronts: [&Option<Call>; 2], start: Millis, now: Millis) -> Millis {
         .unwrap_or(now)
 }
 
+/// How many KeepAlives `request` counts as: a KeepAliveAll as those it
+/// carries.
+fn keepalives_in(request: &Request) -> u32 {
+    match request {
+        Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
+        _ => 1,
+    }
+}
+
 /// The next call of a queue whose oldest may have been taken out of it
 /// already, into `front`.
 async fn next_of(front: &mut Option<Call>, queue: &mut mpsc::Receiver<Call>) -> Option<Call> {
@@ -144,6 +151,8 @@ async fn next_of(front: &mut Option<Call>, queue: &mut mpsc::Receiver<Call>) -> 
     }
 }
 
+/// Starts the master task; it stops when every handle is dropped or
+/// `shutdown` resolves.
 pub(crate) fn spawn(
     config: Config,
     start: Start,
@@ -406,20 +415,13 @@ impl Master {
                 Some(call) = next_of(&mut returning_front, &mut returning),
                     if returning_run < RETURNING_RUN || (keepalives_front.is_none() && keepalives.is_empty()) => {
                     returning_run += 1;
-                    run += match &call.request {
-                        Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
-                        _ => 1,
-                    };
+                    run += keepalives_in(&call.request);
                     let now = self.read_clock();
                     self.turn(Input::Call(call), now);
                 }
                 Some(call) = next_of(&mut keepalives_front, &mut keepalives) => {
                     returning_run = 0;
-                    // A KeepAliveAll counts as the KeepAlives it carries.
-                    run += match &call.request {
-                        Request::KeepAliveAll(all) => u32::try_from(all.len()).unwrap_or(u32::MAX).max(1),
-                        _ => 1,
-                    };
+                    run += keepalives_in(&call.request);
                     let now = self.read_clock();
                     self.turn(Input::Call(call), now);
                 }
