@@ -10,6 +10,7 @@
 //! such a lookup, this costs next to nothing. The hash is the same on
 //! every run, so a simulation replays exactly.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -124,11 +125,18 @@ impl<V: Default> IdSlab<V> {
         Some(&mut self.slots[slot as usize])
     }
 
-    /// Puts `value` under `id`; returns the value it replaces.
+    /// Puts `value` under `id`; returns the value it replaces. One look
+    /// at the index, where a session is created or a log replayed.
     pub(crate) fn insert(&mut self, id: SessionId, value: V) -> Option<V> {
-        if let Some(&slot) = self.index.get(&id) {
-            return Some(std::mem::replace(&mut self.slots[slot as usize], value));
-        }
+        let vacant = match self.index.entry(id) {
+            Entry::Occupied(taken) => {
+                return Some(std::mem::replace(
+                    &mut self.slots[*taken.get() as usize],
+                    value,
+                ));
+            }
+            Entry::Vacant(vacant) => vacant,
+        };
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = value;
@@ -141,7 +149,7 @@ impl<V: Default> IdSlab<V> {
                 u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 values")
             }
         };
-        self.index.insert(id, slot);
+        vacant.insert(slot);
         None
     }
 
